@@ -1,0 +1,32 @@
+# The two commands of the README. Each does all of its own set-up on a fresh machine.
+#   make demo   start a local NSQ, publish sample events, read them with the library
+#   make test   the whole test suite (unit, real nsqd/nsqlookupd, redis/memcached, Spark)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+NSQ_BIN_DIR ?= $(HOME)/.cache/nsq-spark/nsq-v1.3.0/bin
+export NSQ_BIN_DIR
+
+.PHONY: setup test demo bench clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all,test]'
+	touch $@
+
+setup: $(VENV)/.installed
+	scripts/install-nsq >/dev/null
+	scripts/install-services
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) examples/demo.py
+
+bench: setup
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,108 @@
+"""The test harness itself: real nsqd/nsqlookupd processes, controls, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+
+import pytest
+
+from nsq_spark.testing import HarnessError, NSQCluster, find_binary
+
+pytestmark = pytest.mark.nsqd
+
+
+def _http_pub(http_address: str, topic: str, body: bytes) -> None:
+    req = urllib.request.Request(f"http://{http_address}/pub?topic={topic}", data=body)
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.read() == b"OK"
+
+
+def _depth(cluster: NSQCluster, i: int, topic: str) -> int:
+    topics = cluster.nsqds[i].stats(topic)["topics"]
+    return sum(t["depth"] for t in topics if t["topic_name"] == topic)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_two_by_two_cluster_registers_everywhere_and_is_reaped() -> None:
+    with NSQCluster(nsqd=2, lookupd=2) as cluster:
+        assert len(cluster.nsqd_tcp_addresses) == 2
+        assert len(set(cluster.nsqd_tcp_addresses)) == 2
+        expected = {n.tcp_port for n in cluster.nsqds}
+        for lk in cluster.lookupds:
+            assert {p["tcp_port"] for p in lk.nodes()} == expected
+        pids = [n.pid for n in [*cluster.nsqds, *cluster.lookupds]]
+        assert all(pid and _alive(pid) for pid in pids)
+        workdir = cluster.workdir
+    assert not any(_alive(pid) for pid in pids if pid)
+    assert workdir is not None and not workdir.exists()
+
+
+def test_kill_and_restart_keep_disk_queued_messages() -> None:
+    with NSQCluster(nsqd=1, lookupd=1, mem_queue_size=0, sync_every=1) as cluster:
+        http = cluster.nsqd_http_addresses[0]
+        tcp_before = cluster.nsqd_tcp_addresses[0]
+        for i in range(25):
+            _http_pub(http, "harness", b"m%d" % i)
+        assert _depth(cluster, 0, "harness") == 25
+        cluster.kill(0)
+        assert not cluster.nsqds[0].running
+        cluster.restart(0)
+        assert cluster.nsqd_tcp_addresses[0] == tcp_before
+        assert _depth(cluster, 0, "harness") == 25
+
+
+def test_stop_and_resume() -> None:
+    with NSQCluster(nsqd=1, lookupd=0) as cluster:
+        cluster.stop(0)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://{cluster.nsqd_http_addresses[0]}/ping", timeout=0.5)
+        cluster.resume(0)
+        with urllib.request.urlopen(f"http://{cluster.nsqd_http_addresses[0]}/ping", timeout=5) as r:
+            assert r.read() == b"OK"
+
+
+def test_nsqd_added_later_registers() -> None:
+    with NSQCluster(nsqd=1, lookupd=1) as cluster:
+        i = cluster.add_nsqd()
+        assert i == 1
+        ports = {p["tcp_port"] for p in cluster.lookupds[0].nodes()}
+        assert ports == {cluster.nsqds[0].tcp_port, cluster.nsqds[1].tcp_port}
+
+
+def test_bad_flag_reports_nsqd_output() -> None:
+    with pytest.raises(HarnessError) as err:
+        with NSQCluster(nsqd=1, lookupd=0, no_such_flag=1):
+            pass
+    assert "exited at start" in str(err.value)
+    assert "no-such-flag" in str(err.value)
+
+
+def test_missing_binary_names_the_fix() -> None:
+    with pytest.raises(HarnessError, match="install"):
+        find_binary("definitely-not-a-binary-xyz")
+
+
+def test_fixture_gives_running_cluster(nsq_cluster: NSQCluster) -> None:
+    with urllib.request.urlopen(f"http://{nsq_cluster.nsqd_http_addresses[0]}/ping", timeout=5) as r:
+        assert r.read() == b"OK"
+
+
+@pytest.mark.dedup
+def test_redis_and_memcached_fixtures(redis_server, memcached_server) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.create_connection(("127.0.0.1", redis_server.port), timeout=2) as s:
+        s.sendall(b"PING\r\n")
+        assert s.recv(16) == b"+PONG\r\n"
+    with socket.create_connection(memcached_server.address, timeout=2) as s:
+        s.sendall(b"version\r\n")
+        assert s.recv(64).startswith(b"VERSION")
