@@ -1,2 +1,36 @@
 """Shared test configuration. The NSQ/redis/memcached fixtures come from the
 ``nsq_spark.testing`` pytest plugin (registered by the package's entry point)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+_SERVERS = {"nsqd", "nsqlookupd", "redis-server", "memcached", "nsqadmin"}
+
+
+def _child_servers() -> list[str]:
+    """Server processes that are still children of this test process."""
+    me = os.getpid()
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        if ppid == me and comm in _SERVERS:
+            found.append(f"{comm} (pid {stat.parent.name})")
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any test leaked a server process: the harness must reap them all."""
+    leaked = _child_servers()
+    if leaked:
+        print(f"\nLEAKED server processes at the end of the test session: {', '.join(leaked)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
