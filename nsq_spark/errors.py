@@ -1,0 +1,195 @@
+"""Typed errors of nsq_spark.
+
+Every error derives from :class:`NSQError`. Errors that nsqd sends in an error frame
+(``E_BAD_TOPIC ...``) become :class:`NSQServerError` subclasses chosen by their code; the
+attribute ``fatal`` tells whether nsqd closes the connection after sending it. Per the NSQ
+spec only ``E_FIN_FAILED``, ``E_REQ_FAILED`` and ``E_TOUCH_FAILED`` leave the connection
+open (they are "client errors": the message had already timed out or was unknown).
+"""
+
+from __future__ import annotations
+
+
+class NSQError(Exception):
+    """Base class of every error raised by nsq_spark."""
+
+
+# -- client-side validation ---------------------------------------------------------------
+
+
+class InvalidNameError(NSQError, ValueError):
+    """A topic or channel name that nsqd would refuse (checked before anything is sent)."""
+
+
+class InvalidBodyError(NSQError, ValueError):
+    """A message body nsqd would refuse: empty, not bytes, or larger than the known limit."""
+
+
+class ConfigError(NSQError, ValueError):
+    """An unknown or out-of-range connection option."""
+
+
+class AlreadyRespondedError(NSQError, RuntimeError):
+    """A message was finished or requeued twice (or touched after its response)."""
+
+
+# -- wire / connection level --------------------------------------------------------------
+
+
+class ProtocolError(NSQError):
+    """Bytes on the wire that do not follow the NSQ V2 protocol (bad frame size, unknown
+    frame type, truncated message, bad compressed stream). The connection cannot continue."""
+
+
+class ConnectError(NSQError, ConnectionError):
+    """The TCP connection to nsqd could not be opened (refused, unreachable, timed out)."""
+
+
+class ConnectionClosedError(NSQError, ConnectionError):
+    """The connection closed while something was still expected from it."""
+
+
+class TLSError(NSQError):
+    """The TLS upgrade failed or was refused (certificate, verification, server config)."""
+
+
+class AuthError(NSQError):
+    """AUTH was needed but not configured, or nsqd's auth server refused the secret."""
+
+
+class NSQTimeoutError(NSQError, TimeoutError):
+    """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
+
+
+# -- errors sent by nsqd ------------------------------------------------------------------
+
+
+class NSQServerError(NSQError):
+    """An error frame from nsqd: ``code`` (e.g. ``"E_BAD_TOPIC"``), ``description``, and
+    ``fatal`` (nsqd closes the connection after a fatal error)."""
+
+    code: str = ""
+    fatal: bool = True
+
+    def __init__(self, code: str, description: str = "", address: str | None = None) -> None:
+        self.code = code
+        self.description = description
+        self.address = address
+        where = f" from nsqd {address}" if address else ""
+        hint = _HINTS.get(code, "")
+        text = f"{code}{where}: {description}" if description else f"{code}{where}"
+        super().__init__(f"{text}{hint}")
+
+
+class InvalidError(NSQServerError):
+    """E_INVALID: a command was invalid in the current state or badly formed."""
+
+
+class BadBodyError(NSQServerError):
+    """E_BAD_BODY: a command body was malformed (IDENTIFY/AUTH/MPUB)."""
+
+
+class BadTopicError(NSQServerError):
+    """E_BAD_TOPIC: nsqd refused the topic name."""
+
+
+class BadChannelError(NSQServerError):
+    """E_BAD_CHANNEL: nsqd refused the channel name."""
+
+
+class BadMessageError(NSQServerError):
+    """E_BAD_MESSAGE: a message body was empty or over nsqd's ``--max-msg-size``."""
+
+
+class PubFailedError(NSQServerError):
+    """E_PUB_FAILED: nsqd could not store the message (e.g. it is exiting)."""
+
+
+class MPubFailedError(NSQServerError):
+    """E_MPUB_FAILED: nsqd could not store the batch."""
+
+
+class DPubFailedError(NSQServerError):
+    """E_DPUB_FAILED: nsqd could not store the deferred message."""
+
+
+class SubFailedError(NSQServerError):
+    """E_SUB_FAILED: nsqd refused the subscription (topic/channel being deleted)."""
+
+
+class IdentifyFailedError(NSQServerError):
+    """E_IDENTIFY_FAILED: feature negotiation failed on the server side."""
+
+
+class FinFailedError(NSQServerError):
+    """E_FIN_FAILED (non-fatal): the message was unknown or had timed out already."""
+
+    fatal = False
+
+
+class ReqFailedError(NSQServerError):
+    """E_REQ_FAILED (non-fatal): the message was unknown or had timed out already."""
+
+    fatal = False
+
+
+class TouchFailedError(NSQServerError):
+    """E_TOUCH_FAILED (non-fatal): the message was unknown or had timed out already."""
+
+    fatal = False
+
+
+class AuthFailedError(NSQServerError, AuthError):
+    """E_AUTH_FAILED / E_AUTH_ERROR / E_AUTH_DISABLED / E_AUTH_FIRST: AUTH did not succeed."""
+
+
+class UnauthorizedError(NSQServerError, AuthError):
+    """E_UNAUTHORIZED: the secret is valid but grants nothing for this topic/channel."""
+
+
+_HINTS = {
+    "E_BAD_TOPIC": " (topic names are 1-64 characters of [.a-zA-Z0-9_-], optionally ending in #ephemeral)",
+    "E_BAD_CHANNEL": " (channel names are 1-64 characters of [.a-zA-Z0-9_-], optionally ending in #ephemeral)",
+    "E_BAD_MESSAGE": " (bodies must be non-empty and at most nsqd's --max-msg-size)",
+    "E_AUTH_FAILED": " (check auth_secret and nsqd's --auth-http-address server)",
+    "E_UNAUTHORIZED": " (the auth server grants this secret no access to that topic/channel)",
+    "E_AUTH_FIRST": " (set auth_secret: this nsqd requires AUTH before other commands)",
+}
+
+#: nsqd error code -> exception class
+ERROR_CLASSES: dict[str, type[NSQServerError]] = {
+    "E_INVALID": InvalidError,
+    "E_BAD_BODY": BadBodyError,
+    "E_BAD_TOPIC": BadTopicError,
+    "E_BAD_CHANNEL": BadChannelError,
+    "E_BAD_MESSAGE": BadMessageError,
+    "E_PUB_FAILED": PubFailedError,
+    "E_MPUB_FAILED": MPubFailedError,
+    "E_DPUB_FAILED": DPubFailedError,
+    "E_SUB_FAILED": SubFailedError,
+    "E_IDENTIFY_FAILED": IdentifyFailedError,
+    "E_FIN_FAILED": FinFailedError,
+    "E_REQ_FAILED": ReqFailedError,
+    "E_TOUCH_FAILED": TouchFailedError,
+    "E_AUTH_FAILED": AuthFailedError,
+    "E_AUTH_ERROR": AuthFailedError,
+    "E_AUTH_DISABLED": AuthFailedError,
+    "E_AUTH_FIRST": AuthFailedError,
+    "E_UNAUTHORIZED": UnauthorizedError,
+}
+
+#: the codes after which nsqd keeps the connection open
+NON_FATAL_CODES = frozenset(c for c, cls in ERROR_CLASSES.items() if not cls.fatal)
+
+
+def error_from_frame(data: bytes | bytearray | memoryview, address: str | None = None) -> NSQServerError:
+    """The typed exception for the payload of an nsqd error frame (``b"E_CODE text"``)."""
+    text = bytes(data).decode("utf-8", "replace")
+    code, _, description = text.partition(" ")
+    cls = ERROR_CLASSES.get(code, NSQServerError)
+    return cls(code, description, address)
+
+
+def is_fatal(code: str) -> bool:
+    """True when nsqd closes the connection after sending this error code."""
+    return code not in NON_FATAL_CODES

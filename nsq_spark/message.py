@@ -1,0 +1,109 @@
+"""The NSQ message as handed to applications (pynsq-compatible surface).
+
+A :class:`Message` is built once per delivered message on the hot path, so it is a plain
+``__slots__`` object with a cheap constructor; the response methods delegate to a
+:class:`Responder` (the Reader, or a bare Connection) that knows how to send FIN/REQ/TOUCH.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from .errors import AlreadyRespondedError, NSQError
+
+
+@runtime_checkable
+class Responder(Protocol):
+    """What answers nsqd for a message. Implementations must accept calls from any thread
+    (they hop onto their IO loop themselves)."""
+
+    address: str
+
+    def on_finish(self, msg: "Message") -> None: ...
+
+    def on_requeue(self, msg: "Message", delay_ms: int | None, backoff: bool) -> None: ...
+
+    def on_touch(self, msg: "Message") -> None: ...
+
+
+class Message:
+    """One message delivered by nsqd.
+
+    Attributes:
+        id: the 16 ASCII (hex) bytes nsqd assigned; FIN/REQ/TOUCH use it verbatim.
+        body: the payload.
+        timestamp: when nsqd received it, nanoseconds since the epoch.
+        attempts: delivery attempts so far (1 on first delivery).
+    """
+
+    __slots__ = ("id", "body", "timestamp", "attempts", "_responder", "_responded", "_async")
+
+    def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int,
+                 responder: Responder | None = None) -> None:
+        self.id = id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self._responder = responder
+        self._responded = False
+        self._async = False
+
+    # -- pynsq-compatible API ---------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Tell nsqd the message was processed (FIN). Raises if already responded."""
+        self._respond("finish")
+        self._responder.on_finish(self)  # type: ignore[union-attr]
+
+    def requeue(self, delay: int | None = None, backoff: bool = True) -> None:
+        """Give the message back to nsqd (REQ) for redelivery after ``delay`` milliseconds
+        (None: the responder's default delay policy). ``backoff`` lets the Reader count this
+        as a failure for its backoff policy. Raises if already responded."""
+        self._respond("requeue")
+        self._responder.on_requeue(self, delay, backoff)  # type: ignore[union-attr]
+
+    def touch(self) -> None:
+        """Reset nsqd's timeout for this in-flight message (TOUCH)."""
+        if self._responded:
+            raise AlreadyRespondedError(f"message {self.id!r} was already responded to; cannot touch it")
+        if self._responder is None:
+            raise NSQError(f"message {self.id!r} has no connection to answer on (decoded by hand?)")
+        self._responder.on_touch(self)
+
+    def enable_async(self) -> None:
+        """Take over responding: the handler's return value is then ignored by the Reader."""
+        self._async = True
+
+    def is_async(self) -> bool:
+        return self._async
+
+    def has_responded(self) -> bool:
+        return self._responded
+
+    @property
+    def nsqd_address(self) -> str | None:
+        """``"host:port"`` of the nsqd that delivered this message (None if unknown)."""
+        r = self._responder
+        return r.address if r is not None else None
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _respond(self, what: str) -> None:
+        if self._responded:
+            raise AlreadyRespondedError(
+                f"message {self.id!r} was already responded to; cannot {what} it again")
+        if self._responder is None:
+            raise NSQError(f"message {self.id!r} has no connection to answer on (decoded by hand?)")
+        self._responded = True
+
+    def __repr__(self) -> str:
+        return (f"Message(id={self.id!r}, attempts={self.attempts}, timestamp={self.timestamp}, "
+                f"body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.id == other.id and self.body == other.body
+                and self.timestamp == other.timestamp and self.attempts == other.attempts)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (responded state)
