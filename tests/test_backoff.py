@@ -1,0 +1,121 @@
+"""Backoff policy: exponential windows with a cap, one result per window, testing the
+waters, recovery, and the off switch."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsq_spark.backoff import Action, Backoff, Decision, exponential
+
+pytestmark = pytest.mark.unit
+
+
+def test_exponential():
+    assert exponential(0, 1, 100) == 0
+    assert [exponential(k, 1, 100) for k in range(1, 9)] == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert exponential(3, 0.5, 100) == 2
+    assert exponential(10**6, 1, 7) == 7  # no overflow
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"max_backoff_duration": -1}, "max_backoff_duration"),
+    ({"multiplier": 0}, "multiplier"),
+])
+def test_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Backoff(**kwargs)
+
+
+def test_success_at_level_zero_changes_nothing():
+    b = Backoff()
+    assert b.record(True) == Decision(Action.NONE)
+    assert not b.active
+
+
+def test_failure_opens_a_window_and_results_inside_are_ignored():
+    b = Backoff(max_backoff_duration=128)
+    d = b.record(False)
+    assert d == Decision(Action.BACKOFF, 1.0, 1)
+    assert b.active and b.in_window
+    # a burst of failures (messages already in flight) counts once
+    for _ in range(100):
+        assert b.record(False).action is Action.NONE
+        assert b.record(True).action is Action.NONE
+    assert b.level == 1
+    assert b.window_ended() is True  # test the waters
+    assert not b.in_window
+
+
+def test_levels_grow_then_cap_and_recover_one_success_per_window():
+    b = Backoff(max_backoff_duration=10, multiplier=1)
+    durations = []
+    for _ in range(8):
+        d = b.record(False)
+        assert d.action is Action.BACKOFF
+        durations.append(d.duration)
+        assert b.window_ended()
+    assert durations == [1, 2, 4, 8, 10, 10, 10, 10]
+    assert b.level == b.max_level == 5
+    # recovery: each success shrinks the window; the last one exits backoff
+    d = b.record(True)
+    assert d == Decision(Action.BACKOFF, 8.0, 4)
+    assert b.record(True).action is Action.NONE  # inside the window: ignored
+    b.window_ended()
+    assert b.record(True) == Decision(Action.BACKOFF, 4.0, 3)
+    b.window_ended()
+    assert b.record(True) == Decision(Action.BACKOFF, 2.0, 2)
+    b.window_ended()
+    assert b.record(True) == Decision(Action.BACKOFF, 1.0, 1)
+    b.window_ended()
+    assert b.record(True) == Decision(Action.EXIT)
+    assert not b.active
+    assert b.window_ended() is False  # a stale timer after exit: nothing to test
+
+
+def test_cap_below_multiplier_still_backs_off():
+    b = Backoff(max_backoff_duration=0.5, multiplier=1)
+    assert b.record(False) == Decision(Action.BACKOFF, 0.5, 1)
+    b.window_ended()
+    assert b.record(False) == Decision(Action.BACKOFF, 0.5, 1)
+    b.window_ended()
+    assert b.record(True) == Decision(Action.EXIT)
+
+
+def test_zero_turns_backoff_off():
+    b = Backoff(max_backoff_duration=0)
+    assert not b.enabled
+    for _ in range(5):
+        assert b.record(False).action is Action.NONE
+    assert not b.active
+
+
+def test_reset_and_state():
+    b = Backoff(max_backoff_duration=5, multiplier=0.1)
+    b.record(False)
+    assert b.state() == {"level": 1, "in_window": True, "duration": 0.1, "enabled": True}
+    b.reset()
+    assert b.state() == {"level": 0, "in_window": False, "duration": 0.0, "enabled": True}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["ok", "fail", "end"]), max_size=60),
+       st.floats(0.01, 300), st.floats(0.001, 10))
+def test_invariants(events, cap, mult):
+    b = Backoff(max_backoff_duration=cap, multiplier=mult)
+    for e in events:
+        before = (b.level, b.in_window)
+        if e == "end":
+            assert b.window_ended() == (b.level > 0)
+            continue
+        d = b.record(e == "ok")
+        if before[1]:
+            assert d.action is Action.NONE and (b.level, b.in_window) == before
+        if d.action is Action.BACKOFF:
+            assert 0 < d.duration <= cap
+            assert b.in_window and b.level >= 1
+        if d.action is Action.EXIT:
+            assert b.level == 0 and before[0] == 1
+        assert 0 <= b.level <= b.max_level
+        assert abs(b.level - before[0]) <= 1  # one result per call moves one level at most

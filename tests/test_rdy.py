@@ -1,0 +1,449 @@
+"""RdyPolicy: RDY distribution, the 25 % refresh rule, redistribution, is_starved, backoff
+hooks, set_max_in_flight; plus a hypothesis state machine for the invariants."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from nsq_spark.rdy import BACKOFF, NORMAL, TESTING, RdyPolicy, commands_by_key
+
+pytestmark = pytest.mark.unit
+
+
+def policy(mif: int, idle: float = 10.0, seed: int = 1) -> RdyPolicy:
+    return RdyPolicy(mif, low_rdy_idle_timeout=idle, rng=random.Random(seed))
+
+
+def rdys(p: RdyPolicy) -> dict:
+    return {k: c.rdy for k, c in p.conns.items()}
+
+
+# -- construction ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", None, True])
+def test_rejects_bad_max_in_flight(bad):
+    with pytest.raises(ValueError, match="max_in_flight"):
+        RdyPolicy(bad)
+
+
+def test_rejects_negative_idle_timeout():
+    with pytest.raises(ValueError, match="low_rdy_idle_timeout"):
+        RdyPolicy(1, low_rdy_idle_timeout=-1)
+
+
+def test_rejects_duplicate_connection_and_bad_max_rdy():
+    p = policy(10)
+    p.add("a")
+    with pytest.raises(ValueError, match="already tracked"):
+        p.add("a")
+    with pytest.raises(ValueError, match="max_rdy_count"):
+        p.add("b", max_rdy_count=0)
+
+
+# -- new connections and the even spread -------------------------------------------------
+
+
+def test_new_connection_starts_at_rdy_1_then_gets_its_share():
+    p = policy(100)
+    c, out = p.add("a", now=0)
+    assert commands_by_key(out) == {"a": 1}
+    out = p.on_messages(c, 1, now=1)
+    assert commands_by_key(out) == {"a": 100}
+    assert p.total_rdy == 100
+
+
+def test_share_is_even_and_capped_by_max_rdy_count():
+    p = policy(2500)
+    a, _ = p.add("a", max_rdy_count=2500)
+    p.on_messages(a, 1, 0)
+    b, out = p.add("b", max_rdy_count=500)
+    # a is trimmed to its new share before b gets RDY 1
+    assert commands_by_key(out) == {"a": 1250, "b": 1}
+    p.on_messages(b, 1, 0)
+    assert rdys(p) == {"a": 1250, "b": 500}
+    assert p.share(a) == 1250 and p.share(b) == 500
+
+
+def test_sum_of_rdy_never_exceeds_max_in_flight_when_connections_join():
+    p = policy(10)
+    states = []
+    for i in range(4):
+        c, _ = p.add(i)
+        states.append(c)
+        for s in states:
+            p.on_messages(s, 1, 0)
+            assert p.total_rdy <= 10
+    assert sorted(rdys(p).values()) == [1, 2, 2, 2] or sum(rdys(p).values()) <= 10
+    assert all(v <= 2 for v in rdys(p).values())  # 10 // 4
+
+
+def test_more_connections_than_max_in_flight_only_budget_gets_rdy():
+    p = policy(2)
+    for k in "abcd":
+        p.add(k)
+    assert sum(rdys(p).values()) == 2
+    assert sorted(rdys(p).values()) == [0, 0, 1, 1]
+
+
+def test_max_in_flight_zero_gives_no_rdy():
+    p = policy(0)
+    c, out = p.add("a")
+    assert out == []
+    assert p.on_messages(c, 1, 0) == [] or p.total_rdy == 0
+    assert p.total_rdy == 0
+
+
+# -- the 25 % refresh rule -----------------------------------------------------------------
+
+
+def test_rdy_is_resent_when_remaining_falls_under_a_quarter():
+    p = policy(100)
+    c, _ = p.add("a")
+    p.on_messages(c, 1, 0)  # -> RDY 100
+    assert p.on_messages(c, 74, 0) is None  # 26 left
+    assert p.on_messages(c, 1, 0) is None  # 25 left: at the 25 % mark, exactly
+    out = p.on_messages(c, 1, 0)  # 24 left
+    assert commands_by_key(out) == {"a": 100}
+    assert c.remaining == 100
+
+
+def test_in_flight_and_responses_are_counted():
+    p = policy(100)
+    c, _ = p.add("a")
+    p.on_messages(c, 10, 0)
+    assert c.in_flight == 10 and p.in_flight == 10
+    p.on_responses(c, finished=7, requeued=2)
+    assert (c.in_flight, c.finished, c.requeued) == (1, 7, 2)
+    p.on_responses(c, finished=5)  # late responses never make it negative
+    assert c.in_flight == 0
+
+
+def test_rdy_zero_connection_is_not_refreshed_by_leftover_messages():
+    p = policy(1)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    holder, other = (a, b) if a.rdy else (b, a)
+    assert other.rdy == 0
+    assert p.on_messages(other, 1, 0) is None  # in flight from before: no RDY for it
+    assert other.rdy == 0
+
+
+# -- is_starved ----------------------------------------------------------------------------
+
+
+def test_is_starved_at_85_percent_of_rdy():
+    p = policy(100)
+    c, _ = p.add("a")
+    p.on_messages(c, 1, 0)
+    p.on_responses(c, finished=1)
+    assert not p.is_starved()
+    p.on_messages(c, 84, 0)
+    assert not p.is_starved()
+    p.on_messages(c, 1, 0)
+    assert p.is_starved()  # 85 >= 0.85 * 100
+    p.on_responses(c, finished=85)
+    assert not p.is_starved()  # nothing in flight is never starved
+
+
+def test_is_starved_any_connection():
+    p = policy(4)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    p.on_messages(a, 1, 0)
+    p.on_messages(b, 1, 0)
+    p.on_responses(a, finished=1)
+    p.on_responses(b, finished=1)
+    assert rdys(p) == {"a": 2, "b": 2}
+    p.on_messages(b, 2, 0)
+    assert p.is_starved()
+
+
+# -- removal and rebalance -----------------------------------------------------------------
+
+
+def test_removed_connection_returns_its_rdy_to_the_others():
+    p = policy(100)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    p.on_messages(a, 1, 0)
+    p.on_messages(b, 1, 0)
+    assert rdys(p) == {"a": 50, "b": 50}
+    out = p.remove("a")
+    assert commands_by_key(out) == {"b": 100}
+    assert p.total_rdy == 100
+    assert p.remove("a") == []
+
+
+# -- set_max_in_flight ---------------------------------------------------------------------
+
+
+def test_set_max_in_flight_zero_pauses_and_back():
+    p = policy(100)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    p.on_messages(a, 1, 0)
+    p.on_messages(b, 1, 0)
+    out = p.set_max_in_flight(0)
+    assert commands_by_key(out) == {"a": 0, "b": 0}
+    assert p.total_rdy == 0
+    assert p.on_messages(a, 1, 0) is None  # a leftover message does not resume
+    assert p.tick(100) == []
+    out = p.set_max_in_flight(10)
+    assert commands_by_key(out) == {"a": 5, "b": 5}
+
+
+def test_set_max_in_flight_lower_than_connections_keeps_a_subset():
+    p = policy(90)
+    for k in "abc":
+        c, _ = p.add(k)
+        p.on_messages(c, 1, 0)
+    assert rdys(p) == {"a": 30, "b": 30, "c": 30}
+    out = p.set_max_in_flight(2)
+    final = commands_by_key(out)
+    assert all(v <= 1 for v in final.values())
+    assert sum(rdys(p).values()) == 2
+    # lowering commands come before any raise: replaying them never exceeds 90 nor ends > 2
+    running = {"a": 30, "b": 30, "c": 30}
+    for c, v in out:
+        running[c.key] = v
+        assert sum(running.values()) <= 90
+    assert sum(running.values()) == 2
+
+
+def test_set_max_in_flight_higher_raises_shares():
+    p = policy(10)
+    a, _ = p.add("a")
+    p.on_messages(a, 1, 0)
+    out = p.set_max_in_flight(1000)
+    assert commands_by_key(out) == {"a": 1000}
+    with pytest.raises(ValueError):
+        p.set_max_in_flight(-1)
+
+
+# -- low-RDY redistribution ----------------------------------------------------------------
+
+
+def test_tick_moves_rdy_from_idle_to_waiting_connections():
+    p = policy(1, idle=10)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    assert (holder.rdy, waiting.rdy) == (1, 0)
+    # before the idle timeout, while the holder delivers and answers, nothing moves...
+    p.on_messages(holder, 1, 5)
+    p.on_responses(holder, finished=1)
+    out = p.tick(6)
+    # ...except the rotation rule: budget is all held and someone waits -> the holder
+    # gives its RDY up (it had nothing in flight, so the waiting one gets it now)
+    assert commands_by_key(out) == {holder.key: 0, waiting.key: 1}
+    assert p.total_rdy == 1
+
+
+def test_tick_idle_holder_gives_up_rdy():
+    p = policy(1, idle=10)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    out = p.tick(20)  # holder idle for 20 s > 10 s
+    assert commands_by_key(out) == {holder.key: 0, waiting.key: 1}
+    assert waiting.last_msg_at == 20  # its idle clock starts with its RDY
+
+
+def test_tick_busy_holder_with_in_flight_frees_slot_next_tick():
+    p = policy(1, idle=10)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    p.on_messages(holder, 1, 1)  # one in flight, not answered
+    out = p.tick(2)
+    assert commands_by_key(out) == {holder.key: 0}  # slot still occupied by its in-flight
+    assert waiting.rdy == 0
+    assert p.tick(3) == []
+    p.on_responses(holder, finished=1)
+    out = p.tick(4)
+    assert commands_by_key(out) == {waiting.key: 1}
+
+
+def test_every_connection_gets_a_turn_eventually():
+    p = policy(2, idle=10, seed=7)
+    states = [p.add(i, now=0)[0] for i in range(6)]
+    served = set()
+    for t in range(1, 60):
+        for c in states:  # every nsqd is busy: holders always receive and answer
+            if c.rdy:
+                served.add(c.key)
+                p.on_messages(c, 1, t)
+                p.on_responses(c, finished=1)
+        p.tick(t)
+        assert p.total_rdy <= 2
+    assert served == set(range(6))
+
+
+def test_tick_with_enough_budget_heals_connections_left_at_zero():
+    p = policy(10)
+    a, _ = p.add("a")
+    p.on_messages(a, 1, 0)
+    # simulate a truncated RDY: force b to 0 although there is budget
+    b, _ = p.add("b")
+    p._send(b, 0, [])
+    a_share = p.share(a)
+    out = p.tick(1)
+    assert commands_by_key(out).get("b") == p.share(b)
+    assert a.rdy == a_share
+
+
+# -- backoff hooks -------------------------------------------------------------------------
+
+
+def test_backoff_cycle():
+    p = policy(100, seed=3)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    p.on_messages(a, 1, 0)
+    p.on_messages(b, 1, 0)
+    out = p.enter_backoff()
+    assert p.mode is BACKOFF and commands_by_key(out) == {"a": 0, "b": 0}
+    assert p.on_messages(a, 5, 0) is None  # no refresh inside a window
+    assert p.tick(100) == []
+    c, out = p.add("c")
+    assert out == []  # a new connection gets nothing inside a window
+    out = p.test_waters()
+    assert p.mode is TESTING and len(out) == 1 and out[0][1] == 1
+    assert p.total_rdy == 1
+    assert p.test_waters() == []  # somebody is already testing
+    tester = out[0][0]
+    assert p.on_messages(tester, 1, 0) is None  # testing: RDY stays 1
+    out = p.exit_backoff()
+    assert p.mode is NORMAL
+    assert rdys(p) == {"a": 33, "b": 33, "c": 33}
+
+
+def test_testing_new_connection_tests_if_nobody_does():
+    p = policy(10)
+    p.enter_backoff()
+    p.test_waters()  # no connection yet
+    c, out = p.add("a")
+    assert commands_by_key(out) == {"a": 1}
+    d, out = p.add("b")
+    assert out == []
+
+
+def test_testing_rdy_moves_between_connections():
+    p = policy(10, idle=1, seed=5)
+    states = [p.add(i, now=0)[0] for i in range(3)]
+    p.enter_backoff()
+    p.test_waters()
+    seen = set()
+    for t in range(2, 40, 2):
+        p.tick(t)
+        assert p.total_rdy <= 1
+        seen |= {c.key for c in states if c.rdy}
+    assert seen == {0, 1, 2}
+
+
+# -- invariants under random event sequences -----------------------------------------------
+
+
+class RdyMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = RdyPolicy(5, low_rdy_idle_timeout=2, rng=random.Random(0))
+        self.now = 0.0
+        self.next_key = 0
+        self.wire: dict = {}  # what nsqd was last told, per connection
+        self.prev_cap = self.p.cap()
+
+    def apply(self, out):
+        """Replay commands on the wire: while they are applied the sum never exceeds the
+        larger of the budgets before and after; once applied, it is within the new one."""
+        bound = max(self.prev_cap, self.p.cap())
+        for c, v in out or ():
+            assert v >= 0
+            self.wire[c.key] = v
+            assert self.wire_sum() <= bound
+        assert self.wire_sum() <= self.p.cap()
+        self.prev_cap = self.p.cap()
+
+    def wire_sum(self):
+        return sum(v for k, v in self.wire.items() if k in self.p.conns)
+
+    @rule(max_rdy=st.integers(1, 10))
+    def add(self, max_rdy):
+        if len(self.p.conns) >= 8:
+            return
+        k = self.next_key
+        self.next_key += 1
+        _, out = self.p.add(k, max_rdy_count=max_rdy, now=self.now)
+        self.apply(out)
+
+    @precondition(lambda self: self.p.conns)
+    @rule(data=st.data())
+    def remove(self, data):
+        k = data.draw(st.sampled_from(sorted(self.p.conns)))
+        self.wire.pop(k, None)
+        self.apply(self.p.remove(k))
+
+    @precondition(lambda self: self.p.conns)
+    @rule(data=st.data(), n=st.integers(1, 5))
+    def messages(self, data, n):
+        k = data.draw(st.sampled_from(sorted(self.p.conns)))
+        c = self.p.conns[k]
+        n = min(n, max(c.rdy - c.in_flight, 0))  # nsqd never exceeds RDY in flight
+        if n:
+            self.apply(self.p.on_messages(c, n, self.now))
+
+    @precondition(lambda self: self.p.conns)
+    @rule(data=st.data())
+    def respond(self, data):
+        k = data.draw(st.sampled_from(sorted(self.p.conns)))
+        c = self.p.conns[k]
+        self.p.on_responses(c, finished=c.in_flight)
+
+    @rule(dt=st.floats(0, 5))
+    def tick(self, dt):
+        self.now += dt
+        self.apply(self.p.tick(self.now))
+
+    @rule(n=st.integers(0, 12))
+    def set_mif(self, n):
+        self.apply(self.p.set_max_in_flight(n))
+
+    @rule()
+    def enter_backoff(self):
+        self.apply(self.p.enter_backoff())
+
+    @rule()
+    def test_waters(self):
+        if self.p.mode is not NORMAL:
+            self.apply(self.p.test_waters())
+
+    @rule()
+    def exit_backoff(self):
+        self.apply(self.p.exit_backoff())
+
+    @invariant()
+    def budget(self):
+        p = self.p
+        assert p.total_rdy == sum(c.rdy for c in p.conns.values())
+        assert p.total_rdy <= p.cap()
+        for c in p.conns.values():
+            assert 0 <= c.rdy <= c.max_rdy_count
+            assert c.in_flight >= 0
+
+    @invariant()
+    def normal_mode_gives_everyone_rdy_when_budget_allows(self):
+        p = self.p
+        if p.mode is NORMAL and p.max_in_flight >= len(p.conns):
+            # after a tick at the latest; check the tick would fix it and then holds
+            self.apply(p.tick(self.now))
+            assert all(c.rdy >= 1 for c in p.conns.values())
+
+
+RdyMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestRdyMachine = RdyMachine.TestCase
