@@ -1,0 +1,104 @@
+"""lookupd discovery: the pure parts (URL building, response parsing, jitter)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+
+from nsq_spark.lookupd import (LookupdError, LookupdPoller, lookup_url, next_poll_delay,
+                               parse_lookup_response, producer_address)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("address,expected", [
+    ("127.0.0.1:4161", "http://127.0.0.1:4161/lookup?topic=t"),
+    ("http://127.0.0.1:4161", "http://127.0.0.1:4161/lookup?topic=t"),
+    ("http://127.0.0.1:4161/", "http://127.0.0.1:4161/lookup?topic=t"),
+    ("https://lk.example:4161/custom", "https://lk.example:4161/custom?topic=t"),
+    ("127.0.0.1:4161/lookup?topic=old&x=1", "http://127.0.0.1:4161/lookup?x=1&topic=t"),
+    (" 127.0.0.1:4161 ", "http://127.0.0.1:4161/lookup?topic=t"),
+])
+def test_lookup_url(address, expected):
+    assert lookup_url(address, "t") == expected
+
+
+def test_lookup_url_encodes_topic():
+    assert lookup_url("h:1", "a#ephemeral").endswith("topic=a%23ephemeral")
+
+
+@pytest.mark.parametrize("bad", ["", "  ", None, "http://"])
+def test_lookup_url_rejects_bad_address(bad):
+    with pytest.raises(ValueError, match="lookupd HTTP address"):
+        lookup_url(bad, "t")
+
+
+def _p(host, port, **kw):
+    return {"broadcast_address": host, "tcp_port": port, "http_port": 4151,
+            "hostname": "h", "remote_address": "r", "version": "1.3.0", **kw}
+
+
+def test_parse_v1_response():
+    body = json.dumps({"channels": ["c"], "producers": [_p("10.0.0.1", 4150), _p("10.0.0.2", 4152)]})
+    assert parse_lookup_response(body.encode()) == [("10.0.0.1", 4150), ("10.0.0.2", 4152)]
+
+
+def test_parse_legacy_envelope_and_address_fallback():
+    body = json.dumps({"status_code": 200, "status_txt": "OK",
+                       "data": {"producers": [{"address": "h1", "tcp_port": 4150}]}})
+    assert parse_lookup_response(body) == [("h1", 4150)]
+
+
+def test_parse_skips_malformed_producers(caplog):
+    body = json.dumps({"producers": [
+        _p("ok", 1), "junk", {"tcp_port": 5}, _p("", 5), _p("h", "4150"), _p("h", 0),
+        _p("h", 70000), _p("h", True), _p("ok2", 2)]})
+    with caplog.at_level(logging.WARNING, logger="nsq_spark.lookupd"):
+        assert parse_lookup_response(body, "lk1") == [("ok", 1), ("ok2", 2)]
+    assert sum("lk1: skipping" in r.getMessage() for r in caplog.records) == 7
+
+
+@pytest.mark.parametrize("body,match", [
+    (b"<html>nope</html>", "not JSON"),
+    (b"\xff\xfe", "not JSON"),
+    (b"[1, 2]", "without a 'producers' list"),
+    (b'{"producers": {"a": 1}}', "without a 'producers' list"),
+    (b'{"message": "NOT_FOUND"}', "without a 'producers' list"),
+    (b"null", "without a 'producers' list"),
+])
+def test_parse_garbage_raises(body, match):
+    with pytest.raises(LookupdError, match=match):
+        parse_lookup_response(body, "lk")
+
+
+def test_empty_producers():
+    assert parse_lookup_response(b'{"channels": [], "producers": []}') == []
+
+
+def test_producer_address():
+    assert producer_address(("127.0.0.1", 4150)) == "127.0.0.1:4150"
+    assert producer_address(("::1", 4150)) == "[::1]:4150"
+
+
+def test_next_poll_delay_bounds():
+    rng = random.Random(3)
+    delays = [next_poll_delay(10, 0.3, rng) for _ in range(2000)]
+    assert min(delays) >= 10 and max(delays) <= 13
+    assert max(delays) - min(delays) > 2.5  # really jittered
+    assert next_poll_delay(10, 0, rng) == 10
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"addresses": []}, "at least one"),
+    ({"poll_interval": 0}, "lookupd_poll_interval"),
+    ({"poll_jitter": 1.5}, "lookupd_poll_jitter"),
+    ({"connect_timeout": 0}, "timeout"),
+    ({"attempts": 0}, "attempts"),
+])
+def test_poller_validates(kwargs, match):
+    args = {"addresses": ["127.0.0.1:1"], "topic": "t", "on_producers": print, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        LookupdPoller(**args)
