@@ -1,0 +1,1159 @@
+"""Reliable publishing: a durable local spool in front of the Producer.
+
+A message handed to :class:`SpoolingProducer` is appended to a spool file on local disk
+*before* it is sent, and stays there until nsqd has acknowledged it (``OK`` to PUB/MPUB/
+DPUB). A publisher crash or an nsqd outage therefore loses nothing that ``publish()`` had
+accepted: on the next start -- or in another process sharing the directory -- the spool
+is sent again.
+
+On-disk layout (``spool_dir``)::
+
+    <time_ns>-<pid>-<n>-<rand>.seg       a segment: header + framed records, append-only
+    <time_ns>-<pid>-<n>-<rand>.seg.ack   how far that segment is acknowledged (a watermark)
+    .<name>.tmp                          a segment being created (renamed once locked)
+    corrupt/                             segments with a damaged tail, after their intact
+                                         prefix was delivered (kept for inspection)
+    rejected/                            messages nsqd refused for good (bad topic, too big)
+
+Segment format: the 8-byte magic ``NSQSPL01``, then records, each
+``u32 payload length | u32 crc32(payload) | payload`` (little endian), the payload being
+``u8 flags | u8 topic length | u32 defer ms | topic | body``. Every append is one
+``write(2)`` of whole records, so a killed process never leaves half a record behind;
+a truncated or damaged tail (power loss, disk fault, a stray edit) is detected by the
+length and checksum, reported (log error, :attr:`SpoolStats.corrupt_segments`, the
+``on_corrupt`` callback), and the intact records before it are still delivered.
+
+Durability policy (``spool_fsync``):
+
+* ``"always"`` (default): ``fdatasync`` before ``publish()``/``mpublish()`` returns --
+  one sync per call, so ``mpublish`` of 1000 bodies costs one sync. Survives a crash of
+  the process *and* of the machine.
+* an ``int`` N (milliseconds): a background thread syncs at most every N ms; a machine
+  crash (not a process crash) can lose the last N ms of accepted messages.
+* ``"never"``: leave it to the OS page cache: survives a process crash (``kill -9``),
+  not a machine crash.
+
+Sharing a directory: every segment is owned by exactly one process at a time, through an
+exclusive ``fcntl.flock`` on the segment file itself (held from creation to deletion).
+The lock dies with its process, so a crashed process's segments become lockable, and
+every :class:`SpoolingProducer` on the directory periodically claims such orphans (with
+``LOCK_NB``: a segment someone else holds is skipped) and sends them. After taking a lock
+the claimer checks the path still names the locked inode, so a segment deleted by its
+previous owner in between is never sent again.
+
+Delivery semantics: at least once. A message is sent twice only when (a) the process
+died after nsqd acknowledged a batch and before the watermark was written (at most one
+batch, ``batch_size`` messages, per crash), or (b) a PUB/MPUB was retried after its
+answer was lost (connection dropped mid-request): nsqd may have taken the first one.
+Messages are sent in spool order per segment, one batch in flight at a time.
+
+Size bound (``spool_max_bytes``): the total size of the segment files in the directory.
+When an append would exceed it, ``spool_full="block"`` waits until the drain frees space
+(or ``spool_block_timeout`` passes, then :class:`SpoolFullError`), ``"raise"`` raises
+:class:`SpoolFullError` at once. Space is freed a whole segment at a time, so segments
+are capped at 1/8 of the bound.
+
+Message-id envelope (``message_id_digest=True``): NSQ messages have no header fields, so
+the id travels in the body: just before sending, the body is wrapped as
+``b"\\x00NID\\x01" + blake2b(body, digest_size=16) + body`` (21 bytes more). The digest is
+computed from the spooled body, so a resent message carries the same id. Consumers call
+:func:`open_envelope` to get ``(digest, body)``, or use :func:`by_envelope_digest` as the
+deduplication key: it returns the same 16 bytes that ``nsq_spark.dedup.by_body_digest``
+computes on the inner body, and falls back to that digest for bodies without an envelope.
+Without the envelope the consumer can still deduplicate by content with
+``by_body_digest``; the envelope saves hashing on the consumer side and marks which
+messages came through a spool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from nsq_spark.errors import NSQError
+from nsq_spark.protocol import check_topic
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SpoolingProducer", "SegmentStore", "SpoolError", "SpoolDirectoryError", "SpoolFullError",
+    "SpoolStats", "CorruptSegment", "Batch", "encode_record", "decode_records",
+    "read_segment", "wrap_envelope", "open_envelope", "by_envelope_digest",
+]
+
+# ---------------------------------------------------------------------------------------
+# errors
+
+
+class SpoolError(NSQError):
+    """Base class of the spool's errors."""
+
+
+class SpoolDirectoryError(SpoolError, OSError):
+    """The spool directory cannot be created, written or locked."""
+
+
+class SpoolFullError(SpoolError):
+    """The spool reached ``spool_max_bytes`` (and ``spool_full="raise"``, or the block
+    timeout passed)."""
+
+
+# ---------------------------------------------------------------------------------------
+# record framing (sans-IO)
+
+MAGIC = b"NSQSPL01"
+_HDR = struct.Struct("<II")          # payload length, crc32(payload)
+_PAY = struct.Struct("<BBI")         # flags, topic length, defer ms
+_FLAG_DEFER = 1
+_MAX_PAYLOAD = 1 << 30               # a length beyond this is corruption, not a message
+
+
+def encode_record(topic: str, body: bytes, defer_ms: int | None = None) -> bytes:
+    """One framed spool record."""
+    t = topic.encode("ascii")
+    flags = _FLAG_DEFER if defer_ms is not None else 0
+    payload = b"".join((_PAY.pack(flags, len(t), defer_ms or 0), t, body))
+    return _HDR.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+@dataclass
+class Decoded:
+    """Result of :func:`decode_records` on a buffer that starts at file offset ``base``."""
+    records: list[tuple[str, bytes, int | None, int]]  # topic, body, defer_ms, end offset
+    end: int            # file offset just after the last complete, valid record
+    need: int = 0       # >0: the next record is complete only with this many bytes from `end`
+    error: str | None = None  # set when the bytes at `end` are not a valid record
+
+
+def decode_records(buf: bytes | memoryview, base: int = 0, limit: int | None = None,
+                   eof: bool = False) -> Decoded:
+    """Decode the complete records of ``buf`` (which starts at file offset ``base``).
+
+    Stops after ``limit`` records. A record cut by the end of ``buf`` is reported through
+    ``need`` -- or, with ``eof=True`` (the buffer reaches the end of the file), as a
+    truncated tail in ``error``. A bad length or checksum is an ``error`` at ``end``.
+    """
+    mv = memoryview(buf)
+    n = len(mv)
+    pos = 0
+    out: list[tuple[str, bytes, int | None, int]] = []
+    hdr = _HDR.unpack_from
+    pay = _PAY.unpack_from
+    crc = zlib.crc32
+    while pos < n and (limit is None or len(out) < limit):
+        if n - pos < _HDR.size:
+            if eof:
+                return Decoded(out, base + pos, 0,
+                               f"truncated record header ({n - pos} of {_HDR.size} bytes)")
+            return Decoded(out, base + pos, _HDR.size)
+        length, checksum = hdr(mv, pos)
+        if length < _PAY.size or length > _MAX_PAYLOAD:
+            return Decoded(out, base + pos, 0, f"impossible record length {length}")
+        stop = pos + _HDR.size + length
+        if stop > n:
+            if eof:
+                return Decoded(out, base + pos, 0,
+                               f"truncated record ({n - pos} of {_HDR.size + length} bytes)")
+            return Decoded(out, base + pos, _HDR.size + length)
+        payload = mv[pos + _HDR.size:stop]
+        if crc(payload) != checksum:
+            return Decoded(out, base + pos, 0, "checksum mismatch")
+        flags, tlen, defer = pay(payload, 0)
+        t_end = _PAY.size + tlen
+        if t_end > length:
+            return Decoded(out, base + pos, 0, "topic length beyond the record")
+        topic = bytes(payload[_PAY.size:t_end]).decode("ascii", "replace")
+        out.append((topic, bytes(payload[t_end:]), defer if flags & _FLAG_DEFER else None,
+                    base + stop))
+        pos = stop
+    return Decoded(out, base + pos)
+
+
+def read_segment(path: str | os.PathLike[str]) -> Decoded:
+    """All intact records of a segment file (for inspection and tests); ``error`` tells
+    what is wrong with the rest, if anything."""
+    data = Path(path).read_bytes()
+    if data[:len(MAGIC)] != MAGIC:
+        return Decoded([], 0, 0, "not a spool segment (bad magic)")
+    return decode_records(data[len(MAGIC):], len(MAGIC), eof=True)
+
+
+# ---------------------------------------------------------------------------------------
+# message-id envelope
+
+ENVELOPE_MAGIC = b"\x00NID\x01"
+DIGEST_SIZE = 16
+
+
+def _digest(body: bytes) -> bytes:
+    # the same function as nsq_spark.dedup.by_body_digest, so keys agree
+    return hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest()
+
+
+def wrap_envelope(body: bytes) -> bytes:
+    """``body`` with its message-id envelope (see the module doc)."""
+    return ENVELOPE_MAGIC + _digest(body) + body
+
+
+def open_envelope(body: bytes) -> tuple[bytes | None, bytes]:
+    """``(digest, inner body)`` of an enveloped body; ``(None, body)`` for a plain one."""
+    if body[:len(ENVELOPE_MAGIC)] == ENVELOPE_MAGIC and \
+            len(body) >= len(ENVELOPE_MAGIC) + DIGEST_SIZE:
+        start = len(ENVELOPE_MAGIC)
+        return bytes(body[start:start + DIGEST_SIZE]), bytes(body[start + DIGEST_SIZE:])
+    return None, body
+
+
+def by_envelope_digest(msg: Any) -> bytes:
+    """Deduplication key: the envelope's digest, or the body's BLAKE2b-128 digest when the
+    message has no envelope -- equal to ``by_body_digest`` of the inner body either way."""
+    digest, body = open_envelope(msg.body)
+    return digest if digest is not None else _digest(body)
+
+
+# ---------------------------------------------------------------------------------------
+# the segment store
+
+
+@dataclass
+class CorruptSegment:
+    """A segment whose tail could not be read. ``valid_end`` is the file offset where the
+    intact records stop; ``lost_bytes`` how much follows it."""
+    path: str
+    valid_end: int
+    file_size: int
+    reason: str
+
+    @property
+    def lost_bytes(self) -> int:
+        return self.file_size - self.valid_end
+
+    def __str__(self) -> str:
+        return (f"spool segment {self.path} is damaged at byte {self.valid_end} "
+                f"({self.reason}); the {self.lost_bytes} bytes after it are not delivered, "
+                f"the records before it are")
+
+
+@dataclass
+class SpoolStats:
+    appended: int = 0          # messages appended by this store
+    acked: int = 0             # messages acknowledged (sent and confirmed)
+    rejected: int = 0          # messages nsqd refused for good (moved to rejected/)
+    segments_deleted: int = 0
+    orphans_claimed: int = 0   # leftover segments taken over (crashed or closed processes)
+    corrupt_segments: list[CorruptSegment] = field(default_factory=list)
+    fsyncs: int = 0
+    bytes_on_disk: int = 0
+
+
+@dataclass
+class Batch:
+    """Consecutive records of one segment, same topic, sent as one MPUB (or one DPUB)."""
+    segment: "_Segment"
+    topic: str
+    bodies: list[bytes]
+    defer_ms: int | None
+    end: int                   # the watermark once this batch is acknowledged
+
+
+class _Segment:
+    __slots__ = ("name", "path", "fd", "size", "acked", "ack_fd", "sealed", "own",
+                 "corrupt", "count")
+
+    def __init__(self, name: str, path: str, fd: int, size: int, acked: int, own: bool) -> None:
+        self.name = name
+        self.path = path
+        self.fd = fd
+        self.size = size          # end of the records we may read
+        self.acked = acked        # watermark: everything before it is acknowledged
+        self.ack_fd: int | None = None
+        self.sealed = not own     # a claimed segment never grows
+        self.own = own            # created by this store (vs claimed)
+        self.corrupt: CorruptSegment | None = None
+        self.count = 0            # records appended by us that are not yet acknowledged
+
+
+_ACK = struct.Struct("<QI")  # watermark, crc32 of the watermark bytes
+
+FSYNC_ALWAYS = "always"
+FSYNC_NEVER = "never"
+
+
+def _parse_fsync(policy: str | int | None) -> int | None:
+    """``"always"`` -> 0, ``"never"``/None -> None, N -> N ms."""
+    if policy is None or policy == FSYNC_NEVER:
+        return None
+    if policy == FSYNC_ALWAYS:
+        return 0
+    if isinstance(policy, bool) or not isinstance(policy, int) or policy <= 0:
+        raise ValueError(f"spool_fsync={policy!r}: use 'always' (sync on every call), an "
+                         "interval in milliseconds (int > 0), or 'never'")
+    return policy
+
+
+class SegmentStore:
+    """Append-only segment files in one directory, shared safely between processes.
+
+    Writer side: :meth:`append` (thread-safe). Reader side (one drain thread):
+    :meth:`claim_orphans`, :meth:`next_batch`, :meth:`ack`, :meth:`reject`. No sockets.
+
+    Args:
+        directory: created if missing; must be writable and support ``flock``.
+        fsync: ``"always"``, an interval in ms, or ``"never"`` (see the module doc).
+        max_bytes: bound on the total size of the directory's segment files.
+        full: ``"block"`` or ``"raise"`` when an append does not fit.
+        block_timeout: seconds ``"block"`` waits before raising (None: forever).
+        segment_bytes: size at which the current segment is sealed and a new one started
+            (default: 1/8 of ``max_bytes``, at most 64 MiB, at least 64 KiB).
+        max_claimed: how many orphan segments one store holds at a time, so that several
+            processes share a large backlog.
+        on_corrupt: called with a :class:`CorruptSegment` when a damaged tail is found.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, fsync: str | int | None = "always",
+                 max_bytes: int = 1 << 30, full: str = "block",
+                 block_timeout: float | None = None, segment_bytes: int | None = None,
+                 max_claimed: int = 4,
+                 on_corrupt: Callable[[CorruptSegment], None] | None = None) -> None:
+        if full not in ("block", "raise"):
+            raise ValueError(f"spool_full={full!r}: use 'block' (wait for space) or 'raise'")
+        if not isinstance(max_bytes, int) or max_bytes <= 0:
+            raise ValueError(f"spool_max_bytes={max_bytes!r}: give a positive number of bytes")
+        self.directory = Path(directory)
+        self._sync_ms = _parse_fsync(fsync)
+        self.max_bytes = max_bytes
+        self.full = full
+        self.block_timeout = block_timeout
+        self.segment_bytes = segment_bytes or max(64 << 10, min(64 << 20, max_bytes // 8))
+        self.max_claimed = max_claimed
+        self.on_corrupt = on_corrupt
+        self.stats = SpoolStats()
+
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)   # appenders waiting for room
+        self._changed = threading.Condition(self._lock)  # acks (for flush)
+        self._segments: list[_Segment] = []    # owned, oldest first; claimed ones go first
+        self._active: _Segment | None = None
+        self._counter = 0
+        self._disk_bytes = 0
+        self._waiters = 0
+        self._dirty = False
+        self._closed = False
+        self._reject_fd: int | None = None
+
+        self._check_directory()
+        self._disk_bytes = self._scan_bytes()
+        self._flusher: threading.Thread | None = None
+        if self._sync_ms:
+            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                             name=f"nsq-spool-fsync {self.directory}")
+            self._flusher.start()
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _check_directory(self) -> None:
+        d = self.directory
+        if d.exists() and not d.is_dir():
+            raise SpoolDirectoryError(errno.ENOTDIR, f"spool directory {d} is not a directory; "
+                                      "give spool_dir a path to a writable local directory")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpoolDirectoryError(
+                exc.errno, f"cannot create the spool directory {d}: {exc.strerror or exc}; "
+                "give spool_dir a path to a writable local directory") from exc
+        probe = d / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+            try:
+                os.write(fd, MAGIC)
+                os.fsync(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            raise SpoolDirectoryError(
+                exc.errno, f"spool directory {d} is not usable: cannot create, sync and lock "
+                f"a file there ({exc.strerror or exc}); give spool_dir a writable local "
+                "directory (flock must work: not every network filesystem supports it)"
+            ) from exc
+
+    def _scan_bytes(self) -> int:
+        total = 0
+        try:
+            with os.scandir(self.directory) as it:
+                for e in it:
+                    if e.name.endswith(".seg"):
+                        try:
+                            total += e.stat().st_size
+                        except FileNotFoundError:
+                            pass
+        except OSError:
+            return self._disk_bytes
+        return total
+
+    # -- writer side -------------------------------------------------------------------
+
+    def append(self, records: Sequence[tuple[str, bytes, int | None]]) -> None:
+        """Append messages durably (per the fsync policy). Blocks or raises when full."""
+        data = b"".join(encode_record(t, b, d) for t, b, d in records)
+        if not data:
+            return
+        need = len(data)
+        if self._closed:
+            raise SpoolError(f"spool {self.directory} is closed; create a new producer")
+        if need + len(MAGIC) > self.max_bytes:
+            raise SpoolFullError(
+                f"{need} bytes of messages can never fit in spool_max_bytes={self.max_bytes}; "
+                "raise spool_max_bytes or publish smaller batches")
+        with self._lock:
+            self._wait_for_space(need)
+            seg = self._active_segment()
+            try:
+                written = os.pwrite(seg.fd, data, seg.size)
+                if written != need:
+                    # a short write means the disk is full: cut it off, do not leave a torn
+                    # record for the drain to trip on
+                    os.ftruncate(seg.fd, seg.size)
+                    raise OSError(errno.ENOSPC, "short write to the spool segment")
+            except OSError as exc:
+                raise SpoolError(f"cannot append to spool segment {seg.path}: {exc}; check "
+                                 "free disk space and the directory's health") from exc
+            seg.size += need
+            seg.count += len(records)
+            self._disk_bytes += need
+            self.stats.appended += len(records)
+            if self._sync_ms == 0:
+                self._sync_fd(seg.fd)
+            else:
+                self._dirty = True
+            if seg.size >= self.segment_bytes:
+                seg.sealed = True
+                self._active = None
+
+    def _wait_for_space(self, need: int) -> None:
+        if self._disk_bytes + need <= self.max_bytes:
+            return
+        active = self._active
+        if active is not None and active.acked >= active.size:
+            # the current segment is delivered but kept for more appends: free it now
+            active.sealed = True
+            self._active = None
+            self._retire_done()
+        self._disk_bytes = self._scan_bytes()   # other processes may have freed space
+        if self._disk_bytes + need <= self.max_bytes:
+            return
+        if self.full == "raise":
+            raise SpoolFullError(
+                f"spool {self.directory} is full ({self._disk_bytes} of {self.max_bytes} "
+                "bytes) while nsqd does not take messages fast enough (or is unreachable); "
+                "retry later, raise spool_max_bytes, or use spool_full='block'")
+        deadline = None if self.block_timeout is None else time.monotonic() + self.block_timeout
+        self._waiters += 1
+        try:
+            while self._disk_bytes + need > self.max_bytes:
+                if self._closed:
+                    raise SpoolError("the spool was closed while waiting for space")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise SpoolFullError(
+                        f"spool {self.directory} stayed full ({self._disk_bytes} of "
+                        f"{self.max_bytes} bytes) for spool_block_timeout="
+                        f"{self.block_timeout}s; is nsqd reachable?")
+                # poll too: space freed by *other* processes sends no notification
+                self._space.wait(0.1 if left is None else min(0.1, left))
+                self._disk_bytes = self._scan_bytes()
+        finally:
+            self._waiters -= 1
+
+    def _active_segment(self) -> _Segment:
+        if self._active is not None:
+            return self._active
+        self._counter += 1
+        name = f"{time.time_ns():020d}-{os.getpid()}-{self._counter}-{secrets.token_hex(3)}.seg"
+        path = os.path.join(self.directory, name)
+        tmp = os.path.join(self.directory, f".{name}.tmp")
+        # create under a temporary name and lock before renaming, so no other process can
+        # ever see (and claim) a segment its writer has not locked yet
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, MAGIC)
+            os.rename(tmp, path)
+            if self._sync_ms == 0:
+                self._sync_dir()
+        except OSError as exc:
+            raise SpoolError(f"cannot create a spool segment in {self.directory}: {exc}; "
+                             "check free disk space and permissions") from exc
+        seg = _Segment(name, path, fd, len(MAGIC), len(MAGIC), own=True)
+        self._segments.append(seg)
+        self._active = seg
+        self._disk_bytes += len(MAGIC)
+        return seg
+
+    def _sync_fd(self, fd: int) -> None:
+        os.fdatasync(fd)
+        self.stats.fsyncs += 1
+
+    def _sync_dir(self) -> None:
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def sync(self) -> None:
+        """Sync every owned segment now (the interval policy calls this)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            for seg in self._segments:
+                if seg.own and seg.fd >= 0:
+                    self._sync_fd(seg.fd)
+            self._sync_dir()
+
+    def _flush_loop(self) -> None:
+        assert self._sync_ms
+        interval = self._sync_ms / 1000.0
+        while not self._closed:
+            time.sleep(interval)
+            try:
+                self.sync()
+            except OSError as exc:  # keep trying: the next interval may succeed
+                log.error("spool %s: periodic fsync failed: %s", self.directory, exc)
+
+    # -- reader side -------------------------------------------------------------------
+
+    def claim_orphans(self) -> int:
+        """Take over unlocked segments (left by crashed or closed processes); returns how
+        many were claimed. Also removes stale temporary and ack files."""
+        with self._lock:
+            if self._closed:
+                return 0
+            held = {s.name for s in self._segments}
+            room = self.max_claimed - sum(1 for s in self._segments if not s.own)
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            log.error("spool %s: cannot list the directory: %s", self.directory, exc)
+            return 0
+        existing = set(names)
+        claimed = 0
+        now = time.time()
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name.endswith(".seg.ack") and name[:-4] not in existing:
+                _unlink_quiet(path)
+            elif name.startswith(".") and name.endswith(".tmp"):
+                try:  # a creator crashed between create and rename (it holds no record)
+                    if now - os.stat(path).st_mtime > 60:
+                        _unlink_quiet(path)
+                except OSError:
+                    pass
+        for name in names:
+            if room <= 0:
+                break
+            if not name.endswith(".seg") or name in held:
+                continue
+            seg = self._try_claim(name)
+            if seg is not None:
+                with self._lock:
+                    if self._closed:
+                        os.close(seg.fd)
+                        return claimed
+                    # claimed segments are older than our own: send them first
+                    i = sum(1 for s in self._segments if not s.own)
+                    self._segments.insert(i, seg)
+                self.stats.orphans_claimed += 1
+                claimed += 1
+                room -= 1
+                log.info("spool %s: claimed leftover segment %s (%d bytes, %d acknowledged)",
+                         self.directory, name, seg.size, seg.acked)
+        with self._lock:
+            # refresh the size bound's view of the directory (other processes write too)
+            self._disk_bytes = self._scan_bytes()
+            self.stats.bytes_on_disk = self._disk_bytes
+            if self._waiters:
+                self._space.notify_all()
+        return claimed
+
+    def _try_claim(self, name: str) -> _Segment | None:
+        path = os.path.join(self.directory, name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.error("spool %s: cannot open %s: %s", self.directory, name, exc)
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            # the previous owner may have deleted it between our open and our lock
+            try:
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    os.close(fd)
+                    return None
+            except FileNotFoundError:
+                os.close(fd)
+                return None
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, len(MAGIC), 0)
+            seg = _Segment(name, path, fd, size, len(MAGIC), own=False)
+            if head != MAGIC:
+                if size <= len(MAGIC) and MAGIC.startswith(head):
+                    # created and never written (the header itself was cut): nothing lost
+                    seg.size = seg.acked = len(MAGIC) if size >= len(MAGIC) else size
+                else:
+                    seg.size = seg.acked = 0
+                    self._report_corrupt(seg, 0, size, "not a spool segment (bad magic)")
+                return seg
+            seg.acked = min(max(self._read_ack(name), len(MAGIC)), size)
+            return seg
+        except Exception:
+            os.close(fd)
+            raise
+
+    def _read_ack(self, name: str) -> int:
+        try:
+            with open(os.path.join(self.directory, name + ".ack"), "rb") as f:
+                raw = f.read(_ACK.size)
+        except FileNotFoundError:
+            return 0
+        if len(raw) != _ACK.size:
+            return 0
+        mark, checksum = _ACK.unpack(raw)
+        if zlib.crc32(raw[:8]) != checksum:
+            log.warning("spool %s: ack file of %s is damaged; its messages are sent again "
+                        "from the start (duplicates possible)", self.directory, name)
+            return 0
+        return mark
+
+    def _write_ack(self, seg: _Segment) -> None:
+        # written without fsync: it only saves resending; a stale watermark after a machine
+        # crash means duplicates, never loss
+        if seg.ack_fd is None:
+            seg.ack_fd = os.open(seg.path + ".ack", os.O_CREAT | os.O_WRONLY, 0o644)
+        mark = struct.pack("<Q", seg.acked)
+        os.pwrite(seg.ack_fd, mark + struct.pack("<I", zlib.crc32(mark)), 0)
+
+    def _report_corrupt(self, seg: _Segment, valid_end: int, file_size: int,
+                        reason: str) -> None:
+        info = CorruptSegment(seg.path, valid_end, file_size, reason)
+        seg.corrupt = info
+        seg.sealed = True
+        seg.size = valid_end
+        if seg is self._active:
+            self._active = None
+        self.stats.corrupt_segments.append(info)
+        log.error("%s; the segment is moved to %s once that prefix is acknowledged",
+                  info, self.directory / "corrupt")
+        if self.on_corrupt is not None:
+            try:
+                self.on_corrupt(info)
+            except Exception:  # a user callback must not stop the drain
+                log.exception("spool on_corrupt callback failed")
+
+    def next_batch(self, max_messages: int = 1000, max_bytes: int = 1 << 20) -> Batch | None:
+        """The next unacknowledged records of the oldest owned segment that has any:
+        consecutive records of one topic (a deferred record travels alone). None when
+        everything owned is acknowledged. Fully acknowledged segments are retired."""
+        while True:
+            with self._lock:
+                self._retire_done()
+                seg = next((s for s in self._segments if s.acked < s.size), None)
+                if seg is None:
+                    return None
+                start, size, fd = seg.acked, seg.size, seg.fd
+            batch = self._read_batch(seg, fd, start, size, max_messages, max_bytes)
+            if batch is not None:
+                return batch
+
+    def _read_batch(self, seg: _Segment, fd: int, start: int, size: int,
+                    max_messages: int, max_bytes: int) -> Batch | None:
+        want = min(size - start, max_bytes)
+        while True:
+            buf = os.pread(fd, want, start)
+            # a file shorter than we think (cut by someone else) ends here too
+            eof = start + len(buf) >= size or len(buf) < want
+            dec = decode_records(buf, start, limit=max_messages, eof=eof)
+            if dec.records or dec.error:
+                break
+            if dec.need:   # one record bigger than max_bytes: read it whole
+                want = dec.need
+                continue
+            break
+        if dec.error and not dec.records:
+            with self._lock:
+                file_size = os.fstat(fd).st_size
+                self._report_corrupt(seg, dec.end, file_size, dec.error)
+            return None
+        # with an error after some records: deliver those now; the damage is reported
+        # when the next call starts at it
+        recs = dec.records
+        if not recs:
+            return None
+        topic, _, defer, _ = recs[0]
+        if defer is not None:
+            return Batch(seg, topic, [recs[0][1]], defer, recs[0][3])
+        bodies = []
+        end = start
+        for t, body, d, rec_end in recs:
+            if t != topic or d is not None:
+                break
+            bodies.append(body)
+            end = rec_end
+        return Batch(seg, topic, bodies, None, end)
+
+    def ack(self, batch: Batch) -> None:
+        """nsqd acknowledged ``batch``: advance its segment's watermark."""
+        with self._lock:
+            seg = batch.segment
+            if batch.end <= seg.acked:
+                return
+            seg.acked = batch.end
+            n = len(batch.bodies)
+            self.stats.acked += n
+            if seg.own:
+                seg.count = max(0, seg.count - n)
+            if seg.fd >= 0:
+                try:
+                    self._write_ack(seg)
+                except OSError as exc:
+                    log.warning("spool %s: cannot write the ack file of %s (%s); its "
+                                "messages may be sent again after a crash",
+                                self.directory, seg.name, exc)
+            self._retire_done()
+            self._changed.notify_all()
+
+    def reject(self, batch: Batch, index: int, exc: BaseException) -> None:
+        """nsqd refused message ``index`` of ``batch`` for good: move it to ``rejected/``
+        (same record format) so it is neither lost nor retried forever."""
+        body = batch.bodies[index]
+        with self._lock:
+            try:
+                if self._reject_fd is None:
+                    rdir = self.directory / "rejected"
+                    rdir.mkdir(exist_ok=True)
+                    name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}.seg"
+                    self._reject_fd = os.open(rdir / name,
+                                              os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+                    os.write(self._reject_fd, MAGIC)
+                os.write(self._reject_fd, encode_record(batch.topic, body, batch.defer_ms))
+                os.fdatasync(self._reject_fd)
+            except OSError as e:
+                raise SpoolError(f"cannot write a rejected message to {self.directory}/"
+                                 f"rejected: {e}") from e
+            self.stats.rejected += 1
+        log.error("spool %s: nsqd refused a message for topic %r for good (%s); it was moved "
+                  "to %s/rejected", self.directory, batch.topic, exc, self.directory)
+
+    def _retire_done(self) -> None:
+        """Delete (or quarantine) fully acknowledged sealed segments. Lock held."""
+        keep = []
+        for seg in self._segments:
+            done = seg.acked >= seg.size
+            if done and seg is self._active and not self._closed:
+                # the current segment is retired only when it is worth a new file, or
+                # when someone waits for space
+                if seg.size >= self.segment_bytes // 8 or self._waiters:
+                    seg.sealed = True
+                    self._active = None
+            if done and seg.sealed:
+                self._delete(seg)
+            else:
+                keep.append(seg)
+        if len(keep) != len(self._segments):
+            self._segments = keep
+            self._space.notify_all()
+
+    def _delete(self, seg: _Segment) -> None:
+        try:
+            if seg.corrupt is not None:
+                qdir = self.directory / "corrupt"
+                qdir.mkdir(exist_ok=True)
+                os.rename(seg.path, qdir / seg.name)
+                log.error("spool %s: the intact part of damaged segment %s was delivered; "
+                          "the segment is kept as %s for inspection", self.directory,
+                          seg.name, qdir / seg.name)
+            else:
+                os.unlink(seg.path)
+            _unlink_quiet(seg.path + ".ack")
+        except OSError as exc:
+            log.error("spool %s: cannot remove delivered segment %s: %s", self.directory,
+                      seg.name, exc)
+        try:
+            self._disk_bytes -= os.fstat(seg.fd).st_size
+        except OSError:
+            pass
+        self._disk_bytes = max(0, self._disk_bytes)
+        self.stats.segments_deleted += 1
+        if seg.ack_fd is not None:
+            os.close(seg.ack_fd)
+            seg.ack_fd = None
+        os.close(seg.fd)   # releases the lock, after the file is gone
+        seg.fd = -1
+
+    # -- state -------------------------------------------------------------------------
+
+    def pending(self) -> int:
+        """Bytes owned by this store that nsqd has not acknowledged."""
+        with self._lock:
+            return sum(s.size - s.acked for s in self._segments)
+
+    def wait_empty(self, timeout: float | None = None) -> bool:
+        """Wait until everything this store owns is acknowledged."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while any(s.acked < s.size for s in self._segments):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return self._disk_bytes
+
+    def close(self) -> None:
+        """Sync, release every lock. What is not acknowledged stays on disk, for the next
+        start or another process."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._active is not None:
+                self._active.sealed = True
+                self._active = None
+            self._retire_done()
+            for seg in self._segments:
+                try:
+                    if seg.own and self._sync_ms is not None:
+                        self._sync_fd(seg.fd)
+                except OSError as exc:
+                    log.error("spool %s: final fsync of %s failed: %s", self.directory,
+                              seg.name, exc)
+                if seg.ack_fd is not None:
+                    os.close(seg.ack_fd)
+                os.close(seg.fd)
+                seg.fd = -1
+            self._segments = []
+            self._active = None
+            if self._reject_fd is not None:
+                os.close(self._reject_fd)
+                self._reject_fd = None
+            self._space.notify_all()
+            self._changed.notify_all()
+        self.stats.bytes_on_disk = self._disk_bytes
+
+
+def _unlink_quiet(path: str | os.PathLike[str]) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------
+# the spooling publisher
+
+# nsqd error codes that no retry can fix: the message goes to rejected/
+_PERMANENT_CODES = frozenset({"E_BAD_TOPIC", "E_BAD_MESSAGE", "E_BAD_BODY", "E_INVALID"})
+
+
+def _is_permanent(exc: BaseException) -> bool:
+    from nsq_spark import errors
+
+    if isinstance(exc, (errors.InvalidNameError, errors.InvalidBodyError)):
+        return True
+    return isinstance(exc, errors.NSQServerError) and exc.code in _PERMANENT_CODES
+
+
+def _as_body(body: Any) -> bytes:
+    if isinstance(body, bytes):
+        b = body
+    elif isinstance(body, (bytearray, memoryview)):
+        b = bytes(body)
+    elif isinstance(body, str):
+        b = body.encode("utf-8")
+    else:
+        from nsq_spark.errors import InvalidBodyError
+        raise InvalidBodyError(f"a message body must be bytes or str, not {type(body).__name__}")
+    if not b:
+        from nsq_spark.errors import InvalidBodyError
+        raise InvalidBodyError("an empty message body: nsqd refuses those; send at least one byte")
+    return b
+
+
+class SpoolingProducer:
+    """A publisher that owns every message until nsqd acknowledges it.
+
+    ``publish``/``mpublish`` append to the spool (durable per ``spool_fsync``) and return;
+    a background thread sends the spool in order with MPUB (DPUB for deferred messages)
+    through an ordinary :class:`nsq_spark.Producer`, retries with jittered exponential
+    backoff while nsqd is unreachable, and deletes a segment once all its messages are
+    acknowledged. On start, and every ``rescan_interval`` seconds, it also takes over
+    segments left by crashed (or closed) processes on the same directory.
+
+    Args:
+        nsqd_tcp_addresses: passed to the Producer (``"host:port"`` or a list of them).
+        spool_dir: the spool directory (created if missing; must be writable).
+        spool_fsync: ``"always"`` (default), an interval in ms, or ``"never"``.
+        spool_max_bytes: bound on the directory's segment files (default 1 GiB).
+        spool_full: ``"block"`` (default) or ``"raise"`` when the bound is reached.
+        spool_block_timeout: seconds ``"block"`` waits before raising (None: forever).
+        message_id_digest: wrap each body in the message-id envelope (module doc).
+        batch_size: messages per MPUB from the spool (also bounds duplicates per crash).
+        batch_bytes: bytes per MPUB (keep below nsqd's ``--max-body-size``, 5 MiB).
+        retry_max_wait: longest pause between two send attempts while nsqd is down.
+        rescan_interval: how often leftover segments are looked for, in seconds.
+        on_corrupt: called with a :class:`CorruptSegment` when a damaged tail is found.
+        on_rejected: called ``(topic, body, exc)`` for a message nsqd refused for good
+            (it is also kept in ``spool_dir/rejected``).
+        producer_factory: builds the inner producer (default: ``nsq_spark.producer.
+            Producer(nsqd_tcp_addresses, **connection_options)``).
+        **connection_options: passed to the Producer.
+    """
+
+    def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None, *,
+                 spool_dir: str | os.PathLike[str],
+                 spool_fsync: str | int | None = FSYNC_ALWAYS,
+                 spool_max_bytes: int = 1 << 30, spool_full: str = "block",
+                 spool_block_timeout: float | None = None,
+                 message_id_digest: bool = False,
+                 batch_size: int = 1000, batch_bytes: int = 1 << 20,
+                 retry_max_wait: float = 2.0, rescan_interval: float = 1.0,
+                 on_corrupt: Callable[[CorruptSegment], None] | None = None,
+                 on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
+                 producer_factory: Callable[[], Any] | None = None,
+                 **connection_options: Any) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}: must be at least 1")
+        self._store = SegmentStore(spool_dir, fsync=spool_fsync, max_bytes=spool_max_bytes,
+                                   full=spool_full, block_timeout=spool_block_timeout,
+                                   on_corrupt=on_corrupt)
+        self.spool_dir = self._store.directory
+        self.message_id_digest = bool(message_id_digest)
+        self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
+        self.retry_max_wait = retry_max_wait
+        self.rescan_interval = rescan_interval
+        self.on_rejected = on_rejected
+        if producer_factory is None:
+            if nsqd_tcp_addresses is None:
+                self._store.close()
+                raise ValueError("SpoolingProducer needs nsqd_tcp_addresses (or a "
+                                 "producer_factory)")
+
+            def producer_factory() -> Any:
+                from nsq_spark.producer import Producer
+                return Producer(nsqd_tcp_addresses, **connection_options)
+        self._factory = producer_factory
+        self._producer: Any = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._closing = False
+        self.last_error: BaseException | None = None
+        # take over leftovers now, so that flush() right after start covers them
+        self._store.claim_orphans()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"nsq-spool-drain {self.spool_dir}")
+        self._thread.start()
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, topic: str, body: bytes | str, defer_ms: int | None = None) -> None:
+        """Append one message to the spool; it is sent in the background. Returns when
+        the message is in the spool (synced per ``spool_fsync``), not when nsqd has it:
+        use :meth:`flush` to wait for that."""
+        check_topic(topic)
+        if defer_ms is not None and (not isinstance(defer_ms, int) or defer_ms < 0):
+            raise ValueError(f"defer_ms={defer_ms!r}: give milliseconds as an int >= 0")
+        self._append([(topic, _as_body(body), defer_ms)])
+
+    def mpublish(self, topic: str, bodies: Iterable[bytes | str]) -> None:
+        """Append several messages with one write (and one sync under ``"always"``)."""
+        check_topic(topic)
+        recs = [(topic, _as_body(b), None) for b in bodies]
+        if not recs:
+            from nsq_spark.errors import InvalidBodyError
+            raise InvalidBodyError("mpublish needs at least one message body")
+        self._append(recs)
+
+    # pynsq's Writer names
+    pub = publish
+    mpub = mpublish
+
+    def _append(self, recs: list[tuple[str, bytes, int | None]]) -> None:
+        if self._closing:
+            raise SpoolError("this SpoolingProducer is closed; create a new one")
+        self._store.append(recs)
+        self._wake.set()
+
+    async def apublish(self, topic: str, body: bytes | str, defer_ms: int | None = None) -> None:
+        """:meth:`publish` off the event loop (the append may sync or wait for space)."""
+        await asyncio.to_thread(self.publish, topic, body, defer_ms)
+
+    async def ampublish(self, topic: str, bodies: Iterable[bytes | str]) -> None:
+        await asyncio.to_thread(self.mpublish, topic, list(bodies))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until nsqd has acknowledged everything this producer holds (its own
+        messages and the leftovers it claimed). True if so within ``timeout``."""
+        self._wake.set()
+        return self._store.wait_empty(timeout)
+
+    @property
+    def stats(self) -> SpoolStats:
+        return self._store.stats
+
+    def pending_bytes(self) -> int:
+        """Spooled bytes this producer holds that nsqd has not acknowledged."""
+        return self._store.pending()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop accepting, send what can be sent within ``timeout`` seconds, then stop.
+        Whatever is not acknowledged stays in the spool for the next start (or another
+        process on the same directory)."""
+        if self._closing:
+            return
+        self._closing = True
+        try:
+            if timeout > 0:
+                self.flush(timeout)
+        finally:
+            self._stop.set()
+            self._wake.set()
+            self._thread.join()
+            self._close_producer()
+            self._store.close()
+
+    def __enter__(self) -> "SpoolingProducer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the drain thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._drain()
+        except Exception:  # pragma: no cover - a bug; keep the spool, say so loudly
+            log.exception("spool %s: the drain thread failed; unsent messages stay in the "
+                          "spool for the next start", self.spool_dir)
+
+    def _drain(self) -> None:
+        from tenacity import (Retrying, retry_if_exception, stop_when_event_set,
+                              wait_exponential, wait_random)
+
+        retrying = Retrying(
+            retry=retry_if_exception(lambda e: not _is_permanent(e)),
+            wait=wait_exponential(multiplier=0.05, max=self.retry_max_wait) + wait_random(0, 0.05),
+            stop=stop_when_event_set(self._stop),
+            sleep=self._stop.wait,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        next_scan = time.monotonic() + self.rescan_interval
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_scan:
+                self._store.claim_orphans()
+                next_scan = now + self.rescan_interval
+            batch = self._store.next_batch(self.batch_size, self.batch_bytes)
+            if batch is None:
+                self._wake.wait(max(0.0, next_scan - time.monotonic()))
+                self._wake.clear()
+                continue
+            try:
+                retrying(self._send_batch, batch)
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                # permanent: find the culprit(s) one by one, keep the rest flowing
+                self._send_singly(batch, retrying, exc)
+                continue
+            self.last_error = None
+            self._store.ack(batch)
+
+    def _send_batch(self, batch: Batch) -> None:
+        if self._producer is None:
+            self._producer = self._factory()
+        bodies = batch.bodies
+        if self.message_id_digest:
+            bodies = [wrap_envelope(b) for b in bodies]
+        try:
+            if batch.defer_ms is not None:
+                self._producer.publish(batch.topic, bodies[0], defer_ms=batch.defer_ms)
+            elif len(bodies) == 1:
+                self._producer.publish(batch.topic, bodies[0])
+            else:
+                self._producer.mpublish(batch.topic, bodies)
+        except Exception as exc:
+            self.last_error = exc
+            raise
+
+    def _send_singly(self, batch: Batch, retrying: Any, first_exc: BaseException) -> None:
+        if len(batch.bodies) == 1:
+            self._reject(batch, 0, first_exc)
+            self._store.ack(batch)
+            return
+        # the whole MPUB was refused: send one at a time to find which message is bad
+        for i, body in enumerate(batch.bodies):
+            one = Batch(batch.segment, batch.topic, [body], batch.defer_ms, batch.end)
+            try:
+                retrying(self._send_batch, one)
+            except Exception as exc:
+                if self._stop.is_set():
+                    return   # nothing acked: the whole batch is sent again next time
+                self._reject(batch, i, exc)
+        self._store.ack(batch)
+
+    def _reject(self, batch: Batch, index: int, exc: BaseException) -> None:
+        self._store.reject(batch, index, exc)
+        if self.on_rejected is not None:
+            try:
+                self.on_rejected(batch.topic, batch.bodies[index], exc)
+            except Exception:
+                log.exception("spool on_rejected callback failed")
+
+    def _log_retry(self, state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        level = logging.WARNING if state.attempt_number in (1, 10) or \
+            state.attempt_number % 100 == 0 else logging.DEBUG
+        log.log(level, "spool %s: sending failed (attempt %d): %s; the messages stay in the "
+                "spool and are retried", self.spool_dir, state.attempt_number, exc)
+        if exc is not None and self._producer is not None and _is_connection_error(exc):
+            # start over with a fresh producer (it reconnects on its own too; this is cheap)
+            self._close_producer()
+
+    def _close_producer(self) -> None:
+        p, self._producer = self._producer, None
+        if p is not None:
+            try:
+                p.close()
+            except Exception as exc:
+                log.debug("spool %s: closing the producer: %s", self.spool_dir, exc)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, (ConnectionError, TimeoutError, OSError))
