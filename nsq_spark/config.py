@@ -1,0 +1,222 @@
+"""Connection options, each documented where it is defined.
+
+:class:`ConnectionConfig` holds what one nsqd connection needs: timeouts, the features to
+ask for in IDENTIFY (TLS, snappy, deflate, heartbeats, output buffering, sampling, message
+timeout), TLS files, and the AUTH secret. The Reader and the Producer take the same options
+as keyword arguments (``**connection_options``), with pynsq's names: ``tls_v1``,
+``tls_options``, ``snappy``, ``deflate``, ``deflate_level``, ``heartbeat_interval``,
+``output_buffer_size``, ``output_buffer_timeout``, ``sample_rate``, ``auth_secret``,
+``msg_timeout``, ``user_agent``, ``hostname``, ``timeout``, ``requeue_delay``.
+
+Units follow pynsq and nsqd: intervals sent to nsqd are milliseconds; local timeouts are
+seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import socket
+import ssl
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError
+
+try:
+    from . import __version__ as _VERSION
+except ImportError:  # pragma: no cover
+    _VERSION = "0"
+
+DEFAULT_USER_AGENT = f"nsq_spark/{_VERSION}"
+
+# pynsq spellings and other accepted aliases -> our field names
+_ALIASES = {
+    "timeout": "connect_timeout",
+    "tls_ca_certs": "tls_ca_file",
+    "tls_certfile": "tls_cert_file",
+    "tls_keyfile": "tls_key_file",
+}
+
+
+def _short_hostname() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+@dataclass
+class ConnectionConfig:
+    """Options for one nsqd connection. Build with keywords, or with
+    :meth:`from_options` which also accepts pynsq's names and rejects unknown ones."""
+
+    # -- local timeouts (seconds) -----------------------------------------------------------
+    #: Seconds to open the TCP connection (pynsq's ``timeout``).
+    connect_timeout: float = 5.0
+    #: Seconds to wait for each handshake answer (IDENTIFY, TLS, compression, AUTH) and for
+    #: the answer to SUB.
+    response_timeout: float = 10.0
+    #: Seconds ``close()`` waits for nsqd's CLOSE_WAIT after CLS before closing anyway.
+    close_timeout: float = 5.0
+
+    # -- IDENTIFY: who we are -----------------------------------------------------------------
+    #: Identifier nsqd shows in its stats; default: the short host name.
+    client_id: str | None = None
+    #: Host name nsqd shows in its stats; default: the full host name.
+    hostname: str | None = None
+    #: Client library name/version nsqd shows in its stats.
+    user_agent: str = DEFAULT_USER_AGENT
+    #: Ask nsqd for a JSON IDENTIFY answer (needed for every feature below).
+    feature_negotiation: bool = True
+
+    # -- IDENTIFY: features (nsqd may refuse or clamp; the answer is obeyed) ----------------
+    #: Milliseconds between nsqd's heartbeats (1000..60000); -1 disables them (then SUB is
+    #: refused by nsqd). The connection is declared dead after two missed intervals.
+    heartbeat_interval: int = 30000
+    #: Bytes nsqd buffers before writing to us; None: nsqd's default (16 KiB); -1 disables.
+    output_buffer_size: int | None = None
+    #: Milliseconds nsqd waits before flushing its buffer; None: nsqd's default (250 ms);
+    #: -1 disables (more syscalls on nsqd, lower latency).
+    output_buffer_timeout: int | None = None
+    #: Upgrade to TLS after IDENTIFY (nsqd needs ``--tls-cert``/``--tls-key``).
+    tls_v1: bool = False
+    #: pynsq-style TLS options: a dict with ``ca_certs``, ``certfile``, ``keyfile``,
+    #: ``cert_reqs`` (``ssl.CERT_NONE`` disables verification), ``check_hostname``; or a
+    #: ready ``ssl.SSLContext`` used as is.
+    tls_options: dict[str, Any] | ssl.SSLContext | None = None
+    #: CA bundle that signs nsqd's certificate (default: the system's trust store).
+    tls_ca_file: str | None = None
+    #: Client certificate (for nsqd ``--tls-client-auth-policy``), with its key.
+    tls_cert_file: str | None = None
+    #: Key of the client certificate (may be inside ``tls_cert_file``).
+    tls_key_file: str | None = None
+    #: Verify nsqd's certificate (on by default; turn off only for testing).
+    tls_verify: bool = True
+    #: Check that the certificate names the host connected to; default: same as tls_verify.
+    tls_check_hostname: bool | None = None
+    #: Name to verify and send in SNI instead of the connected host.
+    tls_server_hostname: str | None = None
+    #: Snappy stream compression (nsqd ``--snappy``, on by default there). Excludes deflate.
+    snappy: bool = False
+    #: Deflate stream compression (nsqd ``--deflate``). Excludes snappy.
+    deflate: bool = False
+    #: Deflate level 1..9 (nsqd clamps it to its ``--max-deflate-level``).
+    deflate_level: int = 6
+    #: Percentage (0..99) of the channel's messages nsqd sends this consumer; 0: all.
+    sample_rate: int = 0
+    #: Milliseconds nsqd waits for FIN/REQ/TOUCH before redelivering a message sent on this
+    #: connection; None: nsqd's ``--msg-timeout`` (60 s).
+    msg_timeout: int | None = None
+    #: Secret sent with AUTH when nsqd says ``auth_required`` (never logged).
+    auth_secret: str | bytes | None = field(default=None, repr=False)
+
+    # -- local behaviour ----------------------------------------------------------------------
+    #: Default delay (seconds) for requeues that give none (pynsq's ``requeue_delay``); used
+    #: by the Reader's backoff-aware requeue policy.
+    requeue_delay: float = 90.0
+    #: Frames announcing more bytes than this are treated as a corrupt stream.
+    max_frame_size: int = 64 * 1024 * 1024
+    #: Bytes asked for per socket read on the consumer path; every frame completed by one
+    #: read is decoded in one call.
+    read_size: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def from_options(cls, **options: Any) -> "ConnectionConfig":
+        """Build from keyword options (pynsq names accepted); unknown names raise
+        ConfigError naming the closest valid option."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in options.items():
+            name = _ALIASES.get(key, key)
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known | set(_ALIASES)), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"unknown connection option {key!r}{hint}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    def replace(self, **options: Any) -> "ConnectionConfig":
+        """A copy with some options changed (same names as from_options)."""
+        current = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, value in options.items():
+            current[_ALIASES.get(key, key)] = value
+        return type(self).from_options(**current)
+
+    def validate(self) -> None:
+        def bad(msg: str) -> ConfigError:
+            return ConfigError(msg)
+
+        hb = self.heartbeat_interval
+        if not isinstance(hb, int) or not (hb == -1 or 1000 <= hb <= 60000):
+            raise bad(f"heartbeat_interval must be -1 (off) or 1000..60000 ms, not {hb!r}")
+        if not isinstance(self.deflate_level, int) or not 1 <= self.deflate_level <= 9:
+            raise bad(f"deflate_level must be 1..9, not {self.deflate_level!r}")
+        if not isinstance(self.sample_rate, int) or not 0 <= self.sample_rate <= 99:
+            raise bad(f"sample_rate must be 0..99 (percent), not {self.sample_rate!r}")
+        if self.snappy and self.deflate:
+            raise bad("choose one of snappy and deflate: nsqd refuses both at once")
+        if self.msg_timeout is not None and (not isinstance(self.msg_timeout, int)
+                                             or self.msg_timeout < 1000):
+            raise bad(f"msg_timeout must be None or >= 1000 ms, not {self.msg_timeout!r}")
+        for name in ("output_buffer_size", "output_buffer_timeout"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < -1):
+                raise bad(f"{name} must be None, -1 (off) or a non-negative int, not {v!r}")
+        for name in ("connect_timeout", "response_timeout", "close_timeout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise bad(f"{name} must be a positive number of seconds, not {v!r}")
+        if self.tls_options is not None and not isinstance(self.tls_options, (dict, ssl.SSLContext)):
+            raise bad("tls_options must be a dict of pynsq TLS options or an ssl.SSLContext")
+        if not isinstance(self.read_size, int) or self.read_size < 4096:
+            raise bad(f"read_size must be an int >= 4096, not {self.read_size!r}")
+
+    # -- derived ----------------------------------------------------------------------------
+
+    def identify_payload(self) -> dict[str, Any]:
+        """The IDENTIFY body: what we are and which features we ask for."""
+        payload: dict[str, Any] = {
+            "client_id": self.client_id or _short_hostname(),
+            "hostname": self.hostname or socket.gethostname(),
+            "user_agent": self.user_agent,
+            "feature_negotiation": self.feature_negotiation,
+            "heartbeat_interval": self.heartbeat_interval,
+            "tls_v1": bool(self.tls_v1),
+            "snappy": bool(self.snappy),
+            "deflate": bool(self.deflate),
+            "sample_rate": self.sample_rate,
+        }
+        if self.deflate:
+            payload["deflate_level"] = self.deflate_level
+        if self.output_buffer_size is not None:
+            payload["output_buffer_size"] = self.output_buffer_size
+        if self.output_buffer_timeout is not None:
+            payload["output_buffer_timeout"] = self.output_buffer_timeout
+        if self.msg_timeout is not None:
+            payload["msg_timeout"] = self.msg_timeout
+        return payload
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The client-side SSLContext for the TLS upgrade (verification on by default)."""
+        opts = self.tls_options
+        if isinstance(opts, ssl.SSLContext):
+            return opts
+        opts = dict(opts or {})
+        ca = opts.pop("ca_certs", None) or self.tls_ca_file
+        cert = opts.pop("certfile", None) or self.tls_cert_file
+        key = opts.pop("keyfile", None) or self.tls_key_file
+        verify = self.tls_verify
+        if "cert_reqs" in opts:
+            verify = opts.pop("cert_reqs") != ssl.CERT_NONE
+        check_hostname = opts.pop("check_hostname", self.tls_check_hostname)
+        if check_hostname is None:
+            check_hostname = verify
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+        if not verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        else:
+            ctx.check_hostname = bool(check_hostname)
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        return ctx
