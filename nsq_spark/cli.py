@@ -1,0 +1,397 @@
+"""Command-line tools: ``python -m nsq_spark publish`` and ``python -m nsq_spark tail``.
+
+``publish`` is to_nsq with a progress bar and an optional durable spool: it reads files
+(or stdin), one message per line, and publishes them in MPUB batches::
+
+    python -m nsq_spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 a.jsonl b.jsonl
+    producer | python -m nsq_spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 \\
+        --spool-dir /var/spool/events
+
+With ``--spool-dir`` every line is in the spool before it is sent, and what nsqd has not
+acknowledged when the command ends (nsqd down, ``--flush-timeout`` passed, the process
+killed) is sent by the next run on the same directory.
+
+``tail`` is nsq_tail: it consumes a topic on an ephemeral channel (by default) and writes
+each body followed by a newline to stdout::
+
+    python -m nsq_spark tail --topic events --lookupd-http-address 127.0.0.1:4161 -n 10
+
+Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
+Exit status: 0 done, 1 error (the message says what and how to fix it), 2 bad usage,
+3 ``publish`` ended with messages still in the spool, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from typing import IO, Any, Iterator, Sequence
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SPOOLED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _add(p: argparse.ArgumentParser, *names: str, **kw: Any) -> None:
+    """An option with its Go-style single-dash alias (``--topic`` and ``-topic``)."""
+    aliases = [n for n in names]
+    for n in names:
+        if n.startswith("--") and len(n) > 3:
+            aliases.append(n[1:])
+    p.add_argument(*aliases, **kw)
+
+
+def _parse_fsync(value: str) -> str | int:
+    if value in ("always", "never"):
+        return value
+    try:
+        ms = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--spool-fsync {value!r}: use 'always', 'never', or an interval in ms") from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError("--spool-fsync interval must be > 0 ms")
+    return ms
+
+
+def _delimiter(value: str) -> bytes:
+    raw = value.encode("utf-8").decode("unicode_escape").encode("latin-1")
+    if len(raw) != 1:
+        raise argparse.ArgumentTypeError(f"--delimiter must be one byte (got {value!r})")
+    return raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m nsq_spark",
+                                     description="NSQ command-line tools of nsq_spark")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{publish,tail}")
+
+    p = sub.add_parser("publish", help="publish lines of files or stdin to a topic",
+                       description="Publish one message per line (like to_nsq), with a "
+                       "progress bar on stderr and an optional durable spool.")
+    _add(p, "--topic", required=True, help="topic to publish to")
+    _add(p, "--nsqd-tcp-address", action="append", required=True, dest="nsqd_tcp_addresses",
+         metavar="HOST:PORT", help="nsqd TCP address (repeat for failover)")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="files to read (default, or '-': stdin)")
+    _add(p, "--delimiter", type=_delimiter, default=b"\n",
+         help="message separator, one byte (default: newline; escapes like \\t work)")
+    _add(p, "--batch-size", type=int, default=1000, help="messages per MPUB (default 1000)")
+    _add(p, "--rate", type=float, default=0,
+         help="at most this many messages per second (default: no limit)")
+    _add(p, "--spool-dir", help="durable spool directory: messages are written there before "
+         "they are sent, and kept until nsqd acknowledges them")
+    _add(p, "--spool-fsync", type=_parse_fsync, default="always",
+         help="'always' (sync every batch, default), 'never', or an interval in ms")
+    _add(p, "--spool-max-bytes", type=int, default=1 << 30,
+         help="size bound of the spool directory (default 1 GiB); publishing waits when full")
+    _add(p, "--flush-timeout", type=float, default=30.0,
+         help="with --spool-dir: seconds to wait at the end for nsqd to acknowledge "
+         "everything (default 30; what is left is sent by the next run)")
+    _add(p, "--message-id-digest", action="store_true",
+         help="wrap each body in the message-id envelope (see nsq_spark.publish_spool)")
+    _add(p, "--skip-empty", action="store_true",
+         help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
+    _add(p, "--quiet", "-q", action="store_true", help="no progress output")
+
+    t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
+                       description="Consume a topic and write each message body and a "
+                       "newline to stdout (like nsq_tail).")
+    _add(t, "--topic", action="append", required=True, dest="topics",
+         help="topic to consume (repeat for several)")
+    _add(t, "--channel", default=None,
+         help="channel (default: tail<random>#ephemeral, which nsqd drops afterwards)")
+    _add(t, "--nsqd-tcp-address", action="append", default=[], dest="nsqd_tcp_addresses",
+         metavar="HOST:PORT", help="nsqd TCP address (repeatable)")
+    _add(t, "--lookupd-http-address", action="append", default=[],
+         dest="lookupd_http_addresses", metavar="HOST:PORT",
+         help="nsqlookupd HTTP address (repeatable)")
+    t.add_argument("-n", "--n", type=int, default=0, dest="count",
+                   help="exit after this many messages (default 0: run until interrupted)")
+    _add(t, "--max-in-flight", type=int, default=200, help="max in flight (default 200)")
+    _add(t, "--print-topic", action="store_true", help="prefix each line with 'topic | '")
+    _add(t, "--idle-exit", type=float, default=0,
+         help="exit after this many seconds without a message (default 0: never)")
+
+    for sp in (p, t):
+        _add(sp, "--log-level", default="warning",
+             choices=["debug", "info", "warning", "error"], help="log level (stderr)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
+         stdout: IO[bytes] | None = None, stderr: IO[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    stderr = stderr or sys.stderr
+    logging.basicConfig(level=args.log_level.upper(), stream=stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "publish":
+            return _publish(args, stdin or sys.stdin.buffer, stderr)
+        return _tail(args, stdout or sys.stdout.buffer, stderr)
+    except KeyboardInterrupt:
+        stderr.write("\ninterrupted\n")
+        return EXIT_INTERRUPTED
+    except (ValueError, OSError, RuntimeError) as exc:   # NSQError derives from these
+        stderr.write(f"nsq_spark {args.command}: error: {exc}\n")
+        return EXIT_ERROR
+    except Exception as exc:
+        from nsq_spark.errors import NSQError
+        if isinstance(exc, NSQError):
+            stderr.write(f"nsq_spark {args.command}: error: {exc}\n")
+            return EXIT_ERROR
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# publish
+
+
+class Progress:
+    """A one-line progress display on stderr: a bar when the total size is known.
+    Redraws at most 5 times a second on a terminal, once a second otherwise (logs)."""
+
+    def __init__(self, stream: IO[str], total_bytes: int | None, quiet: bool) -> None:
+        self.stream = stream
+        self.total = total_bytes
+        self.quiet = quiet
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+        self._last = 0.0
+        self.messages = 0
+        self.bytes = 0
+
+    def update(self, messages: int, nbytes: int) -> None:
+        self.messages += messages
+        self.bytes += nbytes
+        now = time.monotonic()
+        if not self.quiet and now - self._last >= (0.2 if self.tty else 1.0):
+            self._last = now
+            self._draw(now, final=False)
+
+    def _draw(self, now: float, final: bool) -> None:
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.messages / elapsed
+        text = f"{self.messages:,} msgs  {self.bytes / 1e6:,.1f} MB  {rate:,.0f} msg/s"
+        if self.total:
+            frac = min(1.0, self.bytes / self.total)
+            width = 30
+            fill = int(frac * width)
+            text = f"[{'#' * fill}{'.' * (width - fill)}] {frac * 100:5.1f}%  " + text
+        if self.tty:
+            self.stream.write("\r" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if not self.quiet:
+            self._draw(time.monotonic(), final=True)
+
+
+def _inputs(files: list[str], stdin: IO[bytes]) -> tuple[list[tuple[str, Any]], int | None]:
+    """Open the inputs up front (a missing file fails before anything is sent) and sum
+    their sizes when they are all regular files."""
+    names = files or ["-"]
+    opened: list[tuple[str, Any]] = []
+    total: int | None = 0
+    for name in names:
+        if name == "-":
+            f: Any = stdin
+        else:
+            try:
+                f = open(name, "rb")
+            except OSError as exc:
+                for n, g in opened:
+                    if g is not stdin:
+                        g.close()
+                raise OSError(exc.errno, f"cannot read input file {name}: {exc.strerror}") \
+                    from exc
+        opened.append((name, f))
+        try:
+            st = os.fstat(f.fileno())
+            import stat as _stat
+            if total is not None and _stat.S_ISREG(st.st_mode):
+                total += st.st_size - (f.tell() if f.seekable() else 0)
+            else:
+                total = None
+        except (OSError, AttributeError, ValueError):
+            total = None
+    return opened, total
+
+
+def _records(f: IO[bytes], delimiter: bytes) -> Iterator[bytes]:
+    if delimiter == b"\n":
+        yield from f
+        return
+    tail = b""
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            break
+        parts = (tail + chunk).split(delimiter)
+        tail = parts.pop()
+        for part in parts:
+            yield part + delimiter
+    if tail:
+        yield tail
+
+
+def _batches(opened: list[tuple[str, Any]], delimiter: bytes, size: int, skip_empty: bool
+             ) -> Iterator[tuple[list[bytes], int]]:
+    """Batches of bodies, with the input bytes they came from (for the progress bar)."""
+    batch: list[bytes] = []
+    raw = 0
+    for name, f in opened:
+        for lineno, line in enumerate(_records(f, delimiter), 1):
+            raw += len(line)
+            body = line[:-1] if line.endswith(delimiter) else line
+            if delimiter == b"\n" and body.endswith(b"\r"):
+                body = body[:-1]
+            if not body:
+                if skip_empty:
+                    continue
+                raise ValueError(f"{name}:{lineno}: empty message (nsqd refuses empty "
+                                 "bodies); remove empty lines or pass --skip-empty")
+            batch.append(body)
+            if len(batch) >= size:
+                yield batch, raw
+                batch, raw = [], 0
+    if batch or raw:
+        yield batch, raw
+
+
+def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int:
+    from nsq_spark.protocol import check_topic
+
+    check_topic(args.topic)
+    if args.batch_size < 1:
+        raise ValueError("--batch-size must be at least 1")
+    opened, total = _inputs(args.files, stdin)
+    progress = Progress(stderr, total, args.quiet)
+    if args.spool_dir:
+        from nsq_spark.publish_spool import SpoolingProducer
+        producer: Any = SpoolingProducer(
+            args.nsqd_tcp_addresses, spool_dir=args.spool_dir, spool_fsync=args.spool_fsync,
+            spool_max_bytes=args.spool_max_bytes, message_id_digest=args.message_id_digest,
+            batch_size=args.batch_size)
+    else:
+        if args.message_id_digest:
+            raise ValueError("--message-id-digest needs --spool-dir (the digest is added "
+                             "by the spooling publisher)")
+        from nsq_spark.producer import Producer
+        producer = Producer(args.nsqd_tcp_addresses)
+    interval = args.batch_size / args.rate if args.rate > 0 else 0.0
+    rc = EXIT_OK
+    try:
+        next_at = time.monotonic()
+        for bodies, raw in _batches(opened, args.delimiter, args.batch_size, args.skip_empty):
+            if interval:
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                next_at = max(next_at, time.monotonic() - interval) + interval * (
+                    len(bodies) / args.batch_size)
+            if bodies:
+                producer.mpublish(args.topic, bodies)
+            progress.update(len(bodies), raw)
+        progress.done()
+        if args.spool_dir:
+            if not producer.flush(args.flush_timeout):
+                left = producer.pending_bytes()
+                stderr.write(f"nsqd did not acknowledge everything within --flush-timeout="
+                             f"{args.flush_timeout}s: {left} bytes stay in the spool "
+                             f"{args.spool_dir} and are sent by the next run on it\n")
+                rc = EXIT_SPOOLED
+        if not args.quiet:
+            stderr.write(f"published {progress.messages:,} messages to {args.topic}\n")
+    finally:
+        for _, f in opened:
+            if f is not stdin:
+                f.close()
+        if args.spool_dir:
+            producer.close(timeout=0)
+        else:
+            producer.close()
+    return rc
+
+
+# ---------------------------------------------------------------------------------------
+# tail
+
+
+def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
+    from nsq_spark.protocol import check_channel, check_topic
+
+    if not args.nsqd_tcp_addresses and not args.lookupd_http_addresses:
+        raise ValueError("give --nsqd-tcp-address or --lookupd-http-address (where to find "
+                         "the topic)")
+    if args.nsqd_tcp_addresses and args.lookupd_http_addresses:
+        raise ValueError("give --nsqd-tcp-address or --lookupd-http-address, not both")
+    for topic in args.topics:
+        check_topic(topic)
+    channel = args.channel or f"tail{random.randrange(1_000_000):06d}#ephemeral"
+    check_channel(channel)
+    from nsq_spark.reader import Reader
+
+    readers = [Reader(topic, channel, nsqd_tcp_addresses=args.nsqd_tcp_addresses or None,
+                      lookupd_http_addresses=args.lookupd_http_addresses or None,
+                      max_in_flight=args.max_in_flight)
+               for topic in args.topics]
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, on_signal)
+    written = 0
+    last_msg = time.monotonic()
+    # one topic: wait longer per call; several: poll each briefly in turn
+    poll = 0.5 if len(readers) == 1 else 0.05
+    try:
+        while not stop.is_set():
+            got = False
+            for topic, reader in zip(args.topics, readers):
+                want = args.max_in_flight
+                if args.count:
+                    want = min(want, args.count - written)
+                batch = reader.get_batch(max_messages=want, timeout=poll)
+                if not batch:
+                    continue
+                got = True
+                prefix = f"{topic} | ".encode() if args.print_topic else b""
+                out = b"".join(prefix + m.body + b"\n" for m in batch)
+                try:
+                    stdout.write(out)
+                    stdout.flush()
+                except BrokenPipeError:
+                    reader.requeue(batch)   # not shown: let another consumer have them
+                    return EXIT_OK
+                reader.finish(batch)
+                written += len(batch)
+                if args.count and written >= args.count:
+                    return EXIT_OK
+            now = time.monotonic()
+            if got:
+                last_msg = now
+            elif args.idle_exit and now - last_msg >= args.idle_exit:
+                return EXIT_OK
+        return EXIT_OK
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for reader in readers:
+            reader.close()
