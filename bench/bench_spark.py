@@ -1,0 +1,226 @@
+"""Spark connector benchmark: the ``nsq`` streaming source against a ceiling.
+
+1M messages of 100 bytes are queued on one nsqd; then, in one Spark session
+(local[2]):
+
+* the ceiling: a streaming source that yields the same rows (same schema, 100-byte
+  bodies) from nothing, as Arrow record batches, ``numPartitions=2``, into the ``noop``
+  sink under ``Trigger.AvailableNow``;
+* ours: ``spark.readStream.format("nsq")`` with ``numPartitions=2`` and the spool on a
+  local disk, into the ``noop`` sink under ``Trigger.AvailableNow``.
+
+Both times include query start. The fetch tasks report where their time goes (fetch =
+Reader.get_batch + FIN + connect/close, spool = Arrow IPC encode + write + fsync, hand-over
+= time Spark took to take each batch from the generator) through
+``NSQ_SPARK_TIMINGS_DIR``.
+
+Run from the repo root (one benchmark at a time on the machine)::
+
+    flock /tmp/nsq-spark-bench.lock python -m bench.bench_spark [--messages 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover
+    SupportsTriggerAvailableNow = object  # type: ignore[misc,assignment]
+
+
+class _CeilPartition(InputPartition):
+    def __init__(self, index: int, rows: int, body_size: int) -> None:
+        self.index, self.rows, self.body_size = index, rows, body_size
+
+
+class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Yields ``rows`` rows of the nsq schema from nothing in one micro-batch."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        lower = {k.lower(): v for k, v in options.items()}
+        self.rows = int(lower.get("rows", "1000000"))
+        self.parts = int(lower.get("numpartitions", "2"))
+        self.body_size = int(lower.get("bodysize", "100"))
+        self.chunk = int(lower.get("chunk", "1250"))
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit=None) -> dict:
+        return {"batch": 1}
+
+    def partitions(self, start: dict, end: dict):
+        if end["batch"] <= start["batch"]:
+            return []
+        base, extra = divmod(self.rows, self.parts)
+        return [_CeilPartition(i, base + (i < extra), self.body_size) for i in range(self.parts)]
+
+    def read(self, partition):
+        import pyarrow as pa
+
+        from nsq_spark.spark.schema import arrow_schema
+
+        def make(n: int) -> pa.RecordBatch:
+            now_us = int(time.time() * 1e6)
+            return pa.RecordBatch.from_arrays([
+                pa.array([f"{i:016x}" for i in range(n)], pa.string()),
+                pa.array([b"x" * partition.body_size] * n, pa.binary()),
+                pa.array([now_us] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array([1] * n, pa.int32()),
+                pa.repeat(pa.scalar("127.0.0.1:4150"), n),
+                pa.repeat(pa.scalar("bench"), n),
+                pa.repeat(pa.scalar("spark"), n),
+            ], schema=arrow_schema())
+
+        full = make(self.chunk)
+        left = partition.rows
+        while left > 0:
+            rb = full if left >= self.chunk else make(left)
+            left -= rb.num_rows
+            yield rb
+
+
+class CeilingDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "nsq_ceiling"
+
+    def schema(self) -> str:
+        from nsq_spark.spark.schema import SCHEMA_DDL
+
+        return SCHEMA_DDL
+
+    def streamReader(self, schema):
+        return CeilingStreamReader(self.options)
+
+
+def _session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.python.worker.reuse", "true")
+             .config("spark.driver.memory", "2g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _run_available_now(df, checkpoint: str) -> float:
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    elapsed = time.perf_counter() - t0
+    if q.isActive:
+        q.stop()
+        raise RuntimeError("query did not finish within 600 s")
+    if q.exception():
+        raise RuntimeError(f"query failed: {q.exception()}")
+    return elapsed
+
+
+def _rows_of(q_progress) -> int:
+    return sum(p["numInputRows"] for p in q_progress)
+
+
+def _publish(http_address: str, topic: str, n: int, size: int) -> float:
+    """Queue ``n`` bodies of ``size`` bytes with nsqd's HTTP /mpub (binary mode)."""
+    t0 = time.perf_counter()
+    pad = b"m" * (size - 8)
+    step = 5000
+    for start in range(0, n, step):
+        bodies = [b"%08d" % i + pad for i in range(start, min(n, start + step))]
+        # binary /mpub: 4-byte count, then each body prefixed by its 4-byte size
+        data = len(bodies).to_bytes(4, "big") + b"".join(
+            len(b).to_bytes(4, "big") + b for b in bodies)
+        req = urllib.request.Request(
+            f"http://{http_address}/mpub?topic={topic}&binary=true", data=data)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--max-in-flight", type=int, default=2500)
+    ap.add_argument("--spool", default=None, help="spool dir (default: a temp dir on /tmp)")
+    args = ap.parse_args(argv)
+
+    from nsq_spark.testing import NSQCluster
+
+    timings_dir = tempfile.mkdtemp(prefix="nsq-spark-timings-")
+    os.environ["NSQ_SPARK_TIMINGS_DIR"] = timings_dir
+    spark = _session()
+    spark.dataSource.register(CeilingDataSource)
+    import nsq_spark.spark
+
+    nsq_spark.spark.register(spark)
+    results: dict[str, object] = {"messages": args.messages, "size": args.size,
+                                  "partitions": args.partitions}
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as work, \
+            NSQCluster(nsqd=1, lookupd=0) as cluster:
+        # ceiling first (also warms the JVM and the Python workers for both runs)
+        ceil_df = (spark.readStream.format("nsq_ceiling").option("rows", args.messages)
+                   .option("numPartitions", args.partitions).option("bodySize", args.size)
+                   .load())
+        ceil_s = _run_available_now(ceil_df, f"{work}/ckpt-ceiling")
+        results["ceiling_s"] = round(ceil_s, 3)
+        results["ceiling_rows_per_s"] = round(args.messages / ceil_s)
+
+        pub_s = _publish(cluster.nsqd_http_addresses[0], "bench", args.messages, args.size)
+        results["publish_s"] = round(pub_s, 3)
+
+        spool = args.spool or f"{work}/spool"
+        df = (spark.readStream.format("nsq")
+              .option("topic", "bench").option("channel", "spark")
+              .option("nsqdTcpAddresses", cluster.nsqd_tcp_addresses[0])
+              .option("nsqdHttpAddresses", cluster.nsqd_http_addresses[0])
+              .option("numPartitions", args.partitions)
+              .option("maxInFlight", args.max_in_flight)
+              .option("spoolPath", spool)
+              .option("maxFetchPeriod", 600)
+              .load())
+        nsq_s = _run_available_now(df, f"{work}/ckpt-nsq")
+        depth = cluster.nsqds[0].stats("bench")
+        left = sum(c["depth"] + c["in_flight_count"] for t in depth["topics"]
+                   for c in t["channels"])
+        results["nsq_s"] = round(nsq_s, 3)
+        results["nsq_rows_per_s"] = round(args.messages / nsq_s)
+        results["ratio_to_ceiling"] = round(ceil_s / nsq_s, 3)
+        results["left_on_nsqd"] = left
+        tasks = [json.load(open(p)) for p in glob.glob(f"{timings_dir}/*.json")]
+        for key in ("fetch", "spool", "handover", "dedup"):
+            results[f"task_{key}_s_sum"] = round(sum(t.get(key, 0.0) for t in tasks), 3)
+        results["task_rows"] = sum(t.get("rows", 0) for t in tasks)
+        results["tasks"] = len(tasks)
+        # per-task wall time is shared between the tasks running in parallel: compare the
+        # spool share against the sum of the tasks' time
+        busy = sum(t.get("fetch", 0) + t.get("spool", 0) + t.get("handover", 0) for t in tasks)
+        results["spool_share_of_task_time"] = round(
+            results["task_spool_s_sum"] / busy, 3) if busy else None  # type: ignore[operator]
+    spark.stop()
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

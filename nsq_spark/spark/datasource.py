@@ -1,0 +1,267 @@
+"""The ``nsq`` Spark data source: streaming and batch reads, batch and streaming writes.
+
+Driver side of the source. Offsets are micro-batch numbers chosen here::
+
+    {"query": "<token>", "batch": 42, "size": 5000}
+
+``query`` is a token drawn by ``initialOffset`` (it names this query's spool directory),
+``batch`` counts micro-batches, ``size`` is how many messages the batch may fetch in all
+(0: no cap; the fetch tasks stop when idle or after ``maxFetchPeriod``). ``partitions``
+splits ``size`` over ``numPartitions`` fetch tasks; ``read`` runs on executors
+(:mod:`nsq_spark.spark.fetch`, protocol in :mod:`nsq_spark.spark.spool`).
+
+A batch starts only when nsqd reports a backlog on the channel (``/stats`` depth, through
+lookupd or ``nsqdHttpAddresses``); with neither, every trigger starts one. The size is
+the backlog, capped by the read limit (``maxMessagesPerTrigger``). Under
+``Trigger.AvailableNow`` the backlog measured at query start is the target: batches run
+until that many messages were planned or the channel is empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
+                                    DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                    InputPartition, WriterCommitMessage)
+
+from .options import parse_read_options, parse_write_options
+from .schema import SCHEMA_DDL
+
+try:  # pyspark >= 4.2
+    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                                  SupportsTriggerAvailableNow)
+except ImportError:  # pragma: no cover - older pyspark: no read limits, no AvailableNow
+    ReadLimit = object  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+log = logging.getLogger(__name__)
+
+
+class NSQDataSource(DataSource):
+    """``spark.readStream.format("nsq")``, ``spark.read.format("nsq")``,
+    ``df.write.format("nsq")``, ``df.writeStream.format("nsq")``.
+
+    Options: see :mod:`nsq_spark.spark.options`. Reading *consumes*: a message the source
+    has read is FINished on nsqd and no other consumer of the channel gets it.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "nsq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> "NSQStreamReader":
+        return NSQStreamReader(self.options)
+
+    def reader(self, schema: Any) -> "NSQBatchReader":
+        return NSQBatchReader(self.options)
+
+    def writer(self, schema: Any, overwrite: bool) -> "NSQWriter":
+        return NSQWriter(self.options)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> "NSQStreamWriter":
+        return NSQStreamWriter(self.options)
+
+
+class NSQPartition(InputPartition):
+    """One fetch task: (query, batch, index) decides its spool directory."""
+
+    def __init__(self, query: str, batch: int, index: int, share: int | None) -> None:
+        self.query = query
+        self.batch = batch
+        self.index = index
+        self.share = share
+
+    def __repr__(self) -> str:
+        return (f"NSQPartition(query={self.query!r}, batch={self.batch}, index={self.index}, "
+                f"share={self.share})")
+
+
+def split_shares(size: int, n: int) -> list[int | None]:
+    """``size`` messages over ``n`` tasks; 0 means no cap (every task uncapped)."""
+    if size <= 0:
+        return [None] * n
+    base, extra = divmod(size, n)
+    shares = [base + (1 if i < extra else 0) for i in range(n)]
+    return [s for s in shares if s > 0]
+
+
+class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        from .spool import normalize_spool_path
+
+        self.opts = parse_read_options(options, streaming=True)
+        assert self.opts.spool_path is not None
+        self.spool_path = normalize_spool_path(self.opts.spool_path)
+        self._available_now = False
+        self._an_target: int | None = None
+        self._an_planned = 0
+        self._last_rows: dict[int, int] = {}
+
+    # -- driver ------------------------------------------------------------------------
+
+    def _spool(self, query: str) -> Any:
+        from .spool import Spool
+
+        return Spool(self.spool_path, query)
+
+    def _backlog(self) -> int | None:
+        from .backlog import backlog
+
+        o = self.opts
+        if not o.lookupd_http_addresses and not o.nsqd_http_addresses:
+            return None
+        return backlog(o.topic, o.channel, o.nsqd_http_addresses, o.lookupd_http_addresses)
+
+    def initialOffset(self) -> dict:
+        query = uuid.uuid4().hex
+        self._spool(query).check_writable()
+        return {"query": query, "batch": 0, "size": 0}
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.opts.max_messages_per_trigger and ReadMaxRows is not None:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
+        self._an_target = self._backlog()
+        self._an_planned = 0
+        log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        cap = None
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            cap = limit.max_rows
+        elif limit is None and self.opts.max_messages_per_trigger:  # old signature
+            cap = self.opts.max_messages_per_trigger
+        batch = int(start["batch"])
+        backlog = self._backlog()
+        if backlog is None:
+            # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
+            if self._available_now and batch > 0:
+                rows = self._last_rows.get(batch)
+                if rows is None:
+                    rows = self._spool(start["query"]).batch_rows(batch)
+                if not rows:
+                    return start
+            size = cap or 0
+        else:
+            if backlog <= 0:
+                return start
+            size = backlog if cap is None else min(backlog, cap)
+            if self._available_now and self._an_target is not None:
+                left = self._an_target - self._an_planned
+                if left <= 0:
+                    return start
+                size = min(size, left)
+        self._an_planned += size
+        return {"query": start["query"], "batch": batch + 1, "size": int(size)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if int(end["batch"]) <= int(start["batch"]):
+            return []
+        batch = int(end["batch"])
+        shares = split_shares(int(end.get("size", 0)), self.opts.num_partitions)
+        return [NSQPartition(end["query"], batch, i, s) for i, s in enumerate(shares)]
+
+    def commit(self, end: dict) -> None:
+        spool = self._spool(end["query"])
+        batch = int(end["batch"])
+        try:
+            rows = spool.batch_rows(batch)
+            if rows is not None:
+                self._last_rows[batch] = rows
+            deleted = spool.delete_upto(batch)
+            log.debug("commit %s: deleted the spool of %d batches", end, deleted)
+        except Exception as exc:  # the data is safe; stale spool only costs space
+            log.warning("commit %s: could not delete the spool under %s: %s",
+                        end, self.spool_path, exc)
+
+    def stop(self) -> None:
+        pass
+
+    # -- executors -----------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from .fetch import fetch_stream_partition
+
+        assert isinstance(partition, NSQPartition)
+        return fetch_stream_partition(self.opts, self._spool(partition.query),
+                                      partition.batch, partition.index, partition.share)
+
+
+class NSQBatchReader(DataSourceReader):
+    """``spark.read.format("nsq")``: drain up to ``maxMessages`` (or until idle).
+
+    Reading consumes: every message read is FINished and gone from the channel.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_read_options(options, streaming=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        shares = split_shares(self.opts.max_messages, self.opts.num_partitions)
+        return [NSQPartition("batch-read", 0, i, s) for i, s in enumerate(shares)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from .fetch import fetch_batch_partition
+
+        assert isinstance(partition, NSQPartition) and partition.share
+        return fetch_batch_partition(self.opts, partition.share)
+
+
+class _PublishCommitMessage(WriterCommitMessage):
+    def __init__(self, messages: int, deferred: int, mpubs: int) -> None:
+        self.messages = messages
+        self.deferred = deferred
+        self.mpubs = mpubs
+
+
+def _publish(options: Any, iterator: Iterator[Any]) -> _PublishCommitMessage:
+    from .sink import publish_batches
+
+    c = publish_batches(parse_write_options(options), iterator)
+    return _PublishCommitMessage(c.messages, c.deferred, c.mpubs)
+
+
+class NSQWriter(DataSourceArrowWriter):
+    """``df.write.format("nsq")``: publish the ``body`` column (see :mod:`.sink`)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = dict(options)
+        parse_write_options(self.options)  # fail at job start on bad options
+
+    def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
+        return _publish(self.options, iterator)
+
+    def commit(self, messages: list) -> None:
+        total = sum(m.messages for m in messages if m is not None)
+        log.info("nsq sink: published %d messages", total)
+
+
+class NSQStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("nsq")``: publish each micro-batch (at-least-once)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = dict(options)
+        parse_write_options(self.options)
+
+    def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
+        return _publish(self.options, iterator)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        total = sum(m.messages for m in messages if m is not None)
+        log.info("nsq sink: batch %d published %d messages", batchId, total)
+
+    def abort(self, messages: list, batchId: int) -> None:
+        log.warning("nsq sink: batch %d aborted; messages already published stay published "
+                    "and the batch is published again when Spark retries it", batchId)

@@ -1,0 +1,263 @@
+"""Executor side of the ``nsq`` source: fetch with the full Reader, spool, FIN, hand over.
+
+Runs inside Spark's Python worker. ``fetch_stream_partition`` implements the spool
+protocol described in :mod:`nsq_spark.spark.spool`; ``fetch_batch_partition`` is the
+batch read (no spool: a chunk is FINished once Spark has taken it).
+
+Timings (seconds spent fetching, writing the spool, and handing batches to Spark) are
+logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .options import ReadOptions
+from .schema import messages_to_batch
+from .spool import FLUSH_INTERVAL, PartitionSpool, Spool, SpoolConflict
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from nsq_spark.message import Message
+
+log = logging.getLogger(__name__)
+
+# Filled by every fetch task of this process: {"fetch": s, "spool": s, "handover": s,
+# "rows": n, "replayed": n}; the benchmark reads it through a side channel.
+last_task_timings: dict[str, float] = {}
+
+ReaderFactory = Callable[[ReadOptions], Any]
+
+
+def default_reader_factory(opts: ReadOptions) -> Any:
+    """A pull-mode ``nsq_spark.Reader`` for the options (no message handler)."""
+    from nsq_spark.reader import Reader
+
+    return Reader(**opts.reader_kwargs())
+
+
+class _Timer:
+    __slots__ = ("fetch", "spool", "handover", "dedup", "rows", "replayed")
+
+    def __init__(self) -> None:
+        self.fetch = self.spool = self.handover = self.dedup = 0.0
+        self.rows = self.replayed = 0
+
+    def publish(self) -> None:
+        last_task_timings.clear()
+        last_task_timings.update({k: getattr(self, k) for k in self.__slots__})
+        out = os.environ.get("NSQ_SPARK_TIMINGS_DIR")
+        if out:  # the benchmark's side channel (executors are other processes)
+            with open(os.path.join(out, f"{uuid.uuid4().hex}.json"), "w") as f:
+                json.dump(last_task_timings, f)
+
+
+class _Dedup:
+    """The ``dedup`` option at fetch time, ordered so that it can only ever cause a
+    duplicate, never a loss:
+
+    1. messages delivered before (``attempts > 1``, the only ones that can be
+       redeliveries) are checked against the store -- checked, not marked: a key that was
+       absent is erased again right away;
+    2. the survivors are spooled and FINished; the seen ones are FINished without spooling;
+    3. only then are the survivors' ids marked as seen.
+
+    A crash between 2 and 3 lets a later redelivery through (a duplicate); nothing is
+    marked seen before it is durable.
+    """
+
+    def __init__(self, spec: str) -> None:
+        from nsq_spark.dedup import cached_from_spec
+
+        self.store = cached_from_spec(spec)
+
+    def split(self, messages: list["Message"]) -> tuple[list["Message"], list["Message"]]:
+        from nsq_spark.dedup import check_and_set_many, erase_many
+
+        again = [m for m in messages if m.attempts > 1]
+        if not again:
+            return messages, []
+        seen_flags = check_and_set_many(self.store, [m.id for m in again])
+        seen_ids = {m.id for m, seen in zip(again, seen_flags) if seen}
+        erase_many(self.store, [m.id for m, seen in zip(again, seen_flags) if not seen])
+        if not seen_ids:
+            return messages, []
+        keep = [m for m in messages if m.id not in seen_ids]
+        drop = [m for m in messages if m.id in seen_ids]
+        return keep, drop
+
+    def mark(self, messages: list["Message"]) -> None:
+        from nsq_spark.dedup import check_and_set_many
+
+        check_and_set_many(self.store, [m.id for m in messages])
+
+
+def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: int,
+                           share: int | None,
+                           reader_factory: ReaderFactory = default_reader_factory,
+                           ) -> Iterator["pa.RecordBatch"]:
+    """Rows of micro-batch ``batch``, partition ``index``: replayed or fetched.
+
+    ``share`` caps the messages of this partition (None: until idle or maxFetchPeriod).
+    """
+    timer = _Timer()
+    part = spool.partition(batch, index)
+    done = part.completion()
+    if done is not None:
+        log.info("batch %d part %d: replaying %d spooled chunks (%d rows)",
+                 batch, index, done.chunks, done.rows)
+        for rb in part.replay(done.chunks):
+            timer.replayed += rb.num_rows
+            yield rb
+        timer.publish()
+        return
+    # an earlier attempt may have died part-way: its chunks are FINished, so they are
+    # part of this partition's result; continue after them
+    have = part.chunk_count()
+    rows = 0
+    for k in range(have):
+        for rb in part.read_chunk(k):
+            rows += rb.num_rows
+            yield rb
+    timer.replayed = rows
+    if have:
+        log.info("batch %d part %d: resumed after %d chunks (%d rows) of an earlier attempt",
+                 batch, index, have, rows)
+    if share is not None and rows >= share:
+        part.complete(have, rows)
+        timer.publish()
+        return
+    remaining = None if share is None else share - rows
+    yield from _fetch_into_spool(opts, part, batch, index, have, rows, remaining,
+                                 reader_factory, timer)
+
+
+def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index: int,
+                      chunk_no: int, rows: int, remaining: int | None,
+                      reader_factory: ReaderFactory, timer: _Timer,
+                      ) -> Iterator["pa.RecordBatch"]:
+    dedup = _Dedup(opts.dedup) if opts.dedup else None
+    chunk_size = opts.spool_chunk_size
+    perf = time.perf_counter
+    t0 = perf()
+    reader = reader_factory(opts)
+    timer.fetch += perf() - t0
+    try:
+        deadline = time.monotonic() + opts.max_fetch_period
+        pending: list[Message] = []
+        first_at = 0.0
+        idle = False
+        while True:
+            now = time.monotonic()
+            want = chunk_size - len(pending)
+            if remaining is not None:
+                want = min(want, remaining - len(pending))
+            stop = idle or now >= deadline or (remaining is not None and want <= 0)
+            if not stop and want > 0 and (not pending or now - first_at < FLUSH_INTERVAL):
+                t = perf()
+                wait = min(opts.idle_timeout, max(0.0, deadline - now))
+                if pending:
+                    wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
+                got = reader.get_batch(max_messages=want, timeout=wait)
+                timer.fetch += perf() - t
+                if got:
+                    if not pending:
+                        first_at = time.monotonic()
+                    pending.extend(got)
+                    if len(pending) < chunk_size and (remaining is None
+                                                      or len(pending) < remaining):
+                        continue
+                elif not pending or wait >= opts.idle_timeout:
+                    idle = True
+                    if not pending:
+                        continue
+            if pending:
+                # --- write the chunk durably, then FIN, then hand it over ---
+                keep, drop = (dedup.split(pending) if dedup else (pending, []))
+                t = perf()
+                rb = messages_to_batch(keep, opts.topic, opts.channel)
+                try:
+                    part.write_chunk(chunk_no, rb)
+                    if part.completion() is not None:
+                        raise SpoolConflict(f"batch {batch} part {index} was completed by "
+                                            "another attempt while this one was fetching")
+                except BaseException:
+                    reader.requeue(pending)
+                    raise
+                timer.spool += perf() - t
+                t = perf()
+                reader.finish(pending)
+                timer.fetch += perf() - t
+                if dedup is not None:
+                    t = perf()
+                    dedup.mark(keep)
+                    timer.dedup += perf() - t
+                    if drop:
+                        log.info("batch %d part %d: dropped %d redelivered duplicates",
+                                 batch, index, len(drop))
+                chunk_no += 1
+                rows += rb.num_rows
+                timer.rows += len(pending)
+                if remaining is not None:
+                    remaining -= len(pending)
+                pending = []
+                t = perf()
+                yield rb
+                timer.handover += perf() - t
+                continue
+            break
+        final = part.complete(chunk_no, rows)
+        if final.chunks != chunk_no:  # pragma: no cover - needs two racing attempts
+            raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
+                                f"the partition with {final.chunks} chunks")
+    finally:
+        t = perf()
+        reader.close()
+        timer.fetch += perf() - t
+        timer.publish()
+        log.info("batch %d part %d: %d rows (%d replayed); fetch %.3fs spool %.3fs "
+                 "handover %.3fs dedup %.3fs", batch, index, timer.rows + timer.replayed,
+                 timer.replayed, timer.fetch, timer.spool, timer.handover, timer.dedup)
+
+
+def fetch_batch_partition(opts: ReadOptions, share: int,
+                          reader_factory: ReaderFactory = default_reader_factory,
+                          ) -> Iterator["pa.RecordBatch"]:
+    """Batch read: up to ``share`` messages or until idle; reading consumes.
+
+    Each chunk is FINished after Spark has taken it from this generator (the next
+    ``next()`` call), i.e. at-most-once for the job: a job failing after that point
+    does not get them back. Use the streaming source with ``Trigger.AvailableNow`` for a
+    replayable read.
+    """
+    dedup = _Dedup(opts.dedup) if opts.dedup else None
+    reader = reader_factory(opts)
+    try:
+        remaining = share
+        deadline = time.monotonic() + opts.max_fetch_period
+        while remaining > 0 and time.monotonic() < deadline:
+            wait = min(opts.idle_timeout, max(0.0, deadline - time.monotonic()))
+            got = reader.get_batch(max_messages=min(opts.spool_chunk_size, remaining),
+                                   timeout=wait)
+            if not got:
+                break
+            keep, drop = (dedup.split(got) if dedup else (got, []))
+            try:
+                if keep:
+                    yield messages_to_batch(keep, opts.topic, opts.channel)
+            except GeneratorExit:
+                # Spark stopped early (e.g. a LIMIT): give the messages back
+                reader.requeue(got)
+                raise
+            reader.finish(got)
+            if dedup is not None:
+                dedup.mark(keep)
+            remaining -= len(got)
+    finally:
+        reader.close()

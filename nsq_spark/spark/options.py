@@ -1,0 +1,335 @@
+"""Options of the ``nsq`` Spark data source: parsing and validation.
+
+Spark hands data source options over case-insensitively (a plain dict whose keys may
+arrive lower-cased), so every lookup here ignores case. Options use camelCase like
+Spark's Kafka source. Every problem is reported at query start, in one error that names
+the option and says how to fix it.
+
+Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
+
+=========================  =================================================================
+``topic``                  required: the NSQ topic to consume.
+``channel``                required: the NSQ channel (one channel per query; two queries on
+                           the same channel share its messages).
+``nsqdTcpAddresses``       comma-separated ``host:port`` of nsqd TCP listeners; or
+``lookupdHttpAddresses``   comma-separated ``host:port`` of nsqlookupd HTTP listeners.
+                           Exactly one of the two.
+``nsqdHttpAddresses``      optional, with ``nsqdTcpAddresses``: the same nsqds' HTTP
+                           listeners, used by the driver to read the channel's depth from
+                           ``/stats`` so that no micro-batch starts when nothing is queued.
+                           With lookupd the HTTP ports come from lookupd. Without either,
+                           every trigger starts a batch that ends after ``idleTimeout``.
+``maxInFlight``            messages in flight per fetch task (default 2500, nsqd's default
+                           ``--max-rdy-count``).
+``numPartitions``          fetch tasks per micro-batch (default 2).
+``maxMessagesPerTrigger``  cap on messages per micro-batch (Spark read limit
+                           ``ReadMaxRows``); under ``Trigger.AvailableNow`` the backlog is
+                           then drained in several batches.
+``maxFetchPeriod``         seconds a fetch task may spend fetching (default 10).
+``idleTimeout``            seconds without a message after which a fetch task stops
+                           (default 1).
+``spoolPath``              required for streaming: a pyarrow filesystem URI or local path,
+                           durable and reachable from the driver and every executor.
+``spoolChunkSize``         messages per spool chunk file (default ``maxInFlight // 2``, so
+                           that one half of the in-flight window arrives while the other is
+                           written and FINished).
+``maxAttempts``            give up on (FIN and log) a message delivered more often than this
+                           (default 0: never; the connector never drops a message by itself).
+``maxMessages``            batch read only: stop after this many messages in total
+                           (default 100000).
+``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
+                           (e.g. ``redis://host:6379/0?ttl=86400``): rows whose ``id`` was
+                           seen before are dropped at fetch time.
+=========================  =================================================================
+
+Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
+``tlsKeyFile``, ``tlsInsecure`` (bool: skip certificate verification), ``authSecret``,
+``snappy`` (bool), ``deflate`` (bool), ``deflateLevel`` (1-9), ``msgTimeout`` (ms),
+``heartbeatInterval`` (ms), ``userAgent``; any other ``ConnectionConfig`` keyword can be
+given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``).
+
+Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic``
+(default topic for rows without a ``topic`` column value), ``nsqdTcpAddresses`` or
+``lookupdHttpAddresses``, ``batchSize`` (messages per MPUB, default 1000),
+``maxBatchBytes`` (bytes per MPUB, default 4 MiB, under nsqd's 5 MiB ``--max-body-size``),
+``retries`` (attempts per MPUB, default 5), plus the connection options.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
+           "parse_write_options"]
+
+
+class NSQOptionError(ValueError):
+    """An option of the ``nsq`` data source is missing or wrong; the message names it."""
+
+
+class _Opts:
+    """Case-insensitive view of Spark's option map."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self._by_lower = {str(k).lower(): v for k, v in dict(options).items()}
+
+    def get(self, name: str) -> str | None:
+        value = self._by_lower.get(name.lower())
+        if value is None:
+            return None
+        value = str(value).strip()
+        return value or None
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        prefix = prefix.lower()
+        return {k[len(prefix):]: str(v) for k, v in self._by_lower.items()
+                if k.startswith(prefix) and len(k) > len(prefix)}
+
+    def require(self, name: str, why: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise NSQOptionError(f"option '{name}' is required: {why}; "
+                                 f".option(\"{name}\", ...)")
+        return value
+
+    def int(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise NSQOptionError(f"option '{name}' must be an integer >= {minimum}, "
+                                 f"not {raw!r}") from None
+        if value < minimum:
+            raise NSQOptionError(f"option '{name}' must be an integer >= {minimum}, "
+                                 f"not {value}")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise NSQOptionError(f"option '{name}' must be a number of seconds > 0, "
+                                 f"not {raw!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise NSQOptionError(f"option '{name}' must be a number of seconds > 0, "
+                                 f"not {raw!r}")
+        return value
+
+    def bool(self, name: str, default: bool = False) -> bool:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        low = raw.lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise NSQOptionError(f"option '{name}' must be true or false, not {raw!r}")
+
+
+def _addresses(opts: _Opts, name: str) -> list[str]:
+    raw = opts.get(name)
+    if raw is None:
+        return []
+    out = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise NSQOptionError(f"option '{name}': {part!r} is not host:port "
+                                 f"(expected e.g. 127.0.0.1:4150,127.0.0.1:4250)")
+        out.append(part)
+    if not out:
+        raise NSQOptionError(f"option '{name}' is empty; give comma-separated host:port")
+    return out
+
+
+def _check_name(kind: str, value: str) -> None:
+    # nsqd's rule: 1-64 chars of [.a-zA-Z0-9_-], optional "#ephemeral" suffix.
+    import re
+
+    if not re.fullmatch(r"[.a-zA-Z0-9_-]+(#ephemeral)?", value) or len(value) > 64:
+        raise NSQOptionError(
+            f"option '{kind}': {value!r} is not a valid NSQ {kind} name (1-64 characters of "
+            f"letters, digits, '.', '_', '-', optionally ending in '#ephemeral')")
+
+
+def _connection_options(opts: _Opts) -> dict[str, Any]:
+    """Connection keyword arguments (pynsq names) for Reader / Producer."""
+    conn: dict[str, Any] = {}
+    if opts.bool("tlsV1"):
+        conn["tls_v1"] = True
+        tls: dict[str, Any] = {}
+        for opt, key in (("tlsCaFile", "ca_certs"), ("tlsCertFile", "certfile"),
+                         ("tlsKeyFile", "keyfile")):
+            if opts.get(opt):
+                tls[key] = opts.get(opt)
+        if opts.bool("tlsInsecure"):
+            import ssl
+
+            tls["cert_reqs"] = ssl.CERT_NONE
+            tls["check_hostname"] = False
+        if tls:
+            conn["tls_options"] = tls
+    if opts.get("authSecret"):
+        conn["auth_secret"] = opts.get("authSecret")
+    if opts.bool("snappy") and opts.bool("deflate"):
+        raise NSQOptionError("options 'snappy' and 'deflate' are exclusive: choose one")
+    if opts.bool("snappy"):
+        conn["snappy"] = True
+    if opts.bool("deflate"):
+        conn["deflate"] = True
+        level = opts.int("deflateLevel", None)
+        if level is not None:
+            if level > 9:
+                raise NSQOptionError(f"option 'deflateLevel' must be 1-9, not {level}")
+            conn["deflate_level"] = level
+    for opt, key in (("msgTimeout", "msg_timeout"), ("heartbeatInterval", "heartbeat_interval")):
+        value = opts.int(opt, None)
+        if value is not None:
+            conn[key] = value
+    if opts.get("userAgent"):
+        conn["user_agent"] = opts.get("userAgent")
+    for key, value in opts.prefixed("nsq.").items():
+        conn[key] = _coerce(value)
+    return conn
+
+
+def _coerce(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated reading options (picklable: shipped to executors inside partitions)."""
+
+    topic: str
+    channel: str
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    nsqd_http_addresses: list[str]
+    max_in_flight: int
+    num_partitions: int
+    max_messages_per_trigger: int | None
+    max_fetch_period: float
+    idle_timeout: float
+    spool_path: str | None
+    spool_chunk_size: int
+    max_attempts: int
+    max_messages: int
+    dedup: str | None
+    connection: dict[str, Any] = field(default_factory=dict)
+
+    def reader_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
+        kwargs: dict[str, Any] = dict(
+            topic=self.topic, channel=self.channel, max_in_flight=self.max_in_flight,
+            max_tries=self.max_attempts, **self.connection)
+        if self.nsqd_tcp_addresses:
+            kwargs["nsqd_tcp_addresses"] = list(self.nsqd_tcp_addresses)
+        else:
+            kwargs["lookupd_http_addresses"] = list(self.lookupd_http_addresses)
+        return kwargs
+
+
+def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:
+    nsqd = _addresses(opts, "nsqdTcpAddresses")
+    lookupd = _addresses(opts, "lookupdHttpAddresses")
+    if nsqd and lookupd:
+        raise NSQOptionError("options 'nsqdTcpAddresses' and 'lookupdHttpAddresses' are "
+                             "exclusive: give exactly one of them")
+    if not nsqd and not lookupd:
+        raise NSQOptionError("one of the options 'nsqdTcpAddresses' (host:port,...) or "
+                             "'lookupdHttpAddresses' (host:port,...) is required")
+    return nsqd, lookupd
+
+
+def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOptions:
+    """Validate reading options; raises NSQOptionError naming the first bad option."""
+    opts = _Opts(options)
+    topic = opts.require("topic", "the NSQ topic to read")
+    _check_name("topic", topic)
+    channel = opts.require("channel", "the NSQ channel to consume from")
+    _check_name("channel", channel)
+    nsqd, lookupd = _address_pair(opts)
+    nsqd_http = _addresses(opts, "nsqdHttpAddresses")
+    if nsqd_http and not nsqd:
+        raise NSQOptionError("option 'nsqdHttpAddresses' goes with 'nsqdTcpAddresses'; with "
+                             "'lookupdHttpAddresses' the HTTP ports come from nsqlookupd")
+    if nsqd_http and len(nsqd_http) != len(nsqd):
+        raise NSQOptionError("option 'nsqdHttpAddresses' must list the same nsqds as "
+                             f"'nsqdTcpAddresses' ({len(nsqd)} addresses, got {len(nsqd_http)})")
+    spool = opts.get("spoolPath")
+    if streaming and spool is None:
+        raise NSQOptionError(
+            "option 'spoolPath' is required for streaming reads: a directory (local path or "
+            "pyarrow filesystem URI such as hdfs://... or s3://...) that is durable and "
+            "reachable from the driver and every executor; fetched messages are written "
+            "there before they are FINished, so a re-executed batch replays them")
+    max_in_flight = opts.int("maxInFlight", 2500)
+    assert max_in_flight is not None
+    chunk = opts.int("spoolChunkSize", max(1, max_in_flight // 2))
+    assert chunk is not None
+    if chunk > max_in_flight:
+        raise NSQOptionError(f"option 'spoolChunkSize' ({chunk}) must not exceed "
+                             f"'maxInFlight' ({max_in_flight}): nsqd sends no more than "
+                             "maxInFlight messages before they are FINished")
+    return ReadOptions(
+        topic=topic, channel=channel, nsqd_tcp_addresses=nsqd,
+        lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
+        max_in_flight=max_in_flight,
+        num_partitions=opts.int("numPartitions", 2) or 2,
+        max_messages_per_trigger=opts.int("maxMessagesPerTrigger", None),
+        max_fetch_period=opts.seconds("maxFetchPeriod", 10.0),
+        idle_timeout=opts.seconds("idleTimeout", 1.0),
+        spool_path=spool,
+        spool_chunk_size=chunk,
+        max_attempts=opts.int("maxAttempts", 0, minimum=0) or 0,
+        max_messages=opts.int("maxMessages", 100_000) or 100_000,
+        dedup=opts.get("dedup"),
+        connection=_connection_options(opts),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    topic: str | None
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    batch_size: int
+    max_batch_bytes: int
+    retries: int
+    connection: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
+    """Validate writing options; raises NSQOptionError naming the first bad option."""
+    opts = _Opts(options)
+    topic = opts.get("topic")
+    if topic is not None:
+        _check_name("topic", topic)
+    nsqd, lookupd = _address_pair(opts)
+    return WriteOptions(
+        topic=topic, nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
+        batch_size=opts.int("batchSize", 1000) or 1000,
+        max_batch_bytes=opts.int("maxBatchBytes", 4 * 1024 * 1024) or 4 * 1024 * 1024,
+        retries=opts.int("retries", 5) or 5,
+        connection=_connection_options(opts),
+    )

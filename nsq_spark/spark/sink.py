@@ -1,0 +1,152 @@
+"""Executor side of ``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``.
+
+Rows carry ``body`` (binary or string, required), optionally ``topic`` (string: routes
+the row; null or absent means the ``topic`` option) and ``defer_ms`` (integer: publish
+with DPUB after that many milliseconds; null means now). Bodies are published with MPUB
+in slices of ``batchSize`` messages / ``maxBatchBytes`` bytes, per task and topic, in row
+order. A failed MPUB is retried (``retries`` attempts with exponential backoff); MPUB is
+all-or-nothing in nsqd, but a retry after a lost acknowledgement publishes the slice
+again, so the sink is at-least-once -- as NSQ itself is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .options import NSQOptionError, WriteOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PublishCommit:
+    """What one write task published (the WriterCommitMessage)."""
+
+    messages: int
+    deferred: int
+    mpubs: int
+
+
+def nsqd_addresses(opts: WriteOptions) -> list[str]:
+    """nsqd TCP addresses to publish to: given, or every nsqd the lookupds know."""
+    if opts.nsqd_tcp_addresses:
+        return list(opts.nsqd_tcp_addresses)
+    found: set[str] = set()
+    for addr in opts.lookupd_http_addresses:
+        try:
+            with urllib.request.urlopen(f"http://{addr}/nodes", timeout=5) as resp:
+                doc = json.loads(resp.read())
+        except (OSError, ValueError) as exc:
+            log.warning("lookupd %s: /nodes failed: %s", addr, exc)
+            continue
+        producers = doc.get("producers", doc.get("data", {}).get("producers", []))
+        for p in producers:
+            found.add(f"{p['broadcast_address']}:{p['tcp_port']}")
+    if not found:
+        raise ConnectionError(f"no nsqd found through lookupdHttpAddresses "
+                              f"{opts.lookupd_http_addresses}: check that nsqlookupd is up "
+                              "and nsqd registered with it, or give nsqdTcpAddresses")
+    return sorted(found)
+
+
+def _retrying(opts: WriteOptions, fn: Any, *args: Any) -> Any:
+    import tenacity
+
+    retry = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(opts.retries),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+        retry=tenacity.retry_if_exception_type((OSError, ConnectionError, TimeoutError,
+                                                _nsq_error_type())),
+        before_sleep=lambda rs: log.warning("publish failed (attempt %d): %s; retrying",
+                                            rs.attempt_number, rs.outcome.exception()),
+        reraise=True,
+    )
+    return retry(fn, *args)
+
+
+def _nsq_error_type() -> type[BaseException]:
+    try:
+        from nsq_spark.errors import NSQError
+
+        return NSQError
+    except ImportError:  # pragma: no cover
+        return OSError
+
+
+def _column_bytes(rb: "pa.RecordBatch", name: str) -> list[bytes | None]:
+    import pyarrow as pa
+
+    col = rb.column(rb.schema.get_field_index(name))
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = col.cast(pa.binary())
+    elif not (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)):
+        raise NSQOptionError(f"column '{name}' must be binary or string, not {col.type}")
+    return col.to_pylist()
+
+
+def publish_batches(opts: WriteOptions, batches: Iterator["pa.RecordBatch"],
+                    producer_factory: Any = None) -> PublishCommit:
+    """Publish every row of ``batches``; returns the counts."""
+    from nsq_spark.producer import Producer
+
+    factory = producer_factory or (lambda: Producer(nsqd_addresses(opts), **opts.connection))
+    producer = None
+    commit = PublishCommit(0, 0, 0)
+    try:
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            names = rb.schema.names
+            if "body" not in names:
+                raise NSQOptionError("the nsq sink needs a 'body' column (binary or string); "
+                                     f"the DataFrame has {names}")
+            bodies = _column_bytes(rb, "body")
+            topics = (rb.column(names.index("topic")).to_pylist() if "topic" in names
+                      else None)
+            defers = (rb.column(names.index("defer_ms")).to_pylist() if "defer_ms" in names
+                      else None)
+            if producer is None:
+                producer = factory()
+            groups: dict[str, list[bytes]] = {}
+            for i, body in enumerate(bodies):
+                if body is None:
+                    raise ValueError("the nsq sink cannot publish a null body (row "
+                                     f"{commit.messages + i} of this task); filter nulls out")
+                topic = (topics[i] if topics is not None else None) or opts.topic
+                if topic is None:
+                    raise NSQOptionError("a row has no 'topic' value and the option 'topic' "
+                                         "is not set: set .option('topic', ...) or fill the "
+                                         "topic column")
+                if defers is not None and defers[i] is not None:
+                    _retrying(opts, producer.publish, topic, body, int(defers[i]))
+                    commit.deferred += 1
+                    continue
+                groups.setdefault(topic, []).append(body)
+            for topic, group in groups.items():
+                for piece in _slices(group, opts.batch_size, opts.max_batch_bytes):
+                    _retrying(opts, producer.mpublish, topic, piece)
+                    commit.mpubs += 1
+            commit.messages += rb.num_rows
+    finally:
+        if producer is not None:
+            producer.close()
+    return commit
+
+
+def _slices(bodies: list[bytes], max_count: int, max_bytes: int) -> Iterator[list[bytes]]:
+    start, size = 0, 0
+    for i, body in enumerate(bodies):
+        n = len(body) + 4  # MPUB frames each body with its 4-byte size
+        if i > start and (i - start >= max_count or size + n > max_bytes):
+            yield bodies[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(bodies):
+        yield bodies[start:]

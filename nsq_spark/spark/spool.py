@@ -1,0 +1,360 @@
+"""The spool: a write-ahead log of fetched messages that makes NSQ replayable for Spark.
+
+NSQ has no offsets and no replay: a FINished message is gone. So a fetch task writes what
+it fetched durably *before* it FINishes it, and a re-executed task replays what was
+written instead of fetching anew.
+
+Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
+
+    <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
+                                                               c000001.arrow ...
+                                                               _COMPLETE      (JSON)
+
+The query token is chosen by ``initialOffset`` and carried in every offset, so a new
+query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
+
+Protocol of one fetch task for (batch, partition) -- deterministic per pair, so any
+attempt finds the same directory:
+
+1. ``_COMPLETE`` exists: the partition is decided. Replay chunks ``0 .. chunks-1`` and
+   fetch nothing. (A re-executed batch reads the same messages.)
+2. Otherwise an earlier attempt may have died part-way. Replay the chunks it left
+   (``c000000`` upwards while contiguous), count their rows against the partition's
+   share, then fetch the rest, continuing the numbering.
+3. Fetching goes chunk by chunk; a chunk holds at most ``spoolChunkSize`` messages
+   (default half of ``maxInFlight``: nsqd sends nothing more once ``maxInFlight`` are
+   un-FINished) and is cut after at most ``FLUSH_INTERVAL`` seconds, far inside nsqd's
+   ``msg_timeout`` (60 s by default), so no spooled message outlives its timeout before
+   its FIN. Each chunk is an Arrow IPC file written to a temporary name, fsynced, and
+   then linked into place *without replacing* an existing file (and the directory
+   fsynced): a chunk exists whole or not at all.
+   Only after the chunk is durable are its messages FINished; then the batch is handed
+   to Spark.
+4. If the chunk's name is taken (another attempt of the same partition is running, which
+   Spark does only with speculative execution), the task REQueues its own un-FINished
+   messages and fails; Spark's retry then takes step 1 or 2.
+5. When the share is reached, or no message came for ``idleTimeout``, or
+   ``maxFetchPeriod`` has passed, the task writes ``_COMPLETE`` (same no-replace rule;
+   if another attempt wrote one first, the task follows that one).
+6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``.
+
+What this guarantees: nothing is FINished before it is durable, and a batch that Spark
+runs again reads the same rows once its partitions are complete. What it cannot rule out:
+a crash after a chunk is durable but before its FIN reaches nsqd; nsqd then redelivers
+those messages (same ``id``) later, so they appear twice. Deduplicate on ``id`` (the
+``dedup`` option, or ``dropDuplicatesWithinWatermark("id")``).
+
+Durability: on a local filesystem the data, the link and the directories are fsynced.
+On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
+absent" is a check-then-write; on HDFS rename does not replace. Keep Spark's speculative
+execution off (its default) unless the spool is on a local or HDFS filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+# Seconds after which a partly filled chunk is written and FINished anyway.
+FLUSH_INTERVAL = 2.0
+
+_CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
+_BATCH_RE = re.compile(r"^batch-(\d+)$")
+COMPLETE = "_COMPLETE"
+
+
+class SpoolError(RuntimeError):
+    """The spool could not be used; the message says why and what to check."""
+
+
+class SpoolConflict(SpoolError):
+    """Another attempt of the same partition wrote the same chunk first."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    chunks: int
+    rows: int
+
+
+def normalize_spool_path(path: str) -> str:
+    """Absolute local path or URI. Relative local paths resolve on the driver."""
+    if "://" in path:
+        return path.rstrip("/")
+    if path.startswith("file:"):
+        return path
+    return os.path.abspath(os.path.expanduser(path))
+
+
+class _FS:
+    """The few file operations the spool needs, fast and fsynced on local disks."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.local: bool
+        self.fs: Any = None
+        if "://" not in uri and not uri.startswith("file:"):
+            self.local, self.root = True, uri
+            return
+        try:
+            from pyarrow import fs as pafs
+
+            fs, root = pafs.FileSystem.from_uri(uri)
+        except Exception as exc:
+            raise SpoolError(f"spoolPath {uri!r} is not a filesystem pyarrow can open "
+                             f"({exc}); use a local path or a URI such as hdfs://, s3://, "
+                             "gs://") from exc
+        self.local = isinstance(fs, pafs.LocalFileSystem)
+        self.fs, self.root = fs, root
+        self.object_store = fs.type_name in ("s3", "gcs")
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    # -- directories ------------------------------------------------------------------
+
+    def makedirs(self, path: str) -> None:
+        if self.local:
+            missing = []
+            p = path
+            while not os.path.isdir(p):
+                missing.append(p)
+                p = os.path.dirname(p)
+            os.makedirs(path, exist_ok=True)
+            # make the new directory entries durable too
+            for d in reversed(missing):
+                _fsync_dir(os.path.dirname(d))
+        else:
+            self.fs.create_dir(path, recursive=True)
+
+    def listdir(self, path: str) -> list[str]:
+        if self.local:
+            try:
+                return os.listdir(path)
+            except FileNotFoundError:
+                return []
+        from pyarrow import fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return [i.base_name for i in infos]
+
+    def rmtree(self, path: str) -> None:
+        if self.local:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                self.fs.delete_dir(path)
+            except FileNotFoundError:
+                pass
+
+    def exists(self, path: str) -> bool:
+        if self.local:
+            return os.path.exists(path)
+        from pyarrow import fs as pafs
+
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    # -- files --------------------------------------------------------------------------
+
+    def read_bytes(self, path: str) -> bytes:
+        if self.local:
+            with open(path, "rb") as f:
+                return f.read()
+        with self.fs.open_input_stream(path) as f:
+            return f.read()
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Write ``data`` durably at ``path`` unless it exists; False if it existed."""
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        if self.local:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic, never replaces
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+                _fsync_dir(os.path.dirname(path))
+        if self.exists(path):
+            return False
+        if self.object_store:  # a finished upload is atomic; no rename there
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return True
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        if self.exists(path):
+            self.fs.delete_file(tmp)
+            return False
+        self.fs.move(tmp, path)
+        return True
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ipc_bytes(batch: "pa.RecordBatch") -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+class Spool:
+    """The spool of one query (picklable: plain strings until first use)."""
+
+    def __init__(self, spool_path: str, query: str) -> None:
+        self.spool_path = spool_path
+        self.query = query
+        self._fs: _FS | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spool_path": self.spool_path, "query": self.query, "_fs": None}
+
+    @property
+    def fs(self) -> _FS:
+        if self._fs is None:
+            self._fs = _FS(self.spool_path)
+        return self._fs
+
+    def query_dir(self) -> str:
+        return self.fs.join(self.query)
+
+    def batch_dir(self, batch: int) -> str:
+        return self.fs.join(self.query, f"batch-{batch:012d}")
+
+    def partition(self, batch: int, index: int) -> "PartitionSpool":
+        return PartitionSpool(self.fs, f"{self.batch_dir(batch)}/part-{index:05d}")
+
+    def check_writable(self) -> None:
+        """Fail early (on the driver, at query start) when spoolPath is unusable."""
+        probe = self.fs.join(self.query, f"_probe-{uuid.uuid4().hex}")
+        try:
+            self.fs.makedirs(self.query_dir())
+            if not self.fs.create_exclusive(probe, b"probe"):
+                raise SpoolError("probe file collision")
+            if self.fs.local:
+                os.unlink(probe)
+            else:
+                self.fs.fs.delete_file(probe)
+        except SpoolError:
+            raise
+        except Exception as exc:
+            raise SpoolError(f"option 'spoolPath': cannot write to {self.spool_path!r} "
+                             f"({exc}); it must be a writable directory reachable from the "
+                             "driver and every executor") from exc
+
+    def batches(self) -> list[int]:
+        out = []
+        for name in self.fs.listdir(self.query_dir()):
+            m = _BATCH_RE.match(name)
+            if m:
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    def delete_upto(self, batch: int) -> int:
+        """Delete the spool of batches <= ``batch``; returns how many were deleted."""
+        n = 0
+        for b in self.batches():
+            if b <= batch:
+                self.fs.rmtree(self.batch_dir(b))
+                n += 1
+        return n
+
+    def batch_rows(self, batch: int) -> int | None:
+        """Rows the completed partitions of ``batch`` hold; None if nothing completed."""
+        total, seen = 0, False
+        for name in self.fs.listdir(self.batch_dir(batch)):
+            if name.startswith("part-"):
+                done = PartitionSpool(self.fs, f"{self.batch_dir(batch)}/{name}").completion()
+                if done is not None:
+                    total += done.rows
+                    seen = True
+        return total if seen else None
+
+
+class PartitionSpool:
+    """The spool directory of one (batch, partition)."""
+
+    def __init__(self, fs: _FS, path: str) -> None:
+        self.fs = fs
+        self.path = path
+        self._made = False
+
+    def _ensure_dir(self) -> None:
+        if not self._made:
+            self.fs.makedirs(self.path)
+            self._made = True
+
+    def completion(self) -> Completion | None:
+        try:
+            raw = self.fs.read_bytes(f"{self.path}/{COMPLETE}")
+        except (FileNotFoundError, OSError):
+            return None
+        doc = json.loads(raw)
+        return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]))
+
+    def chunk_count(self) -> int:
+        """Number of chunks ``c000000 ..`` present without a gap."""
+        present = set()
+        for name in self.fs.listdir(self.path):
+            m = _CHUNK_RE.match(name)
+            if m:
+                present.add(int(m.group(1)))
+        n = 0
+        while n in present:
+            n += 1
+        return n
+
+    def chunk_path(self, k: int) -> str:
+        return f"{self.path}/c{k:06d}.arrow"
+
+    def read_chunk(self, k: int) -> list["pa.RecordBatch"]:
+        import pyarrow as pa
+
+        data = self.fs.read_bytes(self.chunk_path(k))
+        reader = pa.ipc.open_file(pa.py_buffer(data))
+        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+    def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
+        for k in range(chunks):
+            yield from self.read_chunk(k)
+
+    def write_chunk(self, k: int, batch: "pa.RecordBatch") -> None:
+        """Durably write chunk ``k``; SpoolConflict if another attempt wrote it first."""
+        self._ensure_dir()
+        if not self.fs.create_exclusive(self.chunk_path(k), _ipc_bytes(batch)):
+            raise SpoolConflict(f"spool chunk {self.chunk_path(k)} was written by another "
+                                "attempt of the same task (speculative execution?)")
+
+    def complete(self, chunks: int, rows: int) -> Completion:
+        """Mark the partition decided; returns the marker that won (maybe another's)."""
+        self._ensure_dir()
+        doc = json.dumps({"chunks": chunks, "rows": rows}).encode()
+        if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
+            return Completion(chunks, rows)
+        winner = self.completion()
+        assert winner is not None
+        return winner

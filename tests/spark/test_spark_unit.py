@@ -1,0 +1,228 @@
+"""Pure logic of the Spark connector: options, shares, the spool protocol (no sockets).
+
+The fetch-protocol tests drive ``fetch_stream_partition`` with an in-memory stand-in for
+the Reader's pull API (the NSQ side is tested for real in test_spark_stream.py); they
+check what only a controlled interleaving can show: a task that dies between chunks,
+its retry, replay of a completed partition, and FIN only after the chunk is durable.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nsq_spark.message import Message
+from nsq_spark.spark.datasource import split_shares
+from nsq_spark.spark.fetch import fetch_stream_partition
+from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
+from nsq_spark.spark.sink import _slices
+from nsq_spark.spark.spool import Spool, SpoolConflict
+
+pytestmark = pytest.mark.unit
+
+BASE = {"topic": "t", "channel": "c", "nsqdTcpAddresses": "127.0.0.1:4150",
+        "spoolPath": "/tmp/x"}
+
+
+def opts(**kw):
+    d = dict(BASE)
+    for k, v in kw.items():
+        if v is None:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    return d
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+def test_options_case_insensitive_and_defaults():
+    o = parse_read_options({k.lower(): v for k, v in opts(maxInFlight="10").items()},
+                           streaming=True)
+    assert (o.topic, o.channel, o.nsqd_tcp_addresses) == ("t", "c", ["127.0.0.1:4150"])
+    assert o.max_in_flight == 10 and o.spool_chunk_size == 5 and o.num_partitions == 2
+    assert o.reader_kwargs()["max_tries"] == 0
+
+
+@pytest.mark.parametrize("bad, name", [
+    (dict(topic=None), "topic"),
+    (dict(channel=None), "channel"),
+    (dict(spoolPath=None), "spoolPath"),
+    (dict(nsqdTcpAddresses=None), "nsqdTcpAddresses"),
+    (dict(lookupdHttpAddresses="127.0.0.1:4161"), "lookupdHttpAddresses"),
+    (dict(nsqdTcpAddresses="nohost"), "nsqdTcpAddresses"),
+    (dict(maxInFlight="ten"), "maxInFlight"),
+    (dict(maxInFlight="0"), "maxInFlight"),
+    (dict(numPartitions="-1"), "numPartitions"),
+    (dict(maxMessagesPerTrigger="1.5"), "maxMessagesPerTrigger"),
+    (dict(maxFetchPeriod="0"), "maxFetchPeriod"),
+    (dict(maxFetchPeriod="soon"), "maxFetchPeriod"),
+    (dict(idleTimeout="nan"), "idleTimeout"),
+    (dict(topic="bad topic!"), "topic"),
+    (dict(spoolChunkSize="5000"), "spoolChunkSize"),
+    (dict(tlsV1="maybe"), "tlsV1"),
+    (dict(snappy="true", deflate="true"), "snappy"),
+    (dict(nsqdHttpAddresses="127.0.0.1:1,127.0.0.1:2"), "nsqdHttpAddresses"),
+])
+def test_bad_read_options_name_the_option(bad, name):
+    with pytest.raises(NSQOptionError, match=name):
+        parse_read_options(opts(**bad), streaming=True)
+
+
+def test_batch_read_needs_no_spool():
+    assert parse_read_options(opts(spoolPath=None), streaming=False).spool_path is None
+
+
+def test_connection_options_map_to_pynsq_names():
+    o = parse_read_options(opts(tlsV1="true", tlsCaFile="/ca.pem", authSecret="s3",
+                                deflate="true", deflateLevel="3", msgTimeout="30000",
+                                **{"nsq.output_buffer_timeout": "5"}), streaming=True)
+    assert o.connection == {"tls_v1": True, "tls_options": {"ca_certs": "/ca.pem"},
+                            "auth_secret": "s3", "deflate": True, "deflate_level": 3,
+                            "msg_timeout": 30000, "output_buffer_timeout": 5}
+
+
+def test_write_options():
+    w = parse_write_options({"nsqdtcpaddresses": "127.0.0.1:1", "batchsize": "7"})
+    assert w.topic is None and w.batch_size == 7
+    with pytest.raises(NSQOptionError, match="nsqdTcpAddresses"):
+        parse_write_options({"topic": "t"})
+
+
+def test_split_shares():
+    assert split_shares(10, 3) == [4, 3, 3]
+    assert split_shares(1, 2) == [1]
+    assert split_shares(0, 2) == [None, None]
+    assert sum(split_shares(1_000_001, 2)) == 1_000_001
+
+
+def test_mpub_slices_respect_count_and_bytes():
+    bodies = [b"x" * 10] * 25
+    assert [len(s) for s in _slices(bodies, 10, 10**6)] == [10, 10, 5]
+    assert [len(s) for s in _slices(bodies, 100, 50)] == [3] * 8 + [1]
+    assert [len(s) for s in _slices([b"x" * 100], 10, 50)] == [1]  # never an empty slice
+
+
+# -- the spool protocol ------------------------------------------------------------------
+
+
+class StandInReader:
+    """The Reader's pull API over a list; records FIN/REQ in the shared ``log``."""
+
+    def __init__(self, queue: list[Message], log: list, fail_after_gets: int | None = None):
+        self.queue, self.log, self.gets = queue, log, 0
+        self.fail_after_gets = fail_after_gets
+        self.closed = False
+
+    def get_batch(self, max_messages=1000, timeout=1.0):
+        if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
+            raise ConnectionError("stand-in: task dies here")
+        self.gets += 1
+        out, self.queue[:] = self.queue[:max_messages], self.queue[max_messages:]
+        return out
+
+    def finish(self, msgs):
+        self.log.append(("FIN", [m.id for m in msgs]))
+
+    def requeue(self, msgs, delay_ms=None):
+        self.log.append(("REQ", [m.id for m in msgs]))
+        self.queue[:0] = msgs
+
+    def close(self):
+        self.closed = True
+
+
+class Addr:
+    address = "127.0.0.1:4150"
+
+
+def make_messages(n, start=0):
+    return [Message(b"%016d" % i, b"body-%d" % i, 1_700_000_000_000_000_000 + i, 1, Addr())
+            for i in range(start, start + n)]
+
+
+def read_opts(tmp_path, **kw):
+    return parse_read_options(opts(spoolPath=str(tmp_path), maxInFlight="4",
+                                   idleTimeout="0.05", **kw), streaming=True)
+
+
+def bodies(batches):
+    return [b for rb in batches for b in rb.column("body").to_pylist()]
+
+
+def test_fetch_spools_before_fin_and_replays(tmp_path):
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q1")
+    queue, log = make_messages(7), []
+
+    def factory(_):
+        r = StandInReader(queue, log)
+        # every FIN must find its chunk already on disk
+        orig = r.finish
+
+        def finish(msgs):
+            n = len([e for e in log if e[0] == "FIN"])
+            assert os.path.exists(spool.partition(1, 0).chunk_path(n))
+            orig(msgs)
+        r.finish = finish
+        return r
+
+    got = bodies(fetch_stream_partition(o, spool, 1, 0, None, factory))
+    assert got == [b"body-%d" % i for i in range(7)]
+    assert [len(ids) for what, ids in log if what == "FIN"] == [2, 2, 2, 1]
+    assert spool.partition(1, 0).completion().rows == 7
+    # re-execution: replay, no reader at all
+    again = bodies(fetch_stream_partition(o, spool, 1, 0, None,
+                                          lambda _: pytest.fail("replay must not fetch")))
+    assert again == got
+    assert spool.delete_upto(1) == 1 and spool.batches() == []
+
+
+def test_fetch_resumes_after_a_dead_attempt(tmp_path):
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q2")
+    queue, log = make_messages(9), []
+    with pytest.raises(ConnectionError):
+        list(fetch_stream_partition(o, spool, 3, 1, 8,
+                                    lambda _: StandInReader(queue, log, fail_after_gets=2)))
+    # two chunks of 2 were written and FINished; the retry continues after them
+    assert spool.partition(3, 1).chunk_count() == 2
+    first = bodies(fetch_stream_partition(o, spool, 3, 1, 8,
+                                          lambda _: StandInReader(queue, log)))
+    assert first == [b"body-%d" % i for i in range(8)]  # share of 8 honoured across attempts
+    assert [m.body for m in queue] == [b"body-8"]
+    assert bodies(fetch_stream_partition(o, spool, 3, 1, 8, None)) == first
+
+
+def test_chunk_conflict_requeues(tmp_path):
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q3")
+    part = spool.partition(5, 0)
+    from nsq_spark.spark.schema import messages_to_batch
+
+    queue, log = make_messages(2), []
+    # a racing attempt writes chunk 0 between this attempt's listing and its write
+    racer = messages_to_batch(make_messages(1, 100), "t", "c")
+
+    class Racing(StandInReader):
+        def get_batch(self, max_messages=1000, timeout=1.0):
+            if not part.chunk_count():
+                part.write_chunk(0, racer)
+            return super().get_batch(max_messages, timeout)
+
+    with pytest.raises(SpoolConflict):
+        list(fetch_stream_partition(o, spool, 5, 0, None, lambda _: Racing(queue, log)))
+    assert log == [("REQ", [b"%016d" % 0, b"%016d" % 1])]
+
+
+def test_messages_to_batch_schema():
+    from nsq_spark.spark.schema import arrow_schema, messages_to_batch
+
+    rb = messages_to_batch(make_messages(3), "t", "c")
+    assert rb.schema == arrow_schema()
+    row = rb.to_pylist()[0]
+    assert row["id"] == "0000000000000000" and row["attempts"] == 1
+    assert row["nsqd_address"] == "127.0.0.1:4150" and row["topic"] == "t"
+    assert row["timestamp"].year == 2023
