@@ -1,0 +1,351 @@
+"""Bloom filters: little memory per key, never forget -- and sometimes wrong.
+
+A Bloom filter sized for ``capacity`` keys at ``error_rate`` answers "seen" for a key it
+has NOT seen with probability ``error_rate`` (once ``capacity`` keys are in; less
+before, more after). As a deduplicator that means: **a unique message is dropped
+(FINished without being handled) with probability error_rate**. Choose it only when
+losing that fraction of messages is acceptable; otherwise use the exact stores
+(:class:`~nsq_spark.dedup.RedisDeduplicator`) or the
+:class:`~nsq_spark.dedup.OppositeBloomFilter`, which never drops a unique message.
+
+Bits cannot be cleared (other keys share them), so ``erase(key)`` records the key in a
+small exact list of erased keys instead; the key's next ``check_and_set`` consumes that
+record and answers "new". That is what makes a failed message be handled again when
+nsqd redelivers it.
+
+Both classes derive the k bit positions the same way (BLAKE2b, double hashing), so their
+arithmetic is the textbook one: ``m = -n ln p / (ln 2)^2`` bits, ``k = (m/n) ln 2``.
+Written here rather than taken from a library because the Redis variant must compute the
+very same positions client-side, and the in-process one needs an atomic check-and-set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import threading
+from collections import OrderedDict
+from hashlib import blake2b
+from typing import Any, Iterable
+
+from .base import Key, KeyFunc, key_bytes, resolve_key
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BloomFilter", "RedisBloomFilter", "bloom_parameters"]
+
+_MAX_REDIS_BITS = 2 ** 32  # a Redis string holds at most 512 MiB
+
+
+def bloom_parameters(capacity: int, error_rate: float) -> tuple[int, int]:
+    """``(bits, hashes)`` for ``capacity`` keys at false-positive rate ``error_rate``."""
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"Bloom filter capacity must be a positive int (the number of keys it "
+                         f"must hold at error_rate), got {capacity!r}")
+    if not 0 < error_rate < 1:
+        raise ValueError(f"Bloom filter error_rate must be between 0 and 1, got {error_rate!r}; "
+                         "it is the probability that a unique message is dropped as a duplicate")
+    ln2 = math.log(2)
+    bits = max(8, math.ceil(-capacity * math.log(error_rate) / (ln2 * ln2)))
+    hashes = max(1, round(bits / capacity * ln2))
+    return bits, hashes
+
+
+def _positions(key: bytes, bits: int, hashes: int) -> list[int]:
+    # Kirsch-Mitzenmacher double hashing from one 128-bit digest; h2 odd so that the
+    # k positions differ whenever bits is a power of two.
+    h = blake2b(key, digest_size=16).digest()
+    h1 = int.from_bytes(h[:8], "little")
+    h2 = int.from_bytes(h[8:], "little") | 1
+    return [(h1 + i * h2) % bits for i in range(hashes)]
+
+
+class BloomFilter:
+    """In-process Bloom filter deduplicator.
+
+    ``capacity``: keys it holds at ``error_rate``; past it, the false-positive rate climbs
+    (a warning is logged once).
+    ``error_rate``: probability that ``check_and_set`` says "seen" for a new key -- **the
+    fraction of unique messages that will be dropped**. 0.001 costs ~14.4 bits a key,
+    0.01 ~9.6 bits.
+    ``key``: ``"id"`` (default), ``"body"`` or a function of the message (``key_func``).
+    ``max_erased``: how many erased keys are remembered exactly until they come back
+    (oldest dropped first; a dropped record only means that redelivery is dropped too).
+
+    Thread-safe (one lock); process-local.
+    """
+
+    shared = False
+
+    def __init__(self, capacity: int, error_rate: float = 0.001, *,
+                 key: str | KeyFunc | None = None, max_erased: int = 65536) -> None:
+        self.capacity = capacity
+        self.error_rate = error_rate
+        self.bits, self.hashes = bloom_parameters(capacity, error_rate)
+        self.key_func: KeyFunc = resolve_key(key)
+        self.max_erased = max_erased
+        self.added = 0  # keys that were new when added (an estimate of the fill)
+        self._buf = bytearray((self.bits + 7) // 8)
+        self._erased: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __repr__(self) -> str:
+        return (f"BloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
+                f"bits={self.bits}, hashes={self.hashes})")
+
+    def _cas(self, key: bytes) -> bool:
+        # caller holds the lock
+        buf = self._buf
+        seen = True
+        for p in _positions(key, self.bits, self.hashes):
+            byte, mask = p >> 3, 1 << (p & 7)
+            b = buf[byte]
+            if not b & mask:
+                seen = False
+                buf[byte] = b | mask
+        if not seen:
+            self.added += 1
+            if self.added > self.capacity and not self._warned:
+                self._warned = True
+                log.warning("BloomFilter holds more than its capacity of %d keys: the rate of "
+                            "unique messages dropped as duplicates is now above error_rate=%g; "
+                            "give it a larger capacity", self.capacity, self.error_rate)
+        if self._erased and key in self._erased:
+            del self._erased[key]  # erased after a failure: this redelivery is handled
+            return False
+        return seen
+
+    def check_and_set(self, key: Key) -> bool:
+        """True when ``key`` is (probably) a duplicate; then or otherwise, remember it.
+        A new key gets True with probability ``error_rate``."""
+        key = key_bytes(key)
+        with self._lock:
+            return self._cas(key)
+
+    def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
+        with self._lock:
+            return [self._cas(key_bytes(k)) for k in keys]
+
+    def erase(self, key: Key) -> None:
+        """Make the next ``check_and_set(key)`` answer "new" (bits cannot be cleared)."""
+        key = key_bytes(key)
+        with self._lock:
+            self._erased[key] = None
+            self._erased.move_to_end(key)
+            while len(self._erased) > self.max_erased:
+                self._erased.popitem(last=False)
+
+    def erase_many(self, keys: Iterable[Key]) -> None:
+        for k in keys:
+            self.erase(k)
+
+    def __contains__(self, key: Key) -> bool:
+        key = key_bytes(key)
+        if key in self._erased:
+            return False
+        buf = self._buf
+        return all(buf[p >> 3] & (1 << (p & 7)) for p in _positions(key, self.bits, self.hashes))
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held (the bit array and the objects around it; erased-key records not
+        counted, they are transient)."""
+        return sys.getsizeof(self._buf) + sys.getsizeof(self)
+
+
+# -- Redis -----------------------------------------------------------------------------
+
+# Bit-array fallback: set k bits, "seen" if all were set already. KEYS: bits, erased-mark.
+_LUA_BITS = """
+local seen = 1
+for i = 1, #ARGV do
+  if redis.call('SETBIT', KEYS[1], ARGV[i], 1) == 0 then seen = 0 end
+end
+if redis.call('DEL', KEYS[2]) == 1 then return 0 end
+return seen
+"""
+
+# RedisBloom module (BF.ADD answers 1 when the item was surely not there).
+_LUA_MODULE = """
+local added = redis.call('BF.ADD', KEYS[1], ARGV[1])
+if redis.call('DEL', KEYS[2]) == 1 then return 0 end
+return 1 - added
+"""
+
+
+class RedisBloomFilter:
+    """A Bloom filter in Redis, shared by every consumer that uses the same ``name``.
+
+    Uses the RedisBloom module's ``BF.ADD`` when the server has it (``module="auto"``;
+    ``True`` requires it, ``False`` never uses it), else a plain bit array in a Redis
+    string, updated by a Lua script that sets the k bits and answers whether all were set
+    -- one atomic step, so two consumers racing on one key cannot both see it as new.
+
+    ``client``: a ``redis.Redis`` (or anything with its API), or a ``redis://`` URL.
+    ``name``: Redis key name; the keys used are ``{name}`` (the filter),
+    ``{name}:params`` (bits and hashes, checked so that consumers configured differently
+    fail loudly instead of corrupting each other) and ``{name}:erased:<key>`` (erase
+    marks, expiring after ``erase_ttl`` seconds). The braces are a Redis Cluster hash tag.
+    ``capacity``, ``error_rate``: as for :class:`BloomFilter` -- **error_rate is the
+    fraction of unique messages dropped as duplicates.** The bit array is ``bits/8`` bytes,
+    allocated at once, at most 512 MiB (2^32 bits). With the module, a full filter grows
+    by adding sub-filters (RedisBloom's scaling) instead of degrading.
+    ``key``: ``"id"`` (default), ``"body"`` or a function of the message (``key_func``).
+    """
+
+    shared = True
+
+    def __init__(self, client: Any, name: str = "nsq-dedup-bloom", capacity: int = 1_000_000,
+                 error_rate: float = 0.001, *, key: str | KeyFunc | None = None,
+                 module: bool | str = "auto", erase_ttl: int = 86400) -> None:
+        if isinstance(client, str):
+            import redis
+            client = redis.Redis.from_url(client)
+        self.client = client
+        self.name = name
+        self.capacity = capacity
+        self.error_rate = error_rate
+        self.bits, self.hashes = bloom_parameters(capacity, error_rate)
+        self.key_func: KeyFunc = resolve_key(key)
+        self.erase_ttl = int(erase_ttl)
+        self.spec: str | None = None  # set by from_spec, for pickling into Spark tasks
+        self._key = f"{{{name}}}"
+        self._erased_prefix = f"{{{name}}}:erased:".encode()
+        if module == "auto":
+            module = self.server_has_module(client)
+        elif module and not self.server_has_module(client):
+            raise RuntimeError(f"Redis server at {_where(client)} has no RedisBloom module (BF.ADD);"
+                               " load it (loadmodule redisbloom.so, or Redis 8+) or pass "
+                               "module='auto'/False to use the bit-array fallback")
+        self.uses_module = bool(module)
+        if self.uses_module:
+            self._script = client.register_script(_LUA_MODULE)
+            self._reserve()
+        else:
+            if self.bits > _MAX_REDIS_BITS:
+                raise ValueError(f"Bloom filter of {self.bits} bits exceeds Redis's 2^32-bit string; "
+                                 "lower capacity or raise error_rate, or use the RedisBloom module")
+            self._script = client.register_script(_LUA_BITS)
+            self._init_bits()
+
+    def __repr__(self) -> str:
+        return (f"RedisBloomFilter(name={self.name!r}, capacity={self.capacity}, "
+                f"error_rate={self.error_rate}, module={self.uses_module})")
+
+    def __reduce__(self) -> Any:
+        if self.spec is None:
+            raise TypeError("RedisBloomFilter holds a Redis connection and cannot be pickled; "
+                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
+        from .spec import from_spec
+        return (from_spec, (self.spec,))
+
+    @staticmethod
+    def server_has_module(client: Any) -> bool:
+        """Whether the server knows ``BF.ADD`` (RedisBloom loaded, or Redis 8+)."""
+        try:
+            info = client.execute_command("COMMAND", "INFO", "BF.ADD")
+        except Exception:  # noqa: BLE001 - an old server without COMMAND INFO: no module
+            return False
+        return bool(info) and any(x for x in (info if isinstance(info, list) else [info]))
+
+    def _reserve(self) -> None:
+        try:
+            self.client.execute_command("BF.RESERVE", self._key, self.error_rate, self.capacity)
+        except Exception as exc:  # noqa: BLE001
+            if "exists" not in str(exc).lower():
+                raise
+
+    def _init_bits(self) -> None:
+        params = f"{self.bits}:{self.hashes}"
+        pkey = f"{{{self.name}}}:params"
+        self.client.setnx(pkey, params)
+        stored = self.client.get(pkey)
+        if stored is not None and stored.decode() != params:
+            raise ValueError(f"Redis Bloom filter {self.name!r} at {_where(self.client)} was created "
+                             f"with bits:hashes={stored.decode()}, this one wants {params} "
+                             "(different capacity/error_rate); use the same settings in every "
+                             "consumer, or another name")
+        # allocate the whole string now: no surprise growth (and latency) later
+        if not self.client.exists(self._key):
+            self.client.setbit(self._key, self.bits - 1, 0)
+
+    def _args(self, key: bytes) -> tuple[list[Any], list[Any]]:
+        keys = [self._key, self._erased_prefix + key]
+        if self.uses_module:
+            return keys, [key]
+        return keys, _positions(key, self.bits, self.hashes)
+
+    def check_and_set(self, key: Key) -> bool:
+        """True when ``key`` is (probably) a duplicate; a new key gets True with
+        probability ``error_rate``. One round trip."""
+        keys, args = self._args(key_bytes(key))
+        return self._script(keys=keys, args=args) == 1
+
+    def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
+        """A batch in one pipelined round trip (each key still atomic on its own)."""
+        pipe = self.client.pipeline(transaction=False)
+        n = 0
+        for k in keys:
+            ks, args = self._args(key_bytes(k))
+            self._script(keys=ks, args=args, client=pipe)
+            n += 1
+        if not n:
+            return []
+        return [r == 1 for r in pipe.execute()]
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key looks seen, without adding any (one pipelined round trip;
+        erase marks are not consulted). For measuring the false-positive rate."""
+        pipe = self.client.pipeline(transaction=False)
+        n = 0
+        for k in keys:
+            kb = key_bytes(k)
+            if self.uses_module:
+                pipe.execute_command("BF.EXISTS", self._key, kb)
+            else:
+                ops: list[Any] = []
+                for p in _positions(kb, self.bits, self.hashes):
+                    ops += ["GET", "u1", p]
+                pipe.execute_command("BITFIELD_RO", self._key, *ops)
+            n += 1
+        if not n:
+            return []
+        res = pipe.execute()
+        if self.uses_module:
+            return [r == 1 for r in res]
+        return [all(r) for r in res]
+
+    def __contains__(self, key: Key) -> bool:
+        return self.contains_many([key])[0]
+
+    def erase(self, key: Key) -> None:
+        """Mark ``key`` so that its next ``check_and_set`` answers "new"."""
+        self.client.set(self._erased_prefix + key_bytes(key), b"1", ex=self.erase_ttl)
+
+    def erase_many(self, keys: Iterable[Key]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for k in keys:
+            pipe.set(self._erased_prefix + key_bytes(k), b"1", ex=self.erase_ttl)
+        pipe.execute()
+
+    def memory_bytes(self) -> int:
+        """What Redis reports for the filter key (``MEMORY USAGE``)."""
+        return int(self.client.memory_usage(self._key, samples=0) or 0)
+
+    def clear(self) -> None:
+        """Delete the filter (and its parameters) from Redis, then recreate it empty."""
+        self.client.delete(self._key, f"{{{self.name}}}:params")
+        if self.uses_module:
+            self._reserve()
+        else:
+            self._init_bits()
+
+
+def _where(client: Any) -> str:
+    try:
+        kw = client.connection_pool.connection_kwargs
+        return f"{kw.get('host', '?')}:{kw.get('port', '?')}"
+    except AttributeError:
+        return "?"

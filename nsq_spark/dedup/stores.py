@@ -1,0 +1,269 @@
+"""Exact deduplication stores with a TTL: Redis and memcached.
+
+Shared by every consumer (processes, hosts, Spark tasks) that points at the same server
+and prefix. Exact: never a false "seen" (a unique message is never dropped); a key is
+remembered for the TTL, so memory grows with (rate x window). Each check is one atomic
+server operation: Redis ``SET key 1 NX EX ttl``, memcached ``add`` -- when two consumers
+race on one key, exactly one is told "new".
+
+Two ways to bound the window:
+
+* ``ttl`` (seconds, default 3600): every key expires ``ttl`` seconds after it was first
+  seen.
+* ``keep_days=N`` ("one set per day, keep N days"): keys go into a store per UTC day;
+  a check looks at today's and the previous ``N - 1`` days' stores, and adds the key to
+  today's. Each day's store expires at the end of its N-th day, so a key is remembered
+  at least ``N - 1`` full days and at most ``N`` days, and a duplicate across midnight
+  is still caught. In Redis a day is one SET (``SADD``; a Lua script checks the older
+  days and adds atomically), which holds keys more compactly than one key with its own
+  TTL each and expires as a whole.
+"""
+
+from __future__ import annotations
+
+import time
+from hashlib import blake2b
+from typing import Any, Callable, Iterable
+
+from .base import Key, KeyFunc, key_bytes, resolve_key
+
+__all__ = ["RedisDeduplicator", "MemcachedDeduplicator"]
+
+DAY = 86400
+
+# KEYS[1] = today's set, KEYS[2..] = the older days' sets; ARGV = member, expire-at (unix s)
+_LUA_DAYS = """
+for i = 2, #KEYS do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then return 1 end
+end
+local added = redis.call('SADD', KEYS[1], ARGV[1])
+if added == 1 then redis.call('EXPIREAT', KEYS[1], ARGV[2]) end
+return 1 - added
+"""
+
+
+def _day_starts(now: float, keep_days: int) -> list[int]:
+    """Start (unix seconds, UTC) of today and the keep_days - 1 days before, newest first."""
+    today = int(now) // DAY * DAY
+    return [today - i * DAY for i in range(keep_days)]
+
+
+def _day_name(day_start: int) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(day_start))
+
+
+def _check_window(ttl: int | None, keep_days: int | None) -> None:
+    if keep_days is not None:
+        if not isinstance(keep_days, int) or keep_days < 1:
+            raise ValueError(f"keep_days must be a positive int (days of stores kept), got {keep_days!r}")
+    elif not isinstance(ttl, int) or ttl < 1:
+        raise ValueError(f"ttl must be a positive int number of seconds (how long a key is "
+                         f"remembered), got {ttl!r}")
+
+
+class RedisDeduplicator:
+    """Exact deduplicator in Redis, shared by all consumers using the same ``prefix``.
+
+    ``client``: a ``redis.Redis`` (or ``RedisCluster``) or a ``redis://``/``rediss://`` URL.
+    ``ttl``: seconds a key is remembered (``SET NX EX``), default 3600. Ignored with
+    ``keep_days``.
+    ``keep_days``: one Redis SET per UTC day, the last ``keep_days`` days checked (see the
+    module doc). Set names: ``{prefix}:YYYY-MM-DD`` (braces: a Cluster hash tag, all days
+    on one slot).
+    ``prefix``: key namespace, default ``"nsq-dedup"``; with ``ttl`` a key is stored as
+    ``<prefix>:<key>``. Give each topic/channel pair its own prefix.
+    ``key``: ``"id"`` (default), ``"body"`` or a function of the message (``key_func``).
+    ``clock``: seconds since the epoch (tests move the day with it).
+
+    Memory (measured, see bench/RESULTS.md): per key roughly 60-90 bytes with ``ttl``,
+    less with ``keep_days``.
+    """
+
+    shared = True
+
+    def __init__(self, client: Any, ttl: int = 3600, *, keep_days: int | None = None,
+                 prefix: str = "nsq-dedup", key: str | KeyFunc | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        _check_window(ttl, keep_days)
+        if isinstance(client, str):
+            import redis
+            client = redis.Redis.from_url(client)
+        self.client = client
+        self.ttl = ttl
+        self.keep_days = keep_days
+        self.prefix = prefix
+        self.key_func: KeyFunc = resolve_key(key)
+        self.clock = clock
+        self.spec: str | None = None  # set by from_spec, for pickling into Spark tasks
+        self._kprefix = f"{prefix}:".encode()
+        self._days_script = client.register_script(_LUA_DAYS) if keep_days else None
+
+    def __repr__(self) -> str:
+        window = f"keep_days={self.keep_days}" if self.keep_days else f"ttl={self.ttl}"
+        return f"RedisDeduplicator(prefix={self.prefix!r}, {window})"
+
+    def __reduce__(self) -> Any:
+        if self.spec is None:
+            raise TypeError("RedisDeduplicator holds a Redis connection and cannot be pickled; "
+                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
+        from .spec import from_spec
+        return (from_spec, (self.spec,))
+
+    def _day_keys(self) -> tuple[list[str], int]:
+        days = _day_starts(self.clock(), self.keep_days or 1)
+        keys = [f"{{{self.prefix}}}:{_day_name(d)}" for d in days]
+        return keys, days[0] + (self.keep_days or 1) * DAY
+
+    def check_and_set(self, key: Key) -> bool:
+        """True when ``key`` was seen within the window; else remember it, False."""
+        k = key_bytes(key)
+        if self._days_script is None:
+            return self.client.set(self._kprefix + k, b"1", nx=True, ex=self.ttl) is None
+        keys, expire_at = self._day_keys()
+        return self._days_script(keys=keys, args=[k, expire_at]) == 1
+
+    def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
+        """A batch in one pipelined round trip, in order."""
+        pipe = self.client.pipeline(transaction=False)
+        n = 0
+        if self._days_script is None:
+            for key in keys:
+                pipe.set(self._kprefix + key_bytes(key), b"1", nx=True, ex=self.ttl)
+                n += 1
+            return [r is None for r in pipe.execute()] if n else []
+        dkeys, expire_at = self._day_keys()
+        for key in keys:
+            self._days_script(keys=dkeys, args=[key_bytes(key), expire_at], client=pipe)
+            n += 1
+        return [r == 1 for r in pipe.execute()] if n else []
+
+    def erase(self, key: Key) -> None:
+        """Forget ``key`` (from every kept day's set)."""
+        self.erase_many([key])
+
+    def erase_many(self, keys: Iterable[Key]) -> None:
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            return
+        if self._days_script is None:
+            self.client.delete(*[self._kprefix + k for k in ks])
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for day_key in self._day_keys()[0]:
+            pipe.srem(day_key, *ks)
+        pipe.execute()
+
+
+# -- memcached --------------------------------------------------------------------------
+
+_MC_MAX_KEY = 250
+_MC_MAX_RELATIVE = 30 * DAY  # memcached reads larger expiry values as unix timestamps
+
+
+class MemcachedDeduplicator:
+    """Exact deduplicator in memcached (``add`` with an expiry), shared by all consumers.
+
+    ``client``: a pymemcache client (use a thread-safe ``PooledClient`` or
+    ``HashClient`` if several threads share it), or an address ``"host:port"`` /
+    ``(host, port)`` -- then a ``PooledClient`` is made.
+    ``ttl``: seconds a key is remembered, default 3600 (above 30 days it is sent as an
+    absolute time, as memcached requires). Ignored with ``keep_days``.
+    ``keep_days``: keys per UTC day, the last ``keep_days`` days checked (older days with
+    one ``get_many``, then ``add`` to today's). Each day's keys expire at the end of its
+    ``keep_days``-th day.
+    ``prefix``: key namespace (default ``"nsq-dedup"``).
+    ``key``: ``"id"`` (default), ``"body"`` or a function of the message (``key_func``).
+
+    Keys: memcached takes printable ASCII without spaces, at most 250 bytes. Alphanumeric
+    keys (NSQ message ids) are used as they are; any other key (raw body digests, ...)
+    is sent hex-encoded after a ``#``, and one too long for that as ``#`` + a 256-bit
+    BLAKE2b digest.
+
+    Caveat: memcached evicts least-recently-used items when its memory is full, before
+    their expiry. Eviction makes it forget (a duplicate may get through), never invent a
+    duplicate. Give it memory for rate x window keys (~50-100 bytes each).
+    """
+
+    shared = True
+
+    def __init__(self, client: Any, ttl: int = 3600, *, keep_days: int | None = None,
+                 prefix: str = "nsq-dedup", key: str | KeyFunc | None = None,
+                 clock: Callable[[], float] = time.time, timeout: float = 5.0) -> None:
+        _check_window(ttl, keep_days)
+        if isinstance(client, (str, tuple)):
+            from pymemcache.client.base import PooledClient
+            client = PooledClient(_mc_address(client), connect_timeout=timeout, timeout=timeout,
+                                  max_pool_size=16)
+        self.client = client
+        self.ttl = ttl
+        self.keep_days = keep_days
+        self.prefix = prefix
+        self.key_func: KeyFunc = resolve_key(key)
+        self.clock = clock
+        self.spec: str | None = None
+        self._kprefix = f"{prefix}:".encode()
+
+    def __repr__(self) -> str:
+        window = f"keep_days={self.keep_days}" if self.keep_days else f"ttl={self.ttl}"
+        return f"MemcachedDeduplicator(prefix={self.prefix!r}, {window})"
+
+    def __reduce__(self) -> Any:
+        if self.spec is None:
+            raise TypeError("MemcachedDeduplicator holds connections and cannot be pickled; "
+                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
+        from .spec import from_spec
+        return (from_spec, (self.spec,))
+
+    def _encode(self, k: bytes, head: bytes) -> bytes:
+        room = _MC_MAX_KEY - len(head)
+        if k.isalnum() and len(k) <= room:
+            return head + k
+        if 2 * len(k) + 1 <= room:
+            return head + b"#" + k.hex().encode()
+        return head + b"#" + blake2b(k, digest_size=32).hexdigest().encode()
+
+    def _expire(self, seconds: int, now: float) -> int:
+        seconds = max(1, seconds)
+        return seconds if seconds <= _MC_MAX_RELATIVE else int(now) + seconds
+
+    def check_and_set(self, key: Key) -> bool:
+        """True when ``key`` was seen within the window; else remember it, False."""
+        k = key_bytes(key)
+        now = self.clock()
+        if not self.keep_days:
+            stored = self.client.add(self._encode(k, self._kprefix), b"1",
+                                     expire=self._expire(self.ttl, now), noreply=False)
+            return not stored
+        days = _day_starts(now, self.keep_days)
+        heads = [self._kprefix + _day_name(d).encode() + b":" for d in days]
+        older = [self._encode(k, h) for h in heads[1:]]
+        if older and self.client.get_many(older):
+            return True
+        expire = self._expire(days[0] + self.keep_days * DAY - int(now), now)
+        return not self.client.add(self._encode(k, heads[0]), b"1", expire=expire, noreply=False)
+
+    def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
+        return [self.check_and_set(k) for k in keys]
+
+    def erase(self, key: Key) -> None:
+        """Forget ``key`` (every kept day's entry)."""
+        k = key_bytes(key)
+        if not self.keep_days:
+            self.client.delete(self._encode(k, self._kprefix), noreply=False)
+            return
+        for d in _day_starts(self.clock(), self.keep_days):
+            self.client.delete(self._encode(k, self._kprefix + _day_name(d).encode() + b":"),
+                               noreply=False)
+
+    def erase_many(self, keys: Iterable[Key]) -> None:
+        for k in keys:
+            self.erase(k)
+
+
+def _mc_address(addr: str | tuple[str, int]) -> tuple[str, int]:
+    if isinstance(addr, tuple):
+        return (addr[0], int(addr[1]))
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"memcached address must be 'host:port', got {addr!r}")
+    return (host.strip("[]") or "127.0.0.1", int(port))
