@@ -243,7 +243,50 @@ class MemcachedDeduplicator:
         return not self.client.add(self._encode(k, heads[0]), b"1", expire=expire, noreply=False)
 
     def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
-        return [self.check_and_set(k) for k in keys]
+        """A batch: the ``add`` commands go out in one write and the answers are read
+        back in order (pymemcache's own multi-command path), so one round trip."""
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            return []
+        now = self.clock()
+        if not self.keep_days:
+            head, expire = self._kprefix, self._expire(self.ttl, now)
+            seen_before: set[bytes] = set()
+        else:
+            days = _day_starts(now, self.keep_days)
+            heads = [self._kprefix + _day_name(d).encode() + b":" for d in days]
+            head, expire = heads[0], self._expire(days[0] + self.keep_days * DAY - int(now), now)
+            older = {self._encode(k, h): k for k in set(ks) for h in heads[1:]}
+            seen_before = {older[e] for e in self.client.get_many(list(older))} if older else set()
+        # the first occurrence of each key goes to the server; repeats are duplicates
+        first: dict[bytes, bytes] = {}
+        for k in ks:
+            if k not in seen_before and k not in first:
+                first[k] = self._encode(k, head)
+        stored = self._add_many(list(first.values()), expire)
+        out: list[bool] = []
+        asked: set[bytes] = set()
+        for k in ks:
+            if k in seen_before or k in asked:
+                out.append(True)
+            else:
+                asked.add(k)
+                out.append(not stored[first[k]])
+        return out
+
+    def _add_many(self, mkeys: list[bytes], expire: int) -> dict[bytes, bool]:
+        if not mkeys:
+            return {}
+        values = dict.fromkeys(mkeys, b"1")
+        pool = getattr(self.client, "client_pool", None)  # PooledClient
+        if pool is not None and hasattr(self.client.client_class, "_store_cmd"):
+            with pool.get_and_release(destroy_on_fail=True) as c:
+                res = c._store_cmd(b"add", values, expire, False)
+        elif hasattr(self.client, "_store_cmd"):  # base Client
+            res = self.client._store_cmd(b"add", values, expire, False)
+        else:  # another client type (HashClient, ...): one add at a time
+            res = {k: self.client.add(k, b"1", expire=expire, noreply=False) for k in mkeys}
+        return {k: bool(v) for k, v in res.items()}
 
     def erase(self, key: Key) -> None:
         """Forget ``key`` (every kept day's entry)."""

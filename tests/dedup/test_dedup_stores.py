@@ -91,7 +91,10 @@ def test_two_consumers_share_the_store_and_race_fairly(kind, redis_server, memca
     def run(i: int) -> None:
         d = first if i % 2 else second
         barrier.wait()
-        res[i] = [d.check_and_set(k) for k in ks]
+        if i < 2:
+            res[i] = [d.check_and_set(k) for k in ks]
+        else:  # batches race with single calls
+            res[i] = [r for j in range(0, len(ks), 50) for r in d.check_and_set_many(ks[j:j + 50])]
 
     ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in ts:
@@ -265,3 +268,13 @@ def test_redis_bloom_from_spec_and_pickle(redis_server):
     assert (f.capacity, f.error_rate, f.uses_module) == (1000, 0.01, False)
     assert f.check_and_set(b"z") is False
     assert pickle.loads(pickle.dumps(f)).check_and_set(b"z") is True
+
+
+def test_memcached_with_a_plain_or_hash_client(memcached_server):
+    from pymemcache.client.base import Client
+    from pymemcache.client.hash import HashClient
+    for client in (Client(memcached_server.address), HashClient([memcached_server.address])):
+        d = MemcachedDeduplicator(client, ttl=60, prefix=uniq())
+        assert d.check_and_set_many([b"a", b"b", b"a"]) == [False, False, True]
+        assert d.check_and_set(b"b") is True
+        client.close()
