@@ -274,7 +274,10 @@ class Connection:
     def _fail_connect(self) -> None:
         self.state = CLOSED
         if self._stream is not None:
-            self._stream.close()
+            try:
+                self._stream.close()
+            except Exception:  # a stream half-way through start_tls
+                pass
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
 
@@ -310,7 +313,14 @@ class Connection:
                            "--tls-cert and --tls-key) but tls_v1 was requested")
         if self.tls:
             await self._upgrade_tls()
-            await self._expect_ok("the TLS upgrade")
+            try:
+                await self._expect_ok("the TLS upgrade")
+            except (StreamClosedError, ssl.SSLError, ConnectionError) as exc:
+                real = getattr(exc, "real_error", None) or exc
+                raise TLSError(f"nsqd at {self.address} dropped the connection right after the "
+                               f"TLS handshake ({real}): it refused our client certificate? "
+                               "(check tls_cert_file/tls_key_file against nsqd's "
+                               "--tls-client-auth-policy and --tls-root-ca-file)") from exc
         if self.snappy:
             self._codec = _SnappyStream()
             await self._expect_ok("the snappy upgrade")
@@ -367,9 +377,10 @@ class Connection:
             raise TLSError(f"cannot set up TLS for {self.address}: {exc} (check tls_ca_file, "
                            "tls_cert_file, tls_key_file)") from exc
         server_hostname = cfg.tls_server_hostname or self.host
+        plain, self._stream = self._stream, None  # start_tls detaches the plain stream
         try:
             self._stream = await asyncio.wait_for(
-                self._stream.start_tls(False, ssl_options=ctx, server_hostname=server_hostname),
+                plain.start_tls(False, ssl_options=ctx, server_hostname=server_hostname),
                 cfg.response_timeout)
         except asyncio.TimeoutError:
             raise TLSError(f"TLS handshake with nsqd at {self.address} timed out") from None

@@ -77,6 +77,8 @@ class NSQServerError(NSQError):
         self.address = address
         where = f" from nsqd {address}" if address else ""
         hint = _HINTS.get(code, "")
+        if "TLS required" in description:
+            hint = " (this nsqd runs with --tls-required: set tls_v1=True)"
         text = f"{code}{where}: {description}" if description else f"{code}{where}"
         super().__init__(f"{text}{hint}")
 

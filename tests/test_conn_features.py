@@ -1,0 +1,319 @@
+"""Feature negotiation against real nsqd: TLS (generated certificates, verification on),
+snappy and deflate (1 byte to 1 MiB), AUTH against a small HTTP auth server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conn_helpers import run, wait_for
+from conn_tls_helpers import Certs, make_certs
+from nsq_spark import errors
+from nsq_spark.config import ConnectionConfig
+from nsq_spark.conn import Connection
+from nsq_spark.message import Message
+from nsq_spark.testing import NSQCluster, NsqdNode, find_binary
+
+pytestmark = pytest.mark.nsqd
+
+SIZES = [1, 100, 4095, 65535, 65536, 65537, 300_001, 1024 * 1024]
+
+
+def _hp(addr: str) -> tuple[str, int]:
+    host, port = addr.rsplit(":", 1)
+    return host, int(port)
+
+
+def _topic() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+def _bodies() -> list[bytes]:
+    # compressible and incompressible content at each size
+    out = []
+    for i, n in enumerate(SIZES):
+        pattern = (b"nsq-%d-" % i) * (n // 6 + 1)
+        out.append(pattern[:n] if i % 2 else bytes((j * 7919 + i) % 251 for j in range(n)))
+    return out
+
+
+async def _roundtrip(pub_addr: str, sub_addr: str, pub_cfg: ConnectionConfig,
+                     sub_cfg: ConnectionConfig, bodies: list[bytes]) -> tuple[Connection, Connection, list[Message]]:
+    topic = _topic()
+    got: list[Message] = []
+    pub = Connection(*_hp(pub_addr), pub_cfg)
+    await pub.connect()
+    for b in bodies:
+        assert await pub.pub(topic, b) == b"OK"
+    assert await pub.mpub(topic, bodies[:4]) == b"OK"
+    sub = Connection(*_hp(sub_addr), sub_cfg, on_messages=lambda c, m: got.extend(m))
+    await sub.connect()
+    await sub.subscribe(topic, "ch")
+    sub.send_rdy(100)
+    await wait_for(lambda: len(got) >= len(bodies) + len(bodies[:4]), timeout=20, what="all messages")
+    for m in got:
+        m.finish()
+    await pub.close()
+    await sub.close()
+    return pub, sub, got
+
+
+# -- TLS ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def tls_nsqd(certs: Certs) -> Iterator[NSQCluster]:
+    with NSQCluster(nsqd=1, lookupd=0, tls_cert=str(certs.server_cert),
+                    tls_key=str(certs.server_key), tls_required="tcp-https") as cluster:
+        yield cluster
+
+
+def test_tls_with_ca_file_verifies_and_carries_messages(tls_nsqd: NSQCluster, certs: Certs) -> None:
+    addr = tls_nsqd.nsqd_tcp_addresses[0]
+    cfg = ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.ca))
+    bodies = _bodies()[:5]
+    pub, sub, got = run(_roundtrip(addr, addr, cfg, cfg, bodies))
+    assert pub.tls and sub.tls
+    assert sorted(m.body for m in got) == sorted(bodies + bodies[:4])
+
+
+def test_tls_pynsq_style_tls_options(tls_nsqd: NSQCluster, certs: Certs) -> None:
+    cfg = ConnectionConfig.from_options(tls_v1=True, tls_options={"ca_certs": str(certs.ca)})
+
+    async def main() -> None:
+        conn = await Connection(*_hp(tls_nsqd.nsqd_tcp_addresses[0]), cfg).connect()
+        assert conn.tls
+        assert await conn.pub(_topic(), b"x") == b"OK"
+        await conn.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("codec", ["snappy", "deflate"])
+def test_tls_plus_compression(tls_nsqd: NSQCluster, certs: Certs, codec: str) -> None:
+    addr = tls_nsqd.nsqd_tcp_addresses[0]
+    cfg = ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.ca), **{codec: True})
+    bodies = [_bodies()[i] for i in (0, 3, 7)]
+    pub, sub, got = run(_roundtrip(addr, addr, cfg, cfg, bodies))
+    assert sub.tls and getattr(sub, codec)
+    assert sorted(m.body for m in got) == sorted(bodies + bodies)
+
+
+def test_tls_refused_when_certificate_not_trusted(tls_nsqd: NSQCluster, certs: Certs) -> None:
+    cfg = ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.other_ca))
+
+    async def main() -> None:
+        with pytest.raises(errors.TLSError, match="certificate"):
+            await Connection(*_hp(tls_nsqd.nsqd_tcp_addresses[0]), cfg).connect()
+
+    run(main())
+
+
+def test_tls_verification_can_be_turned_off(tls_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        conn = await Connection(*_hp(tls_nsqd.nsqd_tcp_addresses[0]),
+                                ConnectionConfig(tls_v1=True, tls_verify=False)).connect()
+        assert conn.tls
+        await conn.close()
+
+    run(main())
+
+
+def test_tls_required_by_nsqd_but_not_requested(tls_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        conn = await Connection(*_hp(tls_nsqd.nsqd_tcp_addresses[0])).connect()
+        with pytest.raises(errors.InvalidError, match="tls_v1=True"):
+            await conn.pub(_topic(), b"x")
+        await conn.wait_closed()
+
+    run(main())
+
+
+def test_tls_requested_but_nsqd_has_none() -> None:
+    with NSQCluster(nsqd=1, lookupd=0) as cluster:
+        async def main() -> None:
+            with pytest.raises(errors.TLSError, match="does not offer TLS"):
+                await Connection(*_hp(cluster.nsqd_tcp_addresses[0]),
+                                 ConnectionConfig(tls_v1=True)).connect()
+
+        run(main())
+
+
+def test_tls_client_certificate(certs: Certs, tmp_path: Path) -> None:
+    # --tls-client-auth-policy makes nsqd refuse plain HTTP too, so the harness's HTTP
+    # readiness probe cannot work: start the node with a TCP probe instead
+    node = NsqdNode(0, find_binary("nsqd"), tmp_path, [], {
+        "tls_cert": str(certs.server_cert), "tls_key": str(certs.server_key),
+        "tls_root_ca_file": str(certs.ca), "tls_client_auth_policy": "require-verify"})
+    node._ready_probe = lambda: _tcp_open(node.tcp_port)
+    node.start()
+    try:
+        addr = _hp(node.tcp_address)
+
+        async def main() -> None:
+            ok = await Connection(*addr, ConnectionConfig(
+                tls_v1=True, tls_ca_file=str(certs.ca), tls_cert_file=str(certs.client_cert),
+                tls_key_file=str(certs.client_key))).connect()
+            assert await ok.pub(_topic(), b"x") == b"OK"
+            await ok.close()
+            with pytest.raises(errors.TLSError):
+                await Connection(*addr, ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.ca))
+                                 ).connect()
+
+        run(main())
+    finally:
+        node.kill()
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+# -- compression ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_nsqd() -> Iterator[NSQCluster]:
+    with NSQCluster(nsqd=1, lookupd=0, snappy=True, deflate=True, max_deflate_level=6) as cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("pub_codec,sub_codec", [("snappy", "snappy"), ("deflate", "deflate"),
+                                                 (None, "snappy"), ("deflate", None)])
+def test_compression_1_byte_to_1_mib(plain_nsqd: NSQCluster, pub_codec: str | None,
+                                     sub_codec: str | None) -> None:
+    addr = plain_nsqd.nsqd_tcp_addresses[0]
+    pcfg = ConnectionConfig(**({pub_codec: True} if pub_codec else {}))
+    scfg = ConnectionConfig(**({sub_codec: True} if sub_codec else {}))
+    bodies = _bodies()
+    pub, sub, got = run(_roundtrip(addr, addr, pcfg, scfg, bodies), timeout=60)
+    if pub_codec:
+        assert getattr(pub, pub_codec)
+    if sub_codec:
+        assert getattr(sub, sub_codec)
+    assert sorted(m.body for m in got) == sorted(bodies + bodies[:4])
+
+
+def test_deflate_level_clamped_by_nsqd(plain_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        conn = await Connection(*_hp(plain_nsqd.nsqd_tcp_addresses[0]),
+                                ConnectionConfig(deflate=True, deflate_level=9)).connect()
+        assert conn.deflate and conn.deflate_level == 6
+        assert conn.identify_response["max_deflate_level"] == 6
+        assert await conn.pub(_topic(), b"z" * 10000) == b"OK"
+        await conn.close()
+
+    run(main())
+
+
+def test_compression_refused_by_nsqd_falls_back_to_plain() -> None:
+    with NSQCluster(nsqd=1, lookupd=0, snappy="false", deflate="false") as cluster:
+        async def main() -> None:
+            conn = await Connection(*_hp(cluster.nsqd_tcp_addresses[0]),
+                                    ConnectionConfig(snappy=True)).connect()
+            assert not conn.snappy
+            assert await conn.pub(_topic(), b"x") == b"OK"
+            await conn.close()
+
+        run(main())
+
+
+# -- AUTH ---------------------------------------------------------------------------------------
+
+class _AuthHandler(http.server.BaseHTTPRequestHandler):
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+        type(self).seen.append(q)
+        secret = q.get("secret")
+        if secret == "good-secret":
+            body: dict[str, Any] = {"ttl": 60, "identity": "tester", "identity_url": "",
+                                    "authorizations": [{"topic": ".*", "channels": [".*"],
+                                                        "permissions": ["subscribe", "publish"]}]}
+        elif secret == "limited-secret":
+            body = {"ttl": 60, "identity": "limited", "authorizations": [
+                {"topic": "^allowed.*", "channels": [".*"], "permissions": ["publish"]}]}
+        else:
+            self.send_response(403)
+            self.end_headers()
+            self.wfile.write(b'{"message":"NOT_AUTHORIZED"}')
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def auth_nsqd() -> Iterator[NSQCluster]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with NSQCluster(nsqd=1, lookupd=0,
+                        auth_http_address=f"127.0.0.1:{server.server_address[1]}") as cluster:
+            yield cluster
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_auth_allowed(auth_nsqd: NSQCluster) -> None:
+    addr = auth_nsqd.nsqd_tcp_addresses[0]
+    cfg = ConnectionConfig(auth_secret="good-secret")
+    pub, sub, got = run(_roundtrip(addr, addr, cfg, cfg, [b"secret stuff"]))
+    assert sub.auth_required and sub.auth_response["identity"] == "tester"
+    assert sub.auth_response["permission_count"] == 1  # one authorization entry
+    assert sorted(m.body for m in got) == [b"secret stuff"] * 2
+    assert "good-secret" not in repr(cfg)
+    assert any(q.get("secret") == "good-secret" for q in _AuthHandler.seen)
+
+
+def test_auth_refused(auth_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        with pytest.raises(errors.AuthFailedError, match="E_AUTH_FAILED"):
+            await Connection(*_hp(auth_nsqd.nsqd_tcp_addresses[0]),
+                             ConnectionConfig(auth_secret="wrong")).connect()
+
+    run(main())
+
+
+def test_auth_required_but_no_secret(auth_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        with pytest.raises(errors.AuthError, match="auth_secret"):
+            await Connection(*_hp(auth_nsqd.nsqd_tcp_addresses[0])).connect()
+
+    run(main())
+
+
+def test_auth_unauthorized_topic(auth_nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        conn = await Connection(*_hp(auth_nsqd.nsqd_tcp_addresses[0]),
+                                ConnectionConfig(auth_secret="limited-secret")).connect()
+        assert await conn.pub("allowed_topic", b"x") == b"OK"
+        with pytest.raises(errors.UnauthorizedError, match="E_UNAUTHORIZED"):
+            await conn.pub("forbidden_topic", b"x")
+        await conn.wait_closed()
+
+    run(main())
