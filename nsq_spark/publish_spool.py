@@ -783,6 +783,8 @@ class SegmentStore:
         if len(keep) != len(self._segments):
             self._segments = keep
             self._space.notify_all()
+        # a damaged tail shrinks what is pending without an ack: wake flush() too
+        self._changed.notify_all()
 
     def _delete(self, seg: _Segment) -> None:
         try:

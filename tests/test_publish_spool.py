@@ -501,3 +501,14 @@ def test_spool_full_raise_through_the_producer(tmp_path):
         sink.down.clear()
         assert p.flush(5)
         assert len(sink.got) == n
+
+
+def test_flush_wakes_up_when_a_damaged_tail_is_dropped(tmp_path):
+    _truncated_leftover(tmp_path)
+    sink = Sink()
+    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
+        t = threading.Thread(target=p.flush)      # no timeout: must be woken, not time out
+        t.start()
+        t.join(10)
+        assert not t.is_alive()
+    assert [b for _, b, _ in sink.got] == [b"msg-%d" % i for i in range(4)]
