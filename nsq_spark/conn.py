@@ -578,6 +578,17 @@ class Connection:
         self._send(data)
         return fut
 
+    def command_into(self, data: bytes, waiter: Any) -> None:
+        """Like command, with a caller-made waiter: any object with ``set_result``,
+        ``set_exception``, ``done`` and ``exception`` (e.g. the Producer's request, which
+        retries on failure; a concurrent.futures.Future works too)."""
+        if self.state in (CLOSED, INIT, CONNECTING) or self._closing_by_us:
+            waiter.set_exception(ConnectionClosedError(
+                f"connection to nsqd at {self.address} is {self.state}; cannot send"))
+            return
+        self._pending.append(waiter)
+        self._send(data)
+
     # -- consumer commands ------------------------------------------------------------------
 
     def subscribe(self, topic: str, channel: str) -> "asyncio.Future[bytes]":
