@@ -6,11 +6,13 @@ buckets, each holding the fingerprint of the *last* key hashed to it. A key is "
 when its bucket holds exactly its fingerprint, so
 
 * it never says "seen" for a key it has not seen -- exactly so when it stores the keys
-  themselves (``digest_size=None``); with a ``b``-byte digest a new key is reported seen
-  only if its digest equals the one stored in its bucket, probability at most
-  ``2**(-8*b)`` per check (16 bytes, the default: 2^-128, i.e. never in practice;
-  4 bytes: 2^-32, about one false "seen" per 4 billion checks of new keys; a shortened
-  digest thus turns "never" into "rarely", in exchange for memory);
+  themselves (``digest_size=None``, or keys that are exactly ``digest_size`` bytes long,
+  such as NSQ message ids and body digests with the default 16); otherwise it stores a
+  ``b``-byte digest, and a new key is reported seen only if its digest equals the one
+  in its bucket, probability at most ``2**(-8*b)`` per check (16 bytes, the default:
+  2^-128, never in practice; 4 bytes: 2^-32, about one false "seen" per 4 billion checks
+  of new keys). A shortened digest thus turns "never" into "rarely" -- each false
+  "seen" drops a unique message -- in exchange for memory;
 * it forgets: a key survives ``x`` later inserts with probability ``(1 - 1/N) ** x``,
   so a duplicate that arrives late can be missed (processed twice -- which at-least-once
   consumers must tolerate anyway).
@@ -30,8 +32,6 @@ from .base import Key, KeyFunc, key_bytes, resolve_key
 
 __all__ = ["OppositeBloomFilter"]
 
-_INDEX_BYTES = 8  # digest bytes spent on the bucket index, kept apart from the fingerprint
-
 
 class OppositeBloomFilter:
     """In-process, bounded-memory deduplicator that never reports a false duplicate.
@@ -41,10 +41,11 @@ class OppositeBloomFilter:
     ``digest_size=None`` one pointer per bucket plus the key objects themselves (for a
     16-byte NSQ id about 57 bytes a bucket). Use :meth:`size_for` to choose N.
 
-    ``digest_size``: bytes of BLAKE2b fingerprint stored per bucket (1..56; default 16).
-    Shorter saves memory and allows false "seen" answers with probability at most
-    ``2**(-8*digest_size)`` per check; ``None`` stores the keys themselves (exact, the
-    fastest, the most memory).
+    ``digest_size``: bytes stored per bucket (1..64; default 16): keys of exactly that
+    length are stored as they are (exact), others as a BLAKE2b digest of that length.
+    Shorter saves memory and allows false "seen" answers -- a unique message dropped --
+    with probability at most ``2**(-8*digest_size)`` per check; ``None`` stores every key
+    object itself (exact, fastest, most memory).
 
     ``key``: the key function the Reader applies to each message -- ``"id"`` (NSQ message
     id, redeliveries; the default), ``"body"`` (body digest, publisher retries) or a
@@ -64,9 +65,9 @@ class OppositeBloomFilter:
             raise ValueError(f"OppositeBloomFilter size must be a positive int (buckets), got "
                              f"{size!r}; OppositeBloomFilter.size_for(rate, window, probability) "
                              "computes one")
-        if digest_size is not None and not (1 <= digest_size <= 64 - _INDEX_BYTES):
-            raise ValueError(f"digest_size must be 1..{64 - _INDEX_BYTES} bytes or None (store the "
-                             f"keys themselves), got {digest_size!r}")
+        if digest_size is not None and not (1 <= digest_size <= 64):
+            raise ValueError(f"digest_size must be 1..64 bytes or None (store the keys "
+                             f"themselves), got {digest_size!r}")
         self.size = size
         self.digest_size = digest_size
         self.key_func: KeyFunc = resolve_key(key)
@@ -77,13 +78,26 @@ class OppositeBloomFilter:
         else:
             self._slots = []
             self._buf = bytearray(size * digest_size)  # zeros: "empty"
-        self._hash_size = (digest_size or 0) + _INDEX_BYTES
+        self._empty = bytes(digest_size or 0)  # an empty bucket
 
     def __repr__(self) -> str:
         return (f"OppositeBloomFilter(size={self.size}, digest_size={self.digest_size}, "
                 f"key={getattr(self.key_func, '__name__', self.key_func)!r})")
 
     # -- the interface ------------------------------------------------------------------
+    #
+    # Bucket index: Python's own hash of the key bytes (SipHash, cached on the bytes
+    # object, randomised per process -- harmless for a structure that lives in one
+    # process). Fingerprint: the key itself when it is exactly digest_size bytes (NSQ
+    # message ids and by_body_digest keys with the default 16: exact, and no second hash),
+    # else a BLAKE2b digest of digest_size bytes. Index and fingerprint come from
+    # independent hashes, so every stored bit counts against false "seen" answers.
+
+    def _fingerprint(self, key: bytes) -> bytes:
+        ds = self.digest_size
+        if len(key) == ds and key != self._empty:
+            return key
+        return blake2b(key, digest_size=ds).digest()  # type: ignore[arg-type]
 
     def check_and_set(self, key: Key) -> bool:
         """True when ``key`` is remembered (a duplicate); otherwise remember it, False."""
@@ -91,16 +105,15 @@ class OppositeBloomFilter:
             key = key_bytes(key)
         ds = self.digest_size
         if ds is None:
-            i = hash(key) % self.size  # exact keys stored: any good in-process hash will do
+            i = hash(key) % self.size
             slots = self._slots
             with self._lock:
                 if slots[i] == key:
                     return True
                 slots[i] = key
                 return False
-        h = blake2b(key, digest_size=self._hash_size).digest()
-        o = int.from_bytes(h[ds:], "little") % self.size * ds
-        fp = h[:ds]
+        fp = key if len(key) == ds and key != self._empty else blake2b(key, digest_size=ds).digest()
+        o = hash(key) % self.size * ds
         buf = self._buf
         with self._lock:
             if buf.startswith(fp, o):  # compares in place, no slice copy
@@ -119,11 +132,11 @@ class OppositeBloomFilter:
                 if self._slots[i] == key:
                     self._slots[i] = None
             return
-        h = blake2b(key, digest_size=self._hash_size).digest()
-        o = int.from_bytes(h[ds:], "little") % self.size * ds
+        fp = self._fingerprint(key)
+        o = hash(key) % self.size * ds
         with self._lock:
-            if self._buf.startswith(h[:ds], o):
-                self._buf[o:o + ds] = bytes(ds)
+            if self._buf.startswith(fp, o):
+                self._buf[o:o + ds] = self._empty
 
     def __contains__(self, key: Key) -> bool:
         """Whether ``key`` is remembered, without remembering it."""
@@ -131,13 +144,11 @@ class OppositeBloomFilter:
         ds = self.digest_size
         if ds is None:
             return self._slots[hash(key) % self.size] == key
-        h = blake2b(key, digest_size=self._hash_size).digest()
-        o = int.from_bytes(h[ds:], "little") % self.size * ds
-        return self._buf.startswith(h[:ds], o)
+        return self._buf.startswith(self._fingerprint(key), hash(key) % self.size * ds)
 
     def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
-        """``check_and_set`` for a batch, in order, atomically as a whole (~25% cheaper
-        per key than single calls)."""
+        """``check_and_set`` for a batch, in order, atomically as a whole (cheaper per
+        key than single calls: one lock, local names)."""
         out: list[bool] = []
         app = out.append
         size = self.size
@@ -157,14 +168,12 @@ class OppositeBloomFilter:
                 return out
             buf = self._buf
             starts = buf.startswith
-            hs = self._hash_size
-            from_bytes = int.from_bytes
+            empty = self._empty
             for key in keys:
                 if type(key) is not bytes:
                     key = key_bytes(key)
-                h = blake2b(key, digest_size=hs).digest()
-                o = from_bytes(h[ds:], "little") % size * ds
-                fp = h[:ds]
+                fp = key if len(key) == ds and key != empty else blake2b(key, digest_size=ds).digest()
+                o = hash(key) % size * ds
                 if starts(fp, o):
                     app(True)
                 else:
@@ -182,7 +191,7 @@ class OppositeBloomFilter:
             if self.digest_size is None:
                 self._slots[:] = [None] * self.size
             else:
-                self._buf[:] = bytes(len(self._buf))
+                self._buf[:] = bytes(len(self._buf))  # same size: in place
 
     # -- memory and sizing --------------------------------------------------------------
 

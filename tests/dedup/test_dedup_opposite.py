@@ -87,33 +87,37 @@ def test_check_and_set_is_atomic_under_threads(ds):
     probe.check_and_set_many(keys(3000))
     distinct = [k for k in keys(3000) if k in probe][:2000]
     assert len(distinct) > 1900
-    f = OppositeBloomFilter(size, ds)
     nthreads = 8
-    results: list[list[bool]] = [[] for _ in range(nthreads)]
-    barrier = threading.Barrier(nthreads)
 
-    def run(i: int) -> None:
-        barrier.wait()
-        mine = distinct if i % 2 else distinct[::-1]
-        if i % 3 == 0:
-            results[i] = f.check_and_set_many(mine)
-        else:
-            results[i] = [f.check_and_set(k) for k in mine]
-        if i % 2 == 0:
-            results[i].reverse()  # realign with `distinct`
+    def race() -> list[int]:
+        f = OppositeBloomFilter(size, ds)
+        results: list[list[bool]] = [[] for _ in range(nthreads)]
+        barrier = threading.Barrier(nthreads)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible
-    try:
+        def run(i: int) -> None:
+            barrier.wait()
+            mine = distinct if i % 2 else distinct[::-1]
+            if i % 3 == 0:
+                results[i] = f.check_and_set_many(mine)
+            else:
+                results[i] = [f.check_and_set(k) for k in mine]
+            if i % 2 == 0:
+                results[i].reverse()  # realign with `distinct`
+
         threads = [threading.Thread(target=run, args=(i,)) for i in range(nthreads)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(30)
+        return [sum(not results[t][j] for t in range(nthreads)) for j in range(len(distinct))]
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for _ in range(3):  # races are chancy: several rounds
+            assert race() == [1] * len(distinct)
     finally:
         sys.setswitchinterval(old)
-    news_per_key = [sum(not results[t][j] for t in range(nthreads)) for j in range(len(distinct))]
-    assert news_per_key == [1] * len(distinct)
 
 
 def test_validation_names_the_fix():
@@ -194,3 +198,25 @@ def test_overwrite_probability_by_simulation_one_hour_at_1000_per_second():
     sd = (expected * (1 - expected / tracked)) ** 0.5
     assert abs(remembered - expected) < 4 * sd, (remembered, expected)
     assert 0.09 < remembered / tracked < 0.11  # overwritten with ~90% probability
+
+
+def test_keys_of_digest_length_are_stored_exactly():
+    # 16-byte NSQ ids are stored as they are: even a 1-bucket filter tells them apart
+    f = OppositeBloomFilter(1, 16)
+    a, b = b"0123456789abcdef", b"0123456789abcdeF"
+    assert f.check_and_set(a) is False and a in f and b not in f
+    assert bytes(f._buf) == a
+    f.erase(b)
+    assert a in f
+    f.erase(a)
+    assert a not in f and bytes(f._buf) == bytes(16)
+    # an all-zero key would look like an empty bucket: it is digested instead
+    zero = bytes(16)
+    assert zero not in f and f.check_and_set(zero) is False and f.check_and_set(zero) is True
+
+
+def test_never_a_false_seen_with_nsq_ids():
+    f = OppositeBloomFilter(101)
+    ids = [b"%016x" % i for i in range(30_000)]
+    f.check_and_set_many(ids)
+    assert not any(b"%016x" % i in f for i in range(10**6, 10**6 + 50_000))
