@@ -965,6 +965,10 @@ class SpoolingProducer:
                 raise ValueError("SpoolingProducer needs nsqd_tcp_addresses (or a "
                                  "producer_factory)")
 
+            # the spool retries without end (and without losing anything); the inner
+            # producer should fail fast so that close() and outages stay responsive
+            connection_options.setdefault("max_tries", 1)
+
             def producer_factory() -> Any:
                 from nsq_spark.producer import Producer
                 return Producer(nsqd_tcp_addresses, **connection_options)

@@ -1,0 +1,126 @@
+"""``python -m nsq_spark publish`` and ``tail`` as real processes against a real nsqd.
+Published contents are read back with the real ``nsq_tail``; ``tail`` reads what nsqd's
+HTTP ``/mpub`` published."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from nsq_spark.testing import find_binary, free_port
+
+pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 60):
+    return subprocess.run([sys.executable, "-m", "nsq_spark", *args], input=stdin,
+                          capture_output=True, timeout=timeout, cwd=REPO)
+
+
+def http_post(addr: str, path: str, body: bytes = b"") -> None:
+    req = urllib.request.Request(f"http://{addr}{path}", data=body, method="POST")
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+def make_channel(cluster, topic: str, channel: str) -> None:
+    http_post(cluster.nsqd_http_addresses[0], f"/topic/create?topic={topic}")
+    http_post(cluster.nsqd_http_addresses[0], f"/channel/create?topic={topic}&channel={channel}")
+
+
+def nsq_tail(cluster, topic: str, channel: str, n: int) -> list[bytes]:
+    out = subprocess.run(
+        [find_binary("nsq_tail"), f"--nsqd-tcp-address={cluster.nsqd_tcp_addresses[0]}",
+         f"--topic={topic}", f"--channel={channel}", f"-n={n}"],
+        capture_output=True, timeout=30, check=True)
+    return out.stdout.split(b"\n")[:-1]
+
+
+def depth(cluster, topic: str, channel: str) -> int:
+    for t in cluster.nsqds[0].stats(topic).get("topics", []):
+        for c in t["channels"]:
+            if c["channel_name"] == channel:
+                return c["depth"] + c["in_flight_count"]
+    return 0
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_publish_files_and_stdin_with_progress(nsq_cluster, tmp_path):
+    make_channel(nsq_cluster, "clipub", "c")
+    f1, f2 = tmp_path / "a.txt", tmp_path / "b.txt"
+    f1.write_bytes(b"".join(b"file-a-%04d\n" % i for i in range(1500)))
+    f2.write_bytes(b"".join(b"file-b-%04d\r\n" % i for i in range(500)))   # CRLF, too
+    r = run_cli("publish", "--topic", "clipub", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--batch-size", "300", str(f1), str(f2))
+    assert r.returncode == 0, r.stderr.decode()
+    err = r.stderr.decode()
+    assert "100.0%" in err and "2,000 msgs" in err and "published 2,000 messages" in err
+    r = run_cli("publish", "-topic", "clipub", "-nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--quiet", stdin=b"stdin-1\nstdin-2\n")
+    assert r.returncode == 0 and r.stderr == b""
+    got = nsq_tail(nsq_cluster, "clipub", "c", 2002)
+    expected = [b"file-a-%04d" % i for i in range(1500)] + \
+        [b"file-b-%04d" % i for i in range(500)] + [b"stdin-1", b"stdin-2"]
+    assert sorted(got) == sorted(expected)
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_publish_with_spool_survives_an_unreachable_nsqd(nsq_cluster, tmp_path):
+    make_channel(nsq_cluster, "clispool", "c")
+    spool = tmp_path / "spool"
+    data = b"".join(b"spooled-%03d\n" % i for i in range(200))
+    dead = f"127.0.0.1:{free_port()}"
+    r = run_cli("publish", "--topic", "clispool", "--nsqd-tcp-address", dead,
+                "--spool-dir", str(spool), "--flush-timeout", "0.5", stdin=data)
+    assert r.returncode == 3, r.stderr.decode()
+    assert "stay in the spool" in r.stderr.decode()
+    # the next run, with nsqd reachable, sends the leftovers along with its own input
+    r = run_cli("publish", "--topic", "clispool", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--spool-dir", str(spool),
+                stdin=b"second-run\n")
+    assert r.returncode == 0, r.stderr.decode()
+    got = nsq_tail(nsq_cluster, "clispool", "c", 201)
+    assert collections.Counter(got) == collections.Counter(
+        [b"spooled-%03d" % i for i in range(200)] + [b"second-run"])
+    assert not list(spool.glob("*.seg"))
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_publish_reports_a_bad_spool_dir_and_unreachable_nsqd(nsq_cluster, tmp_path):
+    f = tmp_path / "plainfile"
+    f.write_text("x")
+    r = run_cli("publish", "--topic", "t", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--spool-dir", str(f / "sub"),
+                stdin=b"x\n")
+    assert r.returncode == 1
+    assert "spool directory" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
+    r = run_cli("publish", "--topic", "t", "--nsqd-tcp-address",
+                f"127.0.0.1:{free_port()}", stdin=b"x\n")
+    assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
+    assert "error" in r.stderr.decode()
+
+
+@pytest.mark.nsq_cluster(lookupd=1)
+def test_tail_prints_messages_like_nsq_tail(nsq_cluster):
+    make_channel(nsq_cluster, "clitail", "tailch")
+    bodies = [b"tail-%03d" % i for i in range(150)]
+    http_post(nsq_cluster.nsqd_http_addresses[0], "/mpub?topic=clitail", b"\n".join(bodies))
+    r = run_cli("tail", "--topic", "clitail", "--channel", "tailch", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "-n", "100")
+    assert r.returncode == 0, r.stderr.decode()
+    first = r.stdout.split(b"\n")[:-1]
+    assert len(first) == 100 and set(first) <= set(bodies)
+    # the rest, through lookupd, with the topic printed; exits when idle
+    r = run_cli("tail", "-topic", "clitail", "-channel", "tailch", "-lookupd-http-address",
+                nsq_cluster.lookupd_http_addresses[0], "-print-topic", "--idle-exit", "1.5")
+    assert r.returncode == 0, r.stderr.decode()
+    rest = r.stdout.split(b"\n")[:-1]
+    assert all(line.startswith(b"clitail | ") for line in rest)
+    assert sorted(first + [line[len(b"clitail | "):] for line in rest]) == bodies
+    assert depth(nsq_cluster, "clitail", "tailch") == 0
