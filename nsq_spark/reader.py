@@ -49,7 +49,7 @@ import weakref
 from collections import deque
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from .backoff import Action, Backoff
 from .config import ConnectionConfig
@@ -486,8 +486,8 @@ class Reader:
         if not first:
             await asyncio.sleep(self.reconnect_initial)
         retrying = AsyncRetrying(
-            wait=wait_exponential_jitter(initial=self.reconnect_initial, max=self.reconnect_max,
-                                         jitter=self.reconnect_initial),
+            wait=(wait_exponential(multiplier=self.reconnect_initial, max=self.reconnect_max)
+                  + wait_random(0, self.reconnect_initial)),
             retry=retry_if_exception_type(Exception),
             stop=lambda state: self._closing,
             before_sleep=lambda state: log.warning(
