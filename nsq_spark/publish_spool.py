@@ -700,6 +700,10 @@ class SegmentStore:
                 want = dec.need
                 continue
             break
+        if not dec.records and not dec.error:
+            # the file ends before the size we know (cut by someone else)
+            dec.error = f"file ends at byte {start + len(buf)}, {size - start - len(buf)} " \
+                "bytes short of what was written"
         if dec.error and not dec.records:
             with self._lock:
                 file_size = os.fstat(fd).st_size

@@ -512,3 +512,59 @@ def test_flush_wakes_up_when_a_damaged_tail_is_dropped(tmp_path):
         t.join(10)
         assert not t.is_alive()
     assert [b for _, b, _ in sink.got] == [b"msg-%d" % i for i in range(4)]
+
+
+def test_segment_cut_under_its_writer_is_reported_not_looped_on(tmp_path):
+    reports = []
+    st = SegmentStore(tmp_path, on_corrupt=reports.append)
+    st.append([("t", b"a" * 10, None), ("t", b"b" * 10, None)])
+    (path,) = segs(tmp_path)
+    os.truncate(path, len(ps.MAGIC))          # someone empties the file behind our back
+    assert drain(st) == []
+    assert len(reports) == 1 and "short" in reports[0].reason
+    st.append([("t", b"c", None)])            # a new segment takes the next appends
+    assert [m[1] for m in drain(st)] == [b"c"]
+    st.close()
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+_ops = hst.lists(hst.one_of(
+    hst.tuples(hst.just("append"), hst.integers(1, 30), hst.sampled_from(["a", "b"])),
+    hst.tuples(hst.just("send"), hst.integers(1, 4), hst.integers(1, 50)),
+    hst.tuples(hst.just("restart"), hst.just(0), hst.just("")),
+), max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, seg_kib=hst.sampled_from([1, 4, 64]))
+def test_any_sequence_of_appends_sends_and_restarts_delivers_each_message_once(
+        tmp_path_factory, ops, seg_kib):
+    d = tmp_path_factory.mktemp("prop")
+    st = SegmentStore(d, segment_bytes=seg_kib << 10, fsync="never")
+    appended, delivered, n = [], [], 0
+    for op, x, y in ops:
+        if op == "append":
+            bodies = [b"%s-%d" % (y.encode(), n + i) + b"." * (n % 97) for i in range(x)]
+            n += x
+            st.append([(y, b, None) for b in bodies])
+            appended += bodies
+        elif op == "send":
+            for _ in range(x):
+                b = st.next_batch(max_messages=y, max_bytes=2048)
+                if b is None:
+                    break
+                delivered += b.bodies
+                st.ack(b)
+        else:
+            st.close()                       # a restart: the next store claims the rest
+            st = SegmentStore(d, segment_bytes=seg_kib << 10, fsync="never")
+            st.claim_orphans()
+    st.close()
+    st = SegmentStore(d, max_claimed=1000)
+    st.claim_orphans()
+    delivered += [m[1] for m in drain(st, limit=100_000)]
+    st.close()
+    assert sorted(delivered) == sorted(appended)     # none lost, none twice
+    assert not list(d.glob("*.seg")) and not list(d.glob("*.ack"))
