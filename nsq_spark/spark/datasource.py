@@ -100,10 +100,16 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self.opts = parse_read_options(options, streaming=True)
         assert self.opts.spool_path is not None
+        if self.opts.dedup:
+            from .fetch import check_dedup_spec
+
+            check_dedup_spec(self.opts.dedup)
         self.spool_path = normalize_spool_path(self.opts.spool_path)
         self._available_now = False
         self._an_target: int | None = None
-        self._an_planned = 0
+        self._an_fetched = 0
+        self._an_counted: set[int] = set()
+        self._an_empty = 0
         self._last_rows: dict[int, int] = {}
 
     # -- driver ------------------------------------------------------------------------
@@ -134,8 +140,16 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
         self._an_target = self._backlog()
-        self._an_planned = 0
+        self._an_fetched = 0
+        self._an_counted: set[int] = set()
+        self._an_empty = 0
         log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
+
+    def _rows_of(self, query: str, batch: int) -> int | None:
+        rows = self._last_rows.get(batch)
+        if rows is None:
+            rows = self._spool(query).batch_rows(batch)
+        return rows
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         cap = None
@@ -144,26 +158,29 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif limit is None and self.opts.max_messages_per_trigger:  # old signature
             cap = self.opts.max_messages_per_trigger
         batch = int(start["batch"])
+        if self._available_now and batch > 0 and batch not in self._an_counted:
+            # what the previous batch really fetched (tasks may fetch less than planned)
+            self._an_counted.add(batch)
+            rows = self._rows_of(start["query"], batch) or 0
+            self._an_fetched += rows
+            self._an_empty = 0 if rows else self._an_empty + 1
         backlog = self._backlog()
         if backlog is None:
             # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
-            if self._available_now and batch > 0:
-                rows = self._last_rows.get(batch)
-                if rows is None:
-                    rows = self._spool(start["query"]).batch_rows(batch)
-                if not rows:
-                    return start
+            if self._available_now and batch > 0 and self._an_empty:
+                return start
             size = cap or 0
         else:
             if backlog <= 0:
                 return start
             size = backlog if cap is None else min(backlog, cap)
             if self._available_now and self._an_target is not None:
-                left = self._an_target - self._an_planned
-                if left <= 0:
+                left = self._an_target - self._an_fetched
+                # the backlog may sit in flight with another consumer: give up after two
+                # batches that found nothing
+                if left <= 0 or self._an_empty >= 2:
                     return start
                 size = min(size, left)
-        self._an_planned += size
         return {"query": start["query"], "batch": batch + 1, "size": int(size)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -207,6 +224,10 @@ class NSQBatchReader(DataSourceReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.opts = parse_read_options(options, streaming=False)
+        if self.opts.dedup:
+            from .fetch import check_dedup_spec
+
+            check_dedup_spec(self.opts.dedup)
 
     def partitions(self) -> Sequence[InputPartition]:
         shares = split_shares(self.opts.max_messages, self.opts.num_partitions)

@@ -10,6 +10,7 @@ logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -59,43 +60,64 @@ class _Timer:
 
 
 class _Dedup:
-    """The ``dedup`` option at fetch time, ordered so that it can only ever cause a
-    duplicate, never a loss:
+    """The ``dedup`` option at fetch time, ordered so that it can only ever let a
+    duplicate through, never lose a message:
 
-    1. messages delivered before (``attempts > 1``, the only ones that can be
-       redeliveries) are checked against the store -- checked, not marked: a key that was
-       absent is erased again right away;
+    1. candidates are checked against the shared store -- checked, not marked: a key that
+       was absent is erased again right away. With the default key (the message ``id``)
+       only messages delivered before (``attempts > 1``) can be redeliveries, so only those
+       cost a round trip; with ``key=body`` every message is checked;
     2. the survivors are spooled and FINished; the seen ones are FINished without spooling;
-    3. only then are the survivors' ids marked as seen.
+    3. only then are the survivors' keys marked as seen (one pipelined round trip).
 
     A crash between 2 and 3 lets a later redelivery through (a duplicate); nothing is
-    marked seen before it is durable.
+    marked seen before it is durable, so nothing is dropped that was not delivered.
     """
 
     def __init__(self, spec: str) -> None:
-        from nsq_spark.dedup import cached_from_spec
+        from nsq_spark.dedup import by_message_id, cached_from_spec
 
         self.store = cached_from_spec(spec)
+        self.key = getattr(self.store, "key_func", None) or by_message_id
+        self.by_id = self.key is by_message_id
 
     def split(self, messages: list["Message"]) -> tuple[list["Message"], list["Message"]]:
         from nsq_spark.dedup import check_and_set_many, erase_many
 
-        again = [m for m in messages if m.attempts > 1]
-        if not again:
+        key = self.key
+        cands = [m for m in messages if m.attempts > 1] if self.by_id else messages
+        if not cands:
             return messages, []
-        seen_flags = check_and_set_many(self.store, [m.id for m in again])
-        seen_ids = {m.id for m, seen in zip(again, seen_flags) if seen}
-        erase_many(self.store, [m.id for m, seen in zip(again, seen_flags) if not seen])
-        if not seen_ids:
+        keys = [key(m) for m in cands]
+        flags = check_and_set_many(self.store, keys)
+        erase_many(self.store, [k for k, seen in zip(keys, flags) if not seen])
+        seen = {id(m) for m, f in zip(cands, flags) if f}
+        if not seen:
             return messages, []
-        keep = [m for m in messages if m.id not in seen_ids]
-        drop = [m for m in messages if m.id in seen_ids]
-        return keep, drop
+        return ([m for m in messages if id(m) not in seen],
+                [m for m in messages if id(m) in seen])
 
     def mark(self, messages: list["Message"]) -> None:
         from nsq_spark.dedup import check_and_set_many
 
-        check_and_set_many(self.store, [m.id for m in messages])
+        if messages:
+            check_and_set_many(self.store, [self.key(m) for m in messages])
+
+
+def check_dedup_spec(spec: str) -> None:
+    """At query start: the spec must build a store shared by all executors."""
+    from nsq_spark.dedup import from_spec
+
+    from .options import NSQOptionError
+
+    try:
+        store = from_spec(spec)
+    except Exception as exc:
+        raise NSQOptionError(f"option 'dedup': {exc}") from exc
+    if not getattr(store, "shared", False):
+        raise NSQOptionError(
+            f"option 'dedup': {spec!r} lives inside one process; Spark tasks run in many, so "
+            "use a shared store (redis://host:port/0?ttl=..., memcached://host:port?ttl=...)")
 
 
 def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: int,
@@ -144,6 +166,11 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                       ) -> Iterator["pa.RecordBatch"]:
     dedup = _Dedup(opts.dedup) if opts.dedup else None
     chunk_size = opts.spool_chunk_size
+    if remaining is not None and remaining < opts.max_in_flight:
+        # a small share: take no more in flight than it, so that the other tasks of the
+        # batch get their part instead of waiting while this one holds everything
+        opts = dataclasses.replace(opts, max_in_flight=remaining)
+        chunk_size = min(chunk_size, remaining)
     perf = time.perf_counter
     t0 = perf()
     reader = reader_factory(opts)
@@ -188,7 +215,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                         raise SpoolConflict(f"batch {batch} part {index} was completed by "
                                             "another attempt while this one was fetching")
                 except BaseException:
-                    reader.requeue(pending)
+                    reader.requeue(pending, delay_ms=0)
                     raise
                 timer.spool += perf() - t
                 t = perf()
@@ -237,6 +264,8 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
     replayable read.
     """
     dedup = _Dedup(opts.dedup) if opts.dedup else None
+    if share < opts.max_in_flight:
+        opts = dataclasses.replace(opts, max_in_flight=share)
     reader = reader_factory(opts)
     try:
         remaining = share
@@ -253,7 +282,7 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
                     yield messages_to_batch(keep, opts.topic, opts.channel)
             except GeneratorExit:
                 # Spark stopped early (e.g. a LIMIT): give the messages back
-                reader.requeue(got)
+                reader.requeue(got, delay_ms=0)
                 raise
             reader.finish(got)
             if dedup is not None:
