@@ -1024,6 +1024,9 @@ class Reader:
                             loop.run_until_complete(asyncio.gather(*pending,
                                                                    return_exceptions=True))
                         loop.run_until_complete(loop.shutdown_asyncgens())
+                        # the resolver's executor threads: join them, so that repeated
+                        # start/stop leaves no thread behind
+                        loop.run_until_complete(loop.shutdown_default_executor())
                     finally:
                         asyncio.set_event_loop(None)
                         loop.close()

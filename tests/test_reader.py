@@ -234,8 +234,6 @@ def _client_rdy(cluster, i):
 
 @pytest.mark.nsq_cluster(nsqd=3, lookupd=0)
 def test_rdy_sum_bounded_and_even_spread(nsq_cluster):
-    for http in nsq_cluster.nsqd_http_addresses:
-        mpub(http, T, bodies(300))
     held = []
     hold = [True]
     samples = []
@@ -250,6 +248,11 @@ def test_rdy_sum_bounded_and_even_spread(nsq_cluster):
     async def main():
         r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                    max_in_flight=31)
+        # publish once every connection is subscribed: a connection that joins later trims
+        # the others' RDY, but cannot take back what they already have in flight
+        await await_for(lambda: len(r.conns) == 3, 10, "3 connections")
+        for http in nsq_cluster.nsqd_http_addresses:
+            await asyncio.to_thread(mpub, http, T, bodies(300))
         # hold everything: in flight reaches RDY and stays there
         await await_for(lambda: len(held) >= 30, 10, "30 held")
         await asyncio.sleep(0.3)
