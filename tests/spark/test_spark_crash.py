@@ -1,0 +1,171 @@
+"""No loss, no duplicates after dedup: the Spark driver SIGKILLed mid-stream and an nsqd
+SIGKILLed and restarted, with a real nsqd cluster and real Spark drivers in child
+processes (tests/spark/crash_driver.py, NSQ -> Parquet with a checkpoint).
+
+100,000 messages are queued before the query starts, 30,000 more while it runs. The
+sink must end up with every published body, and after ``dropDuplicates(["id"])`` (the
+documented dedup) with each exactly once.
+
+On the nsqd kill: nsqd itself forgets the messages it holds *in flight* when it is
+SIGKILLed (they live only in its memory until FIN or timeout) -- no client can bring those
+back. The test therefore runs nsqd with ``--mem-queue-size=0`` (queued messages on disk)
+and kills it between two micro-batches, when no client of the channel is connected, so
+that what is tested is the connector: the query goes on with one nsqd gone, and picks up
+that nsqd's queue when it is back.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sparkutil import channel_counts, discovery_env, http_mpub, spark_env  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.nsqd, pytest.mark.slow]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOPIC, CHANNEL = "crash", "parquet"
+
+
+class Driver:
+    """One child Spark driver; its ``ROWS n`` lines are collected by a thread."""
+
+    def __init__(self, cfg: dict) -> None:
+        env = {**os.environ, **spark_env(), **discovery_env()}
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "crash_driver.py"), json.dumps(cfg)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=cfg["workdir"], start_new_session=True)  # its own process group
+        self.rows = 0
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines),
+                         daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, self.err),
+                         daemon=True).start()
+
+    def _pump(self, stream, sink) -> None:
+        for line in stream:
+            sink.append(line.rstrip("\n"))
+            if line.startswith("ROWS "):
+                self.rows = int(line.split()[1])
+
+    def wait_rows(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.rows < n:
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, f"only {self.rows} rows: {self.output()}"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the driver with its whole process group (JVM, Python workers)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"driver did not finish in {timeout}s: {self.output()}")
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-20:] + [e for e in self.err
+                                             if "Error" in e or "error" in e][-30:])
+
+
+def total_counts(cluster) -> dict[str, int]:
+    out = collections.Counter()
+    for node in cluster.nsqds:
+        if node.running:
+            out.update(channel_counts(node, TOPIC, CHANNEL))
+    return out
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1, mem_queue_size=0)
+def test_driver_and_nsqd_killed_mid_stream(spark, nsq_cluster, tmp_path):
+    cluster = nsq_cluster
+    http = cluster.nsqd_http_addresses
+    published: list[bytes] = []
+
+    def publish(node: int, tag: str, n: int) -> None:
+        bodies = [b"%s-%07d" % (tag.encode(), i) for i in range(n)]
+        http_mpub(http[node], TOPIC, bodies)
+        published.extend(bodies)
+
+    publish(0, "a0", 50_000)
+    publish(1, "a1", 50_000)
+    cfg = {"checkpoint": str(tmp_path / "ckpt"), "output": str(tmp_path / "out"),
+           "spool": str(tmp_path / "spool"), "workdir": str(tmp_path),
+           "lookupd": ",".join(cluster.lookupd_http_addresses),
+           "topic": TOPIC, "channel": CHANNEL, "mode": "run", "max_per_trigger": 10_000}
+    drivers: list[Driver] = []
+    try:
+        # 1. the driver runs, more is published, then SIGKILL in the middle of the stream
+        d1 = Driver(cfg)
+        drivers.append(d1)
+        d1.wait_rows(5_000, timeout=120)
+        publish(0, "b0", 10_000)
+        d1.wait_rows(30_000, timeout=120)
+        d1.kill()
+
+        # 2. restart on the same checkpoint; kill and restart nsqd 1 between two batches
+        # (a 3 s trigger interval leaves a gap of a second or more between batches)
+        d2 = Driver({**cfg, "interval": "3 seconds", "max_per_trigger": 20_000})
+        drivers.append(d2)
+        d2.wait_rows(10_000, timeout=120)
+        deadline = time.monotonic() + 60
+        quiet = 0
+        while quiet < 2:  # twice in a row, 20 ms apart: no client, nothing in flight
+            c = channel_counts(cluster.nsqds[1], TOPIC, CHANNEL)
+            quiet = quiet + 1 if c["clients"] == 0 and c["in_flight"] == 0 else 0
+            assert time.monotonic() < deadline, "no gap between batches"
+            time.sleep(0.02)
+        cluster.kill(1)
+        publish(0, "c0", 10_000)  # the query goes on with nsqd 1 gone
+        rows_at_kill = d2.rows
+        d2.wait_rows(rows_at_kill + 5_000, timeout=120)
+        cluster.restart(1)
+        publish(1, "c1", 10_000)
+        # wait until both nsqds are drained, then kill the driver once more
+        deadline = time.monotonic() + 180
+        while True:
+            c = total_counts(cluster)
+            if c["depth"] + c["in_flight"] + c["deferred"] + c["topic_depth"] == 0:
+                break
+            assert time.monotonic() < deadline, f"not drained: {c}; {d2.output()}"
+            assert d2.proc.poll() is None, d2.output()
+            time.sleep(0.2)
+        d2.kill()
+
+        # 3. a last run with Trigger.AvailableNow finishes whatever is left and exits
+        d3 = Driver({**cfg, "mode": "drain"})
+        drivers.append(d3)
+        assert d3.wait_exit(180) == 0, d3.output()
+    finally:
+        for d in drivers:
+            d.kill()
+
+    out = spark.read.parquet(str(tmp_path / "out"))
+    rows = out.select("id", "body").collect()
+    bodies = collections.Counter(bytes(r["body"]) for r in rows)
+    assert len(published) == 130_000
+    missing = set(published) - set(bodies)
+    assert not missing, f"{len(missing)} bodies lost, e.g. {sorted(missing)[:5]}"
+    deduped = out.dropDuplicates(["id"]).select("body").collect()
+    assert collections.Counter(bytes(r["body"]) for r in deduped) == \
+        collections.Counter(published)
+    print(f"rows in sink {len(rows)}, duplicates removed by id {len(rows) - len(deduped)}")
