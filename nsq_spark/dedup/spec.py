@@ -14,6 +14,11 @@ spec                                                                       build
 ``memory://bloom?capacity=1000000&error_rate=0.001``                        BloomFilter
 =========================================================================  =====================
 
+Bloom specs: ``error_rate`` is the probability that a *unique* message is reported as a
+duplicate and dropped (FINished unhandled); ``capacity`` is the number of keys at which
+that rate holds (beyond it the rate climbs). Use a Bloom filter only where losing that
+fraction of messages is acceptable.
+
 ``key`` is ``id`` (NSQ message id: redeliveries; the default) or ``body`` (digest of the
 body: publisher retries too); it becomes the deduplicator's ``key_func``. Redis URLs
 take redis-py's own query options too (``socket_timeout=...``, ``ssl_cert_reqs=...``).

@@ -64,12 +64,12 @@ def _check_window(ttl: int | None, keep_days: int | None) -> None:
 class RedisDeduplicator:
     """Exact deduplicator in Redis, shared by all consumers using the same ``prefix``.
 
-    ``client``: a ``redis.Redis`` (or ``RedisCluster``) or a ``redis://``/``rediss://`` URL.
+    ``client``: a ``redis.Redis`` or a ``redis://``/``rediss://``/``unix://`` URL.
     ``ttl``: seconds a key is remembered (``SET NX EX``), default 3600. Ignored with
     ``keep_days``.
     ``keep_days``: one Redis SET per UTC day, the last ``keep_days`` days checked (see the
-    module doc). Set names: ``{prefix}:YYYY-MM-DD`` (braces: a Cluster hash tag, all days
-    on one slot).
+    module doc). Set names: ``{prefix}:YYYY-MM-DD`` (the braces are a Redis Cluster hash
+    tag that keeps all days on one slot, as the script needs; Cluster is not tested here).
     ``prefix``: key namespace, default ``"nsq-dedup"``; with ``ttl`` a key is stored as
     ``<prefix>:<key>``. Give each topic/channel pair its own prefix.
     ``key``: ``"id"`` (default), ``"body"`` or a function of the message (``key_func``).

@@ -278,3 +278,11 @@ def test_memcached_with_a_plain_or_hash_client(memcached_server):
         assert d.check_and_set_many([b"a", b"b", b"a"]) == [False, False, True]
         assert d.check_and_set(b"b") is True
         client.close()
+
+
+def test_memcached_ttl_beyond_30_days_is_sent_as_a_timestamp(memcached_server):
+    # memcached reads expiry values above 30 days as unix times: 40 days sent as is would
+    # mean 1970, an item expired at once, and the duplicate would get through
+    d = MemcachedDeduplicator(memcached_server.address, ttl=40 * DAY, prefix=uniq())
+    assert d.check_and_set(b"long") is False
+    assert d.check_and_set(b"long") is True
