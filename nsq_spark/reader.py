@@ -549,19 +549,21 @@ class Reader:
         if slot.rdy is not None:
             cmds = self._policy.remove(address)
             self._apply(cmds)
-        # what it delivered and we did not answer: nsqd redelivers it after its timeout;
-        # our answers would be refused now (message ids belong to the connection)
+        # What it delivered and we did not answer yet: nsqd redelivers it after its
+        # msg_timeout (if it still has it: a kill -9 can lose in-flight state), and our
+        # answers would be refused now (message ids belong to the connection). Messages
+        # already received are still handed out (pull queue, running handlers): handled at
+        # least once beats dropped; their answers are counted in dropped_responses.
         lost = len(slot.outstanding)
         slot.outstanding.clear()
         slot.fins.clear()
         slot.reqs.clear()
-        if self._mode == "pull":
-            lost += self._purge_pulled(slot)
         if self._closing:
             return
         log.warning("[%s] connection to nsqd %s closed%s%s", self.name, address,
                     f": {exc}" if exc else "",
-                    f" ({lost} unanswered messages will be redelivered)" if lost else "")
+                    f" ({lost} messages were unanswered; nsqd redelivers them after their "
+                    "timeout)" if lost else "")
         if address in self._direct_keys:
             self._spawn(self._keep_connected(slot.host, slot.port))
         elif self._poller is not None:
@@ -1141,23 +1143,6 @@ class Reader:
                 slot.outstanding.pop(m.id, None)  # type: ignore[union-attr]
                 self._req_on_loop(slot, m, delay, backoff)  # type: ignore[arg-type]
         self._flush()
-
-    def _purge_pulled(self, slot: _Slot) -> int:
-        """Drop queued (not yet handed out) messages of a closed connection."""
-        with self._pull_cond:
-            if not self._pull_n:
-                return 0
-            kept: deque[list[Message]] = deque()
-            n = 0
-            for b in self._pull_q:
-                nb = [m for m in b if m._responder is not slot]
-                if nb:
-                    kept.append(nb)
-                    n += len(nb)
-            dropped = self._pull_n - n
-            self._pull_q = kept
-            self._pull_n = n
-            return dropped
 
     # ------------------------------------------------------------------------------------
     # stats

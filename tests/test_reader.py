@@ -564,7 +564,7 @@ def test_dedup_drops_duplicates_and_failed_handling_erases(nsq_cluster):
 
     async def main():
         r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
-                   max_in_flight=50, dedup=OppositeBloomFilter(1 << 16),
+                   max_in_flight=50, dedup=OppositeBloomFilter(1 << 20),
                    dedup_key=by_body_digest, max_backoff_duration=0, requeue_delay=0)
         await await_for(lambda: r.finished + r.requeued >= 401 and (b"m207", 2) in calls, 15,
                         "all answered")
@@ -572,8 +572,11 @@ def test_dedup_drops_duplicates_and_failed_handling_erases(nsq_cluster):
         return r
     r = run_async(main())
     handled = [b for b, a in calls if not (b == b"m207" and a == 1)]
-    assert sorted(handled) == sorted(sent)  # each body handled exactly once
-    assert r.duplicates == 100
+    assert set(handled) == set(sent)  # each body handled
+    # every extra delivery was either dropped as a duplicate or (the filter forgets a key
+    # when another lands in its bucket: expected ~0.08 times here) handled again
+    assert r.duplicates + (len(handled) - len(sent)) == 100
+    assert r.duplicates >= 98
     assert_drained(nsq_cluster, T, C)
 
 
