@@ -52,7 +52,8 @@ Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic
 (default topic for rows without a ``topic`` column value), ``nsqdTcpAddresses`` or
 ``lookupdHttpAddresses``, ``batchSize`` (messages per MPUB, default 1000),
 ``maxBatchBytes`` (bytes per MPUB, default 4 MiB, under nsqd's 5 MiB ``--max-body-size``),
-``retries`` (attempts per MPUB, default 5), plus the connection options.
+``retries`` (attempts per MPUB, default 5), ``publishTimeout`` (seconds to wait for
+nsqd's acknowledgements of one Arrow batch, default 60), plus the connection options.
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ class WriteOptions:
     batch_size: int
     max_batch_bytes: int
     retries: int
+    publish_timeout: float
     connection: dict[str, Any] = field(default_factory=dict)
 
 
@@ -331,5 +333,6 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         batch_size=opts.int("batchSize", 1000) or 1000,
         max_batch_bytes=opts.int("maxBatchBytes", 4 * 1024 * 1024) or 4 * 1024 * 1024,
         retries=opts.int("retries", 5) or 5,
+        publish_timeout=opts.seconds("publishTimeout", 60.0),
         connection=_connection_options(opts),
     )

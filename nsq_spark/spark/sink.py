@@ -6,7 +6,9 @@ with DPUB after that many milliseconds; null means now). Bodies are published wi
 in slices of ``batchSize`` messages / ``maxBatchBytes`` bytes, per task and topic, in row
 order. A failed MPUB is retried (``retries`` attempts with exponential backoff); MPUB is
 all-or-nothing in nsqd, but a retry after a lost acknowledgement publishes the slice
-again, so the sink is at-least-once -- as NSQ itself is.
+again, and Spark re-runs a failed task or micro-batch whole, so the sink is
+at-least-once -- as NSQ itself is. Publishes are pipelined (``Producer.mpublish_async``)
+and awaited per Arrow batch; the Producer does the retries (``max_tries``).
 """
 
 from __future__ import annotations
@@ -56,30 +58,6 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
     return sorted(found)
 
 
-def _retrying(opts: WriteOptions, fn: Any, *args: Any) -> Any:
-    import tenacity
-
-    retry = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(opts.retries),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-        retry=tenacity.retry_if_exception_type((OSError, ConnectionError, TimeoutError,
-                                                _nsq_error_type())),
-        before_sleep=lambda rs: log.warning("publish failed (attempt %d): %s; retrying",
-                                            rs.attempt_number, rs.outcome.exception()),
-        reraise=True,
-    )
-    return retry(fn, *args)
-
-
-def _nsq_error_type() -> type[BaseException]:
-    try:
-        from nsq_spark.errors import NSQError
-
-        return NSQError
-    except ImportError:  # pragma: no cover
-        return OSError
-
-
 def _column_bytes(rb: "pa.RecordBatch", name: str) -> list[bytes | None]:
     import pyarrow as pa
 
@@ -96,9 +74,11 @@ def publish_batches(opts: WriteOptions, batches: Iterator["pa.RecordBatch"],
     """Publish every row of ``batches``; returns the counts."""
     from nsq_spark.producer import Producer
 
-    factory = producer_factory or (lambda: Producer(nsqd_addresses(opts), **opts.connection))
+    factory = producer_factory or (lambda: Producer(
+        nsqd_addresses(opts), max_tries=opts.retries, **opts.connection))
     producer = None
     commit = PublishCommit(0, 0, 0)
+    pending: list[Any] = []
     try:
         for rb in batches:
             if rb.num_rows == 0:
@@ -125,19 +105,34 @@ def publish_batches(opts: WriteOptions, batches: Iterator["pa.RecordBatch"],
                                          "is not set: set .option('topic', ...) or fill the "
                                          "topic column")
                 if defers is not None and defers[i] is not None:
-                    _retrying(opts, producer.publish, topic, body, int(defers[i]))
+                    pending.append(producer.publish_async(topic, body, int(defers[i])))
                     commit.deferred += 1
                     continue
                 groups.setdefault(topic, []).append(body)
             for topic, group in groups.items():
                 for piece in _slices(group, opts.batch_size, opts.max_batch_bytes):
-                    _retrying(opts, producer.mpublish, topic, piece)
+                    # pipelined: the next MPUB goes out before this one is acknowledged
+                    pending.append(producer.mpublish_async(topic, piece))
                     commit.mpubs += 1
+            _wait_all(pending, timeout=opts.publish_timeout)
+            pending.clear()
             commit.messages += rb.num_rows
     finally:
         if producer is not None:
             producer.close()
     return commit
+
+
+def _wait_all(futures: list[Any], timeout: float) -> None:
+    """Wait for every publish; raise the first failure (after the Producer's retries)."""
+    import concurrent.futures
+
+    done, not_done = concurrent.futures.wait(futures, timeout=timeout)
+    if not_done:
+        raise TimeoutError(f"{len(not_done)} publishes were not acknowledged by nsqd within "
+                           f"{timeout:.0f}s")
+    for f in futures:
+        f.result()
 
 
 def _slices(bodies: list[bytes], max_count: int, max_bytes: int) -> Iterator[list[bytes]]:
