@@ -68,6 +68,7 @@ messages came through a spool.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import fcntl
 import hashlib
@@ -145,39 +146,49 @@ def decode_records(buf: bytes | memoryview, base: int = 0, limit: int | None = N
     ``need`` -- or, with ``eof=True`` (the buffer reaches the end of the file), as a
     truncated tail in ``error``. A bad length or checksum is an ``error`` at ``end``.
     """
-    mv = memoryview(buf)
-    n = len(mv)
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
+    mv = memoryview(buf)         # checksums without copies; bodies are sliced from bytes
+    n = len(buf)
     pos = 0
     out: list[tuple[str, bytes, int | None, int]] = []
     hdr = _HDR.unpack_from
     pay = _PAY.unpack_from
     crc = zlib.crc32
-    while pos < n and (limit is None or len(out) < limit):
-        if n - pos < _HDR.size:
+    hsize, psize = _HDR.size, _PAY.size
+    topics: dict[bytes, str] = {}
+    todo = n if limit is None else limit
+    while pos < n and todo > 0:
+        if n - pos < hsize:
             if eof:
                 return Decoded(out, base + pos, 0,
-                               f"truncated record header ({n - pos} of {_HDR.size} bytes)")
-            return Decoded(out, base + pos, _HDR.size)
-        length, checksum = hdr(mv, pos)
-        if length < _PAY.size or length > _MAX_PAYLOAD:
+                               f"truncated record header ({n - pos} of {hsize} bytes)")
+            return Decoded(out, base + pos, hsize)
+        length, checksum = hdr(buf, pos)
+        if length < psize or length > _MAX_PAYLOAD:
             return Decoded(out, base + pos, 0, f"impossible record length {length}")
-        stop = pos + _HDR.size + length
+        start = pos + hsize
+        stop = start + length
         if stop > n:
             if eof:
                 return Decoded(out, base + pos, 0,
-                               f"truncated record ({n - pos} of {_HDR.size + length} bytes)")
-            return Decoded(out, base + pos, _HDR.size + length)
-        payload = mv[pos + _HDR.size:stop]
-        if crc(payload) != checksum:
+                               f"truncated record ({n - pos} of {hsize + length} bytes)")
+            return Decoded(out, base + pos, hsize + length)
+        if crc(mv[start:stop]) != checksum:
             return Decoded(out, base + pos, 0, "checksum mismatch")
-        flags, tlen, defer = pay(payload, 0)
-        t_end = _PAY.size + tlen
-        if t_end > length:
+        flags, tlen, defer = pay(buf, start)
+        t_start = start + psize
+        t_end = t_start + tlen
+        if t_end > stop:
             return Decoded(out, base + pos, 0, "topic length beyond the record")
-        topic = bytes(payload[_PAY.size:t_end]).decode("ascii", "replace")
-        out.append((topic, bytes(payload[t_end:]), defer if flags & _FLAG_DEFER else None,
+        tb = buf[t_start:t_end]
+        topic = topics.get(tb)
+        if topic is None:
+            topic = topics[tb] = tb.decode("ascii", "replace")
+        out.append((topic, buf[t_end:stop], defer if flags & _FLAG_DEFER else None,
                     base + stop))
         pos = stop
+        todo -= 1
     return Decoded(out, base + pos)
 
 
@@ -518,7 +529,7 @@ class SegmentStore:
     def sync(self) -> None:
         """Sync every owned segment now (the interval policy calls this)."""
         with self._lock:
-            if not self._dirty:
+            if not self._dirty or self._closed:   # close() did the final sync
                 return
             self._dirty = False
             for seg in self._segments:
@@ -671,19 +682,33 @@ class SegmentStore:
             except Exception:  # a user callback must not stop the drain
                 log.exception("spool on_corrupt callback failed")
 
-    def next_batch(self, max_messages: int = 1000, max_bytes: int = 1 << 20) -> Batch | None:
+    def next_batch(self, max_messages: int = 1000, max_bytes: int = 1 << 20,
+                   after: Batch | None = None) -> Batch | None:
         """The next unacknowledged records of the oldest owned segment that has any:
         consecutive records of one topic (a deferred record travels alone). None when
-        everything owned is acknowledged. Fully acknowledged segments are retired."""
+        everything owned is acknowledged. Fully acknowledged segments are retired.
+
+        ``after``: a batch sent but not yet acknowledged -- read what follows it (to
+        prepare the next batch during the round trip)."""
         while True:
             with self._lock:
-                self._retire_done()
-                seg = next((s for s in self._segments if s.acked < s.size), None)
+                if after is None:
+                    self._retire_done()
+                    seg = next((s for s in self._segments if s.acked < s.size), None)
+                    start = seg.acked if seg is not None else 0
+                else:
+                    cur = after.segment
+                    if cur.fd >= 0 and after.end < cur.size:
+                        seg, start = cur, after.end
+                    else:
+                        seg = next((s for s in self._segments
+                                    if s is not cur and s.acked < s.size), None)
+                        start = seg.acked if seg is not None else 0
                 if seg is None:
                     return None
-                start, size, fd = seg.acked, seg.size, seg.fd
+                size, fd = seg.size, seg.fd
             batch = self._read_batch(seg, fd, start, size, max_messages, max_bytes)
-            if batch is not None:
+            if batch is not None or after is not None:
                 return batch
 
     def _read_batch(self, seg: _Segment, fd: int, start: int, size: int,
@@ -1084,26 +1109,58 @@ class SpoolingProducer:
             reraise=True,
         )
         next_scan = time.monotonic() + self.rescan_interval
+        batch: Batch | None = None
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_scan:
                 self._store.claim_orphans()
                 next_scan = now + self.rescan_interval
-            batch = self._store.next_batch(self.batch_size, self.batch_bytes)
+            if batch is None:
+                batch = self._store.next_batch(self.batch_size, self.batch_bytes)
             if batch is None:
                 self._wake.wait(max(0.0, next_scan - time.monotonic()))
                 self._wake.clear()
                 continue
+            nxt = None
             try:
-                retrying(self._send_batch, batch)
-            except Exception as exc:
-                if self._stop.is_set():
-                    return
-                # permanent: find the culprit(s) one by one, keep the rest flowing
-                self._send_singly(batch, retrying, exc)
-                continue
+                fut = self._start_send(batch)
+                if fut is not None:
+                    # read the next batch while this one is on the wire: one batch is
+                    # still sent at a time, so a crash duplicates at most one batch
+                    nxt = self._store.next_batch(self.batch_size, self.batch_bytes, after=batch)
+                    while not fut.done():
+                        if self._stop.is_set():
+                            return   # unacknowledged: sent again later (maybe twice)
+                        concurrent.futures.wait([fut], timeout=0.1)
+                    fut.result()
+            except Exception:
+                nxt = None
+                try:
+                    retrying(self._send_batch, batch)
+                except Exception as exc:
+                    if self._stop.is_set():
+                        return
+                    # permanent: find the culprit(s) one by one, keep the rest flowing
+                    self._send_singly(batch, retrying, exc)
+                    batch = None
+                    continue
             self.last_error = None
             self._store.ack(batch)
+            batch = nxt
+
+    def _start_send(self, batch: Batch) -> "concurrent.futures.Future[Any] | None":
+        """Send without waiting when the producer can (``mpublish_async``); else send
+        synchronously and return None."""
+        if self._producer is None:
+            self._producer = self._factory()
+        p = self._producer
+        if batch.defer_ms is None and len(batch.bodies) > 1 and hasattr(p, "mpublish_async"):
+            bodies = batch.bodies
+            if self.message_id_digest:
+                bodies = [wrap_envelope(b) for b in bodies]
+            return p.mpublish_async(batch.topic, bodies)
+        self._send_batch(batch)
+        return None
 
     def _send_batch(self, batch: Batch) -> None:
         if self._producer is None:

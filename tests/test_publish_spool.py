@@ -385,19 +385,45 @@ class FakeProducer:
         self.sink.closed += 1
 
 
+class AsyncFakeProducer(FakeProducer):
+    """With the Producer's ``mpublish_async`` (a concurrent.futures.Future)."""
+
+    def mpublish_async(self, topic, bodies):
+        import concurrent.futures
+
+        fut = concurrent.futures.Future()
+
+        def later():
+            time.sleep(0.001)
+            try:
+                self.mpublish(topic, bodies)
+            except Exception as exc:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(b"OK")
+
+        threading.Thread(target=later).start()
+        return fut
+
+
 class Sink:
-    def __init__(self):
+    def __init__(self, cls=FakeProducer):
+        self.cls = cls
         self.got = []
         self.down = threading.Event()
         self.mpubs = 0
         self.closed = 0
 
     def factory(self):
-        return FakeProducer(self)
+        return self.cls(self)
 
 
-def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path):
-    sink = Sink()
+@pytest.fixture(params=[FakeProducer, AsyncFakeProducer], ids=["sync", "async"])
+def sink(request):
+    return Sink(request.param)
+
+
+def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path, sink):
     with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
                           batch_size=50) as p:
         for i in range(120):
@@ -413,8 +439,7 @@ def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path):
     assert segs(tmp_path) == []
 
 
-def test_spooling_producer_keeps_messages_while_nsqd_is_down(tmp_path):
-    sink = Sink()
+def test_spooling_producer_keeps_messages_while_nsqd_is_down(tmp_path, sink):
     sink.down.set()
     p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.05)
     p.mpublish("t", [b"%d" % i for i in range(100)])
@@ -443,8 +468,7 @@ def test_close_leaves_unsent_messages_for_the_next_start(tmp_path):
     assert segs(tmp_path) == []
 
 
-def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path):
-    sink = Sink()
+def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, sink):
     rejected = []
     with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
                           on_rejected=lambda t, b, e: rejected.append((t, b, e.code))) as p:
@@ -460,8 +484,7 @@ def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path):
     assert [r[1] for r in read_segment(dead).records] == [b"badPOISON", b"alsoPOISON"]
 
 
-def test_message_id_digest_envelope_on_the_wire(tmp_path):
-    sink = Sink()
+def test_message_id_digest_envelope_on_the_wire(tmp_path, sink):
     with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
                           message_id_digest=True) as p:
         p.mpublish("t", [b"x", b"y"])
