@@ -255,7 +255,6 @@ class Connection:
                                "running and listening there?") from exc
         self._stream = stream
         stream.set_nodelay(True)
-        stream.read_chunk_size = max(stream.read_chunk_size, min(cfg.read_size, 1 << 20))
         try:
             await self._handshake()
         except BaseException as exc:
@@ -387,8 +386,6 @@ class Connection:
         except (ssl.SSLError, StreamClosedError, OSError) as exc:
             raise self._translate(exc, "during the TLS handshake") from exc
         self._stream.set_nodelay(True)
-        self._stream.read_chunk_size = max(self._stream.read_chunk_size,
-                                           min(cfg.read_size, 1 << 20))
 
     async def _expect_ok(self, what: str) -> None:
         ftype, data = await self._read_handshake_frame()
@@ -439,7 +436,11 @@ class Connection:
         assert stream is not None and self._aloop is not None
         time_ = self._aloop.time
         feed = self._decoder.feed
-        read_size = self.config.read_size
+        # tornado's read_bytes allocates a fresh zeroed buffer of read_chunk_size per socket
+        # read; read_into fills one preallocated buffer instead, and one copy makes the bytes
+        rbuf = bytearray(self.config.read_size)
+        rview = memoryview(rbuf)
+        read_into = stream.read_into
         exc: BaseException | None = None
         try:
             if self._early:
@@ -447,7 +448,8 @@ class Connection:
                 self._early.clear()
                 self._handle_frames(others)
             while True:
-                data = await stream.read_bytes(read_size, partial=True)
+                n = await read_into(rbuf, partial=True)
+                data = rview[:n].tobytes()
                 self.last_recv = now = time_()
                 codec = self._codec
                 if codec is not None:

@@ -474,8 +474,7 @@ class Producer:
         for addr in self.nsqd_tcp_addresses:
             if addr not in self._conns and addr not in self._connecting \
                     and self._down_until.get(addr, 0) <= now:
-                fut = asyncio.ensure_future(self._connect(addr))
-                fut.add_done_callback(lambda f: f.exception())  # failures are recorded
+                asyncio.ensure_future(self._connect(addr)).add_done_callback(_retrieve)
 
     async def _get_connection(self) -> Connection:
         conn = self._pick()
@@ -487,8 +486,13 @@ class Producer:
         candidates = [a for a in self.nsqd_tcp_addresses if self._down_until.get(a, 0) <= now] \
             or list(self.nsqd_tcp_addresses)
         tasks = [asyncio.ensure_future(self._connect(a)) for a in candidates]
+        for t in tasks:
+            t.add_done_callback(_retrieve)  # late failures are recorded, not warned about
         errors: list[BaseException] = []
-        for fut in asyncio.as_completed(tasks):
+        # connect to all at once; failover takes them in the configured order, round-robin
+        # whichever answers first
+        order = tasks if self.strategy == "failover" else asyncio.as_completed(tasks)
+        for fut in order:
             try:
                 return await fut
             except Exception as exc:  # noqa: BLE001 - collected, reported together
@@ -686,6 +690,11 @@ class Producer:
             await self.aclose()
         else:
             await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _http_error(addr: str, code: int, body: bytes) -> NSQError:

@@ -190,6 +190,22 @@ def dpub(topic: str, defer_ms: int, body: bytes, max_size: int | None = None) ->
     return (b"DPUB " + _topic(topic) + b" %d\n" % defer_ms + _UINT32.pack(n) + bytes(body))
 
 
+_PACKED_LEN: dict[int, bytes] = {}  # body length -> its 4-byte prefix (MPUB hot path)
+
+
+def _packed_lens(lens: list[int]) -> list[bytes]:
+    cache = _PACKED_LEN
+    try:
+        return list(map(cache.__getitem__, lens))
+    except KeyError:
+        if len(cache) > 65536:
+            cache.clear()
+        for n in lens:
+            if n not in cache:
+                cache[n] = _UINT32.pack(n)
+        return list(map(cache.__getitem__, lens))
+
+
 def mpub(topic: str, bodies: Iterable[bytes], max_size: int | None = None) -> bytes:
     """MPUB several messages in one command (atomically stored by nsqd)."""
     t = _topic(topic)
@@ -200,22 +216,26 @@ def mpub(topic: str, bodies: Iterable[bytes], max_size: int | None = None) -> by
         raise InvalidBodyError("mpublish needs at least one message body")
     try:
         lens = list(map(len, bodies))
-    except TypeError:
-        lens = []
-    if len(lens) != count or not all(lens) or (max_size is not None and max(lens) > max_size) \
-            or not all(type(b) is bytes for b in bodies):
-        # slow path: find the offending body and name it (also converts bytearray/memoryview)
-        bodies = list(bodies)
+        ok = all(lens) and (max_size is None or max(lens) <= max_size)
+        if ok:
+            first = lens[0]
+            if lens.count(first) == count:
+                # all the same length: the length prefix is a join separator
+                prefix = _UINT32.pack(first)
+                payload = prefix + prefix.join(bodies)
+            else:
+                parts: list[Any] = [b""] * (2 * count)
+                parts[0::2] = _packed_lens(lens)
+                parts[1::2] = bodies
+                payload = b"".join(parts)
+    except TypeError:  # a body that is not bytes-like
+        ok = False
+    if not ok:
+        # find the offending body and name it
         for i, b in enumerate(bodies):
             _check_body(b, max_size, f"message body #{i}")
-            if type(b) is not bytes:
-                bodies[i] = bytes(b)
-        lens = list(map(len, bodies))
-    parts: list[bytes] = [b""] * (2 * count)
-    parts[0::2] = map(_UINT32.pack, lens)
-    parts[1::2] = bodies
-    header = b"MPUB " + t + b"\n" + _TWO_UINT32.pack(sum(lens) + 4 * count + 4, count)
-    return header + b"".join(parts)
+        raise InvalidBodyError("invalid message bodies")  # pragma: no cover
+    return (b"MPUB " + t + b"\n" + _TWO_UINT32.pack(len(payload) + 4, count)) + payload
 
 
 def rdy(count: int) -> bytes:
