@@ -174,6 +174,33 @@ if redis.call('DEL', KEYS[2]) == 1 then return 0 end
 return 1 - added
 """
 
+# Batches: KEYS = filter, then one erase mark per key; ARGV = k, then k positions per key.
+_LUA_BITS_MANY = """
+local k = tonumber(ARGV[1])
+local out = {}
+for j = 1, #KEYS - 1 do
+  local seen = 1
+  local base = 1 + (j - 1) * k
+  for i = 1, k do
+    if redis.call('SETBIT', KEYS[1], ARGV[base + i], 1) == 0 then seen = 0 end
+  end
+  if redis.call('DEL', KEYS[j + 1]) == 1 then seen = 0 end
+  out[j] = seen
+end
+return out
+"""
+
+# KEYS = filter, then one erase mark per key; ARGV = the items.
+_LUA_MODULE_MANY = """
+local out = {}
+for j = 1, #ARGV do
+  local seen = 1 - redis.call('BF.ADD', KEYS[1], ARGV[j])
+  if redis.call('DEL', KEYS[j + 1]) == 1 then seen = 0 end
+  out[j] = seen
+end
+return out
+"""
+
 
 class RedisBloomFilter:
     """A Bloom filter in Redis, shared by every consumer that uses the same ``name``.
@@ -220,6 +247,9 @@ class RedisBloomFilter:
                                " load it (loadmodule redisbloom.so, or Redis 8+) or pass "
                                "module='auto'/False to use the bit-array fallback")
         self.uses_module = bool(module)
+        from .stores import _is_cluster
+        self._many_script = None if _is_cluster(client) else client.register_script(
+            _LUA_MODULE_MANY if self.uses_module else _LUA_BITS_MANY)
         if self.uses_module:
             self._script = client.register_script(_LUA_MODULE)
             self._reserve()
@@ -284,7 +314,22 @@ class RedisBloomFilter:
         return self._script(keys=keys, args=args) == 1
 
     def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
-        """A batch in one pipelined round trip (each key still atomic on its own)."""
+        """A batch in one round trip and one server-side script (each key atomic; a key
+        repeated in the batch is a duplicate the second time)."""
+        if self._many_script is not None:
+            ks = [key_bytes(k) for k in keys]
+            if not ks:
+                return []
+            marks = [self._erased_prefix + k for k in ks]
+            if self.uses_module:
+                res = self._many_script(keys=[self._key, *marks], args=ks)
+            else:
+                args: list[int] = [self.hashes]
+                bits, hashes = self.bits, self.hashes
+                for k in ks:
+                    args += _positions(k, bits, hashes)
+                res = self._many_script(keys=[self._key, *marks], args=args)
+            return [r == 1 for r in res]
         pipe = self.client.pipeline(transaction=False)
         n = 0
         for k in keys:

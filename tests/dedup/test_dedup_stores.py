@@ -66,9 +66,11 @@ def test_exact_check_and_set_and_erase(kind, redis_server, memcached_server):
 
 
 @pytest.mark.parametrize("window", [{"ttl": 60}, {"keep_days": 2}])
-@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("kind", [*STORES, "redis-pipeline"])
 def test_batch_in_order_with_repeats(kind, window, redis_server, memcached_server):
-    d = make_store(kind, redis_server, memcached_server, **window)
+    d = make_store(kind.split("-")[0], redis_server, memcached_server, **window)
+    if kind == "redis-pipeline":
+        d._many_script = None  # the pipelined path (what a Redis Cluster client gets)
     batch = [b"a", b"b", b"a", b"c", b"b"]
     assert d.check_and_set_many(batch) == [False, False, True, False, True]
     assert d.check_and_set_many(batch) == [True] * 5
@@ -204,6 +206,11 @@ def test_redis_bloom_fallback_bit_array(redis_server, rclient):
     assert f.check_and_set(b"r000001") is True
     f.erase_many([b"r000002", b"r000003"])
     assert f.check_and_set_many([b"r000002", b"r000003", b"r000002"]) == [False, False, True]
+    f._many_script = None  # the pipelined path (what a Redis Cluster client gets)
+    f.erase(b"r000004")
+    assert f.check_and_set_many([b"r000004", b"r000004", b"r000005"]) == [False, True, True]
+    fresh = next(k for k in (b"fresh-%d" % i for i in range(100)) if k not in f)
+    assert f.check_and_set_many([fresh, fresh]) == [False, True]
 
 
 def test_redis_bloom_same_bits_as_in_process(redis_server):
