@@ -1,0 +1,234 @@
+"""Consumer throughput: pynsq's Reader, go-nsq, and nsq_spark's Reader, same nsqd, same run.
+
+One nsqd (v1.3.0, loopback) gets N messages of 100 bytes, queued in memory, copied into
+one channel per consumer (channels are created before the publish, so each holds all N).
+Each consumer then drains its channel in a fresh process with ``max_in_flight=2500``; the
+clock runs from before the consumer connects until its N-th message was handled:
+
+* ``pynsq``       pynsq's Reader, handler returns True, ``nsq.run()``
+* ``go-nsq``      bench/go_consumer (go-nsq v1.1.0, no-op handler), built into bench/out/
+* ``msg``         nsq_spark Reader, per-message handler returning True
+* ``batch``       nsq_spark Reader, batch handler (list of messages)
+* ``pull``        nsq_spark pull API: ``get_batch`` + bulk ``finish`` from the main thread
+
+Peak RSS of the nsq_spark consumers is measured too (``ru_maxrss`` of the child), and
+``--rss`` repeats the batch and pull consumers on 10x as many messages to show that it
+stays flat.
+
+    flock /tmp/nsq-spark-bench.lock python -m bench.bench_consume [--n 200000] [--rss]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GO_DIR = ROOT / "bench" / "go_consumer"
+GO_BIN = ROOT / "bench" / "out" / "go_consumer"
+MAX_IN_FLIGHT = 2500
+BODY = b"x" * 100
+
+
+def _maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ---------------------------------------------------------------------------------------
+# children: one consumer each, in its own process; print one JSON line
+
+
+def child_pynsq(addr: str, topic: str, channel: str, n: int) -> dict:
+    import nsq  # pynsq
+    import tornado.ioloop
+
+    count = [0]
+    t0 = time.perf_counter()
+    done = [0.0]
+
+    def handler(m):
+        count[0] += 1
+        if count[0] == n:
+            done[0] = time.perf_counter()
+            tornado.ioloop.IOLoop.current().stop()
+        return True
+
+    nsq.Reader(topic=topic, channel=channel, message_handler=handler,
+               nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT)
+    nsq.run()
+    return {"messages": count[0], "seconds": done[0] - t0}
+
+
+def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
+    from nsq_spark import Reader
+
+    t0 = time.perf_counter()
+    if kind == "pull":
+        r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT)
+        count = 0
+        while count < n:
+            batch = r.get_batch(max_messages=5000, timeout=10.0)
+            if not batch:
+                break
+            count += len(batch)
+            r.finish(batch)
+        dt = time.perf_counter() - t0
+        r.close()
+        return {"messages": count, "seconds": dt}
+
+    async def main() -> dict:
+        done = asyncio.Event()
+        count = [0]
+
+        def handler(m):
+            count[0] += 1
+            if count[0] == n:
+                done.set()
+            return True
+
+        def batch_handler(msgs):
+            count[0] += len(msgs)
+            if count[0] >= n:
+                done.set()
+            return True
+
+        kw = {"message_handler": handler} if kind == "msg" else {"batch_handler": batch_handler}
+        r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT, **kw)
+        try:
+            await asyncio.wait_for(done.wait(), 300)
+        finally:
+            dt = time.perf_counter() - t0
+            await r.aclose()
+        return {"messages": count[0], "seconds": dt}
+
+    return asyncio.run(main())
+
+
+def child_main(argv: list[str]) -> None:
+    kind, addr, topic, channel, n = argv[0], argv[1], argv[2], argv[3], int(argv[4])
+    if kind == "pynsq":
+        res = child_pynsq(addr, topic, channel, n)
+    else:
+        res = child_ours(kind, addr, topic, channel, n)
+    res["msg_per_s"] = res["messages"] / res["seconds"] if res["seconds"] else 0.0
+    res["maxrss_mb"] = _maxrss_mb()
+    print(json.dumps(res), flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# parent
+
+
+def _post(url: str, data: bytes = b"") -> None:
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, method="POST"),
+                                timeout=60) as resp:
+        resp.read()
+
+
+def publish(http: str, topic: str, n: int, chunk: int = 10000) -> None:
+    payload_one = len(BODY).to_bytes(4, "big") + BODY
+    full = chunk.to_bytes(4, "big") + payload_one * chunk
+    sent = 0
+    while sent < n:
+        k = min(chunk, n - sent)
+        data = full if k == chunk else k.to_bytes(4, "big") + payload_one * k
+        _post(f"http://{http}/mpub?topic={topic}&binary=true", data)
+        sent += k
+
+
+def go_binary() -> str | None:
+    if GO_BIN.exists():
+        return str(GO_BIN)
+    go = shutil.which("go")
+    if go is None:
+        return None
+    GO_BIN.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([go, "build", "-o", str(GO_BIN), "."], cwd=GO_DIR, check=True)
+    return str(GO_BIN)
+
+
+def run_child(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
+    if kind == "go-nsq":
+        binary = go_binary()
+        if binary is None:
+            return {"error": "go toolchain not found"}
+        cmd = [binary, "-nsqd", addr, "-topic", topic, "-channel", channel, "-n", str(n),
+               "-max-in-flight", str(MAX_IN_FLIGHT)]
+    else:
+        cmd = [sys.executable, "-m", "bench.bench_consume", "--child", kind, addr, topic,
+               channel, str(n)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"error": (out.stderr or out.stdout)[-500:]}
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200_000, help="messages per consumer")
+    ap.add_argument("--kinds", default="pynsq,go-nsq,msg,batch,pull")
+    ap.add_argument("--rss", action="store_true",
+                    help="also run batch and pull on 10x the messages (peak RSS)")
+    ap.add_argument("--child", nargs=5, metavar=("KIND", "ADDR", "TOPIC", "CHANNEL", "N"),
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child_main(args.child)
+        return
+
+    sys.path.insert(0, str(ROOT))
+    from nsq_spark.testing import NSQCluster
+
+    kinds = [k for k in args.kinds.split(",") if k]
+    runs: list[tuple[str, int]] = [(k, args.n) for k in kinds]
+    if args.rss:
+        runs += [("batch", args.n * 10), ("pull", args.n * 10)]
+    results = []
+    total = sum(n for _, n in runs)
+    # everything in memory: no disk queue in the measurement
+    with NSQCluster(nsqd=1, lookupd=0, mem_queue_size=max(total, 10000) + 10) as cluster:
+        http, addr = cluster.nsqd_http_addresses[0], cluster.nsqd_tcp_addresses[0]
+        for i, (kind, n) in enumerate(runs):
+            topic = f"bench{i}"
+            _post(f"http://{http}/topic/create?topic={topic}")
+            _post(f"http://{http}/channel/create?topic={topic}&channel=c")
+            t0 = time.perf_counter()
+            publish(http, topic, n)
+            pub_s = time.perf_counter() - t0
+            res = run_child(kind, addr, topic, "c", n)
+            res.update(kind=kind, n=n, publish_s=round(pub_s, 2))
+            # the channel must be empty: every message was consumed and finished
+            stats = json.loads(urllib.request.urlopen(
+                f"http://{http}/stats?format=json&topic={topic}", timeout=10).read())
+            ch = stats["topics"][0]["channels"][0]
+            res["left_in_channel"] = ch["depth"] + ch["in_flight_count"]
+            results.append(res)
+            print(json.dumps(res), flush=True)
+            # free nsqd's memory before the next run
+            _post(f"http://{http}/topic/delete?topic={topic}")
+
+    print()
+    print(f"{'consumer':<10} {'messages':>9} {'msg/s':>10} {'seconds':>8} {'peak RSS MB':>12}")
+    for r in results:
+        if "error" in r:
+            print(f"{r['kind']:<10} error: {r['error'][:200]}")
+            continue
+        rss = f"{r['maxrss_mb']:.0f}" if "maxrss_mb" in r else "-"
+        print(f"{r['kind']:<10} {r['messages']:>9} {r['msg_per_s']:>10,.0f} "
+              f"{r['seconds']:>8.2f} {rss:>12}")
+    print(f"\n(python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nsqd v1.3.0 loopback, "
+          f"max_in_flight {MAX_IN_FLIGHT}, {len(BODY)}-byte bodies)")
+
+
+if __name__ == "__main__":
+    main()
