@@ -320,16 +320,20 @@ class RedisBloomFilter:
             ks = [key_bytes(k) for k in keys]
             if not ks:
                 return []
-            marks = [self._erased_prefix + k for k in ks]
-            if self.uses_module:
-                res = self._many_script(keys=[self._key, *marks], args=ks)
-            else:
-                args: list[int] = [self.hashes]
-                bits, hashes = self.bits, self.hashes
-                for k in ks:
-                    args += _positions(k, bits, hashes)
-                res = self._many_script(keys=[self._key, *marks], args=args)
-            return [r == 1 for r in res]
+            out: list[bool] = []
+            bits, hashes = self.bits, self.hashes
+            for i in range(0, len(ks), 2000):  # keep each script run short
+                part = ks[i:i + 2000]
+                marks = [self._erased_prefix + k for k in part]
+                if self.uses_module:
+                    res = self._many_script(keys=[self._key, *marks], args=part)
+                else:
+                    args: list[int] = [hashes]
+                    for k in part:
+                        args += _positions(k, bits, hashes)
+                    res = self._many_script(keys=[self._key, *marks], args=args)
+                out += [r == 1 for r in res]
+            return out
         pipe = self.client.pipeline(transaction=False)
         n = 0
         for k in keys:

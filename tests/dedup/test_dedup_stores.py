@@ -293,3 +293,12 @@ def test_memcached_ttl_beyond_30_days_is_sent_as_a_timestamp(memcached_server):
     d = MemcachedDeduplicator(memcached_server.address, ttl=40 * DAY, prefix=uniq())
     assert d.check_and_set(b"long") is False
     assert d.check_and_set(b"long") is True
+
+
+@pytest.mark.parametrize("window", [{"ttl": 60}, {"keep_days": 2}])
+def test_redis_batches_larger_than_one_script_run(window, redis_server):
+    d = make_store("redis", redis_server, None, **window)
+    ks = [b"L%06d" % i for i in range(12_000)]
+    first = d.check_and_set_many(ks + ks[:3])
+    assert first == [False] * 12_000 + [True] * 3
+    assert d.check_and_set_many(ks[-5:]) == [True] * 5
