@@ -1057,8 +1057,25 @@ class SpoolingProducer:
         return self._store.wait_empty(timeout)
 
     @property
-    def stats(self) -> SpoolStats:
+    def spool_stats(self) -> SpoolStats:
+        """The spool's counters (live object)."""
         return self._store.stats
+
+    def stats(self) -> dict[str, Any]:
+        """Counters as a dict, like ``Producer.stats()``, plus the spool's."""
+        st = self._store.stats
+        out: dict[str, Any] = {
+            "spool_dir": str(self.spool_dir), "appended": st.appended, "acked": st.acked,
+            "rejected": st.rejected, "pending_bytes": self._store.pending(),
+            "bytes_on_disk": self._store.bytes_on_disk, "orphans_claimed": st.orphans_claimed,
+            "segments_deleted": st.segments_deleted, "fsyncs": st.fsyncs,
+            "corrupt_segments": [str(c) for c in st.corrupt_segments],
+            "last_error": str(self.last_error) if self.last_error else None,
+        }
+        p = self._producer
+        if p is not None and callable(getattr(p, "stats", None)):
+            out["producer"] = p.stats()
+        return out
 
     def pending_bytes(self) -> int:
         """Spooled bytes this producer holds that nsqd has not acknowledged."""
@@ -1133,7 +1150,8 @@ class SpoolingProducer:
                             return   # unacknowledged: sent again later (maybe twice)
                         concurrent.futures.wait([fut], timeout=0.1)
                     fut.result()
-            except Exception:
+            except Exception as first:
+                self.last_error = first
                 nxt = None
                 try:
                     retrying(self._send_batch, batch)

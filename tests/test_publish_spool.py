@@ -463,7 +463,7 @@ def test_close_leaves_unsent_messages_for_the_next_start(tmp_path):
     sink.down.clear()
     with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p2:
         assert p2.flush(5)
-        assert p2.stats.orphans_claimed == 1
+        assert p2.spool_stats.orphans_claimed == 1
     assert [b for _, b, _ in sink.got] == [b"a", b"b"]
     assert segs(tmp_path) == []
 
@@ -476,7 +476,7 @@ def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, si
         p.publish("t", b"alsoPOISON")
         p.publish("t", b"ok3")
         assert p.flush(5)
-        assert p.stats.rejected == 2
+        assert p.spool_stats.rejected == 2
     assert [b for _, b, _ in sink.got] == [b"ok1", b"ok2", b"ok3"]
     assert rejected == [("t", b"badPOISON", "E_BAD_MESSAGE"), ("t", b"alsoPOISON",
                                                                 "E_BAD_MESSAGE")]
@@ -506,7 +506,7 @@ def test_bad_input_is_refused_before_spooling(tmp_path):
             p.publish("t", 12)
         with pytest.raises(ValueError, match="defer_ms"):
             p.publish("t", b"x", defer_ms=-1)
-        assert p.stats.appended == 0
+        assert p.spool_stats.appended == 0
     with pytest.raises(ValueError, match="nsqd_tcp_addresses"):
         SpoolingProducer(spool_dir=tmp_path)
 
@@ -591,3 +591,12 @@ def test_any_sequence_of_appends_sends_and_restarts_delivers_each_message_once(
     st.close()
     assert sorted(delivered) == sorted(appended)     # none lost, none twice
     assert not list(d.glob("*.seg")) and not list(d.glob("*.ack"))
+
+
+def test_stats_dict_like_the_producer(tmp_path, sink):
+    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
+        p.mpublish("t", [b"a", b"b", b"c"])
+        assert p.flush(5)
+        st = p.stats()
+        assert st["appended"] == st["acked"] == 3 and st["pending_bytes"] == 0
+        assert st["spool_dir"] == str(tmp_path) and st["last_error"] is None

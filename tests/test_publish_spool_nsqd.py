@@ -106,7 +106,7 @@ CHILD = textwrap.dedent("""
         p.mpublish(topic, [b"m%06d" % j for j in range(i, min(i + chunk, end))])
         print(min(i + chunk, end) - 1, flush=True)
     ok = p.flush(60)
-    print("done", json.dumps({"ok": ok, "claimed": p.stats.orphans_claimed}), flush=True)
+    print("done", json.dumps({"ok": ok, "claimed": p.spool_stats.orphans_claimed}), flush=True)
     if len(sys.argv) > 8:
         time.sleep(600)   # hold the spool (and its locks) until killed
     p.close()
@@ -187,7 +187,7 @@ def test_shared_spool_dir_segments_of_a_killed_process_go_to_the_survivor(nsq_cl
             b.mpublish(TOPIC, [b"b%06d" % i for i in range(500)])
             assert b.flush(20)
             time.sleep(0.5)            # several rescans while A is alive and holds its locks
-            assert b.stats.orphans_claimed == 0
+            assert b.spool_stats.orphans_claimed == 0
             assert channel_count(nsq_cluster) == 500
             a.send_signal(signal.SIGKILL)
             a.wait(10)
@@ -195,7 +195,7 @@ def test_shared_spool_dir_segments_of_a_killed_process_go_to_the_survivor(nsq_cl
             while channel_count(nsq_cluster) < 1500 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert b.flush(20)
-            assert b.stats.orphans_claimed >= 1
+            assert b.spool_stats.orphans_claimed >= 1
     finally:
         a.kill()
         a.wait()
