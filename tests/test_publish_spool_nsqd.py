@@ -279,3 +279,40 @@ def test_message_id_envelope_reaches_the_consumer(nsq_cluster, tmp_path):
     import hashlib
 
     assert hashlib.blake2b(b"same", digest_size=16).digest() in keys
+
+
+@pytest.mark.slow
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cluster,
+                                                                          tmp_path):
+    import threading
+
+    make_channel(nsq_cluster)
+    node = nsq_cluster.nsqds[0]
+    bodies = [b"blocked-%04d-" % i + b"y" * 200 for i in range(400)]   # ~3x the bound
+    p = SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
+                         spool_max_bytes=32 << 10, spool_full="block", retry_max_wait=0.2)
+    errors = []
+
+    def publisher():
+        try:
+            for b in bodies:
+                p.publish(TOPIC, b)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        node.terminate()
+        t = threading.Thread(target=publisher)
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "publish did not block on a full spool"
+        assert p.spool_stats.appended < len(bodies)
+        assert p.spool_stats.bytes_on_disk <= 32 << 10
+        node.start()
+        t.join(30)
+        assert not t.is_alive() and not errors
+        assert p.flush(30)
+    finally:
+        p.close()
+    check_delivery(drain_channel(nsq_cluster), set(bodies), max_dups=p.batch_size)
