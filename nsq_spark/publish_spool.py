@@ -17,11 +17,12 @@ On-disk layout (``spool_dir``)::
 
 Segment format: the 8-byte magic ``NSQSPL01``, then records, each
 ``u32 payload length | u32 crc32(payload) | payload`` (little endian), the payload being
-``u8 flags | u8 topic length | u32 defer ms | topic | body``. Every append is one
-``write(2)`` of whole records, so a killed process never leaves half a record behind;
-a truncated or damaged tail (power loss, disk fault, a stray edit) is detected by the
-length and checksum, reported (log error, :attr:`SpoolStats.corrupt_segments`, the
-``on_corrupt`` callback), and the intact records before it are still delivered.
+``u8 flags | u8 topic length | u32 defer ms | topic | body``. Every ``publish``/
+``mpublish`` call is one ``pwrite(2)`` of whole records. A truncated or damaged tail (a
+process killed inside a large write, power loss, a disk fault, a stray edit) is detected
+by the length and checksum, reported (log error, :attr:`SpoolStats.corrupt_segments`, the
+``on_corrupt`` callback), and the intact records before it are still delivered; a record
+cut by a kill belongs to a call that had not returned, so nothing accepted is lost.
 
 Durability policy (``spool_fsync``):
 
@@ -43,15 +44,27 @@ previous owner in between is never sent again.
 
 Delivery semantics: at least once. A message is sent twice only when (a) the process
 died after nsqd acknowledged a batch and before the watermark was written (at most one
-batch, ``batch_size`` messages, per crash), or (b) a PUB/MPUB was retried after its
-answer was lost (connection dropped mid-request): nsqd may have taken the first one.
-Messages are sent in spool order per segment, one batch in flight at a time.
+batch, ``batch_size`` messages, per crash), (b) a PUB/MPUB was retried after its answer
+was lost (connection dropped mid-request, nsqd stopped): nsqd may have taken the first
+one -- again at most one batch per failure, or (c) the machine crashed: the watermark
+files are not synced (they only save resending), so a stale one resends more. Messages
+are sent in spool order per segment, one batch on the wire at a time (the next one is
+read from disk during the round trip).
+
+Ownership vs. ``flush``: ``publish()`` returns once the message is in the spool;
+:meth:`SpoolingProducer.flush` waits until nsqd has acknowledged everything the producer
+holds; :meth:`SpoolingProducer.close` tries to for ``timeout`` seconds and leaves the
+rest on disk for the next start. Messages nsqd refuses for good (``E_BAD_TOPIC``,
+``E_BAD_MESSAGE``, ``E_BAD_BODY``, ``E_INVALID``) are moved to ``rejected/`` (same
+format, read it with :func:`read_segment`) and reported through ``on_rejected``; every
+other failure is retried without end, with jittered exponential backoff.
 
 Size bound (``spool_max_bytes``): the total size of the segment files in the directory.
 When an append would exceed it, ``spool_full="block"`` waits until the drain frees space
 (or ``spool_block_timeout`` passes, then :class:`SpoolFullError`), ``"raise"`` raises
 :class:`SpoolFullError` at once. Space is freed a whole segment at a time, so segments
-are capped at 1/8 of the bound.
+are sealed at 1/8 of the bound (64 KiB to 64 MiB). A simulated full disk is exactly this
+bound; a real ``ENOSPC`` surfaces as :class:`SpoolError` from ``publish``.
 
 Message-id envelope (``message_id_digest=True``): NSQ messages have no header fields, so
 the id travels in the body: just before sending, the body is wrapped as
@@ -441,6 +454,10 @@ class SegmentStore:
                     os.ftruncate(seg.fd, seg.size)
                     raise OSError(errno.ENOSPC, "short write to the spool segment")
             except OSError as exc:
+                try:   # leave no partial record behind
+                    os.ftruncate(seg.fd, seg.size)
+                except OSError:
+                    pass
                 raise SpoolError(f"cannot append to spool segment {seg.path}: {exc}; check "
                                  "free disk space and the directory's health") from exc
             seg.size += need
@@ -448,7 +465,13 @@ class SegmentStore:
             self._disk_bytes += need
             self.stats.appended += len(records)
             if self._sync_ms == 0:
-                self._sync_fd(seg.fd)
+                try:
+                    self._sync_fd(seg.fd)
+                except OSError as exc:
+                    # the records may or may not be on disk: they stay in the spool (and
+                    # are sent), but the caller must not count them as durable
+                    raise SpoolError(f"fsync of spool segment {seg.path} failed: {exc}; "
+                                     "the disk is failing or full") from exc
             else:
                 self._dirty = True
             if seg.size >= self.segment_bytes:
@@ -567,7 +590,8 @@ class SegmentStore:
         now = time.time()
         for name in names:
             path = os.path.join(self.directory, name)
-            if name.endswith(".seg.ack") and name[:-4] not in existing:
+            if name.endswith(".seg.ack") and name[:-4] not in existing \
+                    and not os.path.exists(path[:-4]):   # its segment is gone: stale
                 _unlink_quiet(path)
             elif name.startswith(".") and name.endswith(".tmp"):
                 try:  # a creator crashed between create and rename (it holds no record)
@@ -634,7 +658,8 @@ class SegmentStore:
                     seg.size = seg.acked = len(MAGIC) if size >= len(MAGIC) else size
                 else:
                     seg.size = seg.acked = 0
-                    self._report_corrupt(seg, 0, size, "not a spool segment (bad magic)")
+                    self._notify_corrupt(
+                        self._report_corrupt(seg, 0, size, "not a spool segment (bad magic)"))
                 return seg
             seg.acked = min(max(self._read_ack(name), len(MAGIC)), size)
             return seg
@@ -666,7 +691,8 @@ class SegmentStore:
         os.pwrite(seg.ack_fd, mark + struct.pack("<I", zlib.crc32(mark)), 0)
 
     def _report_corrupt(self, seg: _Segment, valid_end: int, file_size: int,
-                        reason: str) -> None:
+                        reason: str) -> CorruptSegment:
+        """Mark the damage (caller may hold the lock); :meth:`_notify_corrupt` after."""
         info = CorruptSegment(seg.path, valid_end, file_size, reason)
         seg.corrupt = info
         seg.sealed = True
@@ -676,6 +702,10 @@ class SegmentStore:
         self.stats.corrupt_segments.append(info)
         log.error("%s; the segment is moved to %s once that prefix is acknowledged",
                   info, self.directory / "corrupt")
+        return info
+
+    def _notify_corrupt(self, info: CorruptSegment) -> None:
+        # never under self._lock: the callback may publish
         if self.on_corrupt is not None:
             try:
                 self.on_corrupt(info)
@@ -732,7 +762,8 @@ class SegmentStore:
         if dec.error and not dec.records:
             with self._lock:
                 file_size = os.fstat(fd).st_size
-                self._report_corrupt(seg, dec.end, file_size, dec.error)
+                info = self._report_corrupt(seg, dec.end, file_size, dec.error)
+            self._notify_corrupt(info)
             return None
         # with an error after some records: deliver those now; the damage is reported
         # when the next call starts at it
@@ -958,7 +989,9 @@ class SpoolingProducer:
         rescan_interval: how often leftover segments are looked for, in seconds.
         on_corrupt: called with a :class:`CorruptSegment` when a damaged tail is found.
         on_rejected: called ``(topic, body, exc)`` for a message nsqd refused for good
-            (it is also kept in ``spool_dir/rejected``).
+            (it is also kept in ``spool_dir/rejected``). Both callbacks run on the drain
+            thread: keep them short (publishing from them works unless the spool is full
+            in ``"block"`` mode, which would wait for the drain itself).
         producer_factory: builds the inner producer (default: ``nsq_spark.producer.
             Producer(nsqd_tcp_addresses, **connection_options)``).
         **connection_options: passed to the Producer.

@@ -600,3 +600,27 @@ def test_stats_dict_like_the_producer(tmp_path, sink):
         st = p.stats()
         assert st["appended"] == st["acked"] == 3 and st["pending_bytes"] == 0
         assert st["spool_dir"] == str(tmp_path) and st["last_error"] is None
+
+
+def test_on_corrupt_callback_may_publish(tmp_path, sink):
+    _truncated_leftover(tmp_path)
+    holder = {}
+    ready = threading.Event()
+
+    def report(info):   # e.g. publish an alert about it through the same producer
+        assert ready.wait(10)
+        holder["p"].publish("alerts", f"damaged: {info.reason}")
+
+    p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
+                         on_corrupt=report, rescan_interval=0.05)
+    holder["p"] = p
+    ready.set()
+    try:
+        deadline = time.monotonic() + 10
+        while not any(t == "alerts" for t, _, _ in sink.got) and time.monotonic() < deadline:
+            p.flush(0.1)
+        assert p.flush(5)
+    finally:
+        p.close()
+    (alert,) = [b for t, b, _ in sink.got if t == "alerts"]
+    assert alert.startswith(b"damaged: truncated record")
