@@ -136,7 +136,52 @@ class _DeflateStream:
 # -----------------------------------------------------------------------------------------
 
 
-class Connection:
+class _Negotiated:
+    """What the IDENTIFY answer decided (shared by the async and the blocking connection)."""
+
+    address: str
+    config: ConnectionConfig
+
+    def _init_negotiated(self) -> None:
+        # defaults are nsqd's
+        self.identify_response: dict[str, Any] = {}
+        self.auth_response: dict[str, Any] = {}
+        self.max_rdy_count = 2500
+        self.msg_timeout = 60000
+        self.max_msg_timeout = 15 * 60 * 1000
+        self.tls = False
+        self.snappy = False
+        self.deflate = False
+        self.deflate_level = 0
+        self.auth_required = False
+        self.sample_rate = 0
+        self.output_buffer_size: int | None = None
+        self.output_buffer_timeout: int | None = None
+        self.nsqd_version: str | None = None
+
+    def _apply_identify(self, resp: dict[str, Any]) -> None:
+        self.identify_response = resp
+        self.max_rdy_count = int(resp.get("max_rdy_count", self.max_rdy_count))
+        self.msg_timeout = int(resp.get("msg_timeout", self.msg_timeout))
+        self.max_msg_timeout = int(resp.get("max_msg_timeout", self.max_msg_timeout))
+        self.tls = bool(resp.get("tls_v1", False))
+        self.snappy = bool(resp.get("snappy", False))
+        self.deflate = bool(resp.get("deflate", False))
+        self.deflate_level = int(resp.get("deflate_level", 0) or 0)
+        self.auth_required = bool(resp.get("auth_required", False))
+        self.sample_rate = int(resp.get("sample_rate", 0) or 0)
+        self.output_buffer_size = resp.get("output_buffer_size")
+        self.output_buffer_timeout = resp.get("output_buffer_timeout")
+        self.nsqd_version = resp.get("version")
+        cfg = self.config
+        if cfg.snappy and not self.snappy:
+            log.warning("[%s] snappy requested but nsqd refused it (--snappy=false?)", self.address)
+        if cfg.deflate and not self.deflate:
+            log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)", self.address)
+
+
+
+class Connection(_Negotiated):
     """One nsqd connection.
 
     Args:
@@ -184,21 +229,7 @@ class Connection:
         self.on_heartbeat = on_heartbeat
         self.state = INIT
 
-        # negotiated (defaults are nsqd's)
-        self.identify_response: dict[str, Any] = {}
-        self.auth_response: dict[str, Any] = {}
-        self.max_rdy_count = 2500
-        self.msg_timeout = 60000
-        self.max_msg_timeout = 15 * 60 * 1000
-        self.tls = False
-        self.snappy = False
-        self.deflate = False
-        self.deflate_level = 0
-        self.auth_required = False
-        self.sample_rate = 0
-        self.output_buffer_size: int | None = None
-        self.output_buffer_timeout: int | None = None
-        self.nsqd_version: str | None = None
+        self._init_negotiated()
 
         # consumer bookkeeping (the Reader's policies read these)
         self.rdy_count = 0           # last RDY sent
@@ -346,26 +377,6 @@ class Connection:
         elif cfg.auth_secret is not None:
             log.warning("[%s] auth_secret is set but nsqd does not require AUTH; not sent",
                         self.address)
-
-    def _apply_identify(self, resp: dict[str, Any]) -> None:
-        self.identify_response = resp
-        self.max_rdy_count = int(resp.get("max_rdy_count", self.max_rdy_count))
-        self.msg_timeout = int(resp.get("msg_timeout", self.msg_timeout))
-        self.max_msg_timeout = int(resp.get("max_msg_timeout", self.max_msg_timeout))
-        self.tls = bool(resp.get("tls_v1", False))
-        self.snappy = bool(resp.get("snappy", False))
-        self.deflate = bool(resp.get("deflate", False))
-        self.deflate_level = int(resp.get("deflate_level", 0) or 0)
-        self.auth_required = bool(resp.get("auth_required", False))
-        self.sample_rate = int(resp.get("sample_rate", 0) or 0)
-        self.output_buffer_size = resp.get("output_buffer_size")
-        self.output_buffer_timeout = resp.get("output_buffer_timeout")
-        self.nsqd_version = resp.get("version")
-        cfg = self.config
-        if cfg.snappy and not self.snappy:
-            log.warning("[%s] snappy requested but nsqd refused it (--snappy=false?)", self.address)
-        if cfg.deflate and not self.deflate:
-            log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)", self.address)
 
     async def _upgrade_tls(self) -> None:
         assert self._stream is not None
@@ -762,3 +773,230 @@ class Connection:
                 self.on_close(self, exc)
             except Exception:
                 log.exception("[%s] on_close callback failed", self.address)
+
+
+# -----------------------------------------------------------------------------------------
+
+
+class SyncConnection(_Negotiated):
+    """A blocking nsqd connection for publishing from the caller's thread.
+
+    On loopback an nsqd round trip takes about 10 microseconds; a hop to an event-loop
+    thread and back costs ten times that. So the Producer's blocking calls talk to nsqd
+    directly through this class: same handshake as :class:`Connection` (IDENTIFY, TLS,
+    snappy/deflate, AUTH), plain sockets, one command and its answer at a time (a lock
+    makes it safe to share between threads). Heartbeats that arrive while waiting for an
+    answer are answered with NOP; a connection left idle for longer than the heartbeat
+    interval is reopened before use (nsqd drops clients silent for two intervals).
+    """
+
+    def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
+        self.host = host
+        self.port = int(port)
+        self.address = f"{host}:{self.port}"
+        self.config = config or ConnectionConfig()
+        self._init_negotiated()
+        self._sock: Any = None
+        self._codec: _SnappyStream | _DeflateStream | None = None
+        self._decoder = protocol.FrameDecoder(None, self.config.max_frame_size)
+        self._frames: deque[tuple[int, bytes]] = deque()
+        self._lock = threading.Lock()
+        self.last_used = 0.0
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"<SyncConnection {self.address} {'closed' if self.closed else 'open'}>"
+
+    # -- connect ----------------------------------------------------------------------------
+
+    def connect(self) -> "SyncConnection":
+        """Open and negotiate; raises the same typed errors as Connection.connect."""
+        import socket
+
+        cfg = self.config
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=cfg.connect_timeout)
+        except socket.timeout:
+            raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
+                               f"{self.address}; is it reachable?") from None
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to nsqd at {self.address}: {exc}; is nsqd "
+                               "running and listening there?") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(cfg.response_timeout)
+        self._sock = sock
+        self._codec = None
+        self._decoder.reset()
+        self._frames.clear()
+        self.closed = False
+        try:
+            self._handshake()
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, NSQError) or not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, socket.timeout):
+                raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                      f"{cfg.response_timeout}s during the handshake") from exc
+            if isinstance(exc, ssl.SSLError):
+                raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
+                               "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
+            raise ConnectionClosedError(f"nsqd at {self.address} closed the connection during "
+                                        f"the handshake: {exc}") from exc
+        self.last_used = time.monotonic()
+        return self
+
+    def _handshake(self) -> None:
+        cfg = self.config
+        self._sock.sendall(protocol.MAGIC_V2 + protocol.identify(cfg.identify_payload()))
+        ftype, data = self._read_frame(exact=True)
+        if ftype == protocol.FRAME_TYPE_ERROR:
+            raise error_from_frame(data, self.address)
+        self._apply_identify(protocol.parse_identify_response(data))
+        if cfg.tls_v1 and not self.tls:
+            raise TLSError(f"nsqd at {self.address} does not offer TLS (start it with "
+                           "--tls-cert and --tls-key) but tls_v1 was requested")
+        if self.tls:
+            try:
+                ctx = cfg.ssl_context()
+                self._sock = ctx.wrap_socket(self._sock,
+                                             server_hostname=cfg.tls_server_hostname or self.host)
+            except (OSError, ssl.SSLError) as exc:
+                raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
+                               "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
+            try:
+                self._expect_ok(exact=True)
+            except (ssl.SSLError, ConnectionError, OSError) as exc:
+                raise TLSError(f"nsqd at {self.address} dropped the connection right after the "
+                               f"TLS handshake ({exc}): it refused our client certificate? "
+                               "(check tls_cert_file/tls_key_file)") from exc
+        if self.snappy:
+            self._codec = _SnappyStream()
+            self._expect_ok()
+        elif self.deflate:
+            self._codec = _DeflateStream(self.deflate_level or cfg.deflate_level)
+            self._expect_ok()
+        if self.auth_required:
+            if cfg.auth_secret is None:
+                raise AuthError(f"nsqd at {self.address} requires AUTH: set the auth_secret "
+                                "connection option")
+            self._write(protocol.auth(cfg.auth_secret))
+            ftype, data = self._read_frame()
+            if ftype == protocol.FRAME_TYPE_ERROR:
+                raise error_from_frame(data, self.address)
+            try:
+                self.auth_response = json.loads(data)
+            except ValueError as exc:
+                raise ProtocolError(f"AUTH response from {self.address} is not JSON") from exc
+
+    def _expect_ok(self, exact: bool = False) -> None:
+        ftype, data = self._read_frame(exact)
+        if ftype == protocol.FRAME_TYPE_ERROR:
+            raise error_from_frame(data, self.address)
+        if data != protocol.OK:
+            raise ProtocolError(f"nsqd at {self.address} answered {data[:100]!r}, expected OK")
+
+    # -- IO ---------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        if self._codec is not None:
+            data = self._codec.compress(data)
+        self._sock.sendall(data)
+
+    def _recv_exact(self, n: int) -> bytes:
+        parts = []
+        while n:
+            chunk = self._sock.recv(n)
+            if not chunk:
+                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def _read_frame(self, exact: bool = False) -> tuple[int, bytes]:
+        """The next response/error frame (heartbeats answered and skipped). ``exact``
+        reads frame by frame (before a TLS or compression upgrade nothing more may be
+        read)."""
+        while True:
+            while self._frames:
+                ftype, data = self._frames.popleft()
+                if ftype == protocol.FRAME_TYPE_RESPONSE and data == _HEARTBEAT:
+                    self._write(_NOP)
+                    continue
+                return ftype, data
+            if exact:
+                header = self._recv_exact(4)
+                size = _SIZE.unpack(header)[0]
+                if size < 4 or size > self.config.max_frame_size:
+                    raise ProtocolError(f"nsqd at {self.address} sent a frame of size {size}; "
+                                        "is this an NSQ V2 server?")
+                chunk = header + self._recv_exact(size)
+            else:
+                raw = self._sock.recv(65536)
+                if not raw:
+                    partial = self._decoder.buffered
+                    where = (f" in the middle of a frame ({partial} bytes of an incomplete "
+                             "frame received)") if partial else ""
+                    raise ConnectionClosedError(f"nsqd at {self.address} closed the "
+                                                f"connection{where}")
+                chunk = self._codec.decompress(raw) if self._codec is not None else raw
+            msgs, others = self._decoder.feed(chunk)
+            if msgs:
+                raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
+            self._frames.extend(others)
+
+    def command(self, data: bytes) -> bytes:
+        """Send one command and return nsqd's answer (``b"OK"``), or raise its typed
+        error (a fatal one also closes this connection). Thread-safe."""
+        import socket
+
+        with self._lock:
+            if self.closed:
+                raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
+            try:
+                self._write(data)
+                ftype, resp = self._read_frame()
+            except socket.timeout:
+                self.close()
+                raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                      f"{self.config.response_timeout}s") from None
+            except (OSError, ConnectionError) as exc:
+                self.close()
+                if isinstance(exc, NSQError):
+                    raise
+                raise ConnectionClosedError(f"connection to nsqd at {self.address} failed: "
+                                            f"{exc}") from exc
+            except ProtocolError:
+                self.close()
+                raise
+            self.last_used = time.monotonic()
+        if ftype == protocol.FRAME_TYPE_ERROR:
+            exc2 = error_from_frame(resp, self.address)
+            if exc2.fatal:
+                self.close()
+            raise exc2
+        return resp
+
+    def ensure_open(self) -> "SyncConnection":
+        """Connect if closed, reconnect if stale; thread-safe."""
+        with self._lock:
+            if not self.closed and not self.stale:
+                return self
+            self.close()
+            self.connect()
+        return self
+
+    @property
+    def stale(self) -> bool:
+        """Idle past the heartbeat interval: nsqd may be about to drop it; reopen first."""
+        hb = self.config.heartbeat_interval
+        return hb > 0 and time.monotonic() - self.last_used > hb / 1000.0
+
+    def close(self) -> None:
+        self.closed = True
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass

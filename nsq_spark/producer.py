@@ -2,12 +2,14 @@
 
 Two faces on one engine:
 
-* blocking: ``publish``, ``mpublish``, ``close`` and the context manager. The IO runs on a
-  background thread with its own event loop; calls from any number of threads are
-  *pipelined* on the connections (each waits only for its own answer), and every command
-  written during one loop turn goes out in a single socket write.
-  ``publish_async``/``mpublish_async`` return a ``concurrent.futures.Future`` at once, so
-  one thread can keep many publishes in flight.
+* blocking: ``publish``, ``mpublish``, ``close`` and the context manager. A blocking call
+  talks to nsqd from the calling thread over a plain socket (an nsqd round trip on a local
+  network is ~10 us; a hop to an IO thread and back would cost ten times that). Threads
+  share a few connections per nsqd (``blocking_connections``).
+* futures: ``publish_async``/``mpublish_async`` return a ``concurrent.futures.Future`` at
+  once; the IO runs on a background thread with its own event loop, so one thread can keep
+  thousands of publishes in flight, *pipelined* on one connection (answers matched in
+  order), with every command written during one loop turn going out in one socket write.
 * asyncio: ``await apublish(...)``, ``await ampublish(...)``. On first use from a running
   event loop (and when no blocking call came first) the producer binds to that loop and
   uses no thread at all; used from another loop, calls hop to the producer's loop.
@@ -35,12 +37,12 @@ import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 from urllib.parse import quote
 
-from tenacity import (AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay,
-                      wait_random_exponential)
+from tenacity import (AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt,
+                      stop_after_delay, wait_random_exponential)
 
 from . import protocol
 from .config import ConnectionConfig
-from .conn import Connection
+from .conn import Connection, SyncConnection
 from .errors import (AuthError, BadMessageError, BadTopicError, ConnectError,
                      ConnectionClosedError, DPubFailedError, InvalidBodyError, MPubFailedError,
                      NSQError, NSQServerError, NSQTimeoutError, PubFailedError, TLSError)
@@ -169,6 +171,8 @@ class Producer:
             anything is sent (nsqd itself answers E_BAD_MESSAGE and closes the connection).
         max_mpub_bytes: an mpublish whose MPUB body would exceed this is split into several
             MPUBs (nsqd's ``--max-body-size``); each MPUB is atomic, the whole call is not.
+        blocking_connections: connections per nsqd shared by the threads that use the
+            blocking calls (a thread always uses the same one).
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
             heartbeat_interval, ...), with pynsq's names.
     """
@@ -178,7 +182,7 @@ class Producer:
                  strategy: str = "round_robin", max_tries: int = 5, retry_wait: float = 0.1,
                  retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
                  publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
-                 max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES,
+                 max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
                  **connection_options: Any) -> None:
         tcp = _addresses(nsqd_tcp_addresses)
         http = _addresses(nsqd_http_addresses)
@@ -221,6 +225,12 @@ class Producer:
         self._retrying: set[asyncio.Task[Any]] = set()
         self._published = 0
         self._http_client: Any = None
+        if blocking_connections < 1:
+            raise ValueError("blocking_connections must be >= 1")
+        self.blocking_connections = blocking_connections
+        self._sync: dict[str, list[SyncConnection]] = {}
+        self._sync_down_until: dict[str, float] = {}
+        self._sync_rr = itertools.count()
 
     def __repr__(self) -> str:
         addrs = self.nsqd_http_addresses if self.http_mode else self.nsqd_tcp_addresses
@@ -265,6 +275,8 @@ class Producer:
 
     def _bind_running_loop(self) -> asyncio.AbstractEventLoop:
         running = asyncio.get_running_loop()
+        if self._loop is not None and self._thread is None and self._loop.is_closed():
+            self._forget_loop()  # bound to an asyncio.run() that has ended: start over
         if self._loop is None:
             with self._lock:
                 if self._loop is None:
@@ -272,6 +284,25 @@ class Producer:
                         raise NSQError("the producer is closed")
                     self._loop = running
         return self._loop  # type: ignore[return-value]
+
+    def _forget_loop(self) -> None:
+        with self._lock:
+            for conn in self._conns.values():
+                stream = conn._stream
+                if stream is not None and stream.socket is not None:
+                    try:
+                        stream.socket.close()  # its loop is gone: just release the socket
+                    except OSError:
+                        pass
+            self._conns.clear()
+            self._update_live()
+            self._connecting.clear()
+            self._down_until.clear()
+            self._retrying.clear()
+            self._inbox.clear()
+            self._drain_scheduled = False
+            self._http_client = None
+            self._loop = None
 
     # -- encoding (in the caller's thread: bad input fails at once) ----------------------
 
@@ -295,11 +326,113 @@ class Producer:
         """Publish one message (DPUB when ``defer_ms`` is given); returns when nsqd
         acknowledged it. Raises InvalidNameError/InvalidBodyError for bad input, a typed
         NSQServerError for a refusal, ConnectError when no nsqd can be reached."""
-        self._wait(self.publish_async(topic, body, defer_ms))
+        if self.http_mode:
+            self._wait(self.publish_async(topic, body, defer_ms))
+            return
+        self._sync_command(self._encode_pub(topic, body, defer_ms))
 
     def mpublish(self, topic: str, bodies: Iterable[bytes]) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all."""
-        self._wait(self.mpublish_async(topic, bodies))
+        if self.http_mode:
+            self._wait(self.mpublish_async(topic, bodies))
+            return
+        for data in self._encode_mpub(topic, bodies):
+            self._sync_command(data)
+
+    # -- blocking path: plain sockets from the calling thread -------------------------------
+
+    def _check_blocking_allowed(self) -> None:
+        if self._closed:
+            raise NSQError("the producer is closed")
+        loop = self._loop
+        if loop is not None and self._thread is None:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            if running is loop:
+                raise NSQError("blocking publish() called on the event loop the producer "
+                               "runs on; use `await producer.apublish(...)` there")
+
+    def _sync_command(self, data: bytes) -> bytes:
+        self._check_blocking_allowed()
+        order = self._sync_order()
+        conn = self._sync_slot_ready(order)
+        if conn is not None:
+            try:
+                result = conn.command(data)
+                self._published += 1
+                return result
+            except Exception as exc:
+                if not is_transient(exc) or self.max_tries <= 1 or self._closed:
+                    raise
+                tries = self.max_tries - 1
+        else:
+            tries = self.max_tries
+        for attempt in Retrying(
+                stop=stop_after_attempt(tries) | stop_after_delay(self.retry_deadline),
+                wait=wait_random_exponential(multiplier=self.retry_wait, max=self.retry_max_wait),
+                retry=retry_if_exception(lambda e: is_transient(e) and not self._closed),
+                reraise=True):
+            with attempt:
+                first, order = order, None  # later attempts start over in strategy order
+                result = self._sync_get(first).command(data)
+        self._published += 1
+        return result
+
+    def _sync_order(self) -> list[str]:
+        addrs = self.nsqd_tcp_addresses
+        if self.strategy == "failover" or len(addrs) == 1:
+            return addrs
+        k = next(self._sync_rr) % len(addrs)
+        return addrs[k:] + addrs[:k]
+
+    def _sync_slot(self, addr: str) -> SyncConnection:
+        slots = self._sync.get(addr)
+        if slots is None:
+            with self._lock:
+                slots = self._sync.get(addr)
+                if slots is None:
+                    host, port = _parse_address(addr)
+                    slots = [SyncConnection(host, port, self.config)
+                             for _ in range(self.blocking_connections)]
+                    self._sync[addr] = slots
+        return slots[threading.get_ident() % len(slots)]
+
+    def _sync_slot_ready(self, order: list[str]) -> SyncConnection | None:
+        """The fast path: this thread's open connection to the first nsqd in order."""
+        now = time.monotonic()
+        for addr in order:
+            if self._sync_down_until.get(addr, 0) > now:
+                continue
+            conn = self._sync_slot(addr)
+            if not conn.closed and not conn.stale:
+                return conn
+            return None  # needs (re)connecting: the slow path does that
+        return None
+
+    def _sync_get(self, order: list[str] | None = None) -> SyncConnection:
+        """An open connection, connecting as needed, in strategy order; ConnectError with
+        every cause when none can be opened."""
+        now = time.monotonic()
+        if order is None:
+            order = self._sync_order()
+        up = [a for a in order if self._sync_down_until.get(a, 0) <= now] or order
+        errors: list[BaseException] = []
+        for addr in up:
+            conn = self._sync_slot(addr)
+            try:
+                conn.ensure_open()
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                if not is_transient(exc):
+                    raise
+                errors.append(exc)
+                self._sync_down_until[addr] = time.monotonic() + self.retry_wait
+                continue
+            self._sync_down_until.pop(addr, None)
+            return conn
+        detail = "; ".join(str(e) for e in errors)
+        raise ConnectError(f"no nsqd reachable among {self.nsqd_tcp_addresses}: {detail}")
 
     def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None
                       ) -> concurrent.futures.Future[bytes]:
@@ -617,8 +750,9 @@ class Producer:
         return self._published
 
     def stats(self) -> dict[str, Any]:
+        sync_open = {a for a, slots in self._sync.items() if any(not c.closed for c in slots)}
         return {"published": self._published,
-                "connected": sorted(self._conns),
+                "connected": sorted(set(self._conns) | sync_open),
                 "down": {a: str(e) for a, e in self._last_error.items() if a not in self._conns}}
 
     async def aclose(self) -> None:
@@ -645,9 +779,12 @@ class Producer:
         """Wait (bounded) for outstanding answers, close the connections, stop the IO
         thread. Safe to call twice."""
         with self._lock:
-            if self._closed and self._loop is None:
-                return
             self._closed = True
+            sync, self._sync = self._sync, {}
+        for slots in sync.values():
+            for c in slots:
+                with c._lock:
+                    c.close()
         loop = self._loop
         if loop is None:
             return

@@ -30,7 +30,7 @@ def channel_stats(http_address: str, topic: str, channel: str) -> dict[str, Any]
     with urllib.request.urlopen(f"http://{http_address}/stats?format=json&topic={topic}",
                                 timeout=5) as resp:
         stats = json.loads(resp.read())
-    for t in stats["topics"]:
+    for t in stats["topics"] or []:
         if t["topic_name"] == topic:
             for c in t["channels"]:
                 if c["channel_name"] == channel:
@@ -42,7 +42,7 @@ def topic_message_count(http_address: str, topic: str) -> int:
     with urllib.request.urlopen(f"http://{http_address}/stats?format=json&topic={topic}",
                                 timeout=5) as resp:
         stats = json.loads(resp.read())
-    return sum(t["message_count"] for t in stats["topics"] if t["topic_name"] == topic)
+    return sum(t["message_count"] for t in stats["topics"] or [] if t["topic_name"] == topic)
 
 
 async def wait_for(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

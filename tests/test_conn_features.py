@@ -317,3 +317,80 @@ def test_auth_unauthorized_topic(auth_nsqd: NSQCluster) -> None:
         await conn.wait_closed()
 
     run(main())
+
+
+# -- the blocking connection (Producer's blocking calls) has its own handshake -------------------
+
+def test_blocking_producer_over_tls_and_compression(tls_nsqd: NSQCluster, certs: Certs) -> None:
+    from nsq_spark.producer import Producer
+
+    addr = tls_nsqd.nsqd_tcp_addresses[0]
+    topic = _topic()
+    bodies = [_bodies()[i] for i in (0, 3, 7)]
+    for extra in ({}, {"snappy": True}, {"deflate": True}):
+        with Producer(addr, tls_v1=True, tls_ca_file=str(certs.ca), **extra) as p:
+            for b in bodies:
+                p.publish(topic, b)
+            p.mpublish(topic, bodies)
+            conn = p._sync_slot(addr)
+            assert conn.tls and all(getattr(conn, k) for k in extra)
+
+    async def read() -> list[Message]:
+        got: list[Message] = []
+        sub = Connection(*_hp(addr), ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.ca)),
+                         on_messages=lambda c, m: got.extend(m))
+        await sub.connect()
+        await sub.subscribe(topic, "ch")
+        sub.send_rdy(100)
+        await wait_for(lambda: len(got) >= 18, timeout=20)
+        for m in got:
+            m.finish()
+        await sub.close()
+        return got
+
+    assert sorted(m.body for m in run(read())) == sorted(bodies * 6)
+
+
+def test_blocking_producer_tls_refused(tls_nsqd: NSQCluster, certs: Certs) -> None:
+    from nsq_spark.producer import Producer
+
+    with Producer(tls_nsqd.nsqd_tcp_addresses, tls_v1=True, tls_ca_file=str(certs.other_ca)) as p:
+        with pytest.raises(errors.TLSError, match="certificate"):
+            p.publish(_topic(), b"x")
+    with Producer(tls_nsqd.nsqd_tcp_addresses) as p:  # nsqd requires TLS, none asked
+        with pytest.raises(errors.InvalidError, match="tls_v1=True"):
+            p.publish(_topic(), b"x")
+
+
+def test_blocking_producer_auth(auth_nsqd: NSQCluster) -> None:
+    from nsq_spark.producer import Producer
+
+    addr = auth_nsqd.nsqd_tcp_addresses
+    with Producer(addr, auth_secret="good-secret") as p:
+        p.publish(_topic(), b"x")
+        assert p._sync_slot(addr[0]).auth_response["identity"] == "tester"
+    with Producer(addr, auth_secret="wrong") as p:
+        with pytest.raises(errors.AuthFailedError):
+            p.publish(_topic(), b"x")
+    with Producer(addr) as p:
+        with pytest.raises(errors.AuthError, match="auth_secret"):
+            p.publish(_topic(), b"x")
+    with Producer(addr, auth_secret="limited-secret") as p:
+        p.publish("allowed_x", b"x")
+        with pytest.raises(errors.UnauthorizedError):
+            p.publish("forbidden_x", b"x")
+        p.publish("allowed_y", b"x")  # reconnects after the fatal error
+
+
+def test_blocking_connection_reopened_after_heartbeat_silence(plain_nsqd: NSQCluster) -> None:
+    import time
+
+    from nsq_spark.producer import Producer
+
+    with Producer(plain_nsqd.nsqd_tcp_addresses, heartbeat_interval=1000) as p:
+        p.publish(_topic(), b"x")
+        first = p._sync_slot(plain_nsqd.nsqd_tcp_addresses[0])._sock
+        time.sleep(2.3)  # nsqd drops a client silent for two heartbeat intervals
+        p.publish(_topic(), b"y")  # reopened before use, no error
+        assert p._sync_slot(plain_nsqd.nsqd_tcp_addresses[0])._sock is not first
+        assert p.published == 2

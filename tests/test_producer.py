@@ -130,11 +130,22 @@ def test_asyncio_api_binds_to_running_loop(nsqd: NSQCluster) -> None:
 def test_async_api_from_another_loop_hops_to_io_thread(nsqd: NSQCluster) -> None:
     topic = _topic()
     p = Producer(nsqd.nsqd_tcp_addresses)
-    p.publish(topic, b"from thread")  # starts the IO thread: the producer's loop
+    p.publish(topic, b"blocking")  # blocking calls need no loop
+    assert p.publish_async(topic, b"from thread").result(10) == b"OK"  # starts the IO thread
     run(p.apublish(topic, b"from another loop"))
     run(p.ampublish(topic, [b"m1", b"m2"]))
     p.close()
-    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 4
+    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 5
+
+
+def test_asyncio_api_across_successive_event_loops(nsqd: NSQCluster) -> None:
+    topic = _topic()
+    p = Producer(nsqd.nsqd_tcp_addresses)
+    run(p.apublish(topic, b"loop-1"))
+    run(p.apublish(topic, b"loop-2"))  # the first loop is gone: the producer rebinds
+    p.publish(topic, b"blocking")
+    p.close()
+    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 3
 
 
 def test_mpublish_split_over_max_body_size(nsqd: NSQCluster) -> None:
@@ -306,7 +317,10 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
         with Producer(nsqd.nsqd_tcp_addresses, **opt) as p:
             p.mpublish(topic, [b"c" * 4000] * 10)
             p.publish(topic, b"d" * 4096)
-            conn = p._conns[nsqd.nsqd_tcp_addresses[0]]
+            conn = p._sync_slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
             assert conn.snappy or conn.deflate
-    got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 22)
-    assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096]) * 2)
+            assert p.publish_async(topic, b"e" * 3000).result(10) == b"OK"  # the IO thread's
+            aconn = p._conns[nsqd.nsqd_tcp_addresses[0]]
+            assert aconn.snappy or aconn.deflate
+    got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 24)
+    assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096, b"e" * 3000]) * 2)
