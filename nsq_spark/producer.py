@@ -94,12 +94,14 @@ class _Request:
 
     # the waiter protocol Connection uses
     def done(self) -> bool:
-        return self.future.done()
+        return False  # set_result copes with a cancelled future itself (one lock less)
 
     def set_result(self, result: bytes) -> None:
         self.producer._published += 1
-        if not self.future.done():
+        try:
             self.future.set_result(result)
+        except concurrent.futures.InvalidStateError:  # cancelled by the caller
+            pass
 
     def set_exception(self, exc: BaseException) -> None:
         self.producer._on_request_failed(self, exc)
