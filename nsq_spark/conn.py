@@ -180,7 +180,6 @@ class _Negotiated:
             log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)", self.address)
 
 
-
 class Connection(_Negotiated):
     """One nsqd connection.
 
@@ -696,7 +695,10 @@ class Connection(_Negotiated):
         if self._close_task is None:
             if self.state in (INIT, CLOSED) or self._aloop is None:
                 self.state = CLOSED
-                fut = asyncio.get_event_loop().create_future()
+                loop = self._aloop
+                if loop is None or loop.is_closed():
+                    loop = asyncio.get_running_loop()  # close() of a never-connected conn
+                fut = loop.create_future()
                 fut.set_result(None)
                 return fut
             self._close_task = asyncio.ensure_future(self._close())

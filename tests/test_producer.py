@@ -324,3 +324,17 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
             assert aconn.snappy or aconn.deflate
     got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 24)
     assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096, b"e" * 3000]) * 2)
+
+
+def test_blocking_publish_when_nsqd_closes_mid_frame(nsqd: NSQCluster) -> None:
+    from conn_helpers import CuttingProxy
+
+    host, port = nsqd.nsqd_tcp_addresses[0].rsplit(":", 1)
+    proxy = CuttingProxy((host, int(port)), b"PUB ")
+    try:
+        with Producer(f"127.0.0.1:{proxy.port}", max_tries=1) as p:
+            with pytest.raises(errors.ConnectionClosedError, match="middle of a frame"):
+                p.publish(_topic(), b"x" * 100)
+        assert proxy.cuts == 1
+    finally:
+        proxy.close()
