@@ -976,7 +976,8 @@ class SpoolingProducer:
     segments left by crashed (or closed) processes on the same directory.
 
     Args:
-        nsqd_tcp_addresses: passed to the Producer (``"host:port"`` or a list of them).
+        nsqd_tcp_addresses: passed to the Producer (``"host:port"`` or a list of them);
+            or give ``nsqd_http_addresses=`` to publish through nsqd's HTTP API.
         spool_dir: the spool directory (created if missing; must be writable).
         spool_fsync: ``"always"`` (default), an interval in ms, or ``"never"``.
         spool_max_bytes: bound on the directory's segment files (default 1 GiB).
@@ -1022,10 +1023,10 @@ class SpoolingProducer:
         self.rescan_interval = rescan_interval
         self.on_rejected = on_rejected
         if producer_factory is None:
-            if nsqd_tcp_addresses is None:
+            if nsqd_tcp_addresses is None and not connection_options.get("nsqd_http_addresses"):
                 self._store.close()
-                raise ValueError("SpoolingProducer needs nsqd_tcp_addresses (or a "
-                                 "producer_factory)")
+                raise ValueError("SpoolingProducer needs nsqd_tcp_addresses (or "
+                                 "nsqd_http_addresses, or a producer_factory)")
 
             # the spool retries without end (and without losing anything); the inner
             # producer should fail fast so that close() and outages stay responsive

@@ -316,3 +316,15 @@ def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cl
     finally:
         p.close()
     check_delivery(drain_channel(nsq_cluster), set(bodies), max_dups=p.batch_size)
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_spool_over_nsqd_http_api(nsq_cluster, tmp_path):
+    make_channel(nsq_cluster)
+    with SpoolingProducer(spool_dir=tmp_path / "spool",
+                          nsqd_http_addresses=nsq_cluster.nsqd_http_addresses) as p:
+        p.mpublish(TOPIC, [b"http-%03d" % i for i in range(50)])
+        p.publish(TOPIC, b"http-single")
+        assert p.flush(20)
+    check_delivery(drain_channel(nsq_cluster), {b"http-%03d" % i for i in range(50)} |
+                   {b"http-single"}, max_dups=0)
