@@ -317,7 +317,18 @@ def _decode_bulk(data: bytes, responder: Responder | None, max_size: int
     unpack_msg = _FRAME_AND_MESSAGE_HEADER.unpack_from
     unpack_hdr = _FRAME_HEADER.unpack_from
     M = Message
+    last = n - 34
     while True:
+        # fast path: whole message frames, one unpack each
+        while pos <= last:
+            size, ftype, ts, attempts, mid = unpack_msg(data, pos)
+            end = pos + 4 + size
+            if ftype == 2 and size >= 30 and end <= n:
+                add(M(mid, data[pos + 34:end], ts, attempts, responder))
+                pos = end
+            else:
+                break
+        # general path: one frame of any kind, a partial frame, or a corrupt one
         rem = n - pos
         if rem >= 34:
             size, ftype, ts, attempts, mid = unpack_msg(data, pos)
