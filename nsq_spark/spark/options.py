@@ -202,6 +202,15 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         conn["user_agent"] = opts.get("userAgent")
     for key, value in opts.prefixed("nsq.").items():
         conn[key] = _coerce(value)
+    try:  # the executors would fail on the first connect; say it at query start instead
+        from nsq_spark.config import ConnectionConfig
+
+        ConnectionConfig.from_options(**conn)
+    except ImportError:  # pragma: no cover
+        pass
+    except (TypeError, ValueError) as exc:
+        raise NSQOptionError(f"connection options: {exc} (options tlsV1, tlsCaFile, ..., "
+                             "or nsq.<name>)") from exc
     return conn
 
 

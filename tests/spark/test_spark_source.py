@@ -175,6 +175,18 @@ def test_batch_read_consumes_up_to_max_messages(spark, nsq_cluster):
     assert channel_counts(node, topic, channel)["depth"] == 0
 
 
+@pytest.mark.nsqd
+@pytest.mark.parametrize("compression", ["snappy", "deflate"])
+def test_batch_read_with_compression(spark, nsq_cluster, compression):
+    node = nsq_cluster.nsqds[0]
+    published = [b"z-%04d" % i * 10 for i in range(300)]
+    http_mpub(node.http_address, "spark_" + compression, published)
+    rows = (spark.read.format("nsq").option("topic", "spark_" + compression)
+            .option("channel", "c").option("nsqdTcpAddresses", node.tcp_address)
+            .option(compression, "true").option("idleTimeout", 0.5).load().collect())
+    assert collections.Counter(bodies_of(rows)) == collections.Counter(published)
+
+
 # -- sink --------------------------------------------------------------------------------------
 
 

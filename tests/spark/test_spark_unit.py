@@ -84,6 +84,13 @@ def test_connection_options_map_to_pynsq_names():
                             "msg_timeout": 30000, "output_buffer_timeout": 5}
 
 
+def test_bad_connection_options_fail_early():
+    with pytest.raises(NSQOptionError, match="heartbeat_interval"):
+        parse_read_options(opts(heartbeatInterval="5"), streaming=True)
+    with pytest.raises(NSQOptionError, match="no_such_option"):
+        parse_read_options(opts(**{"nsq.no_such_option": "1"}), streaming=True)
+
+
 def test_write_options():
     w = parse_write_options({"nsqdtcpaddresses": "127.0.0.1:1", "batchsize": "7"})
     assert w.topic is None and w.batch_size == 7
