@@ -375,10 +375,7 @@ class Reader:
             IOLoop.current().add_callback(self._start_on_current_loop)
         else:
             # pynsq's way: the reader starts when nsq.run() (or the IOLoop) starts
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                IOLoop.current().add_callback(self._start_on_current_loop)
+            _current_ioloop().add_callback(self._start_on_current_loop)
 
     def _start_on_current_loop(self) -> None:
         with self._start_lock:
@@ -1355,6 +1352,21 @@ def _pynsq_units(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _current_ioloop() -> Any:
+    """This thread's IOLoop, made if there is none (newer Pythons no longer create an
+    event loop implicitly outside a running one)."""
+    import warnings
+
+    from tornado.ioloop import IOLoop
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return IOLoop.current()
+        except RuntimeError:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            return IOLoop.current()
+
+
 # ---------------------------------------------------------------------------------------
 # run()
 
@@ -1363,12 +1375,7 @@ def run() -> None:
     """Run the current IO loop until SIGINT or SIGTERM (pynsq's ``nsq.run()``), then close
     every Reader on it cleanly (answer everything, CLS) and return. A second signal stops
     at once."""
-    import warnings
-
-    from tornado.ioloop import IOLoop
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        ioloop = IOLoop.current()
+    ioloop = _current_ioloop()
     aloop = ioloop.asyncio_loop  # type: ignore[attr-defined]
     stopping = False
 

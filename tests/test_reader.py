@@ -513,6 +513,8 @@ def test_pull_api_rejected_with_handler_and_argument_errors():
     r = Reader(T, C, batch_handler=lambda ms: True, nsqd_tcp_addresses=["127.0.0.1:1"])
     with pytest.raises(NSQError, match="without a message_handler"):
         r.get_batch()
+    r.close()  # never started: closing is immediate, and it will not start later
+    assert r.closed
     with pytest.raises(ValueError, match="nsqd_tcp_addresses or lookupd_http_addresses"):
         Reader(T, C)
     with pytest.raises(ValueError, match="host:port"):
