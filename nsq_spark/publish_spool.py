@@ -1276,3 +1276,43 @@ class SpoolingProducer:
 
 def _is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError, OSError))
+
+
+# ---------------------------------------------------------------------------------------
+# ``nsq_spark.Producer(..., spool_dir=...)``
+
+def _spool_aware_producer_class() -> type:
+    from nsq_spark.producer import Producer as _Producer
+
+    class Producer(_Producer):
+        """:class:`nsq_spark.producer.Producer`, plus one keyword: with ``spool_dir=``
+        the call returns a :class:`SpoolingProducer` (same publishing methods) that owns
+        every message until nsqd acknowledged it; the ``spool_*`` and
+        ``message_id_digest`` keywords then apply. Without it, a plain Producer."""
+
+        def __new__(cls, *args: Any, spool_dir: Any = None, **kwargs: Any) -> Any:
+            if spool_dir is not None:
+                # not an instance of cls, so Python does not call __init__ on it
+                return SpoolingProducer(*args, spool_dir=spool_dir, **kwargs)
+            return super().__new__(cls)
+
+        def __init__(self, *args: Any, spool_dir: Any = None, **kwargs: Any) -> None:
+            stray = sorted(k for k in kwargs if k.startswith("spool_") or
+                           k in ("message_id_digest", "on_rejected", "on_corrupt"))
+            if stray:
+                raise ValueError(f"{', '.join(stray)} only apply with spool_dir=...; give "
+                                 "spool_dir to publish through a durable spool")
+            super().__init__(*args, **kwargs)
+
+    Producer.__module__ = "nsq_spark"
+    Producer.__qualname__ = "Producer"
+    return Producer
+
+
+def __getattr__(name: str) -> Any:
+    # built on first use, so that importing this module does not import the producer
+    if name == "Producer":
+        cls = _spool_aware_producer_class()
+        globals()["Producer"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -624,3 +624,26 @@ def test_on_corrupt_callback_may_publish(tmp_path, sink):
         p.close()
     (alert,) = [b for t, b, _ in sink.got if t == "alerts"]
     assert alert.startswith(b"damaged: truncated record")
+
+
+def test_spool_aware_producer_factory(tmp_path):
+    from nsq_spark.producer import Producer as Plain
+
+    Producer = ps.Producer
+    assert issubclass(Producer, Plain)
+    sp = Producer("127.0.0.1:4150", spool_dir=tmp_path, spool_fsync=25, spool_full="raise",
+                  message_id_digest=True)
+    try:
+        assert isinstance(sp, SpoolingProducer)
+        assert sp._store._sync_ms == 25 and sp._store.full == "raise" and sp.message_id_digest
+    finally:
+        sp.close(timeout=0)
+    plain = Producer("127.0.0.1:4150", max_tries=2)      # no connection until a publish
+    try:
+        assert isinstance(plain, Plain) and plain.max_tries == 2
+    finally:
+        plain.close()
+    plain = Producer("127.0.0.1:4150", spool_dir=None)
+    plain.close()
+    with pytest.raises(ValueError, match="spool_fsync only apply with spool_dir"):
+        Producer("127.0.0.1:4150", spool_fsync=10)       # spool options need spool_dir
