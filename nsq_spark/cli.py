@@ -28,6 +28,7 @@ import logging
 import os
 import random
 import signal
+import stat
 import sys
 import threading
 import time
@@ -220,8 +221,7 @@ def _inputs(files: list[str], stdin: IO[bytes]) -> tuple[list[tuple[str, Any]], 
         opened.append((name, f))
         try:
             st = os.fstat(f.fileno())
-            import stat as _stat
-            if total is not None and _stat.S_ISREG(st.st_mode):
+            if total is not None and stat.S_ISREG(st.st_mode):
                 total += st.st_size - (f.tell() if f.seekable() else 0)
             else:
                 total = None
@@ -291,17 +291,21 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
                              "by the spooling publisher)")
         from nsq_spark.producer import Producer
         producer = Producer(args.nsqd_tcp_addresses)
-    interval = args.batch_size / args.rate if args.rate > 0 else 0.0
+    batch_size = args.batch_size
+    per_msg = 0.0
+    if args.rate > 0:
+        # bursts of at most a tenth of a second's worth of messages
+        per_msg = 1.0 / args.rate
+        batch_size = max(1, min(batch_size, int(args.rate // 10)))
     rc = EXIT_OK
     try:
         next_at = time.monotonic()
-        for bodies, raw in _batches(opened, args.delimiter, args.batch_size, args.skip_empty):
-            if interval:
+        for bodies, raw in _batches(opened, args.delimiter, batch_size, args.skip_empty):
+            if per_msg:
                 delay = next_at - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                next_at = max(next_at, time.monotonic() - interval) + interval * (
-                    len(bodies) / args.batch_size)
+                next_at = max(next_at, time.monotonic()) + per_msg * len(bodies)
             if bodies:
                 producer.mpublish(args.topic, bodies)
             progress.update(len(bodies), raw)

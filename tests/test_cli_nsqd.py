@@ -124,3 +124,18 @@ def test_tail_prints_messages_like_nsq_tail(nsq_cluster):
     assert all(line.startswith(b"clitail | ") for line in rest)
     assert sorted(first + [line[len(b"clitail | "):] for line in rest]) == bodies
     assert depth(nsq_cluster, "clitail", "tailch") == 0
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_publish_rate_limit(nsq_cluster):
+    import time
+
+    make_channel(nsq_cluster, "clirate", "c")
+    data = b"".join(b"r-%03d\n" % i for i in range(60))
+    t0 = time.monotonic()
+    r = run_cli("publish", "--topic", "clirate", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--rate", "100", "--quiet", stdin=data)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr.decode()
+    assert elapsed >= 0.5          # 60 messages at 100/s: at least ~0.6 s (a lower bound)
+    assert sorted(nsq_tail(nsq_cluster, "clirate", "c", 60)) == data.split(b"\n")[:-1]
