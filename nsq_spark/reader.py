@@ -880,19 +880,19 @@ class Reader:
 
     def _respond_on_loop(self, slot: _Slot, msg: Message, kind: int, delay: Any,
                          backoff: bool) -> None:
+        if kind == _TOUCH:
+            conn = slot.conn
+            if conn is not None and not conn.closed:
+                conn.touch(msg.id)
+            return
         if slot.outstanding:
             slot.outstanding.pop(msg.id, None)
         if kind == _FIN:
             slot.fins.append(msg.id)
             self._oks += 1
             self._mark(slot)
-        elif kind == _REQ:
-            self._req_on_loop(slot, msg, delay, backoff)
         else:
-            conn = slot.conn
-            if conn is not None and not conn.closed:
-                conn.touch(msg.id)
-            return
+            self._req_on_loop(slot, msg, delay, backoff)
         self._schedule_flush()
 
     def _req_on_loop(self, slot: _Slot, m: Message, delay: Any, backoff: bool) -> None:

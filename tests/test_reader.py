@@ -433,6 +433,7 @@ def test_close_waits_for_async_handlers_and_requeues_the_rest(nsq_cluster):
             await asyncio.sleep(0.3)  # finishes during close
             finished_late.append(m.body)
             return True
+        m.touch()  # a touched message is still in flight: close must requeue it too
         await asyncio.sleep(30)  # never in time: requeued by close
 
     async def main():
