@@ -282,3 +282,20 @@ def test_fuzz_truncated_stream_keeps_tail(frames: list[tuple[int, bytes]], data:
     m, o = dec.feed(stream[:cut])
     assert len(m) + len(o) < len(frames)
     assert dec.buffered == cut - sum(len(encode_frame(t, d)) for t, d in frames[:len(m) + len(o)])
+
+
+def test_feed_restores_gc_state_even_on_error() -> None:
+    import gc
+
+    assert gc.isenabled()
+    FrameDecoder().feed(encode_message_frame(MID, b"x"))
+    assert gc.isenabled()
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(struct.pack(">ii", 6, 9) + b"OK")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        FrameDecoder().feed(encode_message_frame(MID, b"x"))
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
