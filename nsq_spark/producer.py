@@ -243,6 +243,9 @@ class Producer:
     def _ensure_thread_loop(self) -> asyncio.AbstractEventLoop:
         """The producer's loop for blocking callers (starting the IO thread if needed)."""
         loop = self._loop
+        if loop is not None and self._thread is None and loop.is_closed():
+            self._forget_loop()  # bound to an asyncio.run() that has ended
+            loop = None
         if loop is not None:
             if self._thread is None:
                 try:
@@ -316,7 +319,10 @@ class Producer:
     def _encode_mpub(self, topic: str, bodies: Iterable[bytes]) -> list[bytes]:
         if not isinstance(bodies, (list, tuple)):
             bodies = list(bodies)
-        total = sum(map(len, bodies)) + 4 * len(bodies) + 4 if bodies else 0
+        try:
+            total = sum(map(len, bodies)) + 4 * len(bodies) + 4 if bodies else 0
+        except TypeError:
+            total = 0  # protocol.mpub names the offending body
         if total <= self.max_mpub_bytes:
             return [protocol.mpub(topic, bodies, self.max_msg_size)]
         return [protocol.mpub(topic, batch, self.max_msg_size)

@@ -338,3 +338,14 @@ def test_blocking_publish_when_nsqd_closes_mid_frame(nsqd: NSQCluster) -> None:
         assert proxy.cuts == 1
     finally:
         proxy.close()
+
+
+def test_futures_after_an_asyncio_run_has_ended(nsqd: NSQCluster) -> None:
+    topic = _topic()
+    p = Producer(nsqd.nsqd_tcp_addresses)
+    run(p.apublish(topic, b"in asyncio.run"))
+    assert p.publish_async(topic, b"future").result(10) == b"OK"  # moves to an IO thread
+    with pytest.raises(errors.InvalidBodyError):
+        p.mpublish(topic, [b"ok", 5])  # type: ignore[list-item]
+    p.close()
+    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 2
