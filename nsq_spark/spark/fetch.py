@@ -16,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 last_task_timings: dict[str, float] = {}
 
 ReaderFactory = Callable[[ReadOptions], Any]
+
+# Seconds get_batch waits while a chunk is in the writer thread, so that its FIN goes out
+# soon after it is durable.
+WRITER_POLL = 0.002
 
 
 def default_reader_factory(opts: ReadOptions) -> Any:
@@ -171,9 +176,11 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                       chunk_no: int, rows: int, remaining: int | None,
                       reader_factory: ReaderFactory, timer: _Timer,
                       ) -> Iterator["pa.RecordBatch"]:
-    """Fetch chunk by chunk. Chunk k is written (and fsynced) by a writer thread while the
-    next chunk's messages arrive -- that is why a chunk is half of ``maxInFlight`` --, and
-    is FINished and handed to Spark once durable, before chunk k+1 is written."""
+    """Fetch chunk by chunk. A full chunk goes to a writer thread (Arrow IPC, write,
+    fsync) while the next chunk's messages arrive -- that is why a chunk is by default half
+    of ``maxInFlight`` --; as soon as it is durable it is FINished (nsqd then refills the
+    window) and handed to Spark, oldest chunk first. Smaller chunks let more of them wait
+    in (as many) writer threads."""
     dedup = _Dedup(opts.dedup) if opts.dedup else None
     chunk_size = opts.spool_chunk_size
     if remaining is not None and remaining < opts.max_in_flight:
@@ -185,7 +192,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     t0 = perf()
     reader = reader_factory(opts)
     timer.fetch += perf() - t0
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsq-spool")
+    # chunks of the in-flight window that may wait in the writers while the next fills
+    max_jobs = max(1, opts.max_in_flight // chunk_size - 1)
+    writer = ThreadPoolExecutor(max_workers=max_jobs, thread_name_prefix="nsq-spool")
 
     def write(k: int, rb: "pa.RecordBatch") -> None:
         t = perf()
@@ -220,13 +229,17 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         yield rb
         timer.handover += perf() - t
 
-    job = None
+    jobs: deque = deque()  # chunks in the writers, oldest first
     try:
         deadline = time.monotonic() + opts.max_fetch_period
         pending: list[Message] = []
         first_at = 0.0
         idle = False
         while True:
+            while jobs and jobs[0][0].done():
+                # a chunk in the writers is durable: FIN it now, so that nsqd refills the
+                # in-flight window while the next chunk is still filling
+                yield from settle(jobs.popleft())
             now = time.monotonic()
             want = chunk_size - len(pending)
             if remaining is not None:
@@ -237,6 +250,8 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 wait = min(opts.idle_timeout, max(0.0, deadline - now))
                 if pending:
                     wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
+                if jobs:
+                    wait = min(wait, WRITER_POLL)  # come back for the writers soon
                 got = reader.get_batch(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
                 if got:
@@ -246,27 +261,31 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                     if len(pending) < chunk_size and (remaining is None
                                                       or len(pending) < remaining):
                         continue
+                elif jobs and wait == WRITER_POLL:
+                    continue  # only polled for the writer: not idle
                 elif not pending or wait >= opts.idle_timeout:
                     idle = True
                     if not pending:
                         continue
             if not pending:
+                if jobs:
+                    yield from settle(jobs.popleft())
+                    continue
                 break
             keep, drop = (dedup.split(pending) if dedup else (pending, []))
             t = perf()
             rb = messages_to_batch(keep, opts.topic, opts.channel)
             timer.convert += perf() - t
-            if job is not None:  # the previous chunk first: FIN and hand-over in order
-                yield from settle(job)
-            job = (writer.submit(write, chunk_no, rb), pending, keep, drop, rb)
+            while len(jobs) >= max_jobs:  # the window is full: wait for the oldest chunk
+                yield from settle(jobs.popleft())
+            jobs.append((writer.submit(write, chunk_no, rb), pending, keep, drop, rb))
             chunk_no += 1
             rows += rb.num_rows
             if remaining is not None:
                 remaining -= len(pending)
             pending = []
-        if job is not None:
-            last, job = job, None
-            yield from settle(last)
+        while jobs:
+            yield from settle(jobs.popleft())
         final = part.complete(chunk_no, rows)
         if final.chunks != chunk_no:  # pragma: no cover - needs two racing attempts
             raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
