@@ -91,6 +91,7 @@ import secrets
 import struct
 import threading
 import time
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +380,8 @@ class SegmentStore:
 
         self._check_directory()
         self._disk_bytes = self._scan_bytes()
+        self._forked = False
+        _STORES.add(self)
         self._flusher: threading.Thread | None = None
         if self._sync_ms:
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
@@ -438,6 +441,11 @@ class SegmentStore:
             return
         need = len(data)
         if self._closed:
+            if self._forked:
+                raise SpoolError(
+                    f"this spool ({self.directory}) was opened before os.fork(); a forked "
+                    "process must not write through its parent's segments: create the "
+                    "SpoolingProducer in each process (e.g. after the worker starts)")
             raise SpoolError(f"spool {self.directory} is closed; create a new producer")
         if need + len(MAGIC) > self.max_bytes:
             raise SpoolFullError(
@@ -927,6 +935,40 @@ class SegmentStore:
         self.stats.bytes_on_disk = self._disk_bytes
 
 
+def _close_quiet(fd: int | None) -> None:
+    if fd is not None and fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _after_fork_in_child() -> None:
+    """A forked child shares its parent's open segment files -- and their flocks, which
+    live until every copy is closed. Close the child's copies (so a dead parent's segments
+    become claimable) and make the inherited stores refuse writes (two processes
+    appending at one offset would corrupt the segment). Locks are replaced, not taken:
+    another thread may have held them at the fork."""
+    for st in list(_STORES):
+        st._lock = threading.Lock()
+        st._space = threading.Condition(st._lock)
+        st._changed = threading.Condition(st._lock)
+        for seg in st._segments:
+            _close_quiet(seg.ack_fd)
+            _close_quiet(seg.fd)
+            seg.fd = -1
+        _close_quiet(st._reject_fd)
+        st._reject_fd = None
+        st._segments = []
+        st._active = None
+        st._closed = st._forked = True
+
+
+_STORES: "weakref.WeakSet[SegmentStore]" = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _unlink_quiet(path: str | os.PathLike[str]) -> None:
     try:
         os.unlink(path)
@@ -1122,6 +1164,8 @@ class SpoolingProducer:
         if self._closing:
             return
         self._closing = True
+        if self._store._forked:
+            return   # a forked copy: the parent owns the spool, the IO threads are not here
         try:
             if timeout > 0:
                 self.flush(timeout)
