@@ -40,7 +40,9 @@ The lock dies with its process, so a crashed process's segments become lockable,
 every :class:`SpoolingProducer` on the directory periodically claims such orphans (with
 ``LOCK_NB``: a segment someone else holds is skipped) and sends them. After taking a lock
 the claimer checks the path still names the locked inode, so a segment deleted by its
-previous owner in between is never sent again.
+previous owner in between is never sent again. Create one producer per process: after
+``os.fork()`` the child's inherited copy closes its segment files (so it does not keep
+the parent's locks alive) and refuses to publish.
 
 Delivery semantics: at least once. A message is sent twice only when (a) the process
 died after nsqd acknowledged a batch and before the watermark was written (at most one
