@@ -38,6 +38,8 @@ from nsq_spark.testing import MemcachedServer, RedisServer
 
 M = 1_000_000
 BATCH = 1000
+REPEAT = 3  # speed figures: best of this many repetitions (batch figures at 1M keys:
+            # the Redis/memcached batch runs once, it is also the memory measurement)
 
 
 def ids(n: int, start: int = 0, tag: str = "0") -> list[bytes]:
@@ -99,11 +101,14 @@ def bench_in_process(out: dict[str, Any]) -> None:
         (f"BloomFilter({mm()}, 1%)", lambda: BloomFilter(M, 0.01)),
         (f"BloomFilter({mm()}, 0.1%)", lambda: BloomFilter(M, 0.001)),
     ]:
-        f = make()
-        s_new = rate_single(f.check_and_set, single_keys)
-        s_dup = rate_single(f.check_and_set, single_keys)
-        f = make()
-        b_new = rate_batch(f.check_and_set_many, batch_keys)
+        s_new = s_dup = b_new = 0.0
+        for _ in range(REPEAT):  # best of REPEAT: the machine is shared
+            f = make()
+            s_new = max(s_new, rate_single(f.check_and_set, single_keys))
+            s_dup = max(s_dup, rate_single(f.check_and_set, single_keys))
+            f = make()
+            b_new = max(b_new, rate_batch(f.check_and_set_many, batch_keys))
+            del f
         speed.append((label, s_new, s_dup, b_new))
     out["speed_local"] = speed
 
@@ -201,10 +206,12 @@ def bench_servers(out: dict[str, Any]) -> None:
             (f"RedisBloomFilter({mm()}, 1%) bit-array script",
              lambda p: RedisBloomFilter(client, p, M, 0.01, module=False)),
         ]:
-            client.flushall()
-            d = make("speed")
-            s_new = rate_single(d.check_and_set, single)
-            s_dup = rate_single(d.check_and_set, single)
+            s_new = s_dup = 0.0
+            for _ in range(REPEAT):  # best of REPEAT: the machine is shared
+                client.flushall()
+                d = make("speed")
+                s_new = max(s_new, rate_single(d.check_and_set, single))
+                s_dup = max(s_dup, rate_single(d.check_and_set, single))
             client.flushall()
             time.sleep(0.2)
             before = redis_used(client)
@@ -229,9 +236,11 @@ def bench_servers(out: dict[str, Any]) -> None:
         st = stats_client.stats()
         used = int(st[b"bytes"]) - before
         evictions = int(st[b"evictions"])
-        d = MemcachedDeduplicator(ms.address, 3600, prefix="speed")
-        s_new = rate_single(d.check_and_set, single)
-        s_dup = rate_single(d.check_and_set, single)
+        s_new = s_dup = 0.0
+        for rep in range(REPEAT):  # best of REPEAT: the machine is shared
+            d = MemcachedDeduplicator(ms.address, 3600, prefix=f"speed{rep}")
+            s_new = max(s_new, rate_single(d.check_and_set, single))
+            s_dup = max(s_dup, rate_single(d.check_and_set, single))
         speed.append(("MemcachedDeduplicator(ttl=3600)", s_new, s_dup, b_new))
         mem.append((f"MemcachedDeduplicator(ttl=3600) (item bytes; {evictions} evictions)", used, M, M))
         redis_version = client.info("server")["redis_version"]
@@ -258,7 +267,12 @@ def render(out: dict[str, Any], cmd: str) -> str:
     a("")
     a("Keys are 16-byte NSQ-like ids. *new*: every key is new (the insert path); *dup*: the same "
       "keys again (all duplicates); *batch*: `check_and_set_many` in batches of 1,000 new keys "
-      "(1M keys; one lock, or one network round trip, per batch).")
+      "(1M keys; one lock, or one network round trip, per batch). The 16-byte ids are stored as "
+      "they are by `OppositeBloomFilter(digest_size=16)`; the `digest_size=8` row shows the cost "
+      "of hashing a key with BLAKE2b. Redis and memcached: one client thread, one round trip per "
+      "key (one call) or per batch, over loopback. Each figure is the best of "
+      f"{REPEAT} repetitions, except the Redis/memcached batch figures (one pass of 1M keys, "
+      "which is also their memory measurement).")
     a("")
     a("| structure | one call, new | one call, dup | batch of 1000, new |")
     a("|---|---:|---:|---:|")
