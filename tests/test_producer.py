@@ -349,3 +349,20 @@ def test_futures_after_an_asyncio_run_has_ended(nsqd: NSQCluster) -> None:
         p.mpublish(topic, [b"ok", 5])  # type: ignore[list-item]
     p.close()
     assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 2
+
+
+def test_blocking_publish_times_out_on_a_stopped_nsqd(nsqd: NSQCluster) -> None:
+    topic = _topic()
+    with Producer(nsqd.nsqd_tcp_addresses, max_tries=1, response_timeout=0.5) as p:
+        p.publish(topic, b"before")
+        nsqd.stop(0)  # SIGSTOP: the socket stays open, nothing answers
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(errors.NSQTimeoutError, match="0.5s"):
+                p.publish(topic, b"stuck")
+            assert time.monotonic() - t0 < 3
+        finally:
+            nsqd.resume(0)
+        p.publish(topic, b"after")  # a fresh connection
+    # the stuck one may or may not have been stored: NSQ publishing is at-least-once
+    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) in (2, 3)
