@@ -87,6 +87,7 @@ class BloomFilter:
         self.max_erased = max_erased
         self.added = 0  # keys that were new when added (an estimate of the fill)
         self._buf = bytearray((self.bits + 7) // 8)
+        self._rng = range(self.hashes)
         self._erased: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._warned = False
@@ -96,10 +97,15 @@ class BloomFilter:
                 f"bits={self.bits}, hashes={self.hashes})")
 
     def _cas(self, key: bytes) -> bool:
-        # caller holds the lock
-        buf = self._buf
+        # caller holds the lock. The positions of _positions(), computed inline: this is
+        # the hot loop, and a list plus a call per key cost ~40%.
+        buf, bits = self._buf, self.bits
+        h = blake2b(key, digest_size=16).digest()
+        h1 = int.from_bytes(h[:8], "little")
+        h2 = int.from_bytes(h[8:], "little") | 1
         seen = True
-        for p in _positions(key, self.bits, self.hashes):
+        for i in self._rng:
+            p = (h1 + i * h2) % bits
             byte, mask = p >> 3, 1 << (p & 7)
             b = buf[byte]
             if not b & mask:
