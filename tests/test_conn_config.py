@@ -1,0 +1,69 @@
+"""ConnectionConfig: pynsq option names, validation, IDENTIFY payload, TLS context."""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+
+from nsq_spark.config import ConnectionConfig
+from nsq_spark.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+
+def test_pynsq_names_and_aliases() -> None:
+    cfg = ConnectionConfig.from_options(
+        timeout=2.5, heartbeat_interval=10000, tls_v1=True, tls_options={"ca_certs": "/x"},
+        snappy=True, user_agent="me/1", output_buffer_size=4096, output_buffer_timeout=50,
+        sample_rate=10, auth_secret="hunter2-secret", msg_timeout=5000, hostname="h.example", requeue_delay=30)
+    assert cfg.connect_timeout == 2.5 and cfg.requeue_delay == 30
+    payload = cfg.identify_payload()
+    assert payload == {
+        "client_id": payload["client_id"], "hostname": "h.example", "user_agent": "me/1",
+        "feature_negotiation": True, "heartbeat_interval": 10000, "tls_v1": True,
+        "snappy": True, "deflate": False, "sample_rate": 10, "output_buffer_size": 4096,
+        "output_buffer_timeout": 50, "msg_timeout": 5000}
+    assert "hunter2-secret" not in repr(cfg)  # never in logs
+    assert cfg.replace(timeout=1.0).connect_timeout == 1.0
+
+
+def test_deflate_level_only_sent_with_deflate() -> None:
+    assert "deflate_level" not in ConnectionConfig().identify_payload()
+    assert ConnectionConfig(deflate=True, deflate_level=3).identify_payload()["deflate_level"] == 3
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"heartbeat_intervall": 1}, "did you mean 'heartbeat_interval'"),
+    ({"heartbeat_interval": 500}, "heartbeat_interval"),
+    ({"heartbeat_interval": 61000}, "heartbeat_interval"),
+    ({"deflate_level": 0}, "deflate_level"),
+    ({"sample_rate": 100}, "sample_rate"),
+    ({"snappy": True, "deflate": True}, "snappy and deflate"),
+    ({"msg_timeout": 10}, "msg_timeout"),
+    ({"output_buffer_timeout": -5}, "output_buffer_timeout"),
+    ({"timeout": 0}, "connect_timeout"),
+    ({"tls_options": "yes"}, "tls_options"),
+])
+def test_invalid_options_are_config_errors(opts: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ConnectionConfig.from_options(**opts)
+
+
+def test_heartbeats_can_be_disabled() -> None:
+    assert ConnectionConfig(heartbeat_interval=-1).identify_payload()["heartbeat_interval"] == -1
+
+
+def test_ssl_context_verification_on_by_default_and_switchable() -> None:
+    ctx = ConnectionConfig(tls_v1=True).ssl_context()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    off = ConnectionConfig(tls_v1=True, tls_verify=False).ssl_context()
+    assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
+    pynsq_off = ConnectionConfig(tls_options={"cert_reqs": ssl.CERT_NONE}).ssl_context()
+    assert pynsq_off.verify_mode == ssl.CERT_NONE
+    no_host = ConnectionConfig(tls_check_hostname=False).ssl_context()
+    assert no_host.verify_mode == ssl.CERT_REQUIRED and not no_host.check_hostname
+    given = ssl.create_default_context()
+    assert ConnectionConfig(tls_options=given).ssl_context() is given
+    with pytest.raises(OSError):
+        ConnectionConfig(tls_ca_file="/nonexistent/ca.pem").ssl_context()
