@@ -509,13 +509,13 @@ class Connection(_Negotiated):
                 if data == _HEARTBEAT:
                     self._send(_NOP)
                     if self.on_heartbeat is not None:
-                        self.on_heartbeat(self)
+                        self._callback(self.on_heartbeat, self)
                 elif self._pending:
                     fut = self._pending.popleft()
                     if not fut.done():
                         fut.set_result(data)
                 elif self.on_response is not None:
-                    self.on_response(self, data)
+                    self._callback(self.on_response, self, data)
                 else:
                     log.debug("[%s] unexpected response %r", self.address, data[:100])
             else:
@@ -531,10 +531,13 @@ class Connection(_Negotiated):
                 else:
                     log.warning("[%s] %s", self.address, exc)
                 if self.on_error is not None:
-                    try:
-                        self.on_error(self, exc)
-                    except Exception:
-                        log.exception("[%s] on_error callback failed", self.address)
+                    self._callback(self.on_error, self, exc)
+
+    def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("[%s] %s callback failed", self.address, getattr(fn, "__name__", fn))
 
     def _check_heartbeat(self) -> None:
         self._watchdog = None
