@@ -98,24 +98,27 @@ def check_delivery(got: list[bytes], expected: set[bytes], max_dups: int) -> int
 CHILD = textwrap.dedent("""
     import json, sys, time
     from nsq_spark.publish_spool import SpoolingProducer
-    spool, addr, topic, start, end, chunk, batch = sys.argv[1:8]
+    spool, addr, topic, start, end, chunk, batch, slow_from, hold = sys.argv[1:10]
     start, end, chunk, batch = int(start), int(end), int(chunk), int(batch)
+    slow_from = int(slow_from)
     p = SpoolingProducer(addr, spool_dir=spool, batch_size=batch, retry_max_wait=0.2,
                          rescan_interval=0.2)
     for i in range(start, end, chunk):
         p.mpublish(topic, [b"m%06d" % j for j in range(i, min(i + chunk, end))])
         print(min(i + chunk, end) - 1, flush=True)
+        if 0 <= slow_from <= i:
+            time.sleep(0.05)  # still publishing when the parent's SIGKILL comes
     ok = p.flush(60)
     print("done", json.dumps({"ok": ok, "claimed": p.spool_stats.orphans_claimed}), flush=True)
-    if len(sys.argv) > 8:
+    if hold == "hold":
         time.sleep(600)   # hold the spool (and its locks) until killed
     p.close()
 """)
 
 
-def start_child(spool, addr, start, end, chunk=20, batch=100, hold=False):
+def start_child(spool, addr, start, end, chunk=20, batch=100, hold=False, slow_from=-1):
     argv = [sys.executable, "-c", CHILD, str(spool), addr, TOPIC, str(start), str(end),
-            str(chunk), str(batch)] + (["hold"] if hold else [])
+            str(chunk), str(batch), str(slow_from), "hold" if hold else "-"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -140,7 +143,9 @@ def test_publisher_killed_mid_stream_and_restarted_loses_nothing(nsq_cluster, tm
     addr = nsq_cluster.nsqd_tcp_addresses[0]
     spool = tmp_path / "spool"
     total, chunk, batch = 3000, 20, 100
-    child = start_child(spool, addr, 0, total, chunk, batch)
+    # from a third on the child slows down (50 ms per chunk), so that nsqd is frozen and
+    # the kill lands mid-stream, with messages in the spool, even on a loaded machine
+    child = start_child(spool, addr, 0, total, chunk, batch, slow_from=total // 3)
     try:
         read_until(child, lambda s: s.isdigit() and int(s) >= total // 3)
         # freeze nsqd: the child keeps spooling, its drain waits on an unanswered MPUB
