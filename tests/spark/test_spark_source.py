@@ -281,3 +281,50 @@ print("COUNT", spark.sql("select count(distinct body) from disc").first()[0])
         proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=180)
     assert "COUNT 50" in proc.stdout, proc.stdout[-2000:] + proc.stderr[:6000]
+
+
+# -- dedup option --------------------------------------------------------------------------
+
+
+@pytest.mark.nsqd
+@pytest.mark.dedup
+def test_dedup_option_drops_redeliveries_seen_before(spark, nsq_cluster, redis_server,
+                                                     tmp_path):
+    """Messages whose id the shared store has seen are FINished and not emitted."""
+    from nsq_spark.dedup import from_spec
+    from nsq_spark.reader import Reader
+
+    node = nsq_cluster.nsqds[0]
+    topic, channel = "spark_dedup", "d"
+    spec = f"{redis_server.url}?ttl=600&prefix=spark-test-{os.getpid()}"
+    published = [b"u-%03d" % i for i in range(200)]
+    http_mpub(node.http_address, topic, published)
+    # another consumer of the channel had handled 50 of them (their ids are in the store)
+    # and then lost its connection before FIN: nsqd redelivers them with the same ids
+    store = from_spec(spec)
+    with Reader(topic, channel, nsqd_tcp_addresses=[node.tcp_address], max_in_flight=50,
+                max_tries=0) as r:
+        seen: list = []
+        deadline = time.monotonic() + 20
+        while len(seen) < 50 and time.monotonic() < deadline:
+            seen += r.get_batch(50 - len(seen), timeout=1)
+        assert len(seen) == 50
+        for m in seen:
+            assert store.check_and_set(m.id) is False
+        r.requeue(seen, delay_ms=0)
+    df = (spark.readStream.format("nsq").option("topic", topic).option("channel", channel)
+          .option("nsqdTcpAddresses", node.tcp_address)
+          .option("nsqdHttpAddresses", node.http_address)
+          .option("idleTimeout", 0.5).option("dedup", spec)
+          .option("spoolPath", str(tmp_path / "spool")).load())
+    q = run_available_now(df, str(tmp_path / "ckpt"), path=str(tmp_path / "out"))
+    assert q.exception() is None
+    got = bodies_of(spark.read.parquet(str(tmp_path / "out")).collect())
+    skipped = {m.body for m in seen}
+    assert collections.Counter(got) == collections.Counter(
+        b for b in published if b not in skipped)
+    c = channel_counts(node, topic, channel)
+    assert c["depth"] == 0 and c["in_flight"] == 0  # the duplicates were FINished too
+    # what was emitted is now marked: a redelivery of it would be dropped
+    rows = spark.read.parquet(str(tmp_path / "out")).select("id").collect()
+    assert all(store.check_and_set(r["id"]) for r in rows)

@@ -233,3 +233,12 @@ def test_messages_to_batch_schema():
     assert row["id"] == "0000000000000000" and row["attempts"] == 1
     assert row["nsqd_address"] == "127.0.0.1:4150" and row["topic"] == "t"
     assert row["timestamp"].year == 2023
+
+
+def test_dedup_option_needs_a_shared_store():
+    from nsq_spark.spark.fetch import check_dedup_spec
+
+    with pytest.raises(NSQOptionError, match="'dedup'.*shared store"):
+        check_dedup_spec("memory://opposite?size=1000")
+    with pytest.raises(NSQOptionError, match="'dedup'"):
+        check_dedup_spec("nonsense")
