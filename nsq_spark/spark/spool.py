@@ -29,7 +29,8 @@ attempt finds the same directory:
    then linked into place *without replacing* an existing file (and the directory
    fsynced): a chunk exists whole or not at all.
    Only after the chunk is durable are its messages FINished; then the batch is handed
-   to Spark.
+   to Spark. (The writing happens in a writer thread while the next chunk's messages
+   arrive; chunks are FINished and handed over in order, each as soon as it is durable.)
 4. If the chunk's name is taken (another attempt of the same partition is running, which
    Spark does only with speculative execution), the task REQueues its own un-FINished
    messages and fails; Spark's retry then takes step 1 or 2.
