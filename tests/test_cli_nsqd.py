@@ -116,9 +116,9 @@ def test_tail_prints_messages_like_nsq_tail(nsq_cluster):
     assert r.returncode == 0, r.stderr.decode()
     first = r.stdout.split(b"\n")[:-1]
     assert len(first) == 100 and set(first) <= set(bodies)
-    # the rest, through lookupd, with the topic printed; exits when idle
+    # the rest, through lookupd, with the topic printed
     r = run_cli("tail", "-topic", "clitail", "-channel", "tailch", "-lookupd-http-address",
-                nsq_cluster.lookupd_http_addresses[0], "-print-topic", "--idle-exit", "1.5")
+                nsq_cluster.lookupd_http_addresses[0], "-print-topic", "-n", "50")
     assert r.returncode == 0, r.stderr.decode()
     rest = r.stdout.split(b"\n")[:-1]
     assert all(line.startswith(b"clitail | ") for line in rest)
@@ -139,3 +139,11 @@ def test_publish_rate_limit(nsq_cluster):
     assert r.returncode == 0, r.stderr.decode()
     assert elapsed >= 0.5          # 60 messages at 100/s: at least ~0.6 s (a lower bound)
     assert sorted(nsq_tail(nsq_cluster, "clirate", "c", 60)) == data.split(b"\n")[:-1]
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_tail_idle_exit_on_an_empty_topic(nsq_cluster):
+    make_channel(nsq_cluster, "cliempty", "c")
+    r = run_cli("tail", "--topic", "cliempty", "--channel", "c", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--idle-exit", "0.5")
+    assert r.returncode == 0 and r.stdout == b"", r.stderr.decode()
