@@ -37,6 +37,9 @@ last_task_timings: dict[str, float] = {}
 
 ReaderFactory = Callable[[ReadOptions], Any]
 
+# Seconds a fetch task waits for its first message when the driver saw a backlog.
+FIRST_WAIT = 5.0
+
 # Seconds get_batch waits while a chunk is in the writer thread, so that its FIN goes out
 # soon after it is durable.
 WRITER_POLL = 0.002
@@ -230,6 +233,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         timer.handover += perf() - t
 
     jobs: deque = deque()  # chunks in the writers, oldest first
+    # a capped share means the driver saw a backlog: the first message may take a
+    # lookupd round and a connect to arrive, so the first wait is longer than idleTimeout
+    expecting = remaining is not None
     try:
         deadline = time.monotonic() + opts.max_fetch_period
         pending: list[Message] = []
@@ -247,7 +253,10 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             stop = idle or now >= deadline or (remaining is not None and want <= 0)
             if not stop and want > 0 and (not pending or now - first_at < FLUSH_INTERVAL):
                 t = perf()
-                wait = min(opts.idle_timeout, max(0.0, deadline - now))
+                idle_wait = opts.idle_timeout
+                if expecting:  # nsqd reported these messages: allow for discovery+connect
+                    idle_wait = max(idle_wait, FIRST_WAIT)
+                wait = min(idle_wait, max(0.0, deadline - now))
                 if pending:
                     wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
                 if jobs:
@@ -255,6 +264,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 got = reader.get_batch(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
                 if got:
+                    expecting = False
                     if not pending:
                         first_at = time.monotonic()
                     pending.extend(got)
@@ -263,7 +273,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                         continue
                 elif jobs and wait == WRITER_POLL:
                     continue  # only polled for the writer: not idle
-                elif not pending or wait >= opts.idle_timeout:
+                elif not pending or wait >= idle_wait:
                     idle = True
                     if not pending:
                         continue

@@ -27,7 +27,8 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            then drained in several batches.
 ``maxFetchPeriod``         seconds a fetch task may spend fetching (default 10).
 ``idleTimeout``            seconds without a message after which a fetch task stops
-                           (default 1).
+                           (default 1; for the first message of a batch that nsqd
+                           reported, at least 5 s, to allow for discovery and connect).
 ``spoolPath``              required for streaming: a pyarrow filesystem URI or local path,
                            durable and reachable from the driver and every executor.
 ``spoolChunkSize``         messages per spool chunk file (default ``maxInFlight // 2``, so
