@@ -617,3 +617,57 @@ def test_lookupd_discovery_with_one_lookupd_down_and_late_nsqd(nsq_cluster):
     assert found <= 0.5 * 1.3 + 0.5  # one poll interval plus jitter (+ connect slack)
     assert sorted(got) == sorted(sent + late)
     assert_drained(nsq_cluster, T, C)
+
+
+# -- more handler shapes ----------------------------------------------------------------------
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_coroutine_batch_handler(nsq_cluster):
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(500))
+    got, sizes = [], []
+
+    async def batch(msgs):
+        sizes.append(len(msgs))
+        await asyncio.sleep(0.001)
+        got.extend(m.body for m in msgs)
+        # returning None finishes every message the handler did not answer itself
+
+    async def main():
+        r = Reader(T, C, batch_handler=batch, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                   max_in_flight=200)
+        await await_for(lambda: r.finished >= 500, 15, "500 finished")
+        await r.aclose()
+    run_async(main())
+    assert sorted(got) == sorted(bodies(500))
+    assert max(sizes) > 1
+    assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_pynsq_subclass_hooks(nsq_cluster):
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"keep-1", b"skip-2", b"keep-3"])
+    processed, validated = [], []
+
+    class R(Reader):
+        def preprocess_message(self, message):
+            message.body = message.body.upper()
+            return message
+
+        def validate_message(self, message):
+            validated.append(message.body)
+            return not message.body.startswith(b"SKIP")  # False: finished, not handled
+
+        def process_message(self, message):
+            processed.append(message.body)
+            return True
+
+    async def main():
+        r = R(T, C, lambda m: pytest.fail("process_message overrides the handler"),
+              nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=5)
+        await await_for(lambda: r.finished >= 3, 10, "3 finished")
+        await r.aclose()
+    run_async(main())
+    assert sorted(validated) == [b"KEEP-1", b"KEEP-3", b"SKIP-2"]
+    assert sorted(processed) == [b"KEEP-1", b"KEEP-3"]
+    assert_drained(nsq_cluster, T, C)
