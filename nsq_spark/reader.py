@@ -1176,6 +1176,8 @@ class Reader:
                 "requeued": st.requeued if st else 0,
                 "messages": c.messages_received if c is not None else 0,
                 "max_rdy_count": st.max_rdy_count if st else None,
+                # backoff is reader-wide (as in go-nsq/pynsq); shown per connection too
+                "backoff": self._policy.mode,
                 "last_message_age": (round(self._aloop.time() - st.last_msg_at, 3)
                                      if st and self._aloop and not self._aloop.is_closed()
                                      else None),

@@ -272,6 +272,9 @@ def test_rdy_sum_bounded_and_even_spread(nsq_cluster):
     assert rdys == [10, 10, 10]  # 31 // 3 each; sum 30 <= 31
     assert all(s[0][1] == 10 for s in samples)
     assert sum(c["rdy"] for c in stats["connections"].values()) <= 31
+    for c in stats["connections"].values():
+        assert c["state"] == "subscribed" and c["in_flight"] == 10 and c["rdy"] == 10
+        assert c["backoff"] == "normal" and c["max_rdy_count"] == 2500
     assert_drained(nsq_cluster, T, C)
 
 
