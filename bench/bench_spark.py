@@ -9,10 +9,11 @@
 * ours: ``spark.readStream.format("nsq")`` with ``numPartitions=2`` and the spool on a
   local disk, into the ``noop`` sink under ``Trigger.AvailableNow``.
 
-Both times include query start. The fetch tasks report where their time goes (fetch =
-Reader.get_batch + FIN + connect/close, spool = Arrow IPC encode + write + fsync, hand-over
-= time Spark took to take each batch from the generator) through
-``NSQ_SPARK_TIMINGS_DIR``.
+Both times include query start; a small warm-up query runs first. The fetch tasks
+report where their time goes through ``NSQ_SPARK_TIMINGS_DIR``: fetch (Reader connect,
+get_batch waits, FIN, close), convert (messages -> Arrow record batch), spool wait (time
+the task waited for a chunk to be durable), spool write (the writer thread: Arrow IPC
+encode, write, fsync -- overlapping the fetch), hand-over (Spark taking each batch).
 
 Run from the repo root (one benchmark at a time on the machine)::
 
@@ -133,10 +134,6 @@ def _run_available_now(df, checkpoint: str) -> float:
     if q.exception():
         raise RuntimeError(f"query failed: {q.exception()}")
     return elapsed
-
-
-def _rows_of(q_progress) -> int:
-    return sum(p["numInputRows"] for p in q_progress)
 
 
 def _publish(http_address: str, topic: str, n: int, size: int) -> float:

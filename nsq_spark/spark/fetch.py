@@ -159,9 +159,18 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     have = part.chunk_count()
     rows = 0
     for k in range(have):
-        for rb in part.read_chunk(k):
+        try:
+            batches = part.read_chunk(k)
+        except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+            log.warning("batch %d part %d: chunk %d is torn (%s); discarding it", batch,
+                        index, k, exc)
+            have = k
+            break
+        for rb in batches:
             rows += rb.num_rows
             yield rb
+    # a torn chunk, or chunks after a gap (several writers), were never FINished
+    part.discard_from(have)
     timer.replayed = rows
     if have:
         log.info("batch %d part %d: resumed after %d chunks (%d rows) of an earlier attempt",

@@ -19,15 +19,16 @@ attempt finds the same directory:
 1. ``_COMPLETE`` exists: the partition is decided. Replay chunks ``0 .. chunks-1`` and
    fetch nothing. (A re-executed batch reads the same messages.)
 2. Otherwise an earlier attempt may have died part-way. Replay the chunks it left
-   (``c000000`` upwards while contiguous), count their rows against the partition's
-   share, then fetch the rest, continuing the numbering.
+   (``c000000`` upwards while contiguous and readable), count their rows against the
+   partition's share, then fetch the rest, continuing the numbering. A chunk torn by a
+   crash while it was written, and any chunk after a gap, was never FINished (FIN waits
+   for durability, in chunk order): it is deleted and its messages come again from nsqd.
 3. Fetching goes chunk by chunk; a chunk holds at most ``spoolChunkSize`` messages
    (default half of ``maxInFlight``: nsqd sends nothing more once ``maxInFlight`` are
    un-FINished) and is cut after at most ``FLUSH_INTERVAL`` seconds, far inside nsqd's
    ``msg_timeout`` (60 s by default), so no spooled message outlives its timeout before
-   its FIN. Each chunk is an Arrow IPC file written to a temporary name, fsynced, and
-   then linked into place *without replacing* an existing file (and the directory
-   fsynced): a chunk exists whole or not at all.
+   its FIN. Each chunk is an Arrow IPC file created *only if absent* (O_EXCL on a
+   local disk), written, fsynced, and its directory fsynced.
    Only after the chunk is durable are its messages FINished; then the batch is handed
    to Spark. (The writing happens in a writer thread while the next chunk's messages
    arrive; chunks are FINished and handed over in order, each as soon as it is durable.)
@@ -45,7 +46,7 @@ a crash after a chunk is durable but before its FIN reaches nsqd; nsqd then rede
 those messages (same ``id``) later, so they appear twice. Deduplicate on ``id`` (the
 ``dedup`` option, or ``dropDuplicatesWithinWatermark("id")``).
 
-Durability: on a local filesystem the data, the link and the directories are fsynced.
+Durability: on a local filesystem the data and the directories are fsynced.
 On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
 absent" is a check-then-write; on HDFS rename does not replace. Keep Spark's speculative
 execution off (its default) unless the spool is on a local or HDFS filesystem.
@@ -159,6 +160,15 @@ class _FS:
             except FileNotFoundError:
                 pass
 
+    def remove(self, path: str) -> None:
+        try:
+            if self.local:
+                os.unlink(path)
+            else:
+                self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
     def exists(self, path: str) -> bool:
         if self.local:
             return os.path.exists(path)
@@ -176,21 +186,29 @@ class _FS:
             return f.read()
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
-        """Write ``data`` durably at ``path`` unless it exists; False if it existed."""
-        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        """Write ``data`` durably at ``path`` unless it exists; False if it existed.
+
+        Local: created in place with O_EXCL (atomic "create if absent"), written, fsynced,
+        then the directory fsynced -- one journal commit on ext4/xfs, where a temporary
+        file plus link needs two. A crash mid-write can leave a torn file; the fetch task
+        only FINishes after this returns, so a torn file holds nothing FINished and the
+        next attempt discards it (:meth:`PartitionSpool.discard_from`).
+        """
         if self.local:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             try:
-                os.link(tmp, path)  # atomic, never replaces
-                return True
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 return False
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
             finally:
-                os.unlink(tmp)
-                _fsync_dir(os.path.dirname(path))
+                os.close(fd)
+            _fsync_dir(os.path.dirname(path))
+            return True
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
         if self.exists(path):
             return False
         if self.object_store:  # a finished upload is atomic; no rename there
@@ -310,12 +328,19 @@ class PartitionSpool:
             self._made = True
 
     def completion(self) -> Completion | None:
+        """The decided result, or None (also for a marker torn by a crash: it is removed)."""
+        path = f"{self.path}/{COMPLETE}"
         try:
-            raw = self.fs.read_bytes(f"{self.path}/{COMPLETE}")
+            raw = self.fs.read_bytes(path)
         except (FileNotFoundError, OSError):
             return None
-        doc = json.loads(raw)
-        return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]))
+        try:
+            doc = json.loads(raw)
+            return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s: torn completion marker (crash while writing it); removed", path)
+            self.fs.remove(path)
+            return None
 
     def chunk_count(self) -> int:
         """Number of chunks ``c000000 ..`` present without a gap."""
@@ -327,6 +352,16 @@ class PartitionSpool:
         n = 0
         while n in present:
             n += 1
+        return n
+
+    def discard_from(self, k: int) -> int:
+        """Remove chunks numbered ``k`` and up (torn, or beyond a gap); how many."""
+        n = 0
+        for name in self.fs.listdir(self.path):
+            m = _CHUNK_RE.match(name)
+            if m and int(m.group(1)) >= k:
+                self.fs.remove(f"{self.path}/{name}")
+                n += 1
         return n
 
     def chunk_path(self, k: int) -> str:

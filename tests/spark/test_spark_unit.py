@@ -242,3 +242,34 @@ def test_dedup_option_needs_a_shared_store():
         check_dedup_spec("memory://opposite?size=1000")
     with pytest.raises(NSQOptionError, match="'dedup'"):
         check_dedup_spec("nonsense")
+
+
+def test_torn_chunk_and_gap_are_discarded_on_resume(tmp_path):
+    """A chunk torn by a crash (and one after a gap) held nothing FINished: the retry
+    drops them and fetches those messages again."""
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q4")
+    queue, log = make_messages(6), []
+    with pytest.raises(ConnectionError):
+        list(fetch_stream_partition(o, spool, 1, 0, None,
+                                    lambda _: StandInReader(queue, log, fail_after_gets=2)))
+    part = spool.partition(1, 0)
+    assert part.chunk_count() == 2
+    # chunk 1 torn mid-write, and a stray chunk 3 beyond a gap
+    data = open(part.chunk_path(1), "rb").read()
+    open(part.chunk_path(1), "wb").write(data[: len(data) // 2])
+    open(part.chunk_path(3), "wb").write(data)
+    # chunk 1's messages were not FINished in that world: give them back to the queue
+    queue[:0] = make_messages(2, 2)
+    got = bodies(fetch_stream_partition(o, spool, 1, 0, None,
+                                        lambda _: StandInReader(queue, log)))
+    assert got == [b"body-%d" % i for i in range(6)]
+    assert bodies(fetch_stream_partition(o, spool, 1, 0, None, None)) == got
+
+
+def test_torn_completion_marker_is_ignored(tmp_path):
+    part = Spool(str(tmp_path), "q5").partition(2, 0)
+    part.complete(0, 0)
+    open(f"{part.path}/_COMPLETE", "wb").write(b'{"chun')
+    assert part.completion() is None
+    assert part.complete(3, 30).chunks == 3
