@@ -153,6 +153,40 @@ def _publish(http_address: str, topic: str, n: int, size: int) -> float:
     return time.perf_counter() - t0
 
 
+def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict:
+    """The same fetch path without Spark, in this process: the Reader alone
+    (get_batch(1250) + finish), then one fetch task (Reader, convert, spool, FIN)."""
+    from nsq_spark.reader import Reader
+    from nsq_spark.spark import fetch
+    from nsq_spark.spark.options import parse_read_options
+    from nsq_spark.spark.spool import Spool
+
+    out: dict[str, object] = {}
+    for mode in ("reader_alone", "fetch_task"):
+        topic = f"nospark_{mode}"
+        _publish(cluster.nsqd_http_addresses[0], topic, n, size)
+        o = parse_read_options({
+            "topic": topic, "channel": "c", "nsqdTcpAddresses": cluster.nsqd_tcp_addresses[0],
+            "spoolPath": f"{work}/spool-{mode}", "maxInFlight": str(max_in_flight),
+            "maxFetchPeriod": "600", "idleTimeout": "2"}, streaming=True)
+        t0 = time.perf_counter()
+        if mode == "reader_alone":
+            got = 0
+            with Reader(**o.reader_kwargs()) as r:
+                while got < n:
+                    b = r.get_batch(1250, 2.0)
+                    if not b:
+                        break
+                    r.finish(b)
+                    got += len(b)
+        else:
+            got = sum(rb.num_rows for rb in fetch.fetch_stream_partition(
+                o, Spool(f"{work}/spool-{mode}", "q"), 1, 0, n))
+        el = time.perf_counter() - t0
+        out[f"nospark_{mode}_msgs_per_s"] = round(got / el)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -160,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--max-in-flight", type=int, default=2500)
     ap.add_argument("--spool", default=None, help="spool dir (default: a temp dir on /tmp)")
+    ap.add_argument("--no-spark-messages", type=int, default=500_000,
+                    help="messages for the runs without Spark (0: skip them)")
     args = ap.parse_args(argv)
 
     from nsq_spark.testing import NSQCluster
@@ -221,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             max((t["spool_write"] for t in tasks), default=0.0), 3)
         results["spool_write_share_of_query"] = round(
             results["spool_write_s_per_task_max"] / nsq_s, 3)  # type: ignore[operator]
+        if args.no_spark_messages:
+            results.update(_no_spark(cluster, work, args.no_spark_messages, args.size,
+                                     args.max_in_flight))
     spark.stop()
     print(json.dumps(results, indent=2))
     return 0

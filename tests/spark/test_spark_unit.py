@@ -273,3 +273,10 @@ def test_torn_completion_marker_is_ignored(tmp_path):
     open(f"{part.path}/_COMPLETE", "wb").write(b'{"chun')
     assert part.completion() is None
     assert part.complete(3, 30).chunks == 3
+
+
+def test_unwritable_spool_path_is_reported():
+    from nsq_spark.spark.spool import SpoolError
+
+    with pytest.raises(SpoolError, match="spoolPath"):
+        Spool("/proc/nsq-spark-cannot-write-here", "q").check_writable()
