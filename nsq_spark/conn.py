@@ -790,10 +790,12 @@ class SyncConnection(_Negotiated):
     On loopback an nsqd round trip takes about 10 microseconds; a hop to an event-loop
     thread and back costs ten times that. So the Producer's blocking calls talk to nsqd
     directly through this class: same handshake as :class:`Connection` (IDENTIFY, TLS,
-    snappy/deflate, AUTH), plain sockets, one command and its answer at a time (a lock
-    makes it safe to share between threads). Heartbeats that arrive while waiting for an
-    answer are answered with NOP; a connection left idle for longer than the heartbeat
-    interval is reopened before use (nsqd drops clients silent for two intervals).
+    snappy/deflate, AUTH), plain sockets. Threads that share it pipeline: each writes its
+    command at once (in order, under a write lock), then whichever thread holds the read
+    lock reads answers in order and hands each to the thread whose command it answers, until
+    its own has come (leader/follower). Heartbeats that arrive while waiting for an answer
+    are answered with NOP; a connection left idle for longer than the heartbeat interval
+    is reopened before use (nsqd drops clients silent for two intervals).
     """
 
     def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
@@ -806,7 +808,9 @@ class SyncConnection(_Negotiated):
         self._codec: _SnappyStream | _DeflateStream | None = None
         self._decoder = protocol.FrameDecoder(None, self.config.max_frame_size)
         self._frames: deque[tuple[int, bytes]] = deque()
-        self._lock = threading.Lock()
+        self._wlock = threading.Lock()  # writes, and the order of _waiting
+        self._rlock = threading.Lock()  # reading answers
+        self._waiting: deque[_Waiter] = deque()
         self.last_used = 0.0
         self.closed = True
 
@@ -963,52 +967,89 @@ class SyncConnection(_Negotiated):
 
     def command(self, data: bytes) -> bytes:
         """Send one command and return nsqd's answer (``b"OK"``), or raise its typed
-        error (a fatal one also closes this connection). Thread-safe."""
-        import socket
-
-        with self._lock:
+        error (a fatal one also closes this connection). Thread-safe, pipelined."""
+        w = _Waiter()
+        with self._wlock:
             if self.closed:
                 raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
+            self._waiting.append(w)
             try:
                 self._write(data)
-                if self._codec is None and not self._frames and not self._decoder.buffered:
-                    raw = self._sock.recv(65536)
-                    if raw == _OK_FRAME:  # the usual answer, whole: skip the decoder
-                        self.last_used = time.monotonic()
-                        return protocol.OK
-                    if not raw:
-                        raise ConnectionClosedError(
-                            f"nsqd at {self.address} closed the connection")
-                    self._frames.extend(self._decoder.feed(raw)[1])
-                ftype, resp = self._read_frame()
-            except (socket.timeout, BlockingIOError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):  # the kernel timeout surfaces as EAGAIN
-                self.close()
-                raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
-                                      f"{self.config.response_timeout}s") from None
-            except (OSError, ConnectionError) as exc:
-                self.close()
-                if isinstance(exc, NSQError):
+            except Exception as exc:
+                self._abort(self._map_error(exc))
+        with self._rlock:
+            while not w.done:
+                try:
+                    ftype, resp = self._next_answer()
+                except Exception as exc:
+                    self._abort(self._map_error(exc))
+                    break
+                except BaseException:
+                    self._abort(ConnectionClosedError(f"reading from nsqd at {self.address} "
+                                                      "was interrupted"))
                     raise
-                raise ConnectionClosedError(f"connection to nsqd at {self.address} failed: "
-                                            f"{exc}") from exc
-            except ProtocolError:
-                self.close()
-                raise
+                try:
+                    head = self._waiting.popleft()
+                except IndexError:
+                    self._abort(ProtocolError(f"nsqd at {self.address} answered a command "
+                                              "that was not sent"))
+                    break
+                head.ftype, head.data, head.done = ftype, resp, True
             self.last_used = time.monotonic()
-        if ftype == protocol.FRAME_TYPE_ERROR:
-            exc2 = error_from_frame(resp, self.address)
+        if w.exc is not None:
+            raise w.exc
+        if w.ftype == protocol.FRAME_TYPE_ERROR:
+            exc2 = error_from_frame(w.data, self.address)
             if exc2.fatal:
-                self.close()
+                self._abort(ConnectionClosedError(
+                    f"nsqd at {self.address} closed the connection after {exc2.code}"))
             raise exc2
-        return resp
+        return w.data
+
+    def _next_answer(self) -> tuple[int, bytes]:
+        if self._sock is None:
+            raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
+        if self._codec is None and not self._frames and not self._decoder.buffered:
+            raw = self._sock.recv(65536)
+            if raw == _OK_FRAME:  # the usual answer, whole: skip the decoder
+                return protocol.FRAME_TYPE_RESPONSE, protocol.OK
+            if not raw:
+                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+            self._frames.extend(self._decoder.feed(raw)[1])
+        return self._read_frame()
+
+    def _map_error(self, exc: Exception) -> Exception:
+        import socket
+
+        if isinstance(exc, (socket.timeout, BlockingIOError, ssl.SSLWantReadError,
+                            ssl.SSLWantWriteError)):  # the kernel timeout surfaces as EAGAIN
+            return NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                   f"{self.config.response_timeout}s")
+        if isinstance(exc, NSQError):
+            return exc
+        if isinstance(exc, (OSError, AttributeError)):  # AttributeError: socket gone
+            return ConnectionClosedError(f"connection to nsqd at {self.address} failed: {exc}")
+        return exc
+
+    def _abort(self, exc: Exception) -> None:
+        """Close, and fail every command still waiting for an answer."""
+        self._close_socket()
+        while self._waiting:
+            try:
+                w = self._waiting.popleft()
+            except IndexError:
+                break
+            if not w.done:
+                w.exc, w.done = exc, True
 
     def ensure_open(self) -> "SyncConnection":
         """Connect if closed, reconnect if stale; thread-safe."""
-        with self._lock:
+        with self._wlock, self._rlock:
             if not self.closed and not self.stale:
                 return self
-            self.close()
+            self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was "
+                                              "reopened"))
+            self._frames.clear()
             self.connect()
         return self
 
@@ -1019,10 +1060,32 @@ class SyncConnection(_Negotiated):
         return hb > 0 and time.monotonic() - self.last_used > hb / 1000.0
 
     def close(self) -> None:
+        """Close now; commands still waiting get ConnectionClosedError."""
+        self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was closed"))
+
+    def _close_socket(self) -> None:
+        import socket
+
         self.closed = True
         sock, self._sock = self._sock, None
         if sock is not None:
             try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+            except OSError:
+                pass
+            try:
                 sock.close()
             except OSError:
                 pass
+
+
+class _Waiter:
+    """One blocking command waiting for its answer (see SyncConnection.command)."""
+
+    __slots__ = ("done", "ftype", "data", "exc")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.ftype = 0
+        self.data = b""
+        self.exc: Exception | None = None

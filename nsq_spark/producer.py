@@ -791,8 +791,7 @@ class Producer:
             sync, self._sync = self._sync, {}
         for slots in sync.values():
             for c in slots:
-                with c._lock:
-                    c.close()
+                c.close()
         loop = self._loop
         if loop is None:
             return

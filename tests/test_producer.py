@@ -366,3 +366,34 @@ def test_blocking_publish_times_out_on_a_stopped_nsqd(nsqd: NSQCluster) -> None:
         p.publish(topic, b"after")  # a fresh connection
     # the stuck one may or may not have been stored: NSQ publishing is at-least-once
     assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) in (2, 3)
+
+
+def test_blocking_threads_pipeline_and_survive_a_fatal_error(nsqd: NSQCluster) -> None:
+    """16 threads share one blocking connection (answers handed out in order); one thread's
+    oversized body makes nsqd close it: that thread gets BadMessageError, the others'
+    commands in flight are retried, and every good message is stored."""
+    topics = [_topic() for _ in range(16)]
+    errs: list[BaseException] = []
+    bad: list[BaseException] = []
+    with Producer(nsqd.nsqd_tcp_addresses, blocking_connections=1, retry_wait=0.01) as p:
+        def worker(k: int) -> None:
+            try:
+                for i in range(150):
+                    if k == 0 and i == 75:
+                        try:
+                            p.publish(topics[k], b"z" * 5000)  # over --max-msg-size=4096
+                        except errors.BadMessageError as exc:
+                            bad.append(exc)
+                    p.publish(topics[k], b"%d" % i)
+            except BaseException as exc:  # noqa: BLE001
+                errs.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errs == [] and len(bad) == 1
+    counts = [topic_message_count(nsqd.nsqd_http_addresses[0], t) for t in topics]
+    # a command cut off by the close may have been stored before it: at-least-once
+    assert all(150 <= c <= 152 for c in counts), counts
