@@ -1,18 +1,19 @@
 """Publishing: ``Producer`` (PUB, MPUB, DPUB over TCP, or nsqd's HTTP ``/pub``/``/mpub``).
 
-Two faces on one engine:
+Three faces:
 
 * blocking: ``publish``, ``mpublish``, ``close`` and the context manager. A blocking call
   talks to nsqd from the calling thread over a plain socket (an nsqd round trip on a local
   network is ~10 us; a hop to an IO thread and back would cost ten times that). Threads
-  share a few connections per nsqd (``blocking_connections``).
+  share a few connections per nsqd (``blocking_connections``) and pipeline on them.
 * futures: ``publish_async``/``mpublish_async`` return a ``concurrent.futures.Future`` at
   once; the IO runs on a background thread with its own event loop, so one thread can keep
   thousands of publishes in flight, *pipelined* on one connection (answers matched in
   order), with every command written during one loop turn going out in one socket write.
-* asyncio: ``await apublish(...)``, ``await ampublish(...)``. On first use from a running
-  event loop (and when no blocking call came first) the producer binds to that loop and
-  uses no thread at all; used from another loop, calls hop to the producer's loop.
+* asyncio: ``await apublish(...)``, ``await ampublish(...)``, ``publish_nowait(...)``. On
+  first use from a running event loop (unless the futures API started the IO thread
+  first) the producer binds to that loop and uses no thread at all; used from another
+  loop, calls hop to the producer's loop.
 
 Answers are matched to commands in order (nsqd answers each connection's commands in
 order). With several nsqd, commands go round-robin to the connected ones
