@@ -50,7 +50,7 @@ from .errors import (AuthError, BadMessageError, BadTopicError, ConnectError,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Producer", "is_transient"]
+__all__ = ["Producer", "Writer", "is_transient"]
 
 #: nsqd's default --max-body-size: an mpublish larger than this is sent as several MPUBs.
 DEFAULT_MAX_MPUB_BYTES = 5 * 1024 * 1024
@@ -875,3 +875,68 @@ def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Fu
     for f in futs:
         f.add_done_callback(done)
     return out
+
+
+class Writer(Producer):
+    """pynsq's ``Writer`` surface on the Producer, for ``import nsq_spark as nsq`` users.
+
+    ``pub``, ``mpub`` and ``dpub`` return at once and call ``callback(writer, data)`` on the
+    event loop when nsqd answered: ``data`` is ``b"OK"`` or the exception (an NSQError).
+    Call them from the running loop (a tornado/asyncio callback, as with pynsq's
+    ``nsq.run()``); the writer connects on first use. ``reconnect_interval`` is accepted for
+    compatibility: reconnects follow the Producer's retry policy instead.
+    """
+
+    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], reconnect_interval: float = 15.0,
+                 name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(nsqd_tcp_addresses, **kwargs)
+        self.name = name or "nsq_spark.Writer"
+        self.reconnect_interval = reconnect_interval
+
+    def _on_loop_future(self, data: bytes) -> "asyncio.Future[bytes]":
+        try:
+            self._bind_running_loop()
+        except RuntimeError:
+            raise NSQError("Writer.pub/mpub/dpub must be called from the running event loop "
+                           "(e.g. in a tornado callback after nsq.run()); outside a loop use "
+                           "Producer.publish") from None
+        return self._command_future(data)
+
+    def _callback(self, fut: "asyncio.Future[bytes]", callback: Callable[..., Any] | None) -> None:
+        if callback is None:
+            fut.add_done_callback(_retrieve)
+            return
+
+        def done(f: "asyncio.Future[bytes]") -> None:
+            exc = None if f.cancelled() else f.exception()
+            callback(self, exc if exc is not None else f.result())
+
+        fut.add_done_callback(done)
+
+    def pub(self, topic: str, msg: bytes, callback: Callable[..., Any] | None = None) -> None:
+        self._callback(self._on_loop_future(protocol.pub(topic, msg, self.max_msg_size)), callback)
+
+    def mpub(self, topic: str, msg: bytes | Sequence[bytes],
+             callback: Callable[..., Any] | None = None) -> None:
+        bodies = [msg] if isinstance(msg, (bytes, bytearray, memoryview)) else list(msg)
+        datas = self._encode_mpub(topic, bodies)
+        futs = [self._on_loop_future(d) for d in datas]
+        if len(futs) == 1:
+            self._callback(futs[0], callback)
+            return
+        whole: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        def settle(g: "asyncio.Future[Any]") -> None:
+            exc = g.exception()
+            if exc is not None:
+                whole.set_exception(exc)
+            else:
+                whole.set_result(b"OK")  # every MPUB of the split batch was acknowledged
+
+        asyncio.gather(*futs).add_done_callback(settle)
+        self._callback(whole, callback)
+
+    def dpub(self, topic: str, delay_ms: int, msg: bytes,
+             callback: Callable[..., Any] | None = None) -> None:
+        self._callback(self._on_loop_future(protocol.dpub(topic, int(delay_ms), msg,
+                                                          self.max_msg_size)), callback)

@@ -397,3 +397,31 @@ def test_blocking_threads_pipeline_and_survive_a_fatal_error(nsqd: NSQCluster) -
     counts = [topic_message_count(nsqd.nsqd_http_addresses[0], t) for t in topics]
     # a command cut off by the close may have been stored before it: at-least-once
     assert all(150 <= c <= 152 for c in counts), counts
+
+
+def test_pynsq_style_writer_with_callbacks(nsqd: NSQCluster) -> None:
+    from nsq_spark.producer import Writer
+
+    topic = _topic()
+    results: list[object] = []
+
+    async def main() -> None:
+        w = Writer(nsqd.nsqd_tcp_addresses)
+        w.pub(topic, b"w1", callback=lambda conn, data: results.append(data))
+        w.mpub(topic, [b"w2", b"w3"], callback=lambda conn, data: results.append(data))
+        w.dpub(topic, 60_000, b"w4", callback=lambda conn, data: results.append(data))
+        w.pub(topic, b"w5")  # no callback
+        w.mpub(topic, b"w6", callback=lambda conn, data: results.append(data))  # one body
+        split = Writer(nsqd.nsqd_tcp_addresses, max_mpub_bytes=64)
+        split.mpub(topic, [b"s" * 40] * 3, callback=lambda conn, data: results.append(data))
+        with pytest.raises(errors.InvalidNameError):
+            w.pub("bad topic", b"x")
+        await wait_for(lambda: len(results) == 5, 10)
+        await w.aclose()
+        await split.aclose()
+
+    run(main())
+    assert results == [b"OK"] * 5
+    assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 9
+    with pytest.raises(errors.NSQError, match="running event loop"):
+        Writer(nsqd.nsqd_tcp_addresses).pub(topic, b"outside a loop")
