@@ -68,3 +68,15 @@ def test_corrupt_compressed_streams_are_protocol_errors() -> None:
         _SnappyStream().decompress(b"\x00\x05\x00\x00garbage")
     with pytest.raises(ProtocolError, match="deflate"):
         _DeflateStream(6).decompress(b"\xff\xff\xff\xff garbage")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=500), st.integers(1, 64))
+def test_fuzz_random_compressed_bytes_only_raise_protocol_error(blob: bytes, step: int) -> None:
+    for codec in (_SnappyStream(), _DeflateStream(6)):
+        dec = FrameDecoder(max_frame_size=1 << 20)
+        try:
+            for i in range(0, len(blob), step):
+                dec.feed(codec.decompress(blob[i:i + step]))
+        except ProtocolError:
+            pass
