@@ -313,3 +313,22 @@ def test_handshake_against_non_nsq_server_fails_typed() -> None:
         server.close()
 
     run(main())
+
+
+def test_silent_nsqd_is_detected_by_missed_heartbeats() -> None:
+    with NSQCluster(nsqd=1, lookupd=0) as cluster:
+        async def main() -> None:
+            col = Collector()
+            conn = Connection(*_hostport(cluster.nsqd_tcp_addresses[0]),
+                              ConnectionConfig(heartbeat_interval=1000), **col.kwargs())
+            await conn.connect()
+            await conn.subscribe(_topic(), "ch")
+            cluster.stop(0)  # SIGSTOP: the socket stays open, nothing arrives
+            try:
+                await wait_for(lambda: col.closed != [], timeout=6, what="close")
+            finally:
+                cluster.resume(0)
+            assert isinstance(col.closed[0], errors.NSQTimeoutError)
+            assert "heartbeat" in str(col.closed[0])
+
+        run(main())
