@@ -21,19 +21,23 @@ _EXPORTS = {
     "run": "nsq_spark.reader",
     "Message": "nsq_spark.message",
     "Producer": "nsq_spark.producer",
+    "Writer": "nsq_spark.producer",
+    "SpoolingProducer": "nsq_spark.publish_spool",
     "Connection": "nsq_spark.conn",
     "ConnectionConfig": "nsq_spark.config",
     "NSQError": "nsq_spark.errors",
 }
+# pynsq's name for the base error (callbacks check ``isinstance(data, nsq.Error)``)
+_ALIASES = {"Error": ("nsq_spark.errors", "NSQError")}
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS, *_ALIASES]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module, attr = _ALIASES.get(name) or (_EXPORTS.get(name), name)
     if module is None:
         raise AttributeError(f"module 'nsq_spark' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
 

@@ -189,6 +189,10 @@ class ServerProcess:
             return True
         try:
             return _http_get(self.ready_url, timeout=0.5).strip() == b"OK"
+        except urllib.error.HTTPError:
+            # An answer at all means it is up: nsqd with --tls-required=true answers plain
+            # HTTP /ping with 403.
+            return True
         except (OSError, urllib.error.URLError):
             return False
 
