@@ -263,7 +263,8 @@ def render(out: dict[str, Any], cmd: str) -> str:
     a = L.append
     a("## Deduplication")
     a("")
-    a(f"Command: `{cmd}` (repository root). Date: {out['date']}. Machine: {out['machine']}; "
+    a(f"Command: `{cmd}` (repository root; `--write` puts this section into bench/RESULTS.md). "
+      f"Date: {out['date']}. Machine: {out['machine']}; "
       f"{out['versions']} on 127.0.0.1 (loopback), started by the benchmark. "
       "The machine was shared with other helpers' test runs: the better of two runs is shown.")
     a("")
@@ -389,7 +390,7 @@ def main() -> None:
     print(f"rates done in {time.time() - t0:.0f}s", file=sys.stderr)
     bench_servers(out)
     print(f"servers done in {time.time() - t0:.0f}s", file=sys.stderr)
-    cmd = "flock /tmp/nsq-spark-bench.lock python -m bench.bench_dedup --write"
+    cmd = "flock /tmp/nsq-spark-bench.lock python -m bench.bench_dedup"
     text = render(out, cmd)
     print(text)
     if args.write:
