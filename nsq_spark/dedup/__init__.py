@@ -29,7 +29,7 @@ import importlib
 from typing import Any
 
 from .base import (Deduplicator, Key, KeyFunc, by_body_digest, by_message_id,
-                   check_and_set_many, erase_many, key_bytes, resolve_key)
+                   check_and_set_many, contains_many, erase_many, key_bytes, resolve_key)
 from .opposite import OppositeBloomFilter
 
 _LAZY = {
@@ -44,7 +44,8 @@ _LAZY = {
 
 __all__ = [
     "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "resolve_key",
-    "key_bytes", "check_and_set_many", "erase_many", "OppositeBloomFilter", *_LAZY,
+    "key_bytes", "check_and_set_many", "erase_many", "contains_many", "OppositeBloomFilter",
+    *_LAZY,
 ]
 
 

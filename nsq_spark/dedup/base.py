@@ -22,7 +22,7 @@ KeyFunc = Callable[[Any], Key]
 
 __all__ = [
     "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "resolve_key",
-    "key_bytes", "check_and_set_many", "erase_many",
+    "key_bytes", "check_and_set_many", "erase_many", "contains_many",
 ]
 
 
@@ -110,3 +110,17 @@ def erase_many(dedup: Deduplicator, keys: Iterable[Key]) -> None:
         return
     for k in keys:
         dedup.erase(k)
+
+
+def contains_many(dedup: Deduplicator, keys: Iterable[Key]) -> list[bool]:
+    """Whether each key is remembered, *without* remembering the new ones (one round trip
+    for the Redis and memcached stores). A deduplicator without a ``contains_many``
+    method is asked with ``check_and_set`` and the new keys are erased again -- which
+    briefly marks them, so prefer structures that have the method (all of ours do)."""
+    own = getattr(dedup, "contains_many", None)
+    if own is not None:
+        return own(keys)
+    ks = list(keys)
+    seen = check_and_set_many(dedup, ks)
+    erase_many(dedup, [k for k, s in zip(ks, seen) if not s])
+    return seen

@@ -147,6 +147,10 @@ class BloomFilter:
         for k in keys:
             self.erase(k)
 
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key looks seen, without adding any."""
+        return [k in self for k in keys]
+
     def __contains__(self, key: Key) -> bool:
         key = key_bytes(key)
         if key in self._erased:
@@ -352,7 +356,7 @@ class RedisBloomFilter:
 
     def contains_many(self, keys: Iterable[Key]) -> list[bool]:
         """Whether each key looks seen, without adding any (one pipelined round trip;
-        erase marks are not consulted). For measuring the false-positive rate."""
+        an erased key counts as not seen)."""
         pipe = self.client.pipeline(transaction=False)
         n = 0
         for k in keys:
@@ -364,13 +368,16 @@ class RedisBloomFilter:
                 for p in _positions(kb, self.bits, self.hashes):
                     ops += ["GET", "u1", p]
                 pipe.execute_command("BITFIELD_RO", self._key, *ops)
+            pipe.exists(self._erased_prefix + kb)
             n += 1
         if not n:
             return []
         res = pipe.execute()
-        if self.uses_module:
-            return [r == 1 for r in res]
-        return [all(r) for r in res]
+        out = []
+        for i in range(0, len(res), 2):
+            hit = res[i] == 1 if self.uses_module else all(res[i])
+            out.append(hit and not res[i + 1])
+        return out
 
     def __contains__(self, key: Key) -> bool:
         return self.contains_many([key])[0]

@@ -181,6 +181,10 @@ class OppositeBloomFilter:
                     app(False)
         return out
 
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key is remembered, without remembering any."""
+        return [k in self for k in keys]
+
     def erase_many(self, keys: Iterable[Key]) -> None:
         for key in keys:
             self.erase(key)

@@ -199,6 +199,25 @@ class RedisDeduplicator:
             n += 1
         return [r == 1 for r in pipe.execute()] if n else []
 
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key was seen within the window, without remembering any (one
+        pipelined round trip)."""
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        if self._days_script is None:
+            for k in ks:
+                pipe.exists(self._kprefix + k)
+            return [bool(r) for r in pipe.execute()]
+        dkeys = self._day_keys()[0]
+        for k in ks:
+            for day_key in dkeys:
+                pipe.sismember(day_key, k)
+        res = pipe.execute()
+        n = len(dkeys)
+        return [any(res[i * n:(i + 1) * n]) for i in range(len(ks))]
+
     def erase(self, key: Key) -> None:
         """Forget ``key`` (from every kept day's set)."""
         self.erase_many([key])
@@ -349,6 +368,21 @@ class MemcachedDeduplicator:
         else:  # another client type (HashClient, ...): one add at a time
             res = {k: self.client.add(k, b"1", expire=expire, noreply=False) for k in mkeys}
         return {k: bool(v) for k, v in res.items()}
+
+    def contains_many(self, keys: Iterable[Key]) -> list[bool]:
+        """Whether each key was seen within the window, without remembering any (one
+        ``get_many``)."""
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            return []
+        if not self.keep_days:
+            heads = [self._kprefix]
+        else:
+            heads = [self._kprefix + _day_name(d).encode() + b":"
+                     for d in _day_starts(self.clock(), self.keep_days)]
+        enc = {k: [self._encode(k, h) for h in heads] for k in set(ks)}
+        found = self.client.get_many([e for es in enc.values() for e in es])
+        return [any(e in found for e in enc[k]) for k in ks]
 
     def erase(self, key: Key) -> None:
         """Forget ``key`` (every kept day's entry)."""

@@ -94,3 +94,29 @@ def test_resolve_key_and_bulk_helpers_fall_back_to_loops():
     assert check_and_set_many(p, [b"a", "a", b"b"]) == [False, True, False]
     erase_many(p, [b"a"])
     assert check_and_set_many(p, [b"a"]) == [False]
+
+
+def test_contains_many_in_process_and_fallback():
+    from nsq_spark.dedup import contains_many
+    for d in (OppositeBloomFilter(1024), BloomFilter(1000, 1e-6)):
+        d.check_and_set(b"x")
+        assert contains_many(d, [b"x", b"y"]) == [True, False]
+        assert d.check_and_set(b"y") is False
+
+    class Plain:
+        def __init__(self) -> None:
+            self.seen: set[bytes] = set()
+
+        def check_and_set(self, key):
+            if key in self.seen:
+                return True
+            self.seen.add(key)
+            return False
+
+        def erase(self, key):
+            self.seen.discard(key)
+
+    p = Plain()
+    p.check_and_set(b"x")
+    assert contains_many(p, [b"x", b"y"]) == [True, False]
+    assert p.seen == {b"x"}  # the fallback erased what it marked

@@ -302,3 +302,22 @@ def test_redis_batches_larger_than_one_script_run(window, redis_server):
     first = d.check_and_set_many(ks + ks[:3])
     assert first == [False] * 12_000 + [True] * 3
     assert d.check_and_set_many(ks[-5:]) == [True] * 5
+
+
+@pytest.mark.parametrize("window", [{"ttl": 60}, {"keep_days": 2}])
+@pytest.mark.parametrize("kind", STORES)
+def test_contains_many_does_not_remember(kind, window, redis_server, memcached_server):
+    from nsq_spark.dedup import contains_many
+    d = make_store(kind, redis_server, memcached_server, **window)
+    d.check_and_set_many([b"a", bytes(range(20))])
+    assert contains_many(d, [b"a", b"b", bytes(range(20)), b"a"]) == [True, False, True, True]
+    assert d.check_and_set(b"b") is False  # the look did not mark it
+    assert contains_many(d, []) == []
+
+
+def test_redis_bloom_contains_many_sees_erase_marks(redis_server):
+    f = RedisBloomFilter(redis_server.url, uniq(), capacity=1000, error_rate=1e-6, module=False)
+    f.check_and_set_many([b"a", b"b"])
+    f.erase(b"b")
+    assert f.contains_many([b"a", b"b", b"c"]) == [True, False, False]
+    assert f.check_and_set(b"c") is False  # contains_many did not add it
