@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import Deduplicator
 
@@ -161,7 +161,8 @@ def _redis_client(parts: Any, rest: dict[str, str]) -> Any:
         raise ValueError(f"bad Redis dedup spec: unknown option(s) {sorted(unknown)}; ours are "
                          "ttl, keep_days, prefix, key (redis-bloom: capacity, error_rate, name, "
                          "module, erase_ttl), the rest go to redis-py (socket_timeout, ...)")
-    url = urlunsplit(parts._replace(query=urlencode(rest)))
+    # by hand: urlunsplit drops the '//' of 'unix:///path' (empty host)
+    url = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{urlencode(rest)}" if rest else "")
     try:
         return redis.Redis.from_url(url)
     except (ValueError, TypeError) as exc:

@@ -37,6 +37,11 @@ def test_redis_spec_options_without_connecting():
     assert isinstance(d.client, redis.Redis) and d.shared and d.spec.startswith("redis://")
     d = from_spec("redis://127.0.0.1:6390/0?keep_days=2")
     assert d.keep_days == 2
+    d = from_spec("unix:///tmp/no-such-redis.sock?db=2&ttl=60")
+    kw = d.client.connection_pool.connection_kwargs
+    assert (kw["path"], kw["db"], d.ttl) == ("/tmp/no-such-redis.sock", 2, 60)
+    d = from_spec("rediss://127.0.0.1:6380/0?ttl=5&ssl_cert_reqs=none")
+    assert d.client.connection_pool.connection_class.__name__ == "SSLConnection"
 
 
 def test_memcached_spec():
