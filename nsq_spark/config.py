@@ -8,8 +8,10 @@ as keyword arguments (``**connection_options``), with pynsq's names: ``tls_v1``,
 ``output_buffer_size``, ``output_buffer_timeout``, ``sample_rate``, ``auth_secret``,
 ``msg_timeout``, ``user_agent``, ``hostname``, ``timeout``, ``requeue_delay``.
 
-Units follow pynsq and nsqd: intervals sent to nsqd are milliseconds; local timeouts are
-seconds.
+Units follow pynsq, so that ``import nsq_spark as nsq`` is a drop-in: every option is in
+seconds (int or float) except ``output_buffer_timeout``, which is in milliseconds as in
+pynsq. Seconds are converted to the milliseconds nsqd wants once, when IDENTIFY is built
+(:attr:`ConnectionConfig.heartbeat_interval_ms`, :attr:`ConnectionConfig.msg_timeout_ms`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ _ALIASES = {
     "tls_certfile": "tls_cert_file",
     "tls_keyfile": "tls_key_file",
 }
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _short_hostname() -> str:
@@ -67,13 +73,14 @@ class ConnectionConfig:
     feature_negotiation: bool = True
 
     # -- IDENTIFY: features (nsqd may refuse or clamp; the answer is obeyed) ----------------
-    #: Milliseconds between nsqd's heartbeats (1000..60000); -1 disables them (then SUB is
-    #: refused by nsqd). The connection is declared dead after two missed intervals.
-    heartbeat_interval: int = 30000
+    #: SECONDS (int or float, 1..60) between nsqd's heartbeats, as in pynsq; sent to nsqd
+    #: in milliseconds. -1 disables them (then nsqd refuses SUB). The connection is
+    #: declared dead after two missed intervals.
+    heartbeat_interval: float = 30
     #: Bytes nsqd buffers before writing to us; None: nsqd's default (16 KiB); -1 disables.
     output_buffer_size: int | None = None
-    #: Milliseconds nsqd waits before flushing its buffer; None: nsqd's default (250 ms);
-    #: -1 disables (more syscalls on nsqd, lower latency).
+    #: MILLISECONDS (int, as in pynsq) nsqd waits before flushing its buffer; None: nsqd's
+    #: default (250 ms); -1 disables (more syscalls on nsqd, lower latency).
     output_buffer_timeout: int | None = None
     #: Upgrade to TLS after IDENTIFY (nsqd needs ``--tls-cert``/``--tls-key``).
     tls_v1: bool = False
@@ -101,15 +108,17 @@ class ConnectionConfig:
     deflate_level: int = 6
     #: Percentage (0..99) of the channel's messages nsqd sends this consumer; 0: all.
     sample_rate: int = 0
-    #: Milliseconds nsqd waits for FIN/REQ/TOUCH before redelivering a message sent on this
-    #: connection; None: nsqd's ``--msg-timeout`` (60 s).
-    msg_timeout: int | None = None
+    #: SECONDS (int or float, at least 1) nsqd waits for FIN/REQ/TOUCH before redelivering
+    #: a message sent on this connection, as in pynsq; sent to nsqd in milliseconds (nsqd
+    #: caps it at its ``--max-msg-timeout``). None: nsqd's ``--msg-timeout`` (60 s).
+    msg_timeout: float | None = None
     #: Secret sent with AUTH when nsqd says ``auth_required`` (never logged).
     auth_secret: str | bytes | None = field(default=None, repr=False)
 
     # -- local behaviour ----------------------------------------------------------------------
-    #: Default delay (seconds) for requeues that give none (pynsq's ``requeue_delay``); used
-    #: by the Reader's backoff-aware requeue policy.
+    #: SECONDS (int or float): base of the default delay for requeues that give none, which
+    #: is ``requeue_delay * attempts`` (pynsq's ``requeue_delay``), capped by the Reader's
+    #: ``max_requeue_delay`` (seconds).
     requeue_delay: float = 90.0
     #: Frames announcing more bytes than this are treated as a corrupt stream.
     max_frame_size: int = 64 * 1024 * 1024
@@ -147,17 +156,22 @@ class ConnectionConfig:
             return ConfigError(msg)
 
         hb = self.heartbeat_interval
-        if not isinstance(hb, int) or not (hb == -1 or 1000 <= hb <= 60000):
-            raise bad(f"heartbeat_interval must be -1 (off) or 1000..60000 ms, not {hb!r}")
+        if (not _is_number(hb) or not (hb == -1 or 1 <= hb <= 60)):
+            hint = (f" (did you give milliseconds? {hb!r} ms is heartbeat_interval={hb / 1000:g})"
+                    if _is_number(hb) and 1000 <= hb <= 60000 else "")
+            raise bad(f"heartbeat_interval is in seconds, as in pynsq: -1 (off) or 1..60, not "
+                      f"{hb!r}{hint}")
         if not isinstance(self.deflate_level, int) or not 1 <= self.deflate_level <= 9:
             raise bad(f"deflate_level must be 1..9, not {self.deflate_level!r}")
         if not isinstance(self.sample_rate, int) or not 0 <= self.sample_rate <= 99:
             raise bad(f"sample_rate must be 0..99 (percent), not {self.sample_rate!r}")
         if self.snappy and self.deflate:
             raise bad("choose one of snappy and deflate: nsqd refuses both at once")
-        if self.msg_timeout is not None and (not isinstance(self.msg_timeout, int)
-                                             or self.msg_timeout < 1000):
-            raise bad(f"msg_timeout must be None or >= 1000 ms, not {self.msg_timeout!r}")
+        mt = self.msg_timeout
+        if mt is not None and (not _is_number(mt) or mt < 1):
+            raise bad(f"msg_timeout is in seconds, as in pynsq: None or >= 1, not {mt!r}")
+        if not _is_number(self.requeue_delay) or self.requeue_delay < 0:
+            raise bad(f"requeue_delay is in seconds, as in pynsq: >= 0, not {self.requeue_delay!r}")
         for name in ("output_buffer_size", "output_buffer_timeout"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < -1):
@@ -173,6 +187,18 @@ class ConnectionConfig:
 
     # -- derived ----------------------------------------------------------------------------
 
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        """``heartbeat_interval`` in the milliseconds nsqd wants (-1: off)."""
+        hb = self.heartbeat_interval
+        return -1 if hb == -1 else round(hb * 1000)
+
+    @property
+    def msg_timeout_ms(self) -> int | None:
+        """``msg_timeout`` in the milliseconds nsqd wants (None: nsqd's default)."""
+        mt = self.msg_timeout
+        return None if mt is None else round(mt * 1000)
+
     def identify_payload(self) -> dict[str, Any]:
         """The IDENTIFY body: what we are and which features we ask for."""
         payload: dict[str, Any] = {
@@ -180,7 +206,7 @@ class ConnectionConfig:
             "hostname": self.hostname or socket.gethostname(),
             "user_agent": self.user_agent,
             "feature_negotiation": self.feature_negotiation,
-            "heartbeat_interval": self.heartbeat_interval,
+            "heartbeat_interval": self.heartbeat_interval_ms,
             "tls_v1": bool(self.tls_v1),
             "snappy": bool(self.snappy),
             "deflate": bool(self.deflate),
@@ -193,7 +219,7 @@ class ConnectionConfig:
         if self.output_buffer_timeout is not None:
             payload["output_buffer_timeout"] = self.output_buffer_timeout
         if self.msg_timeout is not None:
-            payload["msg_timeout"] = self.msg_timeout
+            payload["msg_timeout"] = self.msg_timeout_ms
         return payload
 
     def ssl_context(self) -> ssl.SSLContext:

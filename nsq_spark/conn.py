@@ -200,7 +200,8 @@ class Connection(_Negotiated):
             sends FIN/REQ/TOUCH itself).
 
     Attributes set by the IDENTIFY answer: ``max_rdy_count``, ``msg_timeout`` and
-    ``max_msg_timeout`` (ms), ``tls``, ``snappy``, ``deflate``, ``deflate_level``,
+    ``max_msg_timeout`` (in nsqd's milliseconds, unlike ``config.msg_timeout``, which is
+    pynsq's seconds), ``tls``, ``snappy``, ``deflate``, ``deflate_level``,
     ``auth_required``, ``sample_rate``, ``output_buffer_size``, ``output_buffer_timeout``,
     ``nsqd_version``, ``identify_response`` (the whole JSON), ``auth_response`` (identity,
     permission count) after AUTH.
@@ -294,7 +295,7 @@ class Connection(_Negotiated):
         self.state = CONNECTED
         self.last_recv = self._aloop.time()
         self._read_task = asyncio.ensure_future(self._read_loop())
-        hb = cfg.heartbeat_interval
+        hb = cfg.heartbeat_interval_ms
         if hb > 0:
             self._watchdog = self._aloop.call_later(hb / 1000.0, self._check_heartbeat)
         log.debug("[%s] connected (tls=%s snappy=%s deflate=%s auth=%s)", self.address,
@@ -543,7 +544,7 @@ class Connection(_Negotiated):
         self._watchdog = None
         if self.state in (CLOSED,) or self._aloop is None:
             return
-        hb = self.config.heartbeat_interval / 1000.0
+        hb = self.config.heartbeat_interval_ms / 1000.0
         silent = self._aloop.time() - self.last_recv
         if silent > 2 * hb:
             self.abort(NSQTimeoutError(
@@ -1056,7 +1057,7 @@ class SyncConnection(_Negotiated):
     @property
     def stale(self) -> bool:
         """Idle past the heartbeat interval: nsqd may be about to drop it; reopen first."""
-        hb = self.config.heartbeat_interval
+        hb = self.config.heartbeat_interval_ms
         return hb > 0 and time.monotonic() - self.last_used > hb / 1000.0
 
     def close(self) -> None:

@@ -12,6 +12,10 @@ from typing import Protocol, runtime_checkable
 from .errors import AlreadyRespondedError, NSQError
 
 
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 @runtime_checkable
 class Responder(Protocol):
     """What answers nsqd for a message. Implementations must accept calls from any thread
@@ -21,7 +25,8 @@ class Responder(Protocol):
 
     def on_finish(self, msg: "Message") -> None: ...
 
-    def on_requeue(self, msg: "Message", delay_ms: int | None, backoff: bool) -> None: ...
+    def on_requeue(self, msg: "Message", delay_ms: int | None, backoff: bool) -> None:
+        """REQ after ``delay_ms`` milliseconds (None: the responder's default policy)."""
 
     def on_touch(self, msg: "Message") -> None: ...
 
@@ -55,12 +60,29 @@ class Message:
         self._respond("finish")
         self._responder.on_finish(self)  # type: ignore[union-attr]
 
-    def requeue(self, delay: int | None = None, backoff: bool = True) -> None:
-        """Give the message back to nsqd (REQ) for redelivery after ``delay`` milliseconds
-        (None: the responder's default delay policy). ``backoff`` lets the Reader count this
-        as a failure for its backoff policy. Raises if already responded."""
+    def requeue(self, delay: float | None = None, backoff: bool = True, *,
+                delay_ms: int | None = None) -> None:
+        """Give the message back to nsqd (REQ) for redelivery after ``delay`` SECONDS (int
+        or float), as in pynsq; None or -1 (pynsq's "not given"): the responder's default,
+        ``requeue_delay * attempts`` seconds capped by ``max_requeue_delay``. Or give
+        ``delay_ms`` in milliseconds instead (not both). ``backoff`` lets the Reader count
+        this as a failure for its backoff policy. Raises if already responded."""
+        if delay_ms is not None:
+            if delay is not None:
+                raise TypeError("requeue() takes delay (seconds) or delay_ms (milliseconds), "
+                                "not both")
+            if not _is_number(delay_ms) or delay_ms < 0:
+                raise ValueError(f"requeue(delay_ms=...) must be >= 0 milliseconds, not "
+                                 f"{delay_ms!r}")
+            ms: int | None = int(delay_ms)
+        elif delay is None or (_is_number(delay) and delay < 0):
+            ms = None  # pynsq's delay=-1: the attempt-based default
+        elif _is_number(delay):
+            ms = round(delay * 1000)  # the one seconds -> milliseconds conversion
+        else:
+            raise TypeError(f"requeue(delay=...) takes seconds (int or float), not {delay!r}")
         self._respond("requeue")
-        self._responder.on_requeue(self, delay, backoff)  # type: ignore[union-attr]
+        self._responder.on_requeue(self, ms, backoff)  # type: ignore[union-attr]
 
     def touch(self) -> None:
         """Reset nsqd's timeout for this in-flight message (TOUCH)."""

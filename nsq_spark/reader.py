@@ -149,8 +149,9 @@ class Reader:
             requeues what is still unanswered.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
-            ``requeue_delay``, ...). pynsq's seconds for ``heartbeat_interval`` and
-            ``msg_timeout`` are accepted (values under 1000 are read as seconds).
+            ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
+            ``msg_timeout`` and ``requeue_delay`` in seconds, ``output_buffer_timeout``
+            in milliseconds.
     """
 
     def __init__(
@@ -209,14 +210,14 @@ class Reader:
         self.lookupd_request_timeout = lookupd_request_timeout
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.max_backoff_duration = max_backoff_duration
-        self.max_requeue_delay_ms = int(max_requeue_delay * 1000)
+        self.max_requeue_delay_ms = round(max_requeue_delay * 1000)
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.reconnect_initial = reconnect_initial
         self.reconnect_max = reconnect_max
         self.drain_timeout = drain_timeout
 
-        self.config = ConnectionConfig.from_options(**_pynsq_units(connection_options))
-        self.requeue_delay_ms = int(self.config.requeue_delay * 1000)
+        self.config = ConnectionConfig.from_options(**connection_options)
+        self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
         self._policy = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
         self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
         if lookupd_http_addresses:
@@ -1098,8 +1099,9 @@ class Reader:
 
     def requeue(self, messages: Iterable[Message], delay_ms: int | None = None,
                 backoff: bool = True) -> None:
-        """REQ many messages at once (any thread); ``delay_ms`` None: the default policy
-        (``requeue_delay * attempts``, capped)."""
+        """REQ many messages at once (any thread) after ``delay_ms`` MILLISECONDS (unlike
+        :meth:`Message.requeue`, whose pynsq ``delay`` is in seconds); None: the default
+        policy (``requeue_delay * attempts`` seconds, capped by ``max_requeue_delay``)."""
         self._bulk(messages, _REQ, delay_ms, backoff)
 
     def _bulk(self, messages: Iterable[Message], kind: int, delay: Any, backoff: bool) -> None:
@@ -1341,17 +1343,6 @@ def _split_hostport(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"nsqd address {address!r} must be 'host:port', e.g. '127.0.0.1:4150'")
     return host.strip("[]"), int(port)
-
-
-def _pynsq_units(options: dict[str, Any]) -> dict[str, Any]:
-    """pynsq gives heartbeat_interval and msg_timeout in seconds; we take milliseconds.
-    Values under 1000 cannot be valid milliseconds there, so they are read as seconds."""
-    out = dict(options)
-    for key in ("heartbeat_interval", "msg_timeout"):
-        v = out.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1000:
-            out[key] = int(v * 1000)
-    return out
 
 
 def _current_ioloop() -> Any:

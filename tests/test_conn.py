@@ -64,7 +64,7 @@ class Collector:
 def test_identify_negotiates_and_obeys_answer(nsqd: NSQCluster) -> None:
     async def main() -> None:
         conn = Connection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
-                          ConnectionConfig(msg_timeout=2000, client_id="cid-1",
+                          ConnectionConfig(msg_timeout=2, client_id="cid-1",
                                            user_agent="ua/1.0", output_buffer_timeout=50,
                                            sample_rate=0))
         await conn.connect()
@@ -121,7 +121,7 @@ def test_req_redelivers_and_touch_extends(nsqd: NSQCluster) -> None:
     async def main() -> None:
         col = Collector()
         conn = Connection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
-                          ConnectionConfig(msg_timeout=1000), **col.kwargs())
+                          ConnectionConfig(msg_timeout=1), **col.kwargs())
         await conn.connect()
         await conn.subscribe(topic, "ch")
         conn.send_rdy(10)
@@ -151,7 +151,7 @@ def test_heartbeats_answered_and_connection_survives(nsqd: NSQCluster) -> None:
     async def main() -> None:
         col = Collector()
         conn = Connection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
-                          ConnectionConfig(heartbeat_interval=1000), **col.kwargs())
+                          ConnectionConfig(heartbeat_interval=1), **col.kwargs())
         await conn.connect()
         await conn.subscribe(_topic(), "ch")
         # nsqd drops a client that stays silent for two intervals; three heartbeats
@@ -236,7 +236,7 @@ def test_unreachable_address_is_connect_error() -> None:
 
 def test_unknown_option_is_config_error() -> None:
     with pytest.raises(errors.ConfigError, match="heartbeat_interval"):
-        Connection("127.0.0.1", 1, heartbeat_intervall=1000)
+        Connection("127.0.0.1", 1, heartbeat_intervall=1)
     with pytest.raises(errors.ConfigError):
         ConnectionConfig(snappy=True, deflate=True)
 
@@ -320,7 +320,7 @@ def test_silent_nsqd_is_detected_by_missed_heartbeats() -> None:
         async def main() -> None:
             col = Collector()
             conn = Connection(*_hostport(cluster.nsqd_tcp_addresses[0]),
-                              ConnectionConfig(heartbeat_interval=1000), **col.kwargs())
+                              ConnectionConfig(heartbeat_interval=1), **col.kwargs())
             await conn.connect()
             await conn.subscribe(_topic(), "ch")
             cluster.stop(0)  # SIGSTOP: the socket stays open, nothing arrives

@@ -14,9 +14,9 @@ pytestmark = pytest.mark.unit
 
 def test_pynsq_names_and_aliases() -> None:
     cfg = ConnectionConfig.from_options(
-        timeout=2.5, heartbeat_interval=10000, tls_v1=True, tls_options={"ca_certs": "/x"},
+        timeout=2.5, heartbeat_interval=10, tls_v1=True, tls_options={"ca_certs": "/x"},
         snappy=True, user_agent="me/1", output_buffer_size=4096, output_buffer_timeout=50,
-        sample_rate=10, auth_secret="hunter2-secret", msg_timeout=5000, hostname="h.example", requeue_delay=30)
+        sample_rate=10, auth_secret="hunter2-secret", msg_timeout=5, hostname="h.example", requeue_delay=30)
     assert cfg.connect_timeout == 2.5 and cfg.requeue_delay == 30
     payload = cfg.identify_payload()
     assert payload == {
@@ -35,12 +35,16 @@ def test_deflate_level_only_sent_with_deflate() -> None:
 
 @pytest.mark.parametrize("opts,match", [
     ({"heartbeat_intervall": 1}, "did you mean 'heartbeat_interval'"),
-    ({"heartbeat_interval": 500}, "heartbeat_interval"),
-    ({"heartbeat_interval": 61000}, "heartbeat_interval"),
+    ({"heartbeat_interval": 0.5}, "heartbeat_interval"),
+    ({"heartbeat_interval": 61}, "heartbeat_interval"),
+    ({"heartbeat_interval": 30000}, r"did you give milliseconds\? .*heartbeat_interval=30"),
+    ({"heartbeat_interval": "5"}, "heartbeat_interval"),
     ({"deflate_level": 0}, "deflate_level"),
     ({"sample_rate": 100}, "sample_rate"),
     ({"snappy": True, "deflate": True}, "snappy and deflate"),
-    ({"msg_timeout": 10}, "msg_timeout"),
+    ({"msg_timeout": 0.5}, "msg_timeout is in seconds"),
+    ({"msg_timeout": "60"}, "msg_timeout"),
+    ({"requeue_delay": -1}, "requeue_delay is in seconds"),
     ({"output_buffer_timeout": -5}, "output_buffer_timeout"),
     ({"timeout": 0}, "connect_timeout"),
     ({"tls_options": "yes"}, "tls_options"),
@@ -48,6 +52,28 @@ def test_deflate_level_only_sent_with_deflate() -> None:
 def test_invalid_options_are_config_errors(opts: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         ConnectionConfig.from_options(**opts)
+
+
+@pytest.mark.parametrize("opts,payload", [
+    ({"heartbeat_interval": 5}, {"heartbeat_interval": 5000}),       # pynsq: seconds
+    ({"heartbeat_interval": 1.5}, {"heartbeat_interval": 1500}),
+    ({"heartbeat_interval": 60}, {"heartbeat_interval": 60000}),
+    ({"msg_timeout": 1}, {"msg_timeout": 1000}),
+    ({"msg_timeout": 2.5}, {"msg_timeout": 2500}),
+    ({"msg_timeout": 900}, {"msg_timeout": 900000}),
+    ({"output_buffer_timeout": 250}, {"output_buffer_timeout": 250}),  # pynsq: ms
+])
+def test_pynsq_units_seconds_sent_as_milliseconds(opts: dict, payload: dict) -> None:
+    sent = ConnectionConfig.from_options(**opts).identify_payload()
+    assert {k: sent[k] for k in payload} == payload
+
+
+def test_defaults_in_seconds() -> None:
+    cfg = ConnectionConfig()
+    assert cfg.heartbeat_interval == 30 and cfg.heartbeat_interval_ms == 30000
+    assert cfg.msg_timeout is None and cfg.msg_timeout_ms is None
+    assert "msg_timeout" not in cfg.identify_payload()
+    assert cfg.requeue_delay == 90
 
 
 def test_heartbeats_can_be_disabled() -> None:

@@ -387,7 +387,7 @@ def test_blocking_connection_reopened_after_heartbeat_silence(plain_nsqd: NSQClu
 
     from nsq_spark.producer import Producer
 
-    with Producer(plain_nsqd.nsqd_tcp_addresses, heartbeat_interval=1000) as p:
+    with Producer(plain_nsqd.nsqd_tcp_addresses, heartbeat_interval=1) as p:
         p.publish(_topic(), b"x")
         first = p._sync_slot(plain_nsqd.nsqd_tcp_addresses[0])._sock
         time.sleep(2.3)  # nsqd drops a client silent for two heartbeat intervals

@@ -47,8 +47,47 @@ def test_finish_then_second_response_raises() -> None:
 def test_requeue_passes_delay_and_backoff() -> None:
     r = Recorder()
     m = Message(b"b" * 16, b"x", 1, 2, r)
-    m.requeue(delay=1500, backoff=False)
-    assert r.calls == [("req", b"b" * 16, 1500, False)]
+    m.requeue(delay=1500, backoff=False)  # seconds, as in pynsq
+    assert r.calls == [("req", b"b" * 16, 1_500_000, False)]
+
+
+@pytest.mark.parametrize("kwargs,delay_ms", [
+    ({}, None),                       # the responder's default policy
+    ({"delay": None}, None),
+    ({"delay": -1}, None),            # pynsq's "not given"
+    ({"delay": 0}, 0),
+    ({"delay": 2}, 2000),             # pynsq: time_ms = delay * 1000
+    ({"delay": 0.25}, 250),
+    ({"delay": 1.0005}, 1000),
+    ({"delay_ms": 2}, 2),             # explicit milliseconds
+    ({"delay_ms": 0}, 0),
+])
+def test_requeue_delay_is_seconds_and_converted_once(kwargs, delay_ms) -> None:
+    r = Recorder()
+    Message(b"d" * 16, b"x", 1, 1, r).requeue(**kwargs)
+    assert r.calls == [("req", b"d" * 16, delay_ms, True)]
+
+
+def test_requeue_delay_positional_is_seconds() -> None:
+    r = Recorder()
+    Message(b"e" * 16, b"x", 1, 1, r).requeue(3, False)
+    assert r.calls == [("req", b"e" * 16, 3000, False)]
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    ({"delay": 1, "delay_ms": 1000}, TypeError),
+    ({"delay": "2"}, TypeError),
+    ({"delay": True}, TypeError),
+    ({"delay_ms": -5}, ValueError),
+])
+def test_requeue_bad_delay_raises_and_leaves_message_unanswered(kwargs, exc) -> None:
+    r = Recorder()
+    m = Message(b"f" * 16, b"x", 1, 1, r)
+    with pytest.raises(exc):
+        m.requeue(**kwargs)
+    assert not m.has_responded() and r.calls == []
+    m.requeue(delay=1)
+    assert r.calls == [("req", b"f" * 16, 1000, True)]
 
 
 def test_async_flag_and_no_responder() -> None:

@@ -210,8 +210,8 @@ def test_constructor_validation() -> None:
         Producer()
     with pytest.raises(ValueError):
         Producer(["nohost"])
-    with pytest.raises(errors.ConfigError):
-        Producer(["127.0.0.1:1"], heartbeat_interval=5)
+    with pytest.raises(errors.ConfigError, match="seconds"):
+        Producer(["127.0.0.1:1"], heartbeat_interval=5000)  # ms by mistake: pynsq's unit is s
     assert is_transient(errors.ConnectionClosedError("x"))
     assert not is_transient(errors.BadTopicError("E_BAD_TOPIC"))
     assert is_transient(errors.PubFailedError("E_PUB_FAILED"))

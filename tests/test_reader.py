@@ -193,6 +193,41 @@ def test_max_tries_giving_up_then_fin_and_growing_capped_delay(nsq_cluster):
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_message_requeue_delay_is_seconds_as_in_pynsq(nsq_cluster):
+    # pynsq's Message.requeue(delay=2) defers by 2 s (REQ 2000): nsqd must hold it deferred
+    # for about 2 s, not 2 ms; and msg_timeout=2 (seconds) is what nsqd says it applies
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"later"])
+    deliveries = []
+    deferred_seen = []
+
+    def handler(m):
+        deliveries.append(time.monotonic())
+        if m.attempts == 1:
+            m.requeue(delay=2, backoff=False)
+        return True
+
+    async def main():
+        r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                   max_backoff_duration=0, msg_timeout=2, heartbeat_interval=5)
+        await await_for(lambda: len(deliveries) == 1, 10, "first delivery")
+        await await_for(lambda: channel_stats(nsq_cluster, 0, T, C).get("deferred_count") == 1,
+                        5, "the requeued message deferred in nsqd")
+        deferred_seen.append(time.monotonic())
+        await await_for(lambda: len(deliveries) == 2, 10, "redelivery")
+        negotiated = [c.msg_timeout for c in r.conns.values()]  # nsqd's IDENTIFY answer, ms
+        await await_for(lambda: r.finished == 1, 5, "finish")
+        await r.aclose()
+        return r, negotiated
+    r, negotiated = run_async(main())
+    assert negotiated == [2000]
+    gap = deliveries[1] - deliveries[0]
+    assert 1.9 <= gap < 6.0, gap  # 2 s (nsqd scans deferred messages every 100 ms)
+    assert deferred_seen[0] - deliveries[0] < 1.9  # it sat deferred, not in flight
+    assert r.stats()["requeued"] == 1
+    assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_touch_only_when_asked(nsq_cluster):
     mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"slow", b"fast"])
     done = []
@@ -214,7 +249,7 @@ def test_touch_only_when_asked(nsq_cluster):
 
     async def main():
         r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
-                   max_in_flight=5, msg_timeout=1000)
+                   max_in_flight=5, msg_timeout=1)
         await await_for(lambda: len(done) == 2 and r.finished == 2, 10, "both done")
         await r.aclose()
     run_async(main())

@@ -54,7 +54,7 @@ def test_kill_9_and_restart_nsqd_mid_stream():
                 killed.append(n)
 
         with Reader(T, C, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses, max_in_flight=20,
-                    reconnect_initial=0.2, reconnect_max=1.0, msg_timeout=2000) as r:
+                    reconnect_initial=0.2, reconnect_max=1.0, msg_timeout=2) as r:
             pull_until(r, set(sent0) | set(sent1), got, 8, maybe_kill)
             assert killed, "nsqd 0 was never killed"
             # nsqd 1 keeps flowing while nsqd 0 is down
@@ -73,7 +73,7 @@ def test_sigstop_nsqd_heartbeats_missed_then_reconnected(caplog):
         mpub(cluster.nsqd_http_addresses[0], T, sent)
         got: set[bytes] = set()
         with Reader(T, C, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses, max_in_flight=10,
-                    heartbeat_interval=1000, msg_timeout=2000, response_timeout=1.0,
+                    heartbeat_interval=1, msg_timeout=2, response_timeout=1.0,
                     reconnect_initial=0.2, reconnect_max=1.0) as r:
             pull_until(r, set(sent), got, 10)
             # more messages, a few of them in flight here when nsqd stops
@@ -117,7 +117,7 @@ def test_lookupd_discovered_nsqd_killed_and_restarted():
                 killed.append(n)
 
         with Reader(T, C, lookupd_http_addresses=cluster.lookupd_http_addresses,
-                    max_in_flight=20, lookupd_poll_interval=0.5, msg_timeout=2000) as r:
+                    max_in_flight=20, lookupd_poll_interval=0.5, msg_timeout=2) as r:
             pull_until(r, set(sent0) | set(sent1), got, 8, maybe_kill)
             assert killed
             cluster.restart(1)  # re-registers with lookupd; found by the next poll

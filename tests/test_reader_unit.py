@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nsq_spark.reader import _address_list, _pynsq_units, _split_hostport
+from nsq_spark.errors import ConfigError
+from nsq_spark.reader import Reader, _address_list, _split_hostport
 
 pytestmark = pytest.mark.unit
 
@@ -34,10 +35,18 @@ def test_address_list():
         _address_list(["a:1", ""], "x")
 
 
-def test_pynsq_units_seconds_become_milliseconds():
-    assert _pynsq_units({"heartbeat_interval": 30, "msg_timeout": 2.5, "snappy": True}) == \
-        {"heartbeat_interval": 30000, "msg_timeout": 2500, "snappy": True}
-    # values that are valid milliseconds already stay as they are
-    assert _pynsq_units({"heartbeat_interval": 1000, "msg_timeout": 60000}) == \
-        {"heartbeat_interval": 1000, "msg_timeout": 60000}
-    assert _pynsq_units({"heartbeat_interval": -1}) == {"heartbeat_interval": -1}
+def test_pynsq_units_are_seconds_without_guessing():
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", heartbeat_interval=5,
+               msg_timeout=2.5, requeue_delay=3, max_requeue_delay=7.5,
+               output_buffer_timeout=100)
+    assert r.config.heartbeat_interval_ms == 5000
+    assert r.config.identify_payload()["heartbeat_interval"] == 5000
+    assert r.config.identify_payload()["msg_timeout"] == 2500
+    assert r.config.identify_payload()["output_buffer_timeout"] == 100  # ms, as in pynsq
+    assert r.requeue_delay_ms == 3000 and r.max_requeue_delay_ms == 7500
+    # milliseconds are no longer guessed: a ms-sized value is refused with the fix named
+    with pytest.raises(ConfigError, match=r"seconds.*heartbeat_interval=5"):
+        Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", heartbeat_interval=5000)
+    # 1000 s is a legal (if long) msg_timeout in seconds: taken as given, not as 1 s
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", msg_timeout=1000)
+    assert r.config.identify_payload()["msg_timeout"] == 1_000_000
