@@ -47,7 +47,9 @@ Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCert
 ``tlsKeyFile``, ``tlsInsecure`` (bool: skip certificate verification), ``authSecret``,
 ``snappy`` (bool), ``deflate`` (bool), ``deflateLevel`` (1-9), ``msgTimeout`` (ms),
 ``heartbeatInterval`` (ms), ``userAgent``; any other ``ConnectionConfig`` keyword can be
-given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``).
+given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``), in
+``ConnectionConfig``'s (pynsq's) units: ``nsq.heartbeat_interval`` and ``nsq.msg_timeout``
+in seconds, ``nsq.output_buffer_timeout`` in ms.
 
 Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic``
 (default topic for rows without a ``topic`` column value), ``nsqdTcpAddresses`` or
@@ -195,10 +197,11 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
             if level > 9:
                 raise NSQOptionError(f"option 'deflateLevel' must be 1-9, not {level}")
             conn["deflate_level"] = level
+    # Spark options are in ms (Kafka-style); ConnectionConfig takes pynsq's seconds
     for opt, key in (("msgTimeout", "msg_timeout"), ("heartbeatInterval", "heartbeat_interval")):
         value = opts.int(opt, None)
         if value is not None:
-            conn[key] = value
+            conn[key] = -1 if value == -1 else value / 1000
     if opts.get("userAgent"):
         conn["user_agent"] = opts.get("userAgent")
     for key, value in opts.prefixed("nsq.").items():
