@@ -33,6 +33,7 @@ import collections
 import concurrent.futures
 import itertools
 import logging
+import os
 import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
@@ -79,6 +80,13 @@ def _addresses(value: str | Sequence[str] | None) -> list[str]:
     if isinstance(value, str):
         value = [a for a in value.split(",") if a.strip()]
     return [a.strip() for a in value]
+
+
+# SpoolingProducer options that mean nothing without spool_dir (see Producer.__new__)
+_SPOOL_OPTIONS = frozenset({
+    "spool_fsync", "spool_max_bytes", "spool_full", "spool_block_timeout",
+    "message_id_digest", "batch_size", "batch_bytes", "rescan_interval", "on_corrupt",
+    "on_rejected", "producer_factory"})
 
 
 class _Request:
@@ -176,9 +184,26 @@ class Producer:
             MPUBs (nsqd's ``--max-body-size``); each MPUB is atomic, the whole call is not.
         blocking_connections: connections per nsqd shared by the threads that use the
             blocking calls (a thread always uses the same one).
+        spool_dir: publish through a durable local spool: ``Producer(..., spool_dir=path)``
+            returns a :class:`nsq_spark.publish_spool.SpoolingProducer` (same ``publish``/
+            ``mpublish``/``flush``/``close``) that keeps every message on disk until nsqd
+            acknowledged it. Its options ``spool_fsync``, ``spool_max_bytes``,
+            ``spool_full``, ``spool_block_timeout``, ``message_id_digest``, ``batch_size``,
+            ``batch_bytes``, ``rescan_interval``, ``on_corrupt``, ``on_rejected`` apply only
+            with ``spool_dir`` (a ValueError otherwise); the other options go to the inner
+            Producer. Only ``Producer`` itself does this, not its subclasses (``Writer``).
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
-            heartbeat_interval, ...), with pynsq's names.
+            heartbeat_interval, ...), with pynsq's names and units (seconds, except
+            ``output_buffer_timeout`` in milliseconds).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # the one place where spool_dir= turns a Producer into a SpoolingProducer; the
+        # result is not a Producer instance, so Python does not call __init__ on it
+        if cls is Producer and kwargs.get("spool_dir") is not None:
+            from .publish_spool import SpoolingProducer  # lazy: file IO, threads, fcntl
+            return SpoolingProducer(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None, *,
                  nsqd_http_addresses: str | Sequence[str] | None = None,
@@ -186,7 +211,18 @@ class Producer:
                  retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
                  publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
                  max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
+                 spool_dir: str | os.PathLike[str] | None = None,
                  **connection_options: Any) -> None:
+        stray = sorted(k for k in connection_options if k in _SPOOL_OPTIONS)
+        if spool_dir is not None:  # only reached by subclasses (see __new__)
+            raise ValueError(f"spool_dir is an option of nsq_spark.Producer itself, not of "
+                             f"{type(self).__name__}; use Producer(..., spool_dir=...) or "
+                             "nsq_spark.publish_spool.SpoolingProducer")
+        if stray:
+            raise ValueError(f"{', '.join(stray)} only appl{'ies' if len(stray) == 1 else 'y'} "
+                             "to a spooling producer: also give spool_dir=<directory> "
+                             "(Producer(..., spool_dir=path, ...)), or drop "
+                             f"{'it' if len(stray) == 1 else 'them'}")
         tcp = _addresses(nsqd_tcp_addresses)
         http = _addresses(nsqd_http_addresses)
         if bool(tcp) == bool(http):

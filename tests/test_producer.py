@@ -425,3 +425,39 @@ def test_pynsq_style_writer_with_callbacks(nsqd: NSQCluster) -> None:
     assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 9
     with pytest.raises(errors.NSQError, match="running event loop"):
         Writer(nsqd.nsqd_tcp_addresses).pub(topic, b"outside a loop")
+
+
+# -- Producer(..., spool_dir=...) -----------------------------------------------------------
+
+def test_spool_dir_returns_a_spooling_producer_that_delivers(nsqd: NSQCluster, tmp_path) -> None:
+    from nsq_spark.publish_spool import SpoolingProducer
+
+    topic = _topic()
+    spool = tmp_path / "spool"
+    p = Producer(nsqd.nsqd_tcp_addresses[0], spool_dir=str(spool), spool_fsync="never",
+                 heartbeat_interval=5)  # connection options reach the inner Producer
+    try:
+        assert isinstance(p, SpoolingProducer) and not isinstance(p, Producer)
+        p.publish(topic, b"spooled-1")
+        p.mpublish(topic, [b"spooled-2", b"spooled-3"])
+        assert p.flush(timeout=15), "nsqd did not acknowledge the spool"
+    finally:
+        p.close()
+    got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 3)
+    assert sorted(m.body for m in got) == [b"spooled-1", b"spooled-2", b"spooled-3"]
+    assert not list(spool.glob("*.seg")), "acknowledged segments must be deleted"
+
+
+def test_spool_options_without_spool_dir_raise_naming_the_fix(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"spool_fsync only applies .*spool_dir="):
+        Producer("127.0.0.1:1", spool_fsync="never")
+    with pytest.raises(ValueError, match=r"message_id_digest, spool_max_bytes only apply"):
+        Producer("127.0.0.1:1", spool_max_bytes=1 << 20, message_id_digest=True)
+    with pytest.raises(ValueError, match="spool_dir"):
+        Producer("127.0.0.1:1", spool_dir=None, spool_full="raise")
+    # spool_dir belongs to Producer itself: a subclass does not silently drop it
+    from nsq_spark.producer import Writer
+    with pytest.raises(ValueError, match="spool_dir is an option of nsq_spark.Producer"):
+        Writer("127.0.0.1:1", spool_dir=str(tmp_path))
+    assert not list(tmp_path.iterdir())
+    assert type(Producer("127.0.0.1:1")) is Producer  # no spool_dir: a plain Producer
