@@ -28,8 +28,11 @@ test: setup
 demo: setup
 	$(PY) examples/demo.py
 
+# Every benchmark, one after the other; each prints its figures (bench/RESULTS.md has
+# the recorded ones with their commands).
+BENCHES := decode publish publish_spool consume dedup spark
 bench: setup
-	$(PY) -m bench.run
+	set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(PY) -m bench.bench_$$b; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info
