@@ -138,8 +138,9 @@ class Reader:
         dedup: a Deduplicator (:mod:`nsq_spark.dedup`): messages it has seen are finished
             without reaching the handler; a failed (requeued) message is erased from it so
             its redelivery is handled.
-        dedup_key: the key function (default :func:`nsq_spark.dedup.by_message_id`), or
-            ``"id"`` / ``"body"``.
+        dedup_key: the key function, or ``"id"`` / ``"body"``; default: the
+            deduplicator's own ``key_func`` (its ``key=`` option), else
+            :func:`nsq_spark.dedup.by_message_id`.
         max_requeue_delay: cap, in seconds, of the default requeue delay.
         backoff_multiplier: seconds of the first backoff window (doubling per level).
         rdy_redistribute_interval: seconds between RDY redistribution rounds.
@@ -234,7 +235,8 @@ class Reader:
                     not callable(getattr(dedup, "erase", None)):
                 raise TypeError("dedup must have check_and_set(key) and erase(key) "
                                 "(see nsq_spark.dedup)")
-            self._dedup_key = resolve_key(dedup_key)
+            self._dedup_key = resolve_key(
+                dedup_key if dedup_key is not None else getattr(dedup, "key_func", None))
 
         self.message_handler: MessageHandler | None = None
         self.batch_handler: BatchHandler | None = None

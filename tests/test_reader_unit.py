@@ -50,3 +50,15 @@ def test_pynsq_units_are_seconds_without_guessing():
     # 1000 s is a legal (if long) msg_timeout in seconds: taken as given, not as 1 s
     r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", msg_timeout=1000)
     assert r.config.identify_payload()["msg_timeout"] == 1_000_000
+
+
+def test_dedup_key_defaults_to_the_deduplicators_own_key():
+    from nsq_spark.dedup import OppositeBloomFilter, by_body_digest, by_message_id
+
+    by_body = OppositeBloomFilter(16, key="body")
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", dedup=by_body)
+    assert r._dedup_key is by_body_digest
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", dedup=by_body, dedup_key="id")
+    assert r._dedup_key is by_message_id
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", dedup=OppositeBloomFilter(16))
+    assert r._dedup_key is by_message_id
