@@ -1280,15 +1280,25 @@ class Reader:
             if self._xq:
                 self._drain_cross_thread()
         # 3. requeue whatever is still unanswered, at once
-        n_req = 0
+        unhandled: list[Message] = []
         for s in slots:
             for m in list(s.outstanding.values()):
                 if not m._responded:
                     m._responded = True
                     s.reqs.append((m.id, 0))
-                    n_req += 1
+                    unhandled.append(m)
             s.outstanding.clear()
             self._mark(s)
+        n_req = len(unhandled)
+        if unhandled and self._dedup is not None:
+            # never handled: a deduplicator that outlives this Reader must not take their
+            # redelivery for a duplicate (and finish it unhandled)
+            from .dedup import erase_many
+            try:
+                erase_many(self._dedup, [self._dedup_key(m) for m in unhandled])  # type: ignore[misc]
+            except Exception:
+                log.exception("[%s] dedup erase failed for %d messages requeued on close",
+                              self.name, n_req)
         with self._pull_cond:
             self._pull_q.clear()
             self._pull_n = 0

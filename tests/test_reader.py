@@ -717,3 +717,34 @@ def test_pynsq_subclass_hooks(nsq_cluster):
     assert sorted(validated) == [b"KEEP-1", b"KEEP-3", b"SKIP-2"]
     assert sorted(processed) == [b"KEEP-1", b"KEEP-3"]
     assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_dedup_forgets_messages_requeued_by_close(nsq_cluster):
+    """close() requeues what was never answered: a shared (e.g. Redis) deduplicator must
+    not then take the redelivery for a duplicate and finish it unhandled."""
+    from nsq_spark.dedup import OppositeBloomFilter
+    sent = bodies(20)
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    seen = OppositeBloomFilter(1 << 16)
+    r1 = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=20,
+                dedup=seen, max_backoff_duration=0)
+    try:
+        assert r1.get_batch(5, timeout=10)  # pulled, never answered
+    finally:
+        r1.close()
+    assert r1.duplicates == 0
+    got = []
+    r2 = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=20,
+                dedup=seen, max_backoff_duration=0)
+    try:
+        deadline = time.monotonic() + 10
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            batch = r2.get_batch(100, timeout=0.5)
+            got.extend(m.body for m in batch)
+            r2.finish(batch)
+    finally:
+        r2.close()
+    assert r2.duplicates == 0
+    assert sorted(got) == sorted(sent)
+    assert_drained(nsq_cluster, T, C)
