@@ -234,10 +234,14 @@ class RdyPolicy:
     # -- periodic -----------------------------------------------------------------------
 
     def rebalance(self) -> list[Command]:
-        """Raise connections below their share, as far as the budget allows."""
+        """Raise connections below their share, as far as the budget allows (while testing
+        the waters: make sure one connection has RDY 1)."""
         out: list[Command] = []
-        if self.mode is not NORMAL or self.max_in_flight == 0:
+        if self.mode is BACKOFF or self.max_in_flight == 0:
             return out
+        if self.mode is TESTING:
+            # the tester closed, or max_in_flight came back from 0: someone else tests
+            return self.test_waters()
         conns = list(self.conns.values())
         self.rng.shuffle(conns)  # who gets a truncated RDY when the budget is short: random
         for c in conns:

@@ -347,6 +347,32 @@ def test_testing_rdy_moves_between_connections():
     assert seen == {0, 1, 2}
 
 
+def test_testing_survivor_tests_when_the_tester_closes():
+    # the only connection with RDY 1 closes while testing the waters: the one left must
+    # test instead (tick used to "heal" only in normal mode, so it waited forever)
+    p = policy(10, seed=2)
+    a, _ = p.add("a")
+    b, _ = p.add("b")
+    p.enter_backoff()
+    tester = p.test_waters()[0][0]
+    survivor = b if tester is a else a
+    out = p.remove(tester.key)
+    assert commands_by_key(out) == {survivor.key: 1}
+    assert p.total_rdy == 1 and p.mode is TESTING
+    assert p.tick(1000) == []  # and no more than one
+
+
+def test_testing_tick_gives_rdy_1_back_to_a_lone_connection():
+    p = policy(10)
+    a, _ = p.add("a")
+    p.enter_backoff()
+    p.set_max_in_flight(0)
+    p.test_waters()
+    assert p.total_rdy == 0
+    out = p.set_max_in_flight(10)  # resumed while testing the waters
+    assert commands_by_key(out) == {"a": 1} and p.total_rdy == 1
+
+
 # -- invariants under random event sequences -----------------------------------------------
 
 
@@ -443,6 +469,13 @@ class RdyMachine(RuleBasedStateMachine):
             # after a tick at the latest; check the tick would fix it and then holds
             self.apply(p.tick(self.now))
             assert all(c.rdy >= 1 for c in p.conns.values())
+
+    @invariant()
+    def testing_mode_always_has_a_tester(self):
+        p = self.p
+        if p.mode is TESTING and p.max_in_flight and p.conns:
+            self.apply(p.tick(self.now))
+            assert p.total_rdy == 1 or any(c.in_flight for c in p.conns.values())
 
 
 RdyMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
