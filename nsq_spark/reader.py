@@ -613,7 +613,8 @@ class Reader:
         try:
             seen = check_and_set_many(self._dedup, [key(m) for m in msgs])  # type: ignore[misc]
         except Exception:
-            log.exception("[%s] dedup check failed; handling the messages anyway", self.name)
+            log.exception("[%s] dedup check failed on %d messages from %s; handling them "
+                          "anyway", self.name, len(msgs), slot.address)
             return msgs
         keep = []
         for m, dup in zip(msgs, seen):
@@ -696,8 +697,9 @@ class Reader:
         try:
             fut = convert_yielded(r)
         except Exception:
-            log.error("[%s] handler returned %r for message %s: return True, False, None or "
-                      "an awaitable; requeueing", self.name, r, m.id)
+            log.error("[%s] handler returned %r for message %s from %s: return True, False, "
+                      "None or an awaitable; requeueing", self.name, r,
+                      m.id.decode("ascii", "replace"), slot.address)
             self._settle_one(slot, m, False)
             return
 
@@ -705,8 +707,8 @@ class Reader:
             try:
                 res = f.result()
             except Exception:
-                log.exception("[%s] async handler failed on message %s; requeueing",
-                              self.name, m.id.decode("ascii", "replace"))
+                log.exception("[%s] async handler failed on message %s from %s; requeueing",
+                              self.name, m.id.decode("ascii", "replace"), slot.address)
                 res = False
             self._settle_one(slot, m, res)
         fut.add_done_callback(done)
@@ -764,8 +766,8 @@ class Reader:
         try:
             r = await self.batch_handler(msgs)  # type: ignore[misc]
         except Exception:
-            log.exception("[%s] batch handler failed on %d messages; requeueing those it "
-                          "did not answer", self.name, len(msgs))
+            log.exception("[%s] batch handler failed on %d messages from %s; requeueing "
+                          "those it did not answer", self.name, len(msgs), slot.address)
             r = False
         self._settle_batch(slot, msgs, r)
 
@@ -774,7 +776,9 @@ class Reader:
         try:
             r = await convert_yielded(r)
         except Exception:
-            log.exception("[%s] batch handler failed; requeueing", self.name)
+            log.exception("[%s] batch handler failed on %d messages from %s (it must return "
+                          "True, False, None or an awaitable); requeueing those it did not "
+                          "answer", self.name, len(msgs), slot.address)
             r = False
         self._settle_batch(slot, msgs, r)
 
@@ -843,7 +847,8 @@ class Reader:
         try:
             self.giving_up(m)
         except Exception:
-            log.exception("[%s] giving_up() failed for message %s", self.name, m.id)
+            log.exception("[%s] giving_up() failed for message %s from %s; finishing it "
+                          "anyway", self.name, m.id.decode("ascii", "replace"), slot.address)
         if not m._responded:
             m._responded = True
             slot.fins.append(m.id)
@@ -908,7 +913,9 @@ class Reader:
             try:
                 self._dedup.erase(self._dedup_key(m))  # type: ignore[misc]
             except Exception:
-                log.exception("[%s] dedup erase failed for message %s", self.name, m.id)
+                log.exception("[%s] dedup erase failed for message %s from %s: its "
+                              "redelivery may be dropped as a duplicate", self.name,
+                              m.id.decode("ascii", "replace"), slot.address)
         self._mark(slot)
 
     def _mark(self, slot: _Slot) -> None:

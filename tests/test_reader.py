@@ -748,3 +748,25 @@ def test_dedup_forgets_messages_requeued_by_close(nsq_cluster):
     assert r2.duplicates == 0
     assert sorted(got) == sorted(sent)
     assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_handler_errors_are_logged_with_the_nsqd_address(nsq_cluster, caplog):
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"x"])
+    calls = []
+
+    def handler(m):
+        calls.append(m.attempts)
+        return 42 if m.attempts == 1 else True  # 42: neither a result nor an awaitable
+
+    async def main():
+        r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                   max_backoff_duration=0, requeue_delay=0)
+        await await_for(lambda: r.finished >= 1, 10, "finished after the requeue")
+        await r.aclose()
+        return r
+    with caplog.at_level("ERROR", logger="nsq_spark.reader"):
+        r = run_async(main())
+    assert calls == [1, 2] and r.requeued == 1
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert any("returned 42" in e and nsq_cluster.nsqd_tcp_addresses[0] in e for e in errors), errors
