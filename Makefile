@@ -9,12 +9,12 @@ export NSQ_BIN_DIR
 
 .PHONY: setup test demo bench clean
 
+# compat editable mode puts the repo root on sys.path (a .pth line), so pyspark's
+# discovery of top-level `pyspark_*` modules (pkgutil.iter_modules) sees pyspark_nsq,
+# in the driver and in Spark's Python workers alike; the default import-hook mode hides it.
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# compat editable mode puts the repo root on sys.path (a .pth line), so pyspark's
-	# discovery of top-level `pyspark_*` modules (pkgutil.iter_modules) sees pyspark_nsq,
-	# in the driver and in Spark's Python workers alike; the default import-hook mode hides it.
 	$(PY) -m pip install -q -e '.[all,test]' --config-settings editable_mode=compat
 	touch $@
 
