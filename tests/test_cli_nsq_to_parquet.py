@@ -30,12 +30,11 @@ def test_nsq_to_parquet_archives_the_backlog(nsq_cluster, tmp_path):
     bodies = [b"event-%04d" % i for i in range(300)]
     http_post(http, "/mpub?topic=archive", b"\n".join(bodies))
     out = tmp_path / "out"
-    # the example relies on pyspark's discovery of pyspark_nsq, which sees sys.path
-    # entries only: an import-hook editable install needs the repo on PYTHONPATH (what a
-    # regular install amounts to)
-    pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+    # the example relies on pyspark's discovery of pyspark_nsq (sys.path entries only):
+    # the package must be installed (regular, or editable with editable_mode=compat);
+    # nothing is added to PYTHONPATH here, as nothing is for a user
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable, "PYTHONPATH": pythonpath}
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
     r = subprocess.run(
         [sys.executable, os.path.join(REPO, "examples", "nsq_to_parquet.py"),
          "--lookupd", nsq_cluster.lookupd_http_addresses[0], "--topic", "archive",

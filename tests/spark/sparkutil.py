@@ -59,13 +59,18 @@ def channel_counts(node, topic: str, channel: str) -> dict[str, int]:
     return out
 
 
-def discovery_env() -> dict[str, str]:
-    """Environment for a child driver so that pyspark's discovery sees ``pyspark_nsq``.
+DISCOVERY_FIX = (
+    "install nsq-spark into this interpreter (pip install '.[spark]'), or for development "
+    "pip install -e '.[all,test]' --config-settings editable_mode=compat (what `make setup` "
+    "does); setuptools' default import-hook editable install hides pyspark_nsq from "
+    "pyspark's discovery, which lists the modules on sys.path (pkgutil.iter_modules)")
 
-    pyspark finds ``pyspark_*`` modules with ``pkgutil.iter_modules()`` over ``sys.path``.
-    A regular install (or ``pip install -e . --config-settings editable_mode=compat``)
-    puts the module there; setuptools' default import-hook editable install does not, and
-    then the module's directory goes on PYTHONPATH -- which is what such an install means.
+
+def discovery_problem() -> str | None:
+    """None if a fresh process, started outside the repo with this environment, sees
+    ``pyspark_nsq`` as pyspark's discovery does; otherwise what is wrong and the fix.
+
+    Nothing is patched: a child driver gets exactly the environment a user's would.
     """
     import subprocess
     import tempfile
@@ -74,12 +79,10 @@ def discovery_env() -> dict[str, str]:
              "for m in pkgutil.iter_modules()))")
     with tempfile.TemporaryDirectory() as cwd:  # the child's view, not the repo root's
         seen = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True,
-                              text=True, timeout=60, env={k: v for k, v in os.environ.items()
-                                                          if k != "PYTHONPATH"})
+                              text=True, timeout=60)
     if seen.stdout.strip() == "True":
-        return {}
-    import pyspark_nsq
-
-    here = os.path.dirname(os.path.abspath(pyspark_nsq.__file__))
-    old = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": here + (os.pathsep + old if old else "")}
+        return None
+    return (f"{sys.executable} does not see the top-level module pyspark_nsq from a fresh "
+            f"process outside the repo (probe said {seen.stdout.strip() or seen.stderr[-500:]!r}), "
+            f"so spark.readStream.format('nsq') cannot resolve without a register call. "
+            f"Fix: {DISCOVERY_FIX}")

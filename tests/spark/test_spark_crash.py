@@ -28,7 +28,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import channel_counts, discovery_env, http_mpub, spark_env  # noqa: E402
+from sparkutil import channel_counts, discovery_problem, http_mpub, spark_env  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.nsqd, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ class Driver:
     """One child Spark driver; its ``ROWS n`` lines are collected by a thread."""
 
     def __init__(self, cfg: dict) -> None:
-        env = {**os.environ, **spark_env(), **discovery_env()}
+        env = {**os.environ, **spark_env()}  # the driver finds the source by discovery
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "crash_driver.py"), json.dumps(cfg)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -97,6 +97,9 @@ def total_counts(cluster) -> dict[str, int]:
 @pytest.mark.timeout(420)
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1, mem_queue_size=0)
 def test_driver_and_nsqd_killed_mid_stream(spark, nsq_cluster, tmp_path):
+    problem = discovery_problem()  # the child drivers find the source by discovery
+    if problem:
+        pytest.fail(problem)
     cluster = nsq_cluster
     http = cluster.nsqd_http_addresses
     published: list[bytes] = []

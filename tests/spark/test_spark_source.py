@@ -13,12 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import channel_counts, discovery_env, http_mpub, spark_env  # noqa: E402
+from sparkutil import DISCOVERY_FIX, channel_counts, discovery_problem, http_mpub, spark_env  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -272,15 +271,15 @@ q = (df.writeStream.format("memory").queryName("disc")
 q.awaitTermination(120)
 print("COUNT", spark.sql("select count(distinct body) from disc").first()[0])
 """
-    extra = discovery_env()
-    if extra:
-        warnings.warn("pyspark_nsq is not on sys.path (import-hook editable install); the "
-                      "child gets its directory on PYTHONPATH, as a regular install would")
-    env = {**os.environ, **spark_env(), **extra}
+    problem = discovery_problem()
+    if problem:
+        pytest.fail(problem)
+    env = {**os.environ, **spark_env()}  # as a user's: nothing added to PYTHONPATH
     with tempfile.TemporaryDirectory() as cwd:  # not the repo root: no accidental import
         proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=180)
-    assert "COUNT 50" in proc.stdout, proc.stdout[-2000:] + proc.stderr[:6000]
+    assert "COUNT 50" in proc.stdout, (f"{proc.stdout[-2000:]}{proc.stderr[:6000]}\n"
+                                       f"If the format did not resolve: {DISCOVERY_FIX}")
 
 
 # -- dedup option --------------------------------------------------------------------------
