@@ -942,7 +942,7 @@ class SyncConnection(_Negotiated):
             while self._frames:
                 ftype, data = self._frames.popleft()
                 if ftype == protocol.FRAME_TYPE_RESPONSE and data == _HEARTBEAT:
-                    self._write(_NOP)
+                    self._answer_heartbeat()
                     continue
                 return ftype, data
             if exact:
@@ -965,6 +965,18 @@ class SyncConnection(_Negotiated):
             if msgs:
                 raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
             self._frames.extend(others)
+
+    def _answer_heartbeat(self) -> None:
+        # Another thread may be half-way through writing a command (a large MPUB takes
+        # several send calls; compressed data must go out in compression order): a NOP
+        # written then corrupts the stream. Write it only under the write lock; if a writer
+        # holds it, skip: the command being written resets nsqd's read deadline as well.
+        if self._wlock.acquire(blocking=False):
+            try:
+                if self._sock is not None:
+                    self._write(_NOP)
+            finally:
+                self._wlock.release()
 
     def command(self, data: bytes) -> bytes:
         """Send one command and return nsqd's answer (``b"OK"``), or raise its typed

@@ -332,3 +332,54 @@ def test_silent_nsqd_is_detected_by_missed_heartbeats() -> None:
             assert "heartbeat" in str(col.closed[0])
 
         run(main())
+
+
+
+def test_blocking_connection_never_writes_a_heartbeat_nop_inside_another_threads_write(
+        nsqd: NSQCluster) -> None:
+    """Threads pipeline on one SyncConnection: the thread reading answers also answers
+    heartbeats, while another thread may be half-way through writing a command (a big
+    MPUB takes several send calls; compressed writes must go out in compression order).
+    A NOP written in between corrupted the stream and nsqd reset the connection."""
+    import threading
+    import time
+
+    from nsq_spark import protocol
+    from nsq_spark.conn import _NOP, SyncConnection
+
+    conn = SyncConnection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
+                          ConnectionConfig(heartbeat_interval=1)).connect()
+    topic = _topic()
+    writes: list[tuple[bytes, bool]] = []  # (data, written inside the slow write)
+    real_write = conn._write
+    slow_write = threading.Event()
+
+    def spy(data: bytes) -> None:
+        writes.append((data, slow_write.is_set()))
+        real_write(data)
+    conn._write = spy  # type: ignore[method-assign]
+    answers: list[Any] = []
+
+    def read_answers() -> None:
+        try:
+            answers.append(conn._read_frame())  # the PUB's answer; heartbeats meanwhile
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                answers.append(conn._read_frame())
+        except Exception as exc:
+            answers.append(exc)
+    data = protocol.pub(topic, b"x" * 1000)
+    with conn._wlock:  # one PUB written in two parts, 1.3 s apart (a heartbeat between)
+        slow_write.set()
+        conn._sock.sendall(data[:500])
+        reader = threading.Thread(target=read_answers)
+        reader.start()
+        time.sleep(1.3)
+        conn._sock.sendall(data[500:])
+        slow_write.clear()
+    reader.join(5)
+    conn.close()
+    assert answers and answers[0] == (protocol.FRAME_TYPE_RESPONSE, protocol.OK), answers
+    nops = [inside for d, inside in writes if d == _NOP]
+    assert not any(nops), writes  # never inside the other thread's write
+    assert nops  # heartbeats are still answered once the writer is done
