@@ -125,7 +125,7 @@ class Reader:
             reconnected with exponential backoff and jitter when they drop.
         lookupd_http_addresses: nsqlookupd HTTP addresses (or one string) to poll.
         max_tries: messages delivered more often than this go to :meth:`giving_up`, then
-            are finished; 0 means never give up.
+            are finished (requeued if it raises); 0 means never give up.
         max_in_flight: the most messages in flight over all connections, spread evenly;
             0 starts paused (see :meth:`set_max_in_flight`).
         lookupd_poll_interval: seconds between lookupd polls.
@@ -318,7 +318,8 @@ class Reader:
 
     def giving_up(self, message: Message) -> None:
         """Called for a message delivered more than ``max_tries`` times, before it is
-        finished. Override it to keep the message somewhere (default: a warning log)."""
+        finished. Override it to keep the message somewhere (default: a warning log); if it
+        raises, the message is requeued instead (as in pynsq) and comes back here."""
         log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
                     self.name, message.id.decode("ascii", "replace"), message.attempts,
                     self.max_tries, message.body[:200])
@@ -847,8 +848,15 @@ class Reader:
         try:
             self.giving_up(m)
         except Exception:
-            log.exception("[%s] giving_up() failed for message %s from %s; finishing it "
-                          "anyway", self.name, m.id.decode("ascii", "replace"), slot.address)
+            # as pynsq: the message goes back to nsqd (finishing it would drop a message the
+            # application failed to put aside); giving_up() gets it again next delivery
+            log.exception("[%s] giving_up() failed for message %s from %s; requeueing it",
+                          self.name, m.id.decode("ascii", "replace"), slot.address)
+            if not m._responded:
+                m._responded = True
+                slot.outstanding.pop(m.id, None)
+                self._req_on_loop(slot, m, None, True)
+            return
         if not m._responded:
             m._responded = True
             slot.fins.append(m.id)

@@ -193,6 +193,31 @@ def test_max_tries_giving_up_then_fin_and_growing_capped_delay(nsq_cluster):
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_giving_up_that_fails_requeues_instead_of_finishing(nsq_cluster):
+    """pynsq requeues a message whose giving_up() raised: finishing it would drop a
+    message the application could not put aside (e.g. its dead-letter store was down)."""
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"poison"])
+    gave_up = []
+
+    class R(Reader):
+        def giving_up(self, message):
+            gave_up.append(message.attempts)
+            if len(gave_up) == 1:
+                raise OSError("dead-letter store unreachable")
+
+    async def main():
+        r = R(T, C, lambda m: False, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+              max_tries=1, max_backoff_duration=0, requeue_delay=0)
+        await await_for(lambda: len(gave_up) >= 2 and r.finished == 1, 10, "giving up twice")
+        await r.aclose()
+        return r
+    r = run_async(main())
+    assert gave_up == [2, 3]  # the failed giving_up got the message back, the next one kept it
+    assert r.given_up == 2 and r.finished == 1 and r.requeued == 2
+    assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_message_requeue_delay_is_seconds_as_in_pynsq(nsq_cluster):
     # pynsq's Message.requeue(delay=2) defers by 2 s (REQ 2000): nsqd must hold it deferred
     # for about 2 s, not 2 ms; and msg_timeout=2 (seconds) is what nsqd says it applies.
