@@ -394,3 +394,42 @@ def test_blocking_connection_reopened_after_heartbeat_silence(plain_nsqd: NSQClu
         p.publish(_topic(), b"y")  # reopened before use, no error
         assert p._sync_slot(plain_nsqd.nsqd_tcp_addresses[0])._sock is not first
         assert p.published == 2
+
+
+def test_auth_secret_never_in_logs_reprs_errors_or_stats(auth_nsqd: NSQCluster, caplog) -> None:
+    import logging
+
+    from nsq_spark.producer import Producer
+    from nsq_spark.reader import Reader
+
+    good, bad = "good-secret", "wrong-s3cret-never-shown"
+    addr = auth_nsqd.nsqd_tcp_addresses[0]
+    seen: list[str] = []
+    caplog.set_level(logging.DEBUG)
+    with Producer(addr, auth_secret=good, max_tries=1) as p:
+        p.publish("secret_topic", b"x")
+        seen += [repr(p), repr(p.stats()), repr(p.config)]
+    with Producer(addr, auth_secret=bad, max_tries=1) as p:
+        with pytest.raises(errors.AuthError) as info:
+            p.publish("secret_topic", b"x")
+        seen += [str(info.value), repr(info.value), repr(p), repr(p.stats())]
+
+    async def main() -> None:
+        got: list[bytes] = []
+        r = Reader("secret_topic", "c", lambda m: got.append(m.body), nsqd_tcp_addresses=addr,
+                   auth_secret=good)
+        await wait_for(lambda: got, 10, "a message")
+        seen.extend([repr(r), repr(r.stats()), repr(r.config), repr(list(r.conns.values()))])
+        await r.aclose()
+        r2 = Reader("secret_topic", "c", lambda m: True, nsqd_tcp_addresses=addr,
+                    auth_secret=bad, reconnect_initial=0.05)
+        await wait_for(lambda: any("E_AUTH_FAILED" in rec.getMessage() for rec in caplog.records),
+                       10, "the refused AUTH logged")
+        seen.extend([repr(r2), repr(r2.stats())])
+        await r2.aclose()
+    run(main())
+    for rec in caplog.records:
+        seen.append(rec.getMessage())
+        if rec.exc_info:
+            seen.append(logging.Formatter().formatException(rec.exc_info))
+    assert seen and not [s for s in seen if good in s or bad in s]
