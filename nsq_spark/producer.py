@@ -938,9 +938,15 @@ class Writer(Producer):
                            "Producer.publish") from None
         return self._command_future(data)
 
-    def _callback(self, fut: "asyncio.Future[bytes]", callback: Callable[..., Any] | None) -> None:
+    def _callback(self, fut: "asyncio.Future[bytes]", callback: Callable[..., Any] | None,
+                  what: str) -> None:
         if callback is None:
-            fut.add_done_callback(_retrieve)
+            def log_failure(f: "asyncio.Future[bytes]") -> None:
+                # no callback to tell: log it (as pynsq does) rather than lose it silently
+                exc = None if f.cancelled() else f.exception()
+                if exc is not None:
+                    log.error("[%s] %s failed (no callback given): %s", self.name, what, exc)
+            fut.add_done_callback(log_failure)
             return
 
         def done(f: "asyncio.Future[bytes]") -> None:
@@ -950,7 +956,8 @@ class Writer(Producer):
         fut.add_done_callback(done)
 
     def pub(self, topic: str, msg: bytes, callback: Callable[..., Any] | None = None) -> None:
-        self._callback(self._on_loop_future(protocol.pub(topic, msg, self.max_msg_size)), callback)
+        self._callback(self._on_loop_future(protocol.pub(topic, msg, self.max_msg_size)), callback,
+                       f"PUB {topic}")
 
     def mpub(self, topic: str, msg: bytes | Sequence[bytes],
              callback: Callable[..., Any] | None = None) -> None:
@@ -958,7 +965,7 @@ class Writer(Producer):
         datas = self._encode_mpub(topic, bodies)
         futs = [self._on_loop_future(d) for d in datas]
         if len(futs) == 1:
-            self._callback(futs[0], callback)
+            self._callback(futs[0], callback, f"MPUB {topic}")
             return
         whole: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
@@ -970,9 +977,10 @@ class Writer(Producer):
                 whole.set_result(b"OK")  # every MPUB of the split batch was acknowledged
 
         asyncio.gather(*futs).add_done_callback(settle)
-        self._callback(whole, callback)
+        self._callback(whole, callback, f"MPUB {topic}")
 
     def dpub(self, topic: str, delay_ms: int, msg: bytes,
              callback: Callable[..., Any] | None = None) -> None:
         self._callback(self._on_loop_future(protocol.dpub(topic, int(delay_ms), msg,
-                                                          self.max_msg_size)), callback)
+                                                          self.max_msg_size)), callback,
+                       f"DPUB {topic}")

@@ -427,6 +427,24 @@ def test_pynsq_style_writer_with_callbacks(nsqd: NSQCluster) -> None:
         Writer(nsqd.nsqd_tcp_addresses).pub(topic, b"outside a loop")
 
 
+def test_writer_without_callback_logs_a_failed_publish(caplog) -> None:
+    """pynsq's Writer logs a failed pub when no callback was given; it must not vanish."""
+    from nsq_spark.producer import Writer
+
+    dead = f"127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        w = Writer(dead, max_tries=1)
+        w.pub("lost_topic", b"x")
+        await wait_for(lambda: any(r.levelname == "ERROR" for r in caplog.records), 10)
+        await w.aclose()
+
+    with caplog.at_level("ERROR", logger="nsq_spark.producer"):
+        run(main())
+    errs = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("PUB lost_topic" in e and dead in e for e in errs), errs
+
+
 # -- Producer(..., spool_dir=...) -----------------------------------------------------------
 
 def test_spool_dir_returns_a_spooling_producer_that_delivers(nsqd: NSQCluster, tmp_path) -> None:
