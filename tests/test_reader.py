@@ -456,8 +456,8 @@ def test_backoff_rdy_zero_then_test_waters_then_recover(nsq_cluster):
 
     async def main():
         r = Reader(T, C, handler, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
-                   max_in_flight=20, backoff_multiplier=0.4, max_backoff_duration=0.8,
-                   requeue_delay=0)
+                   max_in_flight=20, backoff_multiplier=1.0, max_backoff_duration=2.0,
+                   requeue_delay=0)  # windows long enough to read nsqd's stats inside one
         tests = []
         orig = r._policy.test_waters
 
