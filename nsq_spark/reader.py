@@ -54,7 +54,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, w
 from .backoff import Action, Backoff
 from .config import ConnectionConfig
 from .conn import Connection
-from .errors import AlreadyRespondedError, NSQError
+from .errors import AlreadyRespondedError, ConnectionClosedError, NSQError
 from .lookupd import LookupdPoller, Producer, producer_address
 from .message import Message
 from .protocol import check_channel, check_topic
@@ -532,7 +532,10 @@ class Reader:
                 del self._slots[address]
             if not conn.closed:
                 await conn.close()
-            return
+            if self._closing:
+                return
+            raise ConnectionClosedError(f"nsqd at {address} closed the connection right "
+                                        "after SUB")  # the caller retries
         if conn.max_rdy_count < self._policy.max_in_flight:
             log.info("[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
                      self.name, address, conn.max_rdy_count, self._policy.max_in_flight)
@@ -559,7 +562,9 @@ class Reader:
         slot.outstanding.clear()
         slot.fins.clear()
         slot.reqs.clear()
-        if self._closing:
+        if self._closing or slot.rdy is None:
+            # never subscribed: _connect_once failed and its caller (the reconnect loop or
+            # the next lookupd poll) retries; another loop here would double them each time
             return
         log.warning("[%s] connection to nsqd %s closed%s%s", self.name, address,
                     f": {exc}" if exc else "",

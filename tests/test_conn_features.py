@@ -3,6 +3,7 @@ snappy and deflate (1 byte to 1 MiB), AUTH against a small HTTP auth server."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import socket
@@ -433,3 +434,24 @@ def test_auth_secret_never_in_logs_reprs_errors_or_stats(auth_nsqd: NSQCluster, 
         if rec.exc_info:
             seen.append(logging.Formatter().formatException(rec.exc_info))
     assert seen and not [s for s in seen if good in s or bad in s]
+
+
+def test_reader_refused_sub_keeps_one_reconnect_loop(auth_nsqd: NSQCluster) -> None:
+    """nsqd refuses SUB (E_UNAUTHORIZED, fatal) after a good handshake: the Reader retries
+    with backoff, in ONE reconnect loop (the closed connection's callback used to start a
+    second loop next to the retrying one, at every failure: the loops doubled)."""
+    from nsq_spark.reader import Reader
+
+    async def main() -> list[int]:
+        r = Reader("allowed_sub", "c", lambda m: True,
+                   nsqd_tcp_addresses=auth_nsqd.nsqd_tcp_addresses,
+                   auth_secret="limited-secret", reconnect_initial=0.02, reconnect_max=0.1)
+        loops = []
+        for _ in range(40):  # ~2 s: a dozen refused attempts
+            await asyncio.sleep(0.05)
+            loops.append(sum(1 for t in r._tasks if not t.done() and getattr(
+                t.get_coro(), "__name__", "") == "_keep_connected"))
+        await r.aclose()
+        return loops
+    loops = run(main())
+    assert max(loops) == 1, loops
