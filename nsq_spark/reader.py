@@ -699,9 +699,8 @@ class Reader:
         self._settle_one(slot, m, r)
 
     def _await_result(self, slot: _Slot, m: Message, r: Any) -> None:
-        from tornado.gen import convert_yielded
         try:
-            fut = convert_yielded(r)
+            fut = _on_loop_future(r, self._aloop)
         except Exception:
             log.error("[%s] handler returned %r for message %s from %s: return True, False, "
                       "None or an awaitable; requeueing", self.name, r,
@@ -778,9 +777,8 @@ class Reader:
         self._settle_batch(slot, msgs, r)
 
     async def _await_batch(self, slot: _Slot, msgs: list[Message], r: Any) -> None:
-        from tornado.gen import convert_yielded
         try:
-            r = await convert_yielded(r)
+            r = await _on_loop_future(r, self._aloop)
         except Exception:
             log.exception("[%s] batch handler failed on %d messages from %s (it must return "
                           "True, False, None or an awaitable); requeueing those it did not "
@@ -1375,6 +1373,18 @@ def _split_hostport(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"nsqd address {address!r} must be 'host:port', e.g. '127.0.0.1:4150'")
     return host.strip("[]"), int(port)
+
+
+def _on_loop_future(r: Any, loop: Any) -> "asyncio.Future[Any]":
+    """A handler's awaitable result as a future whose callbacks run on ``loop``: a
+    ``concurrent.futures.Future`` (``return executor.submit(...)``) would run them in the
+    worker thread that completes it."""
+    import concurrent.futures
+
+    from tornado.gen import convert_yielded
+    if isinstance(r, concurrent.futures.Future):
+        return asyncio.wrap_future(r, loop=loop)
+    return convert_yielded(r)
 
 
 def _current_ioloop() -> Any:

@@ -140,6 +140,47 @@ def test_enable_async_answered_from_worker_threads(nsq_cluster):
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_handlers_returning_executor_futures(nsq_cluster):
+    """``return executor.submit(work, m)``: the result is settled on the Reader's loop, not
+    in the worker thread that completes the future (asyncio debug mode catches loop calls
+    from other threads); a batch handler may return one too."""
+    import concurrent.futures
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(300))
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    got, batches = [], []
+
+    def work(m):
+        got.append(m.body)
+        return not m.body.endswith(b"7") or m.attempts > 1  # some fail once
+
+    def batch_work(msgs):
+        batches.append(len(msgs))
+        return True
+
+    async def main():
+        asyncio.get_running_loop().set_debug(True)
+        r = Reader(T, C, lambda m: pool.submit(work, m),
+                   nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=50,
+                   max_backoff_duration=0, requeue_delay=0)
+        await await_for(lambda: r.finished >= 300, 15, "300 finished")
+        await r.aclose()
+        mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(100, "b"))
+        rb = Reader(T, C, batch_handler=lambda msgs: pool.submit(batch_work, msgs),
+                    nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=50,
+                    max_backoff_duration=0, requeue_delay=0)
+        await await_for(lambda: rb.finished >= 100, 15, "100 finished by a batch handler")
+        await rb.aclose()
+        return r, rb
+    try:
+        r, rb = run_async(main())
+    finally:
+        pool.shutdown()
+    assert r.finished == 300 and r.requeued == 30 and sorted(set(got)) == sorted(bodies(300))
+    assert rb.finished == 100 and rb.requeued == 0 and sum(batches) == 100
+    assert_drained(nsq_cluster, T, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_handler_exception_and_none(nsq_cluster):
     mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"boom", b"none"])
     seen = []
