@@ -256,6 +256,7 @@ class Connection(_Negotiated):
         self._closed_fut: asyncio.Future[None] | None = None
         self._close_reason: BaseException | None = None
         self._closing_by_us = False
+        self._writes_done = False  # close() wrote its last buffer: fin/req refuse
 
     def __repr__(self) -> str:
         return f"<Connection {self.address} {self.state}>"
@@ -627,19 +628,39 @@ class Connection(_Negotiated):
         self.rdy_count = count
         self._send(protocol.rdy(count))
 
-    def fin(self, message_id: bytes) -> None:
+    @property
+    def writable(self) -> bool:
+        """True while commands queued now still reach the socket: False once it is closed
+        or ``close()`` has written its last buffer (answers then are dropped, not sent)."""
+        stream = self._stream
+        return (self.state != CLOSED and not self._writes_done and stream is not None
+                and not stream.closed())
+
+    def fin(self, message_id: bytes) -> bool:
+        """FIN one message; False (nothing queued) if the connection can no longer write."""
+        if not self.writable:
+            return False
         self.in_flight -= 1
         self._send(b"FIN " + message_id + b"\n")
+        return True
 
-    def fin_many(self, message_ids: Sequence[bytes]) -> None:
-        """FIN several messages with one buffer append."""
+    def fin_many(self, message_ids: Sequence[bytes]) -> bool:
+        """FIN several messages with one buffer append. False (nothing queued) if the
+        connection can no longer write: the caller counts them as dropped, not finished."""
+        if not self.writable:
+            return False
         if message_ids:
             self.in_flight -= len(message_ids)
             self._send(b"".join([b"FIN " + i + b"\n" for i in message_ids]))
+        return True
 
-    def req(self, message_id: bytes, delay_ms: int = 0) -> None:
+    def req(self, message_id: bytes, delay_ms: int = 0) -> bool:
+        """REQ one message; False (nothing queued) if the connection can no longer write."""
+        if not self.writable:
+            return False
         self.in_flight -= 1
         self._send(b"REQ " + message_id + b" %d\n" % max(0, int(delay_ms)))
+        return True
 
     def touch(self, message_id: bytes) -> None:
         self._send(b"TOUCH " + message_id + b"\n")
@@ -728,6 +749,7 @@ class Connection(_Negotiated):
                 await asyncio.wait_for(asyncio.shield(self._last_write), remaining)
             except Exception:
                 pass
+        self._writes_done = True  # from here fin/req refuse (their caller counts drops)
         if self._stream is not None:
             self._stream.close()
         if self._read_task is None:
@@ -743,6 +765,7 @@ class Connection(_Negotiated):
             self._closing_by_us = True
         else:
             self._close_reason = exc
+        self._writes_done = True
         if self._stream is not None:
             self._stream.close()
         if self._read_task is None:

@@ -953,7 +953,9 @@ class Reader:
             slot.fins = []
             slot.reqs = []
             conn = slot.conn
-            if conn is None or conn.closed:
+            # counted by what the connection took: once its socket is closed (or close()
+            # wrote its last buffer) it refuses, and those answers are dropped, not sent
+            if conn is None or not conn.writable:
                 self.dropped_responses += len(fins) + len(reqs)
                 continue
             if fins:
