@@ -742,13 +742,20 @@ class Connection(_Negotiated):
             remaining = max(0.0, deadline - self._aloop.time())  # type: ignore[union-attr]
             await asyncio.wait(list(self._pending), timeout=remaining)
         self._closing_by_us = True
-        self._flush()
-        if self._last_write is not None and not self._last_write.done() and self.state != CLOSED:
+        # answers (FIN/REQ) queued while we wait for the last write are still sent: flush
+        # until nothing new was queued, within close_timeout
+        while self.state != CLOSED:
+            self._flush()
+            last = self._last_write
+            if last is None or last.done():
+                break
             remaining = max(0.01, deadline - self._aloop.time())  # type: ignore[union-attr]
             try:
-                await asyncio.wait_for(asyncio.shield(self._last_write), remaining)
+                await asyncio.wait_for(asyncio.shield(last), remaining)
             except Exception:
-                pass
+                break
+            if not self._wbuf and self._last_write is last:
+                break
         self._writes_done = True  # from here fin/req refuse (their caller counts drops)
         if self._stream is not None:
             self._stream.close()

@@ -1325,7 +1325,13 @@ class Reader:
         if n_req:
             log.info("[%s] requeued %d unanswered messages on close", self.name, n_req)
         self._flush()
-        # 4. close the sockets (writes are flushed first)
+        # 4. answers given from other threads up to now (bulk ones arrive as loop callbacks,
+        # single ones through _xq): let the callbacks run, drain, flush, and only then close
+        # the sockets (Connection.close still sends what is queued while it closes)
+        await asyncio.sleep(0)
+        if self._xq:
+            self._drain_cross_thread()
+        self._flush()
         closing = [s.conn.close() for s in list(self._slots.values()) if s.conn is not None]
         if closing:
             await asyncio.gather(*closing, return_exceptions=True)
