@@ -119,16 +119,17 @@ class RdyPolicy:
         """True when some connection has in flight at least 85 % of its RDY count.
 
         Batching handlers use it to flush before they wait for messages that nsqd will not
-        send (a connection's in-flight count can never exceed its RDY).
+        send (a connection's in-flight count can never exceed its RDY). Callable from any
+        thread: it iterates a snapshot, as the loop may add or remove connections meanwhile.
         """
-        for c in self.conns.values():
+        for c in list(self.conns.values()):
             if c.in_flight > 0 and c.in_flight >= c.rdy * STARVED_RATIO:
                 return True
         return False
 
     @property
     def in_flight(self) -> int:
-        return sum(c.in_flight for c in self.conns.values())
+        return sum(c.in_flight for c in list(self.conns.values()))  # any thread: snapshot
 
     # -- connection lifecycle -----------------------------------------------------------
 

@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.rdy import BACKOFF, NORMAL, TESTING, RdyPolicy, commands_by_key
+from nsq_spark.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
 
 pytestmark = pytest.mark.unit
 
@@ -149,6 +149,30 @@ def test_is_starved_at_85_percent_of_rdy():
     assert p.is_starved()  # 85 >= 0.85 * 100
     p.on_responses(c, finished=85)
     assert not p.is_starved()  # nothing in flight is never starved
+
+
+def test_is_starved_and_in_flight_tolerate_connections_changing_meanwhile():
+    """is_starved() runs on the caller's thread while the loop adds/removes connections:
+    a connection added in the middle of the iteration must not raise RuntimeError
+    (dictionary changed size during iteration). The loop thread's add is simulated by an
+    entry whose in_flight read inserts another connection."""
+    p = policy(100)
+    p.add("a")
+
+    class Racing:  # a ConnRdy look-alike whose read lets the "loop thread" run
+        rdy = 10
+        added = 0
+
+        @property
+        def in_flight(self) -> int:
+            Racing.added += 1
+            key = f"late{Racing.added}"
+            p.conns[key] = ConnRdy(key)  # what add() does to the dict, on "the loop thread"
+            return 0
+    p.conns["racing"] = Racing()  # type: ignore[assignment]
+    assert p.is_starved() is False
+    assert p.in_flight == 0
+    assert Racing.added == 2 and "late1" in p.conns and "late2" in p.conns
 
 
 def test_is_starved_any_connection():
