@@ -39,6 +39,10 @@ class Message:
         body: the payload.
         timestamp: when nsqd received it, nanoseconds since the epoch.
         attempts: delivery attempts so far (1 on first delivery).
+
+    Equality and hashing are by identity, as in pynsq: messages can be kept in sets and
+    as dict keys (e.g. a batch of pending ones); compare ``(id, body, timestamp,
+    attempts)`` to compare contents.
     """
 
     __slots__ = ("id", "body", "timestamp", "attempts", "_responder", "_responded", "_async")
@@ -121,11 +125,3 @@ class Message:
     def __repr__(self) -> str:
         return (f"Message(id={self.id!r}, attempts={self.attempts}, timestamp={self.timestamp}, "
                 f"body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Message):
-            return NotImplemented
-        return (self.id == other.id and self.body == other.body
-                and self.timestamp == other.timestamp and self.attempts == other.attempts)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable (responded state)

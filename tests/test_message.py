@@ -99,3 +99,25 @@ def test_async_flag_and_no_responder() -> None:
     with pytest.raises(NSQError, match="no connection"):
         m.finish()
     assert "c" * 16 in repr(m)
+
+
+def test_messages_are_hashable_by_identity_as_in_pynsq() -> None:
+    """pynsq's Message is hashable (identity): code keeping messages in sets or as dict keys
+    (pending batches) must work, and two deliveries of the same contents stay distinct."""
+    from nsq_spark import protocol
+    from nsq_spark.protocol import FrameDecoder, encode_message_frame
+
+    frame = encode_message_frame(b"0123456789abcdef", b"same", 7, 1)
+    a = FrameDecoder().feed(frame)[0][0]
+    b = protocol.decode_message(frame[8:])
+    assert (a.id, a.body, a.timestamp, a.attempts) == (b.id, b.body, b.timestamp, b.attempts)
+    assert a is not b and a != b and a == a
+    pending = {a, b}
+    assert len(pending) == 2 and a in pending and b in pending
+    answered = {a: "fin"}
+    assert answered.get(a) == "fin" and b not in answered
+    r = Recorder()
+    m = Message(b"f" * 16, b"x", 1, 1, r)
+    keep = {m}
+    m.finish()  # answering changes its state, not its hash
+    assert m in keep and hash(m) == hash(m)
