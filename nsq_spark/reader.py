@@ -581,7 +581,24 @@ class Reader:
         for st, n in cmds:
             conn = st.handle.conn
             if conn is not None and conn.state == "subscribed":
-                conn.send_rdy(n)
+                try:
+                    conn.send_rdy(n)
+                except Exception as exc:
+                    # called from the message callback too: a refused RDY must never keep
+                    # the chunk already decoded from being dispatched
+                    self._rdy_refused(st, conn, n, exc)
+
+    def _rdy_refused(self, st: ConnRdy, conn: Connection, n: int, exc: Exception) -> None:
+        limit = max(0, min(n, conn.max_rdy_count))
+        log.error("[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
+                  self.name, conn.address, n, exc, limit,
+                  "; this connection gets no messages until nsqd's --max-rdy-count is "
+                  "raised above 0" if limit == 0 else "")
+        st.max_rdy_count = max(1, conn.max_rdy_count)  # the policy caps to it from now on
+        try:
+            conn.send_rdy(limit)
+        except Exception:
+            log.exception("[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
 
     def _tick(self) -> None:
         if not self._closing:
