@@ -360,6 +360,18 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                  timer.convert, timer.spool, timer.spool_write, timer.handover, timer.dedup)
 
 
+def _wait_subscribed(reader: Any, timeout: float) -> None:
+    """Wait (bounded) until the Reader has at least one subscribed connection."""
+    stats = getattr(reader, "stats", None)
+    if stats is None:  # a stand-in reader without stats: nothing to wait for
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(c.get("state") == "subscribed" for c in stats()["connections"].values()):
+            return
+        time.sleep(0.01)
+
+
 def fetch_batch_partition(opts: ReadOptions, share: int,
                           reader_factory: ReaderFactory = default_reader_factory,
                           ) -> Iterator["pa.RecordBatch"]:
@@ -377,6 +389,9 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
     try:
         remaining = share
         deadline = time.monotonic() + opts.max_fetch_period
+        # idleTimeout means "no message while subscribed": on a loaded machine connecting
+        # alone can take longer than a short idleTimeout
+        _wait_subscribed(reader, min(FIRST_WAIT, opts.max_fetch_period))
         while remaining > 0 and time.monotonic() < deadline:
             wait = min(opts.idle_timeout, max(0.0, deadline - time.monotonic()))
             got = reader.get_batch(max_messages=min(opts.spool_chunk_size, remaining),

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -172,6 +173,31 @@ def test_batch_read_consumes_up_to_max_messages(spark, nsq_cluster):
     second = read(5000)  # the rest, then idle
     assert collections.Counter(bodies_of(first + second)) == collections.Counter(published)
     assert channel_counts(node, topic, channel)["depth"] == 0
+
+
+@pytest.mark.nsqd
+def test_batch_fetch_idle_timeout_counts_from_subscription(nsq_cluster):
+    """idleTimeout is "no message while subscribed": a slow connect does not end a batch
+    read's fetch. nsqd is frozen (SIGSTOP) for a second after the fetch starts, so
+    connecting takes longer than idleTimeout. (The fetch task itself, without Spark: in a
+    Spark job the driver's /stats call would wait for nsqd first.)"""
+    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark.options import parse_read_options
+
+    node = nsq_cluster.nsqds[0]
+    published = [b"i-%03d" % i for i in range(200)]
+    http_mpub(node.http_address, "spark_idle", published)
+    opts = parse_read_options({"topic": "spark_idle", "channel": "c", "idleTimeout": "0.2",
+                               "nsqdTcpAddresses": node.tcp_address}, streaming=False)
+    nsq_cluster.stop(0)
+    resume = threading.Timer(1.0, nsq_cluster.resume, args=(0,))
+    resume.start()
+    try:
+        batches = list(fetch_batch_partition(opts, share=len(published)))
+    finally:
+        resume.join()
+    got = [b for batch in batches for b in batch.column("body").to_pylist()]
+    assert collections.Counter(got) == collections.Counter(published)
 
 
 @pytest.mark.nsqd
