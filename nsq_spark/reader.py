@@ -750,20 +750,24 @@ class Reader:
             self._mark(slot)
         self._schedule_flush()
 
+    def _without_given_up(self, slot: _Slot, msgs: list[Message]) -> list[Message]:
+        """``msgs`` less those over ``max_tries``, which go to giving_up() (then FIN)."""
+        max_tries = self.max_tries
+        if not max_tries or not any(m.attempts > max_tries for m in msgs):
+            return msgs  # the common case: one pass, no copy
+        keep = []
+        for m in msgs:
+            if m.attempts > max_tries:
+                self._give_up(slot, m)
+            else:
+                keep.append(m)
+        return keep
+
     def _dispatch_batch(self, slot: _Slot, msgs: list[Message]) -> None:
-        if self.max_tries:
-            mt = self.max_tries
-            if any(m.attempts > mt for m in msgs):
-                keep = []
-                for m in msgs:
-                    if m.attempts > mt:
-                        self._give_up(slot, m)
-                    else:
-                        keep.append(m)
-                msgs = keep
-                if not msgs:
-                    self._flush()
-                    return
+        msgs = self._without_given_up(slot, msgs)
+        if not msgs:
+            self._flush()
+            return
         if self._batch_coro:
             out = slot.outstanding
             for m in msgs:
@@ -842,15 +846,9 @@ class Reader:
         self._flush()
 
     def _dispatch_pull(self, slot: _Slot, msgs: list[Message]) -> None:
-        max_tries = self.max_tries
-        if max_tries and any(m.attempts > max_tries for m in msgs):
-            keep = []
-            for m in msgs:
-                if m.attempts > max_tries:
-                    self._give_up(slot, m)
-                else:
-                    keep.append(m)
-            msgs = keep
+        n = len(msgs)
+        msgs = self._without_given_up(slot, msgs)
+        if len(msgs) != n:
             self._mark(slot)
             self._flush()
             if not msgs:

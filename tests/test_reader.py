@@ -836,3 +836,49 @@ def test_handler_errors_are_logged_with_the_nsqd_address(nsq_cluster, caplog):
     assert calls == [1, 2] and r.requeued == 1
     errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
     assert any("returned 42" in e and nsq_cluster.nsqd_tcp_addresses[0] in e for e in errors), errors
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+@pytest.mark.parametrize("mode", ["pull", "batch"])
+def test_max_tries_in_pull_and_batch_modes(nsq_cluster, mode):
+    """Over max_tries, pulled and batch-handled messages go to giving_up() and are FINished
+    instead of reaching the caller or the batch handler again."""
+    topic = f"{T}_{mode}"
+    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [b"a", b"b", b"c"])
+    gave_up: list[bytes] = []
+    handled: list[tuple[bytes, int]] = []
+
+    class R(Reader):
+        def giving_up(self, message):
+            gave_up.append(message.body)
+
+    kwargs = dict(nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_tries=1,
+                  max_backoff_duration=0, requeue_delay=0, max_in_flight=10)
+    if mode == "pull":
+        r = R(topic, C, **kwargs)
+        try:
+            deadline = time.monotonic() + 10
+            while len(handled) < 3 and time.monotonic() < deadline:
+                batch = r.get_batch(10, timeout=0.5)
+                handled.extend((m.body, m.attempts) for m in batch)
+                r.requeue(batch, delay_ms=0)
+            deadline = time.monotonic() + 10
+            while len(gave_up) < 3 and time.monotonic() < deadline:
+                batch = r.get_batch(10, timeout=0.2)
+                handled.extend((m.body, m.attempts) for m in batch)
+                r.requeue(batch, delay_ms=0)
+        finally:
+            r.close()
+    else:
+        def batch_handler(msgs):
+            handled.extend((m.body, m.attempts) for m in msgs)
+            return False
+
+        async def main():
+            r = R(topic, C, batch_handler=batch_handler, **kwargs)
+            await await_for(lambda: len(gave_up) == 3, 10, "giving up on all three")
+            await r.aclose()
+        run_async(main())
+    assert sorted(gave_up) == [b"a", b"b", b"c"]
+    assert sorted(handled) == [(b"a", 1), (b"b", 1), (b"c", 1)]  # never handed out again
+    assert_drained(nsq_cluster, topic, C)
