@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reader_helpers import channel_stats, mpub, wait_for
+from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]
 

@@ -13,7 +13,7 @@ import pytest
 from nsq_spark.errors import AlreadyRespondedError, NSQError
 from nsq_spark.reader import Reader
 from nsq_spark.testing import free_port
-from test_reader_helpers import assert_drained, await_for, channel_stats, mpub
+from reader_helpers import assert_drained, await_for, channel_stats, mpub
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nsq_spark.reader import Reader
-from test_reader_helpers import channel_stats, mpub, wait_for
+from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]
 

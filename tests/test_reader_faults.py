@@ -11,7 +11,7 @@ import pytest
 
 from nsq_spark.reader import Reader
 from nsq_spark.testing import NSQCluster
-from test_reader_helpers import assert_drained, channel_stats, mpub
+from reader_helpers import assert_drained, channel_stats, mpub
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(90)]
 

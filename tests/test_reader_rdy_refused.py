@@ -11,7 +11,7 @@ import time
 import pytest
 
 from nsq_spark.reader import Reader
-from test_reader_helpers import assert_drained, mpub, wait_for
+from reader_helpers import assert_drained, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
 

@@ -10,10 +10,6 @@ import time
 import urllib.request
 from typing import Any, Callable, Iterable
 
-import pytest
-
-pytestmark = pytest.mark.nsqd  # helpers only; no tests here
-
 
 def mpub(http_address: str, topic: str, bodies: Iterable[bytes], chunk: int = 5000) -> None:
     """Publish with HTTP /mpub (binary mode: bodies may hold newlines)."""
