@@ -124,3 +124,18 @@ def contains_many(dedup: Deduplicator, keys: Iterable[Key]) -> list[bool]:
     seen = check_and_set_many(dedup, ks)
     erase_many(dedup, [k for k, s in zip(ks, seen) if not s])
     return seen
+
+
+class PicklableBySpec:
+    """For stores that hold server connections: they travel to Spark tasks as the spec
+    string they were built from (``from_spec`` sets ``spec``) and reconnect there."""
+
+    spec: str | None = None
+
+    def __reduce__(self) -> Any:
+        if self.spec is None:
+            raise TypeError(f"{type(self).__name__} holds server connections and cannot be "
+                            "pickled; build it with nsq_spark.dedup.from_spec(...) to make it "
+                            "picklable")
+        from .spec import from_spec
+        return (from_spec, (self.spec,))

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from hashlib import blake2b
 from typing import Any, Iterable
 
-from .base import Key, KeyFunc, key_bytes, resolve_key
+from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ return out
 """
 
 
-class RedisBloomFilter:
+class RedisBloomFilter(PicklableBySpec):
     """A Bloom filter in Redis, shared by every consumer that uses the same ``name``.
 
     Uses the RedisBloom module's ``BF.ADD`` when the server has it (``module="auto"``;
@@ -274,12 +274,6 @@ class RedisBloomFilter:
         return (f"RedisBloomFilter(name={self.name!r}, capacity={self.capacity}, "
                 f"error_rate={self.error_rate}, module={self.uses_module})")
 
-    def __reduce__(self) -> Any:
-        if self.spec is None:
-            raise TypeError("RedisBloomFilter holds a Redis connection and cannot be pickled; "
-                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
-        from .spec import from_spec
-        return (from_spec, (self.spec,))
 
     @staticmethod
     def server_has_module(client: Any) -> bool:

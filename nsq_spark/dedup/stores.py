@@ -25,7 +25,7 @@ import time
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
-from .base import Key, KeyFunc, key_bytes, resolve_key
+from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
 __all__ = ["RedisDeduplicator", "MemcachedDeduplicator"]
 
@@ -104,7 +104,7 @@ def _check_window(ttl: int | None, keep_days: int | None) -> None:
                          f"remembered), got {ttl!r}")
 
 
-class RedisDeduplicator:
+class RedisDeduplicator(PicklableBySpec):
     """Exact deduplicator in Redis, shared by all consumers using the same ``prefix``.
 
     ``client``: a ``redis.Redis`` or a ``redis://``/``rediss://``/``unix://`` URL.
@@ -147,12 +147,6 @@ class RedisDeduplicator:
         window = f"keep_days={self.keep_days}" if self.keep_days else f"ttl={self.ttl}"
         return f"RedisDeduplicator(prefix={self.prefix!r}, {window})"
 
-    def __reduce__(self) -> Any:
-        if self.spec is None:
-            raise TypeError("RedisDeduplicator holds a Redis connection and cannot be pickled; "
-                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
-        from .spec import from_spec
-        return (from_spec, (self.spec,))
 
     def _day_keys(self) -> tuple[list[str], int]:
         days = _day_starts(self.clock(), self.keep_days or 1)
@@ -241,7 +235,7 @@ _MC_MAX_KEY = 250
 _MC_MAX_RELATIVE = 30 * DAY  # memcached reads larger expiry values as unix timestamps
 
 
-class MemcachedDeduplicator:
+class MemcachedDeduplicator(PicklableBySpec):
     """Exact deduplicator in memcached (``add`` with an expiry), shared by all consumers.
 
     ``client``: a pymemcache client (use a thread-safe ``PooledClient`` or
@@ -288,12 +282,6 @@ class MemcachedDeduplicator:
         window = f"keep_days={self.keep_days}" if self.keep_days else f"ttl={self.ttl}"
         return f"MemcachedDeduplicator(prefix={self.prefix!r}, {window})"
 
-    def __reduce__(self) -> Any:
-        if self.spec is None:
-            raise TypeError("MemcachedDeduplicator holds connections and cannot be pickled; "
-                            "build it with nsq_spark.dedup.from_spec(...) to make it picklable")
-        from .spec import from_spec
-        return (from_spec, (self.spec,))
 
     def _encode(self, k: bytes, head: bytes) -> bytes:
         room = _MC_MAX_KEY - len(head)
