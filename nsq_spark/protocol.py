@@ -96,24 +96,23 @@ def _name_str(name: object) -> object:
     return name
 
 
-def check_topic(name: str | bytes) -> str:
-    """Return ``name`` (as str) if it is a valid topic name, else raise InvalidNameError."""
+def _check_name(kind: str, name: str | bytes) -> str:
     s = _name_str(name)
     if not _valid_name(s):
         raise InvalidNameError(
-            f"invalid topic name {name!r}: topic names are 1-64 characters of [.a-zA-Z0-9_-], "
-            "optionally ending in '#ephemeral'")
+            f"invalid {kind} name {name!r}: {kind} names are 1-64 characters of "
+            "[.a-zA-Z0-9_-], optionally ending in '#ephemeral'")
     return s  # type: ignore[return-value]
+
+
+def check_topic(name: str | bytes) -> str:
+    """Return ``name`` (as str) if it is a valid topic name, else raise InvalidNameError."""
+    return _check_name("topic", name)
 
 
 def check_channel(name: str | bytes) -> str:
     """Return ``name`` (as str) if it is a valid channel name, else raise InvalidNameError."""
-    s = _name_str(name)
-    if not _valid_name(s):
-        raise InvalidNameError(
-            f"invalid channel name {name!r}: channel names are 1-64 characters of "
-            "[.a-zA-Z0-9_-], optionally ending in '#ephemeral'")
-    return s  # type: ignore[return-value]
+    return _check_name("channel", name)
 
 
 @lru_cache(maxsize=4096)
