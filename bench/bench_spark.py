@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-rdy-count", type=int, default=None,
                     help="nsqd --max-rdy-count (default: nsqd's, 2500); maxInFlight per "
                          "task above it is capped by nsqd")
+    ap.add_argument("--mem-queue-size", type=int, default=None,
+                    help="nsqd --mem-queue-size (default: nsqd's, 10000: a 1M backlog "
+                         "then waits in nsqd's disk queue)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="ceiling + nsq rounds in the same session (default 2)")
     ap.add_argument("--chunk", type=int, default=None,
@@ -367,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "partitions": args.partitions,
                                   "max_in_flight": args.max_in_flight,
                                   "nsqd_max_rdy_count": args.max_rdy_count or 2500,
+                                  "nsqd_mem_queue_size": args.mem_queue_size or 10000,
                                   "spool_chunk_size": args.chunk or args.max_in_flight // 2}
     nsqd_flags = {"max_rdy_count": args.max_rdy_count} if args.max_rdy_count else {}
+    if args.mem_queue_size is not None:
+        nsqd_flags["mem_queue_size"] = args.mem_queue_size
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as work, \
             NSQCluster(nsqd=1, lookupd=0, **nsqd_flags) as cluster:
         # warm-up (JVM, Python workers, Arrow) so that neither timed run pays for it

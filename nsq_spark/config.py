@@ -182,8 +182,12 @@ class ConnectionConfig:
                 raise bad(f"{name} must be a positive number of seconds, not {v!r}")
         if self.tls_options is not None and not isinstance(self.tls_options, (dict, ssl.SSLContext)):
             raise bad("tls_options must be a dict of pynsq TLS options or an ssl.SSLContext")
-        if not isinstance(self.read_size, int) or self.read_size < 4096:
-            raise bad(f"read_size must be an int >= 4096, not {self.read_size!r}")
+        if not isinstance(self.read_size, int) or not 4096 <= self.read_size <= 1 << 28:
+            raise bad(f"read_size must be an int from 4096 to 2**28, not {self.read_size!r}")
+        # frames plus a read must fit the int32 offsets of MessageBlock (and of Arrow)
+        mfs = self.max_frame_size
+        if not isinstance(mfs, int) or not 64 <= mfs <= 1 << 30:
+            raise bad(f"max_frame_size must be an int from 64 to 2**30 bytes, not {mfs!r}")
 
     # -- derived ----------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ _CLOSE_WAIT = protocol.CLOSE_WAIT
 _OK_FRAME = protocol.encode_frame(protocol.FRAME_TYPE_RESPONSE, protocol.OK)
 
 MessagesCallback = Callable[["Connection", list[Message]], Any]
+BlocksCallback = Callable[["Connection", list[protocol.MessageBlock]], Any]
 CloseCallback = Callable[["Connection", "BaseException | None"], Any]
 
 
@@ -188,7 +189,9 @@ class Connection(_Negotiated):
         host, port: the nsqd TCP address.
         config: a ConnectionConfig; or pass its options as keywords.
         on_messages: ``f(conn, messages)``, called once per read chunk with every message
-            decoded from it. Required for subscribing.
+            decoded from it. Required for subscribing, unless ``on_blocks`` is given.
+        on_blocks: ``f(conn, blocks)`` instead of ``on_messages``: the messages of each read
+            chunk as :class:`~nsq_spark.protocol.MessageBlock` s (no object per message).
         on_close: ``f(conn, exc)`` called once when the connection is closed: ``exc`` is None
             after :meth:`close`, else what ended it (ConnectionClosedError, ProtocolError,
             a fatal NSQServerError, NSQTimeoutError on missed heartbeats).
@@ -209,6 +212,7 @@ class Connection(_Negotiated):
 
     def __init__(self, host: str, port: int, config: ConnectionConfig | None = None, *,
                  on_messages: MessagesCallback | None = None,
+                 on_blocks: BlocksCallback | None = None,
                  on_close: CloseCallback | None = None,
                  on_response: Callable[["Connection", bytes], Any] | None = None,
                  on_error: Callable[["Connection", NSQServerError], Any] | None = None,
@@ -223,7 +227,10 @@ class Connection(_Negotiated):
         self.port = int(port)
         self.address = f"{host}:{self.port}"
         self.config = config
-        self.on_messages = on_messages
+        if on_messages is not None and on_blocks is not None:
+            raise ValueError("give on_messages or on_blocks, not both")
+        self.on_messages: MessagesCallback | BlocksCallback | None = on_messages or on_blocks
+        self._blocks = on_blocks is not None
         self.on_close = on_close
         self.on_response = on_response
         self.on_error = on_error
@@ -448,7 +455,8 @@ class Connection(_Negotiated):
         stream = self._stream
         assert stream is not None and self._aloop is not None
         time_ = self._aloop.time
-        feed = self._decoder.feed
+        blocks = self._blocks
+        feed = self._decoder.feed_blocks if blocks else self._decoder.feed
         # tornado's read_bytes allocates a fresh zeroed buffer of read_chunk_size per socket
         # read; read_into fills one preallocated buffer instead, and one copy makes the bytes
         rbuf = bytearray(self.config.read_size)
@@ -473,14 +481,15 @@ class Connection(_Negotiated):
                 if others:
                     self._handle_frames(others)
                 if msgs:
-                    n = len(msgs)
+                    n = sum(map(len, msgs)) if blocks else len(msgs)
                     self.in_flight += n
                     self.messages_received += n
                     self.last_message = now
                     cb = self.on_messages
                     if cb is None:
                         raise ProtocolError(f"nsqd at {self.address} sent messages but the "
-                                            "connection has no on_messages callback")
+                                            "connection has no on_messages/on_blocks "
+                                            "callback")
                     try:
                         cb(self, msgs)
                     except Exception:
@@ -613,7 +622,8 @@ class Connection(_Negotiated):
         """SUB topic channel; await the result (OK, or a typed error such as BadTopicError)."""
         data = protocol.sub(topic, channel)  # validates names before anything is sent
         if self.on_messages is None:
-            raise NSQError("set on_messages before subscribing: messages need a destination")
+            raise NSQError("set on_messages (or on_blocks) before subscribing: messages need "
+                           "a destination")
         if self.state != CONNECTED:
             raise NSQError(f"cannot SUB on a {self.state} connection to {self.address}")
         self.state = SUBSCRIBED
@@ -652,6 +662,16 @@ class Connection(_Negotiated):
         if message_ids:
             self.in_flight -= len(message_ids)
             self._send(b"".join([b"FIN " + i + b"\n" for i in message_ids]))
+        return True
+
+    def fin_blocks(self, blocks: Sequence[protocol.MessageBlock]) -> bool:
+        """FIN every message of ``blocks`` with one buffer append; False (nothing queued)
+        if the connection can no longer write."""
+        if not self.writable:
+            return False
+        if blocks:
+            self.in_flight -= sum(map(len, blocks))
+            self._send(b"".join([b.fin_commands() for b in blocks]))
         return True
 
     def req(self, message_id: bytes, delay_ms: int = 0) -> bool:

@@ -15,7 +15,9 @@ Wire format (https://nsq.io/clients/tcp_protocol_spec.html):
 
 Speed matters on the consumer path: :meth:`FrameDecoder.feed` decodes *all* complete frames
 of a chunk in one call, with one precompiled ``struct`` unpack per message frame, and builds
-the :class:`~nsq_spark.message.Message` objects directly.
+the :class:`~nsq_spark.message.Message` objects directly. :meth:`FrameDecoder.feed_blocks`
+builds no object per message at all: it returns :class:`MessageBlock` s, the received bytes
+plus the offsets of their message frames, for consumers that handle messages as columns.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import gc
 import json
 import re
 import struct
+import sys
+from array import array
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from .errors import InvalidBodyError, InvalidNameError, ProtocolError
 from .message import Message, Responder
@@ -34,7 +38,7 @@ __all__ = [
     "MAGIC_V2", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE",
     "HEARTBEAT", "OK", "CLOSE_WAIT", "DEFAULT_MAX_FRAME_SIZE",
     "identify", "auth", "sub", "pub", "mpub", "dpub", "rdy", "fin", "req", "touch", "nop", "cls",
-    "FrameDecoder", "decode_frames", "decode_message",
+    "FrameDecoder", "MessageBlock", "decode_frames", "decode_message",
     "encode_frame", "encode_message_frame",
     "valid_topic_name", "valid_channel_name", "check_topic", "check_channel",
 ]
@@ -63,6 +67,10 @@ _FRAME_AND_MESSAGE_HEADER = struct.Struct(">iiqH16s")
 _MESSAGE_HEADER = struct.Struct(">qH16s")
 _TWO_UINT32 = struct.Struct(">II")
 _FRAME_AND_MESSAGE_LEN = _FRAME_AND_MESSAGE_HEADER.size  # 34
+# size, frame type, attempts (the timestamp skipped): what the block decoder needs
+_FRAME_AND_ATTEMPTS = struct.Struct(">ii8xH")
+# where the fields of a message frame start, counted from the frame's first byte
+TIMESTAMP_AT, ATTEMPTS_AT, ID_AT, BODY_AT = 8, 16, 18, 34
 
 
 # -----------------------------------------------------------------------------------------
@@ -306,6 +314,39 @@ def _bad_size(size: int, max_size: int) -> ProtocolError:
                          "is corrupt (or raise max_frame_size)")
 
 
+def _frame_at(data: bytes, pos: int, n: int, max_size: int
+              ) -> tuple[int, tuple[int, bytes] | None]:
+    """The frame at ``pos`` of ``data[:n]``, which is not a complete message frame (the
+    decoders' fast loops take those): ``(end, (frame_type, frame_data))`` for a response or
+    error frame, ``(-1, None)`` when the frame is incomplete. Raises ProtocolError on a
+    corrupt stream. The one place where frames are checked."""
+    rem = n - pos
+    if rem < 8:
+        if rem >= 4:
+            size = _SIZE.unpack_from(data, pos)[0]
+            if size < 4 or size > max_size:
+                raise _bad_size(size, max_size)
+        return -1, None
+    size, ftype = _FRAME_HEADER.unpack_from(data, pos)
+    if size < 4 or size > max_size:
+        raise _bad_size(size, max_size)
+    end = pos + 4 + size
+    if ftype == FRAME_TYPE_MESSAGE:
+        if size < 30:
+            raise ProtocolError(f"message frame of size {size} is shorter than the 30 bytes "
+                                "of frame type and message header")
+        if end > n:
+            return -1, None
+        # a complete message frame always satisfies the fast loops' test
+        raise AssertionError("complete message frame outside the fast loop")  # pragma: no cover
+    if ftype != FRAME_TYPE_RESPONSE and ftype != FRAME_TYPE_ERROR:
+        raise ProtocolError(f"unknown frame type {ftype} (expected 0, 1 or 2): the stream is "
+                            "corrupt or not NSQ V2")
+    if end > n:
+        return -1, None
+    return end, (ftype, data[pos + 8:end])
+
+
 def _decode_bulk(data: bytes, responder: Responder | None, max_size: int
                  ) -> tuple[list[Message], list[tuple[int, bytes]], int]:
     """Decode every complete frame of ``data``; return (messages, other frames, end)."""
@@ -315,7 +356,6 @@ def _decode_bulk(data: bytes, responder: Responder | None, max_size: int
     others: list[tuple[int, bytes]] = []
     add = messages.append
     unpack_msg = _FRAME_AND_MESSAGE_HEADER.unpack_from
-    unpack_hdr = _FRAME_HEADER.unpack_from
     M = Message
     last = n - 34
     while True:
@@ -328,39 +368,44 @@ def _decode_bulk(data: bytes, responder: Responder | None, max_size: int
                 pos = end
             else:
                 break
-        # general path: one frame of any kind, a partial frame, or a corrupt one
-        rem = n - pos
-        if rem >= 34:
-            size, ftype, ts, attempts, mid = unpack_msg(data, pos)
-        elif rem >= 8:
-            size, ftype = unpack_hdr(data, pos)
-        else:
-            if rem >= 4:
-                size = _SIZE.unpack_from(data, pos)[0]
-                if size < 4 or size > max_size:
-                    raise _bad_size(size, max_size)
-            break
-        end = pos + 4 + size
-        if ftype == 2 and size >= 30:
-            if end > n:
-                if size > max_size:
-                    raise _bad_size(size, max_size)
-                break
-            add(M(mid, data[pos + 34:end], ts, attempts, responder))
-        elif size < 4 or size > max_size:
-            raise _bad_size(size, max_size)
-        elif ftype == 0 or ftype == 1:
-            if end > n:
-                break
-            others.append((ftype, data[pos + 8:end]))
-        elif ftype == 2:
-            raise ProtocolError(f"message frame of size {size} is shorter than the 30 bytes "
-                                "of frame type and message header")
-        else:
-            raise ProtocolError(f"unknown frame type {ftype} (expected 0, 1 or 2): the stream is "
-                                "corrupt or not NSQ V2")
+        end, frame = _frame_at(data, pos, n, max_size)
+        if frame is None:
+            return messages, others, pos
+        others.append(frame)
         pos = end
-    return messages, others, pos
+
+
+def _decode_blocks(data: bytes, responder: Responder | None, max_size: int
+                   ) -> tuple[list["MessageBlock"], list[tuple[int, bytes]], int]:
+    """Like _decode_bulk, but one MessageBlock per run of consecutive message frames."""
+    n = len(data)
+    pos = 0
+    blocks: list[MessageBlock] = []
+    others: list[tuple[int, bytes]] = []
+    unpack = _FRAME_AND_ATTEMPTS.unpack_from
+    last = n - _FRAME_AND_ATTEMPTS.size
+    while True:
+        offsets = array("i")
+        add = offsets.append
+        most = 0
+        while pos <= last:
+            size, ftype, attempts = unpack(data, pos)
+            end = pos + 4 + size
+            if ftype == 2 and size >= 30 and end <= n:
+                add(pos)
+                if attempts > most:
+                    most = attempts
+                pos = end
+            else:
+                break
+        if offsets:
+            add(pos)
+            blocks.append(MessageBlock(data, offsets, most, responder))
+        end, frame = _frame_at(data, pos, n, max_size)
+        if frame is None:
+            return blocks, others, pos
+        others.append(frame)
+        pos = end
 
 
 def decode_frames(data: bytes, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
@@ -389,6 +434,120 @@ def decode_frames(data: bytes, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
         frames.append((ftype, data[pos + 8:end]))
         pos = end
     return frames, pos
+
+
+class MessageBlock:
+    """Consecutive message frames of one read, kept as the received bytes and the frame
+    boundaries: no object per message. The bulk form of delivery for consumers that handle
+    messages as columns (:meth:`nsq_spark.Reader.get_blocks`; the Spark connector makes
+    Arrow columns of a block without copying its frames into Python objects).
+
+    Frame ``i`` is ``data[offsets[i]:offsets[i + 1]]``: size (4 bytes), frame type (4),
+    timestamp (8, ns), attempts (2), id (16), body -- big-endian, fields at the offsets
+    ``TIMESTAMP_AT``, ``ATTEMPTS_AT``, ``ID_AT``, ``BODY_AT`` of this module.
+
+    Attributes:
+        data: the bytes decoded (shared by the blocks of one read and their splits).
+        offsets: ``array("i")`` of ``len(block) + 1`` frame boundaries into ``data``.
+        max_attempts: at least the largest ``attempts`` in the block (exact when decoded,
+            an upper bound after a split): a cheap "is any over max_tries?" test.
+        responder: what answers for these messages (the Reader's connection slot).
+    """
+
+    __slots__ = ("data", "offsets", "max_attempts", "responder", "_responded")
+
+    def __init__(self, data: bytes, offsets: "array[int]", max_attempts: int,
+                 responder: Responder | None = None) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.max_attempts = max_attempts
+        self.responder = responder
+        self._responded = False
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __repr__(self) -> str:
+        return f"<MessageBlock of {len(self)} messages from {self.nsqd_address}>"
+
+    @property
+    def nsqd_address(self) -> str | None:
+        """``"host:port"`` of the nsqd that delivered these messages (None if unknown)."""
+        r = self.responder
+        return getattr(r, "address", None) if r is not None else None
+
+    def split(self, k: int) -> tuple["MessageBlock", "MessageBlock"]:
+        """The first ``k`` messages and the rest, as two blocks over the same bytes."""
+        if not 0 < k < len(self):
+            raise ValueError(f"split({k}) of a block of {len(self)} messages")
+        off = self.offsets
+        return (MessageBlock(self.data, off[:k + 1], self.max_attempts, self.responder),
+                MessageBlock(self.data, off[k:], self.max_attempts, self.responder))
+
+    def ids(self) -> list[bytes]:
+        """The message ids, in order."""
+        d = self.data
+        return [d[s + ID_AT:s + BODY_AT] for s in self.offsets[:-1]]
+
+    def attempts(self) -> list[int]:
+        """The delivery attempts of each message, in order."""
+        d = self.data
+        return [(d[s + ATTEMPTS_AT] << 8) | d[s + ATTEMPTS_AT + 1] for s in self.offsets[:-1]]
+
+    def messages(self) -> list[Message]:
+        """The messages as Message objects (answering through the block's responder)."""
+        d = self.data
+        unpack = _MESSAGE_HEADER.unpack_from
+        off = self.offsets
+        out = []
+        for i in range(len(off) - 1):
+            s = off[i]
+            ts, attempts, mid = unpack(d, s + TIMESTAMP_AT)
+            out.append(Message(mid, d[s + BODY_AT:off[i + 1]], ts, attempts, self.responder))
+        return out
+
+    def select(self, keep: Sequence[bool]) -> list["MessageBlock"]:
+        """The messages whose ``keep`` flag is true, as blocks of consecutive frames."""
+        if len(keep) != len(self):
+            raise ValueError(f"select() needs {len(self)} flags, got {len(keep)}")
+        out = []
+        off = self.offsets
+        i, n = 0, len(keep)
+        while i < n:
+            if not keep[i]:
+                i += 1
+                continue
+            j = i
+            while j < n and keep[j]:
+                j += 1
+            out.append(MessageBlock(self.data, off[i:j + 1], self.max_attempts, self.responder))
+            i = j
+        return out
+
+    def fin_commands(self) -> bytes:
+        """``FIN <id>\\n`` for every message, as one buffer (numpy builds it when present:
+        about 10x fewer nanoseconds per message than joining Python bytes)."""
+        np = _numpy()
+        d = self.data
+        if np is None or sys.byteorder != "little":
+            return b"".join([b"FIN " + d[s + ID_AT:s + BODY_AT] + b"\n"
+                             for s in self.offsets[:-1]])
+        starts = np.frombuffer(self.offsets, np.int32)[:-1]
+        out = np.empty((len(starts), 21), np.uint8)
+        out[:, :4] = np.frombuffer(b"FIN ", np.uint8)
+        out[:, 4:20] = np.frombuffer(d, np.uint8)[starts[:, None] + np.arange(ID_AT, BODY_AT)]
+        out[:, 20] = 10
+        return out.tobytes()
+
+
+@lru_cache(maxsize=None)
+def _numpy() -> Any:
+    """numpy if installed (the Spark extra brings it), else None."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return numpy
 
 
 class FrameDecoder:
@@ -426,17 +585,9 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview
              ) -> tuple[list[Message], list[tuple[int, bytes]]]:
-        if type(data) is not bytes:
-            data = bytes(data)
-        if self._parts:
-            self._parts.append(data)
-            self._have += len(data)
-            if self._have < self._need:
-                return [], []
-            data = b"".join(self._parts)
-            self._parts = []
-        elif self._tail:
-            data = self._tail + data
+        data = self._join(data)
+        if data is None:
+            return [], []
         if self.pause_gc and gc.isenabled():
             # Every object built here is alive until the chunk is handled, so the cyclic
             # collector, triggered every 700 allocations, would only traverse and promote
@@ -448,10 +599,42 @@ class FrameDecoder:
                 gc.enable()
         else:
             messages, others, end = _decode_bulk(data, self.responder, self.max_frame_size)
+        self._keep_tail(data, end)
+        return messages, others
+
+    def feed_blocks(self, data: bytes | bytearray | memoryview
+                    ) -> tuple[list["MessageBlock"], list[tuple[int, bytes]]]:
+        """Like :meth:`feed`, but the messages come as :class:`MessageBlock` s (one per run
+        of consecutive message frames; usually one per chunk), not as Message objects."""
+        data = self._join(data)
+        if data is None:
+            return [], []
+        blocks, others, end = _decode_blocks(data, self.responder, self.max_frame_size)
+        self._keep_tail(data, end)
+        return blocks, others
+
+    def _join(self, data: bytes | bytearray | memoryview) -> bytes | None:
+        """The bytes to decode now: the kept tail plus ``data``; None while a large frame
+        is still incomplete."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        if self._parts:
+            self._parts.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return None
+            data = b"".join(self._parts)
+            self._parts = []
+        elif self._tail:
+            data = self._tail + data
+        return data
+
+    def _keep_tail(self, data: bytes, end: int) -> None:
+        """Keep what follows the last complete frame for the next call."""
         n = len(data)
         if end == n:
             self._tail = b""
-            return messages, others
+            return
         tail = data[end:]
         if n - end >= 4:
             need = _SIZE.unpack_from(tail, 0)[0] + 4
@@ -461,9 +644,8 @@ class FrameDecoder:
                 self._have = len(tail)
                 self._need = need
                 self._tail = b""
-                return messages, others
+                return
         self._tail = tail
-        return messages, others
 
     def reset(self) -> None:
         """Forget any partial frame (after a reconnect)."""

@@ -14,7 +14,10 @@ It ties together the connections (:mod:`nsq_spark.conn`), discovery
 * **pull**: no handler. ``reader.get_batch()`` / ``reader.iter_batches()`` run the IO loop
   on a daemon thread and hand out lists of messages; the caller answers them with
   ``reader.finish(msgs)`` / ``reader.requeue(msgs)`` (or per message). Nothing is
-  finished automatically in pull mode.
+  finished automatically in pull mode. ``reader.get_blocks()`` hands out the same messages
+  as :class:`~nsq_spark.protocol.MessageBlock` s instead (no object per message: the
+  bytes received and the frame offsets), answered with ``finish_blocks`` /
+  ``requeue_blocks``; the first pull call chooses between the two for the Reader's life.
 
 Where pynsq and go-nsq differ, the choice made here:
 
@@ -55,6 +58,7 @@ from .backoff import Action, Backoff
 from .config import ConnectionConfig
 from .conn import Connection
 from .errors import AlreadyRespondedError, ConnectionClosedError, NSQError
+from .protocol import MessageBlock
 from .lookupd import LookupdPoller, Producer, producer_address
 from .message import Message
 from .protocol import check_channel, check_topic
@@ -66,6 +70,12 @@ __all__ = ["Reader", "run"]
 
 _FIN, _REQ, _TOUCH = 0, 1, 2
 
+# Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
+# most CLOSE_QUIET_MAX), so that a message nsqd sent after it is requeued (see
+# Reader._until_quiet).
+CLOSE_QUIET = 0.02
+CLOSE_QUIET_MAX = 0.5
+
 MessageHandler = Callable[[Message], Any]
 BatchHandler = Callable[[list[Message]], Any]
 
@@ -76,8 +86,8 @@ _READERS: "weakref.WeakSet[Reader]" = weakref.WeakSet()
 class _Slot:
     """One nsqd connection of a Reader, and the Responder of the messages it delivered."""
 
-    __slots__ = ("reader", "address", "host", "port", "conn", "rdy", "fins", "reqs", "dirty",
-                 "outstanding", "__weakref__")
+    __slots__ = ("reader", "address", "host", "port", "conn", "rdy", "fins", "fin_blocks",
+                 "reqs", "dirty", "outstanding", "__weakref__")
 
     def __init__(self, reader: "Reader", host: str, port: int, address: str) -> None:
         self.reader = reader
@@ -87,6 +97,7 @@ class _Slot:
         self.conn: Connection | None = None
         self.rdy: ConnRdy | None = None  # set once subscribed
         self.fins: list[bytes] = []  # FINs queued during this loop turn
+        self.fin_blocks: list[MessageBlock] = []  # block FINs queued during this loop turn
         self.reqs: list[tuple[bytes, int]] = []  # REQs queued during this loop turn
         self.dirty = False
         # messages handed out of the loop's hands (async handlers, pulled): close() must
@@ -255,6 +266,7 @@ class Reader:
         self._loop_thread: int | None = None
         self._thread: threading.Thread | None = None
         self._mode: str | None = None  # "handler", "pull"
+        self._pull_blocks = False  # pull mode hands out MessageBlocks (get_blocks)
         self._started = False
         self._start_lock = threading.Lock()
         self._closing = False
@@ -272,10 +284,13 @@ class Reader:
         # cross-thread responses: appended by any thread, drained by one loop callback
         self._xq: deque[tuple[_Slot, Message, int, Any, bool]] = deque()
         self._x_scheduled = False
-        # pull mode: lists of messages, guarded by _pull_cond
-        self._pull_q: deque[list[Message]] = deque()
+        # pull mode: lists of messages (or MessageBlocks), guarded by _pull_cond
+        self._pull_q: deque[Any] = deque()
         self._pull_n = 0
         self._pull_cond = threading.Condition()
+        # blocks queued or handed out and not answered (close() requeues them); guarded by
+        # _pull_cond, as get_blocks splits blocks on the caller's thread
+        self._blocks_out: set[MessageBlock] = set()
         # counters
         self.messages_received = 0
         self.finished = 0
@@ -511,8 +526,11 @@ class Reader:
             return
         slot = _Slot(self, host, port, address)
         self._slots[address] = slot
+        deliver = functools.partial(self._on_blocks if self._pull_blocks else self._on_messages,
+                                    slot)
         conn = Connection(host, port, self.config,
-                          on_messages=functools.partial(self._on_messages, slot),
+                          on_blocks=deliver if self._pull_blocks else None,
+                          on_messages=None if self._pull_blocks else deliver,
                           on_close=functools.partial(self._on_conn_close, slot),
                           responder=slot)
         slot.conn = conn
@@ -560,7 +578,13 @@ class Reader:
         # least once beats dropped; their answers are counted in dropped_responses.
         lost = len(slot.outstanding)
         slot.outstanding.clear()
+        if self._pull_blocks:
+            with self._pull_cond:
+                gone = [b for b in self._blocks_out if b.responder is slot]
+                self._blocks_out.difference_update(gone)
+            lost += sum(map(len, gone))
         slot.fins.clear()
+        slot.fin_blocks.clear()
         slot.reqs.clear()
         if self._closing or slot.rdy is None:
             # never subscribed: _connect_once failed and its caller (the reconnect loop or
@@ -629,6 +653,44 @@ class Reader:
                 self._flush()
                 return
         self._dispatch(slot, msgs)
+
+    def _on_blocks(self, slot: _Slot, conn: Connection, blocks: list[MessageBlock]) -> None:
+        """The pull-blocks twin of _on_messages: same RDY, closing and max_tries rules."""
+        n = sum(map(len, blocks))
+        self.messages_received += n
+        st = slot.rdy
+        if st is not None:
+            cmds = self._policy.on_messages(st, n, self._aloop.time())
+            if cmds:
+                self._apply(cmds)
+        if self._closing:
+            for b in blocks:
+                b._responded = True
+                slot.reqs.extend([(mid, 0) for mid in b.ids()])
+            self._mark(slot)
+            self._flush()
+            return
+        max_tries = self.max_tries
+        if max_tries and any(b.max_attempts > max_tries for b in blocks):
+            kept: list[MessageBlock] = []
+            for b in blocks:
+                if b.max_attempts <= max_tries:
+                    kept.append(b)
+                    continue
+                keep = [a <= max_tries for a in b.attempts()]
+                for m, ok in zip(b.messages(), keep):
+                    if not ok:
+                        self._give_up(slot, m)
+                kept.extend(b.select(keep))
+            blocks = kept
+            self._flush()
+            if not blocks:
+                return
+        with self._pull_cond:
+            self._blocks_out.update(blocks)
+            self._pull_q.extend(blocks)
+            self._pull_n += sum(map(len, blocks))
+            self._pull_cond.notify()
 
     def _drop_duplicates(self, slot: _Slot, msgs: list[Message]) -> list[Message]:
         from .dedup import check_and_set_many
@@ -962,25 +1024,29 @@ class Reader:
         policy = self._policy
         for slot in dirty:
             slot.dirty = False
-            fins, reqs = slot.fins, slot.reqs
-            if not fins and not reqs:
+            fins, reqs, fin_blocks = slot.fins, slot.reqs, slot.fin_blocks
+            if not fins and not reqs and not fin_blocks:
                 continue
             slot.fins = []
             slot.reqs = []
+            slot.fin_blocks = []
+            n_fin = len(fins) + (sum(map(len, fin_blocks)) if fin_blocks else 0)
             conn = slot.conn
             # counted by what the connection took: once its socket is closed (or close()
             # wrote its last buffer) it refuses, and those answers are dropped, not sent
             if conn is None or not conn.writable:
-                self.dropped_responses += len(fins) + len(reqs)
+                self.dropped_responses += n_fin + len(reqs)
                 continue
             if fins:
                 conn.fin_many(fins)
-                self.finished += len(fins)
+            if fin_blocks:
+                conn.fin_blocks(fin_blocks)
+            self.finished += n_fin
             for mid, delay in reqs:
                 conn.req(mid, delay)
             self.requeued += len(reqs)
             if slot.rdy is not None:
-                policy.on_responses(slot.rdy, len(fins), len(reqs))
+                policy.on_responses(slot.rdy, n_fin, len(reqs))
         fails, oks = self._fails, self._oks
         if fails or oks:
             self._fails = self._oks = 0
@@ -1020,19 +1086,30 @@ class Reader:
     # ------------------------------------------------------------------------------------
     # pull API
 
-    def _ensure_pull(self) -> None:
-        if self._mode == "pull" and self._thread is not None:
+    def _ensure_pull(self, blocks: bool = False) -> None:
+        if self._mode == "pull" and self._thread is not None and self._pull_blocks == blocks:
             return
         with self._start_lock:
             if self._mode == "handler" or self.message_handler is not None \
                     or self.batch_handler is not None:
-                raise NSQError(f"[{self.name}] get_batch/iter_batches are for Readers without "
-                               "a message_handler or batch_handler")
+                raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks are for "
+                               "Readers without a message_handler or batch_handler")
             if self._closing:
                 raise NSQError(f"[{self.name}] the Reader is closed")
             if self._thread is not None:
+                if self._pull_blocks != blocks:
+                    raise NSQError(
+                        f"[{self.name}] this Reader hands out "
+                        f"{'MessageBlocks (get_blocks)' if self._pull_blocks else 'messages (get_batch)'}"
+                        f"; it cannot also hand out "
+                        f"{'MessageBlocks' if blocks else 'messages'}: use one Reader for each")
                 return
+            if blocks and self._dedup is not None:
+                raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
+                               "get_blocks hands out raw blocks (deduplicate their ids "
+                               "downstream, as the Spark connector does)")
             self._mode = "pull"
+            self._pull_blocks = blocks
             self._started = True
             ready = threading.Event()
             errors: list[BaseException] = []
@@ -1078,9 +1155,10 @@ class Reader:
             if errors:
                 raise errors[0]
 
-    def start(self) -> "Reader":
-        """Start a pull-mode Reader's background loop now (get_batch also does)."""
-        self._ensure_pull()
+    def start(self, blocks: bool = False) -> "Reader":
+        """Start a pull-mode Reader's background loop now (get_batch also does; with
+        ``blocks=True``, for get_blocks)."""
+        self._ensure_pull(blocks)
         return self
 
     def get_batch(self, max_messages: int = 1000, timeout: float = 1.0) -> list[Message]:
@@ -1091,16 +1169,10 @@ class Reader:
         if max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
         self._ensure_pull()
-        deadline = time.monotonic() + timeout
         cond = self._pull_cond
         with cond:
-            while self._pull_n == 0:
-                if self._closed or self._closing:
-                    return []
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                cond.wait(remaining)
+            if not self._wait_pulled(timeout):
+                return []
             q = self._pull_q
             if self._pull_n <= max_messages:
                 out = [m for b in q for m in b] if len(q) > 1 else q[0]
@@ -1119,6 +1191,96 @@ class Reader:
                     q[0] = b[need:]
             self._pull_n -= len(out)
             return out
+
+    def _wait_pulled(self, timeout: float) -> bool:
+        """With _pull_cond held: wait up to ``timeout`` s for something to hand out."""
+        deadline = time.monotonic() + timeout
+        while self._pull_n == 0:
+            if self._closed or self._closing:
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._pull_cond.wait(remaining)
+        return True
+
+    def get_blocks(self, max_messages: int = 10000, timeout: float = 1.0
+                   ) -> list[MessageBlock]:
+        """Like :meth:`get_batch`, but the messages come as MessageBlocks (no object per
+        message), ``max_messages`` in all at most; ``[]`` if none came within ``timeout``
+        seconds. Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        self._ensure_pull(blocks=True)
+        cond = self._pull_cond
+        with cond:
+            if not self._wait_pulled(timeout):
+                return []
+            q = self._pull_q
+            out: list[MessageBlock] = []
+            room = max_messages
+            while q and room:
+                b = q[0]
+                if len(b) <= room:
+                    out.append(q.popleft())
+                    room -= len(b)
+                else:
+                    head, tail = b.split(room)
+                    self._blocks_out.discard(b)
+                    self._blocks_out.update((head, tail))
+                    q[0] = tail
+                    out.append(head)
+                    room = 0
+            self._pull_n -= max_messages - room
+            return out
+
+    def finish_blocks(self, blocks: Iterable[MessageBlock]) -> None:
+        """FIN every message of ``blocks`` (any thread)."""
+        self._bulk_blocks(blocks, _FIN, None, True)
+
+    def requeue_blocks(self, blocks: Iterable[MessageBlock], delay_ms: int | None = None,
+                       backoff: bool = True) -> None:
+        """REQ every message of ``blocks`` (any thread) after ``delay_ms`` milliseconds;
+        None: the default policy, per message, as :meth:`requeue`."""
+        self._bulk_blocks(blocks, _REQ, delay_ms, backoff)
+
+    def _bulk_blocks(self, blocks: Iterable[MessageBlock], kind: int, delay: Any,
+                     backoff: bool) -> None:
+        blocks = list(blocks)
+        if not blocks:
+            return
+        for b in blocks:
+            if b._responded:
+                raise AlreadyRespondedError(f"{b!r} was already answered; nothing of this "
+                                            "call was sent")
+            if not isinstance(b.responder, _Slot) or b.responder.reader is not self:
+                raise NSQError(f"{b!r} was not delivered by this Reader")
+        for b in blocks:
+            b._responded = True
+        self._to_loop(self._bulk_blocks_on_loop, blocks, kind, delay, backoff)
+
+    def _bulk_blocks_on_loop(self, blocks: list[MessageBlock], kind: int, delay: Any,
+                             backoff: bool) -> None:
+        with self._pull_cond:
+            self._blocks_out.difference_update(blocks)
+        if kind == _FIN:
+            for b in blocks:
+                slot = b.responder
+                slot.fin_blocks.append(b)  # type: ignore[union-attr]
+                self._mark(slot)  # type: ignore[arg-type]
+            self._oks += sum(map(len, blocks))
+        else:
+            for b in blocks:
+                slot = b.responder
+                if delay is None or delay < 0:
+                    for m in b.messages():
+                        self._req_on_loop(slot, m, None, backoff)  # type: ignore[arg-type]
+                else:
+                    slot.reqs.extend([(mid, int(delay)) for mid in b.ids()])  # type: ignore[union-attr]
+                    if backoff:
+                        self._fails += 1
+                    self._mark(slot)  # type: ignore[arg-type]
+        self._flush()
 
     def iter_batches(self, max_messages: int = 1000, timeout: float = 1.0
                      ) -> Iterator[list[Message]]:
@@ -1153,17 +1315,21 @@ class Reader:
                 raise NSQError(f"message {m.id!r} was not delivered by this Reader")
         for m in msgs:
             m._responded = True
+        self._to_loop(self._bulk_on_loop, msgs, kind, delay, backoff)
+
+    def _to_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run a bulk answer on the loop: now if on its thread, else as a callback."""
+        closed = (f"[{self.name}] the Reader is closed; these messages will be redelivered "
+                  "by nsqd after their timeout")
         if self._aloop is None or self._aloop.is_closed():
-            raise NSQError(f"[{self.name}] the Reader is closed; these messages will be "
-                           "redelivered by nsqd after their timeout")
+            raise NSQError(closed)
         if threading.get_ident() == self._loop_thread:
-            self._bulk_on_loop(msgs, kind, delay, backoff)
+            fn(*args)
         else:
             try:
-                self._aloop.call_soon_threadsafe(self._bulk_on_loop, msgs, kind, delay, backoff)
+                self._aloop.call_soon_threadsafe(fn, *args)
             except RuntimeError:
-                raise NSQError(f"[{self.name}] the Reader is closed; these messages will be "
-                               "redelivered by nsqd after their timeout") from None
+                raise NSQError(closed) from None
 
     def _bulk_on_loop(self, msgs: list[Message], kind: int, delay: Any, backoff: bool) -> None:
         if kind == _FIN:
@@ -1303,6 +1469,7 @@ class Reader:
                 cls.append(conn.send_cls())  # type: ignore[union-attr]
         if cls:
             await asyncio.wait(cls, timeout=self.config.close_timeout)
+            await self._until_quiet([s.conn for s in slots])  # type: ignore[misc]
         # 2. let in-flight handlers finish (handler mode); pulled messages are not waited for
         if self._mode == "handler":
             deadline = time.monotonic() + self.drain_timeout
@@ -1324,7 +1491,15 @@ class Reader:
                     unhandled.append(m)
             s.outstanding.clear()
             self._mark(s)
-        n_req = len(unhandled)
+        with self._pull_cond:
+            blocks = [b for b in self._blocks_out if not b._responded]
+            self._blocks_out.clear()
+        for b in blocks:
+            b._responded = True
+            slot = b.responder
+            slot.reqs.extend([(mid, 0) for mid in b.ids()])  # type: ignore[union-attr]
+            self._mark(slot)  # type: ignore[arg-type]
+        n_req = len(unhandled) + sum(map(len, blocks))
         if unhandled and self._dedup is not None:
             # never handled: a deduplicator that outlives this Reader must not take their
             # redelivery for a duplicate (and finish it unhandled)
@@ -1356,6 +1531,23 @@ class Reader:
         if self._closed_event is not None:
             self._closed_event.set()
         log.info("[%s] closed", self.name)
+
+    async def _until_quiet(self, conns: list[Connection]) -> None:
+        """After CLOSE_WAIT: read on until the connections are quiet for CLOSE_QUIET s.
+
+        nsqd's message pump may have taken a message from the channel just before our
+        RDY 0 and send it after CLOSE_WAIT. Received while closing, it is requeued at once
+        (see _on_messages); received after the socket closed, nsqd would keep it in flight
+        until its msg_timeout."""
+        loop = self._aloop
+        assert loop is not None
+        deadline = loop.time() + CLOSE_QUIET_MAX
+        while True:
+            now = loop.time()
+            wait = max((c.last_recv for c in conns), default=0.0) + CLOSE_QUIET - now
+            if wait <= 0 or now >= deadline:
+                return
+            await asyncio.sleep(min(wait, deadline - now))
 
     @property
     def closed(self) -> bool:

@@ -1,8 +1,13 @@
 """Executor side of the ``nsq`` source: fetch with the full Reader, spool, FIN, hand over.
 
-Runs inside Spark's Python worker. ``fetch_stream_partition`` implements the spool
-protocol described in :mod:`nsq_spark.spark.spool`; ``fetch_batch_partition`` is the
-batch read (no spool: a chunk is FINished once Spark has taken it).
+Runs inside Spark's Python worker. The Reader hands out MessageBlocks (the bytes received
+and the frame offsets, no object per message), which become Arrow columns in C
+(:func:`~nsq_spark.spark.schema.blocks_to_batch`) and are FINished by the block; only the
+``dedup`` option turns them into Message objects, to look their keys up.
+
+``fetch_stream_partition`` implements the spool protocol described in
+:mod:`nsq_spark.spark.spool`; ``fetch_batch_partition`` is the batch read (no spool: a
+chunk is FINished once Spark has taken it).
 
 Timings (seconds spent fetching, writing the spool, and handing batches to Spark) are
 logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
@@ -21,13 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .options import ReadOptions
-from .schema import messages_to_batch
+from .schema import blocks_to_batch, messages_to_batch
 from .spool import FLUSH_INTERVAL, PartitionSpool, Spool, SpoolConflict
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from nsq_spark.message import Message
+    from nsq_spark.protocol import MessageBlock
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,8 @@ WRITER_POLL = 0.002
 
 
 def default_reader_factory(opts: ReadOptions) -> Any:
-    """A pull-mode ``nsq_spark.Reader`` for the options (no message handler)."""
+    """A pull-mode ``nsq_spark.Reader`` for the options (no message handler): the fetch
+    functions use its block API (``get_blocks``, ``finish_blocks``, ``requeue_blocks``)."""
     from nsq_spark.reader import Reader
 
     return Reader(**opts.reader_kwargs())
@@ -119,6 +126,13 @@ class _Dedup:
             return messages, []
         return ([m for m in messages if id(m) not in seen],
                 [m for m in messages if id(m) in seen])
+
+    def batch(self, blocks: list["MessageBlock"], topic: str, channel: str
+              ) -> tuple["pa.RecordBatch", list["Message"], list["Message"]]:
+        """The record batch of the messages of ``blocks`` not seen before; the kept and
+        the dropped messages."""
+        keep, drop = self.split([m for b in blocks for m in b.messages()])
+        return messages_to_batch(keep, topic, channel), keep, drop
 
     def mark(self, messages: list["Message"]) -> None:
         from nsq_spark.dedup import check_and_set_many
@@ -234,7 +248,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
 
     def settle(job: tuple) -> Iterator["pa.RecordBatch"]:
         """Chunk durable -> FIN -> hand over."""
-        fut, msgs, keep, drop, rb = job
+        fut, blocks, n, keep, drop, rb = job
         t = perf()
         try:
             fut.result()
@@ -242,11 +256,11 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 raise SpoolConflict(f"batch {batch} part {index} was completed by another "
                                     "attempt while this one was fetching")
         except BaseException:
-            reader.requeue(msgs, delay_ms=0)
+            reader.requeue_blocks(blocks, delay_ms=0)
             raise
         timer.spool += perf() - t
         t = perf()
-        reader.finish(msgs)
+        reader.finish_blocks(blocks)
         timer.fetch += perf() - t
         if dedup is not None:
             t = perf()
@@ -255,7 +269,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             if drop:
                 log.info("batch %d part %d: dropped %d redelivered duplicates",
                          batch, index, len(drop))
-        timer.rows += len(msgs)
+        timer.rows += n
         held.append(rb)
         held_rows[0] += rb.num_rows
         held_rows[1] += rb.nbytes
@@ -284,7 +298,8 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     expecting = remaining is not None
     try:
         deadline = time.monotonic() + opts.max_fetch_period
-        pending: list[Message] = []
+        pending: list[MessageBlock] = []
+        pending_n = 0  # messages in pending
         first_at = 0.0
         idle = False
         while True:
@@ -293,9 +308,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 # in-flight window while the next chunk is still filling
                 yield from settle(jobs.popleft())
             now = time.monotonic()
-            want = chunk_size - len(pending)
+            want = chunk_size - pending_n
             if remaining is not None:
-                want = min(want, remaining - len(pending))
+                want = min(want, remaining - pending_n)
             stop = idle or now >= deadline or (remaining is not None and want <= 0)
             if not stop and want > 0 and (not pending or now - first_at < FLUSH_INTERVAL):
                 t = perf()
@@ -307,15 +322,18 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                     wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
                 if jobs:
                     wait = min(wait, WRITER_POLL)  # come back for the writers soon
-                got = reader.get_batch(max_messages=want, timeout=wait)
+                got = reader.get_blocks(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
                 if got:
                     expecting = False
                     if not pending:
                         first_at = time.monotonic()
                     pending.extend(got)
-                    if len(pending) < chunk_size and (remaining is None
-                                                      or len(pending) < remaining):
+                    pending_n += sum(map(len, got))
+                    if pending_n < chunk_size and (remaining is None or pending_n < remaining) \
+                            and (jobs or not reader.is_starved()):
+                        # else nothing comes until a FIN: nsqd's --max-rdy-count (or
+                        # several nsqds) keep the window below maxInFlight
                         continue
                 elif jobs and wait == WRITER_POLL:
                     continue  # only polled for the writer: not idle
@@ -328,18 +346,22 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                     yield from settle(jobs.popleft())
                     continue
                 break
-            keep, drop = (dedup.split(pending) if dedup else (pending, []))
             t = perf()
-            rb = messages_to_batch(keep, opts.topic, opts.channel)
+            if dedup is not None:
+                rb, keep, drop = dedup.batch(pending, opts.topic, opts.channel)
+            else:
+                rb, keep, drop = blocks_to_batch(pending, opts.topic, opts.channel), [], []
             timer.convert += perf() - t
             while len(jobs) >= max_jobs:  # the window is full: wait for the oldest chunk
                 yield from settle(jobs.popleft())
-            jobs.append((writer.submit(write, chunk_no, rb), pending, keep, drop, rb))
+            jobs.append((writer.submit(write, chunk_no, rb), pending, pending_n, keep, drop,
+                         rb))
             chunk_no += 1
             rows += rb.num_rows
             if remaining is not None:
-                remaining -= len(pending)
+                remaining -= pending_n
             pending = []
+            pending_n = 0
         while jobs:
             yield from settle(jobs.popleft())
         yield from hand_over()
@@ -394,21 +416,24 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
         _wait_subscribed(reader, min(FIRST_WAIT, opts.max_fetch_period))
         while remaining > 0 and time.monotonic() < deadline:
             wait = min(opts.idle_timeout, max(0.0, deadline - time.monotonic()))
-            got = reader.get_batch(max_messages=min(opts.spool_chunk_size, remaining),
-                                   timeout=wait)
+            got = reader.get_blocks(max_messages=min(opts.spool_chunk_size, remaining),
+                                    timeout=wait)
             if not got:
                 break
-            keep, drop = (dedup.split(got) if dedup else (got, []))
+            if dedup is not None:
+                rb, keep, _ = dedup.batch(got, opts.topic, opts.channel)
+            else:
+                rb, keep = blocks_to_batch(got, opts.topic, opts.channel), []
             try:
-                if keep:
-                    yield messages_to_batch(keep, opts.topic, opts.channel)
+                if rb.num_rows:
+                    yield rb
             except GeneratorExit:
                 # Spark stopped early (e.g. a LIMIT): give the messages back
-                reader.requeue(got, delay_ms=0)
+                reader.requeue_blocks(got, delay_ms=0)
                 raise
-            reader.finish(got)
+            reader.finish_blocks(got)
             if dedup is not None:
                 dedup.mark(keep)
-            remaining -= len(got)
+            remaining -= sum(map(len, got))
     finally:
         reader.close()

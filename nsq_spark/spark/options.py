@@ -55,7 +55,9 @@ Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCert
 ``heartbeatInterval`` (ms), ``userAgent``; any other ``ConnectionConfig`` keyword can be
 given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``), in
 ``ConnectionConfig``'s (pynsq's) units: ``nsq.heartbeat_interval`` and ``nsq.msg_timeout``
-in seconds, ``nsq.output_buffer_timeout`` in ms.
+in seconds, ``nsq.output_buffer_timeout`` in ms. Reading asks nsqd for a 64 KiB output
+buffer (``nsq.output_buffer_size=65536``, the largest nsqd's default
+``--max-output-buffer-size`` allows); set it lower if your nsqd allows less.
 
 Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic``
 (default topic for rows without a ``topic`` column value), ``nsqdTcpAddresses`` or
@@ -261,12 +263,19 @@ class ReadOptions:
         """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
         kwargs: dict[str, Any] = dict(
             topic=self.topic, channel=self.channel, max_in_flight=self.max_in_flight,
-            max_tries=self.max_attempts, **self.connection)
+            max_tries=self.max_attempts,
+            **{"output_buffer_size": READ_OUTPUT_BUFFER_SIZE, **self.connection})
         if self.nsqd_tcp_addresses:
             kwargs["nsqd_tcp_addresses"] = list(self.nsqd_tcp_addresses)
         else:
             kwargs["lookupd_http_addresses"] = list(self.lookupd_http_addresses)
         return kwargs
+
+
+# What the source asks nsqd for unless ``nsq.output_buffer_size`` says otherwise: nsqd's
+# largest by default (--max-output-buffer-size, 64 KiB). Fewer, larger writes from nsqd
+# mean fewer reads here, and a fetch task's cost is mostly per read, not per message.
+READ_OUTPUT_BUFFER_SIZE = 65536
 
 
 def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:

@@ -1,6 +1,6 @@
 """The row schema of the ``nsq`` source, in Spark and in Arrow, and the bulk conversion of
-fetched messages into one Arrow record batch (one list pass per column, no per-row Spark
-objects)."""
+fetched messages into one Arrow record batch: from MessageBlocks (the fetch path: no Python
+object per row) or from Message objects (the dedup path and hand-made messages)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from nsq_spark.message import Message
+    from nsq_spark.protocol import MessageBlock
 
 # Spark DDL of the source's rows. ``id`` is nsqd's 16-character message id: the same
 # message redelivered keeps it, so it is the dedup key.
@@ -74,6 +75,63 @@ def _id_offsets(n: int) -> "pa.Buffer":
         if len(_ID_OFFSETS) < 64:
             _ID_OFFSETS[n] = buf
     return buf
+
+
+# binary_slice's stop for "to the end" (its default stop fails in pyarrow 26 with "Negative
+# buffer resize"); frames are at most 1 GiB (ConnectionConfig.max_frame_size)
+_PAST_ANY_BODY = 1 << 30
+_HEADER_DTYPE = None  # numpy dtype of a frame's timestamp + attempts (numpy loads lazily)
+
+
+def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
+                    channel: str) -> "pa.RecordBatch":
+    """One Arrow record batch from MessageBlocks, with no Python object per message.
+
+    A block's frames, back to back in the bytes received, are already a binary array:
+    the block's offsets are its offsets. The columns are cut from it in C -- ``body`` and
+    ``id`` with ``binary_slice``, the fixed-width big-endian ``timestamp`` and ``attempts``
+    with one numpy gather each. About 30 ns per message.
+    """
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from nsq_spark.protocol import BODY_AT, ID_AT, TIMESTAMP_AT
+
+    global _HEADER_DTYPE
+    if _HEADER_DTYPE is None:
+        _HEADER_DTYPE = np.dtype([("ts", ">i8"), ("attempts", ">u2")])
+
+    if sys.byteorder != "little":  # pragma: no cover - Arrow buffers are little-endian
+        return messages_to_batch([m for b in blocks for m in b.messages()], topic, channel)
+    n = sum(len(b) for b in blocks)
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=arrow_schema())
+    parts = [pa.Array.from_buffers(pa.binary(), len(b),
+                                   [None, pa.py_buffer(b.offsets), pa.py_buffer(b.data)])
+             for b in blocks if len(b)]
+    frames = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    ids = pc.binary_slice(frames, ID_AT, BODY_AT).cast(pa.string())  # checks UTF-8
+    bodies = pc.binary_slice(frames, BODY_AT, _PAST_ANY_BODY)
+    # timestamp and attempts, 10 bytes per row back to back: one structured numpy view
+    header = pc.binary_slice(frames, TIMESTAMP_AT, ID_AT).buffers()[2]
+    fields = np.frombuffer(header, _HEADER_DTYPE, n)
+    # Spark's TimestampType is microseconds; nsqd's timestamp is nanoseconds
+    ts = pa.Array.from_buffers(_TS_TYPE(), n, [None, pa.py_buffer(
+        (fields["ts"] // 1000).astype("<i8"))])
+    attempts = pa.array(fields["attempts"].astype(np.int32))
+    addresses = [b.nsqd_address for b in blocks if len(b)]
+    if all(a == addresses[0] for a in addresses):
+        address_col = pa.repeat(pa.scalar(addresses[0], pa.string()), n)
+    else:
+        address_col = pa.concat_arrays([pa.repeat(pa.scalar(a, pa.string()), len(b))
+                                        for a, b in zip(addresses, [b for b in blocks if len(b)])])
+    return pa.RecordBatch.from_arrays(
+        [ids, bodies, ts, attempts, address_col,
+         pa.repeat(pa.scalar(topic, pa.string()), n),
+         pa.repeat(pa.scalar(channel, pa.string()), n)], schema=arrow_schema())
 
 
 def messages_to_batch(messages: Sequence["Message"], topic: str,

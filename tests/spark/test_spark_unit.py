@@ -13,6 +13,7 @@ import os
 import pytest
 
 from nsq_spark.message import Message
+from nsq_spark.protocol import FrameDecoder, encode_message_frame
 from nsq_spark.spark.datasource import split_shares
 from nsq_spark.spark.fetch import fetch_stream_partition
 from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
@@ -119,26 +120,37 @@ def test_mpub_slices_respect_count_and_bytes():
 
 
 class StandInReader:
-    """The Reader's pull API over a list; records FIN/REQ in the shared ``log``."""
+    """The Reader's block pull API over a list of messages (each get_blocks call encodes
+    them as nsqd would and decodes them into a real MessageBlock); records FIN/REQ in the
+    shared ``log``."""
 
     def __init__(self, queue: list[Message], log: list, fail_after_gets: int | None = None):
         self.queue, self.log, self.gets = queue, log, 0
         self.fail_after_gets = fail_after_gets
         self.closed = False
 
-    def get_batch(self, max_messages=1000, timeout=1.0):
+    def get_blocks(self, max_messages=1000, timeout=1.0):
         if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
             raise ConnectionError("stand-in: task dies here")
         self.gets += 1
         out, self.queue[:] = self.queue[:max_messages], self.queue[max_messages:]
-        return out
+        if not out:
+            return []
+        frames = b"".join(encode_message_frame(m.id, m.body, m.timestamp, m.attempts)
+                          for m in out)
+        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)
+        assert not others and sum(map(len, blocks)) == len(out)
+        return blocks
 
-    def finish(self, msgs):
-        self.log.append(("FIN", [m.id for m in msgs]))
+    def finish_blocks(self, blocks):
+        self.log.append(("FIN", [i for b in blocks for i in b.ids()]))
 
-    def requeue(self, msgs, delay_ms=None):
-        self.log.append(("REQ", [m.id for m in msgs]))
-        self.queue[:0] = msgs
+    def requeue_blocks(self, blocks, delay_ms=None):
+        self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
+        self.queue[:0] = [m for b in blocks for m in b.messages()]
+
+    def is_starved(self):
+        return False
 
     def close(self):
         self.closed = True
@@ -170,13 +182,13 @@ def test_fetch_spools_before_fin_and_replays(tmp_path):
     def factory(_):
         r = StandInReader(queue, log)
         # every FIN must find its chunk already on disk
-        orig = r.finish
+        orig = r.finish_blocks
 
-        def finish(msgs):
+        def finish(blocks):
             n = len([e for e in log if e[0] == "FIN"])
             assert os.path.exists(spool.partition(1, 0).chunk_path(n))
-            orig(msgs)
-        r.finish = finish
+            orig(blocks)
+        r.finish_blocks = finish
         return r
 
     got = bodies(fetch_stream_partition(o, spool, 1, 0, None, factory))
@@ -217,10 +229,10 @@ def test_chunk_conflict_requeues(tmp_path):
     racer = messages_to_batch(make_messages(1, 100), "t", "c")
 
     class Racing(StandInReader):
-        def get_batch(self, max_messages=1000, timeout=1.0):
+        def get_blocks(self, max_messages=1000, timeout=1.0):
             if not part.chunk_count():
                 part.write_chunk(0, racer)
-            return super().get_batch(max_messages, timeout)
+            return super().get_blocks(max_messages, timeout)
 
     with pytest.raises(SpoolConflict):
         list(fetch_stream_partition(o, spool, 5, 0, None, lambda _: Racing(queue, log)))
