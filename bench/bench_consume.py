@@ -10,9 +10,14 @@ clock runs from before the consumer connects until its N-th message was handled:
 * ``msg``         nsq_spark Reader, per-message handler returning True
 * ``batch``       nsq_spark Reader, batch handler (list of messages)
 * ``pull``        nsq_spark pull API: ``get_batch`` + bulk ``finish`` from the main thread
+* ``blocks``      nsq_spark block pull API: ``get_blocks`` + ``finish_blocks`` (no object
+                  per message; what the Spark source uses)
+
+Our consumers also report the CPU time of their process per message (all threads: the
+IO loop's and the caller's).
 
 Peak RSS of the nsq_spark consumers is measured too (``ru_maxrss`` of the child), and
-``--rss`` repeats the batch and pull consumers on 10x as many messages to show that it
+``--rss`` repeats the batch, pull and blocks consumers on 10x as many messages to show that it
 stays flat.
 
     flock /tmp/nsq-spark-bench.lock python -m bench.bench_consume [--n 200000] [--rss]
@@ -72,18 +77,27 @@ def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
     from nsq_spark import Reader
 
     t0 = time.perf_counter()
-    if kind == "pull":
+    cpu0 = time.process_time()
+    if kind in ("pull", "blocks"):
         r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT)
         count = 0
         while count < n:
-            batch = r.get_batch(max_messages=5000, timeout=10.0)
-            if not batch:
-                break
-            count += len(batch)
-            r.finish(batch)
+            if kind == "pull":
+                batch = r.get_batch(max_messages=5000, timeout=10.0)
+                if not batch:
+                    break
+                count += len(batch)
+                r.finish(batch)
+            else:
+                blocks = r.get_blocks(max_messages=5000, timeout=10.0)
+                if not blocks:
+                    break
+                count += sum(map(len, blocks))
+                r.finish_blocks(blocks)
         dt = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
         r.close()
-        return {"messages": count, "seconds": dt}
+        return {"messages": count, "seconds": dt, "cpu_us_per_msg": 1e6 * cpu / max(1, count)}
 
     async def main() -> dict:
         done = asyncio.Event()
@@ -107,8 +121,10 @@ def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
             await asyncio.wait_for(done.wait(), 300)
         finally:
             dt = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
             await r.aclose()
-        return {"messages": count[0], "seconds": dt}
+        return {"messages": count[0], "seconds": dt,
+                "cpu_us_per_msg": 1e6 * cpu / max(1, count[0])}
 
     return asyncio.run(main())
 
@@ -176,9 +192,9 @@ def run_child(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000, help="messages per consumer")
-    ap.add_argument("--kinds", default="pynsq,go-nsq,msg,batch,pull")
+    ap.add_argument("--kinds", default="pynsq,go-nsq,msg,batch,pull,blocks")
     ap.add_argument("--rss", action="store_true",
-                    help="also run batch and pull on 10x the messages (peak RSS)")
+                    help="also run batch, pull and blocks on 10x the messages (peak RSS)")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "ADDR", "TOPIC", "CHANNEL", "N"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -192,7 +208,7 @@ def main() -> None:
     kinds = [k for k in args.kinds.split(",") if k]
     runs: list[tuple[str, int]] = [(k, args.n) for k in kinds]
     if args.rss:
-        runs += [("batch", args.n * 10), ("pull", args.n * 10)]
+        runs += [("batch", args.n * 10), ("pull", args.n * 10), ("blocks", args.n * 10)]
     results = []
     total = sum(n for _, n in runs)
     # everything in memory: no disk queue in the measurement
@@ -218,14 +234,16 @@ def main() -> None:
             _post(f"http://{http}/topic/delete?topic={topic}")
 
     print()
-    print(f"{'consumer':<10} {'messages':>9} {'msg/s':>10} {'seconds':>8} {'peak RSS MB':>12}")
+    print(f"{'consumer':<10} {'messages':>9} {'msg/s':>10} {'seconds':>8} {'peak RSS MB':>12} "
+          f"{'CPU us/msg':>11}")
     for r in results:
         if "error" in r:
             print(f"{r['kind']:<10} error: {r['error'][:200]}")
             continue
         rss = f"{r['maxrss_mb']:.0f}" if "maxrss_mb" in r else "-"
+        cpu = f"{r['cpu_us_per_msg']:.2f}" if "cpu_us_per_msg" in r else "-"
         print(f"{r['kind']:<10} {r['messages']:>9} {r['msg_per_s']:>10,.0f} "
-              f"{r['seconds']:>8.2f} {rss:>12}")
+              f"{r['seconds']:>8.2f} {rss:>12} {cpu:>11}")
     print(f"\n(python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nsqd v1.3.0 loopback, "
           f"max_in_flight {MAX_IN_FLIGHT}, {len(BODY)}-byte bodies)")
 

@@ -4,6 +4,8 @@ A buffer of message frames (100-byte bodies, as nsqd sends them) is cut into 1 M
 (what one read returns on a busy connection) and fed to:
 
 * ``FrameDecoder.feed``: the consumer path, building a ``Message`` per frame;
+* ``FrameDecoder.feed_blocks``: the columnar path (MessageBlocks, no object per frame),
+  alone and with the blocks' FIN commands built (``fin_commands``);
 * ``decode_frames``: the generic decoder, ``(frame_type, data)`` tuples;
 * ``snappy + FrameDecoder`` / ``deflate + FrameDecoder``: the compressed stream wrappers
   (nsqd-style framed snappy, raw deflate with sync flushes), decompress a chunk, decode it;
@@ -76,6 +78,23 @@ def main() -> None:
         return got
 
     results["FrameDecoder.feed (Message objects)"] = bench(ours, args.repeat)
+
+    def blocks(fin: bool) -> int:
+        dec = FrameDecoder()
+        got = 0
+        for c in raw_chunks:
+            bl, _ = dec.feed_blocks(c)
+            got += sum(map(len, bl))
+            if fin:
+                for b in bl:
+                    b.fin_commands()
+        assert got == n
+        return got
+
+    results["FrameDecoder.feed_blocks (MessageBlocks)"] = bench(lambda: blocks(False),
+                                                                args.repeat)
+    results["FrameDecoder.feed_blocks + fin_commands"] = bench(lambda: blocks(True),
+                                                               args.repeat)
 
     def generic() -> int:
         tail = b""
