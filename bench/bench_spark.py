@@ -4,8 +4,12 @@ In one Spark session (local[2]), after a small warm-up query, each round runs ba
 back:
 
 * the ceiling: a streaming source that yields the same rows (same schema, 100-byte
-  bodies) from nothing, as Arrow record batches, ``numPartitions=2``, into the ``noop``
-  sink under ``Trigger.AvailableNow``;
+  bodies) from nothing, ``numPartitions=2``, into the ``noop`` sink under
+  ``Trigger.AvailableNow``, in two forms: ``arrow`` yields one prebuilt Arrow record
+  batch of 1,250 rows again and again (no per-row work at all: the strictest ceiling),
+  ``tuples`` yields the rows as Python tuples, the plain way to write a Python data
+  source (Spark converts them to Arrow; this is the "about 250k rows/s on this machine
+  class" ceiling of issue 5);
 * ours: 1M messages of 100 bytes queued on one nsqd, in the channel (created before
   publishing, as for a consumer group that exists; the query starts once nsqd reports
   them all in the channel), read by ``spark.readStream.format("nsq")`` with
@@ -63,6 +67,7 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.parts = int(lower.get("numpartitions", "2"))
         self.body_size = int(lower.get("bodysize", "100"))
         self.chunk = int(lower.get("chunk", "1250"))
+        self.form = lower.get("form", "arrow")
 
     def initialOffset(self) -> dict:
         return {"batch": 0}
@@ -80,6 +85,19 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_CeilPartition(i, base + (i < extra), self.body_size) for i in range(self.parts)]
 
     def read(self, partition):
+        if self.form == "tuples":
+            return self._tuples(partition)
+        return self._arrow(partition)
+
+    def _tuples(self, partition):
+        import datetime
+
+        body = b"x" * partition.body_size
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for i in range(partition.rows):
+            yield (f"{i:016x}", body, now, 1, "127.0.0.1:4150", "bench", "spark")
+
+    def _arrow(self, partition):
         import pyarrow as pa
 
         from nsq_spark.spark.schema import arrow_schema
@@ -286,6 +304,15 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
     ceil_s = _run_available_now(ceil_df, f"{work}/ckpt-ceiling-{r}", {}, results, "ceiling")
     results["ceiling_s"] = round(ceil_s, 3)
     results["ceiling_rows_per_s"] = round(args.messages / ceil_s)
+    tup_s = None
+    if args.tuples_ceiling:
+        tup_df = (spark.readStream.format("nsq_ceiling").option("rows", args.messages)
+                  .option("numPartitions", args.partitions).option("bodySize", args.size)
+                  .option("form", "tuples").load())
+        tup_s = _run_available_now(tup_df, f"{work}/ckpt-tuples-{r}", {}, results,
+                                   "tuples_ceiling")
+        results["tuples_ceiling_s"] = round(tup_s, 3)
+        results["tuples_ceiling_rows_per_s"] = round(args.messages / tup_s)
 
     topic = f"bench{r}"
     pub_s = _publish(cluster.nsqd_http_addresses[0], topic, args.messages, args.size, "spark")
@@ -312,10 +339,12 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
     results["nsq_s"] = round(nsq_s, 3)
     results["nsq_rows_per_s"] = round(args.messages / nsq_s)
     results["ratio_to_ceiling"] = round(ceil_s / nsq_s, 3)
+    if tup_s is not None:
+        results["ratio_to_tuples_ceiling"] = round(tup_s / nsq_s, 3)
     results["left_on_nsqd"] = left
     tasks = [json.load(open(p)) for p in glob.glob(f"{timings_dir}/*.json")]
     for key in ("fetch", "open", "close", "convert", "spool", "spool_write", "handover",
-                "dedup"):
+                "dedup", "cpu"):
         results[f"task_{key}_s_sum"] = round(sum(t.get(key, 0.0) for t in tasks), 3)
     results["task_rows"] = sum(t.get("rows", 0) for t in tasks)
     if tasks:  # the query's time outside the fetch tasks: start and planning, and the end
@@ -348,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-queue-size", type=int, default=None,
                     help="nsqd --mem-queue-size (default: nsqd's, 10000: a 1M backlog "
                          "then waits in nsqd's disk queue)")
+    ap.add_argument("--no-tuples-ceiling", dest="tuples_ceiling", action="store_false",
+                    help="skip the tuples form of the ceiling")
     ap.add_argument("--rounds", type=int, default=2,
                     help="ceiling + nsq rounds in the same session (default 2)")
     ap.add_argument("--chunk", type=int, default=None,

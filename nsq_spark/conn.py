@@ -229,6 +229,7 @@ class Connection(_Negotiated):
         self.config = config
         if on_messages is not None and on_blocks is not None:
             raise ValueError("give on_messages or on_blocks, not both")
+        # one delivery callback; _blocks says which decoder feeds it
         self.on_messages: MessagesCallback | BlocksCallback | None = on_messages or on_blocks
         self._blocks = on_blocks is not None
         self.on_close = on_close

@@ -58,10 +58,9 @@ from .backoff import Action, Backoff
 from .config import ConnectionConfig
 from .conn import Connection
 from .errors import AlreadyRespondedError, ConnectionClosedError, NSQError
-from .protocol import MessageBlock
 from .lookupd import LookupdPoller, Producer, producer_address
 from .message import Message
-from .protocol import check_channel, check_topic
+from .protocol import MessageBlock, check_channel, check_topic
 from .rdy import ConnRdy, RdyPolicy
 
 log = logging.getLogger(__name__)
@@ -1098,11 +1097,10 @@ class Reader:
                 raise NSQError(f"[{self.name}] the Reader is closed")
             if self._thread is not None:
                 if self._pull_blocks != blocks:
-                    raise NSQError(
-                        f"[{self.name}] this Reader hands out "
-                        f"{'MessageBlocks (get_blocks)' if self._pull_blocks else 'messages (get_batch)'}"
-                        f"; it cannot also hand out "
-                        f"{'MessageBlocks' if blocks else 'messages'}: use one Reader for each")
+                    has, asked = (("MessageBlocks (get_blocks)", "messages") if self._pull_blocks
+                                  else ("messages (get_batch)", "MessageBlocks"))
+                    raise NSQError(f"[{self.name}] this Reader hands out {has}; it cannot also "
+                                   f"hand out {asked}: use one Reader for each")
                 return
             if blocks and self._dedup is not None:
                 raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
@@ -1226,8 +1224,9 @@ class Reader:
                     room -= len(b)
                 else:
                     head, tail = b.split(room)
-                    self._blocks_out.discard(b)
-                    self._blocks_out.update((head, tail))
+                    if b in self._blocks_out:  # else its connection closed meanwhile
+                        self._blocks_out.discard(b)
+                        self._blocks_out.update((head, tail))
                     q[0] = tail
                     out.append(head)
                     room = 0

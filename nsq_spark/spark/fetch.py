@@ -65,24 +65,26 @@ def default_reader_factory(opts: ReadOptions) -> Any:
 
 
 class _Timer:
-    # fetch: Reader connect/get_batch/FIN/close; convert: messages -> Arrow batch;
+    # fetch: Reader connect/get_blocks/FIN/close; convert: blocks -> Arrow batch;
     # spool: waiting for a chunk to be durable (critical path); spool_write: the writer
     # thread's time (Arrow IPC encode, write, fsync; overlaps fetching); handover: Spark
     # taking the batch from the generator; dedup: shared-store round trips; open/close:
     # the parts of fetch spent creating the Reader and closing it (requeue of the rest).
     __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
-                 "close", "rows", "replayed", "_started")
+                 "close", "rows", "replayed", "_started", "_cpu")
 
     def __init__(self) -> None:
         self.fetch = self.convert = self.spool = self.spool_write = 0.0
         self.handover = self.dedup = self.open = self.close = 0.0
         self.rows = self.replayed = 0
         self._started = time.time()
+        self._cpu = time.process_time()  # a Python worker runs one task at a time
 
     def publish(self) -> None:
         last_task_timings.clear()
         last_task_timings.update({k: getattr(self, k) for k in self.__slots__})
-        last_task_timings.update(t_start=self._started, t_end=time.time())
+        last_task_timings.update(t_start=self._started, t_end=time.time(),
+                                 cpu=time.process_time() - self._cpu)
         out = os.environ.get("NSQ_SPARK_TIMINGS_DIR")
         if out:  # the benchmark's side channel (executors are other processes)
             with open(os.path.join(out, f"{uuid.uuid4().hex}.json"), "w") as f:

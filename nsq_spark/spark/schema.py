@@ -88,9 +88,10 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
     """One Arrow record batch from MessageBlocks, with no Python object per message.
 
     A block's frames, back to back in the bytes received, are already a binary array:
-    the block's offsets are its offsets. The columns are cut from it in C -- ``body`` and
-    ``id`` with ``binary_slice``, the fixed-width big-endian ``timestamp`` and ``attempts``
-    with one numpy gather each. About 30 ns per message.
+    the block's offsets are its offsets. The columns are cut from it in C: ``body`` and
+    ``id`` with ``binary_slice``, the big-endian ``timestamp`` and ``attempts`` through one
+    structured numpy view of their 10 bytes per row. About 0.1 us per message in chunks
+    of 1,250 messages, mostly per-call overhead.
     """
     import sys
 
@@ -106,12 +107,13 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
 
     if sys.byteorder != "little":  # pragma: no cover - Arrow buffers are little-endian
         return messages_to_batch([m for b in blocks for m in b.messages()], topic, channel)
-    n = sum(len(b) for b in blocks)
+    blocks = [b for b in blocks if len(b)]
+    n = sum(map(len, blocks))
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=arrow_schema())
     parts = [pa.Array.from_buffers(pa.binary(), len(b),
                                    [None, pa.py_buffer(b.offsets), pa.py_buffer(b.data)])
-             for b in blocks if len(b)]
+             for b in blocks]
     frames = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
     ids = pc.binary_slice(frames, ID_AT, BODY_AT).cast(pa.string())  # checks UTF-8
     bodies = pc.binary_slice(frames, BODY_AT, _PAST_ANY_BODY)
@@ -122,12 +124,12 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
     ts = pa.Array.from_buffers(_TS_TYPE(), n, [None, pa.py_buffer(
         (fields["ts"] // 1000).astype("<i8"))])
     attempts = pa.array(fields["attempts"].astype(np.int32))
-    addresses = [b.nsqd_address for b in blocks if len(b)]
-    if all(a == addresses[0] for a in addresses):
-        address_col = pa.repeat(pa.scalar(addresses[0], pa.string()), n)
+    addresses = {b.nsqd_address for b in blocks}
+    if len(addresses) == 1:
+        address_col = pa.repeat(pa.scalar(addresses.pop(), pa.string()), n)
     else:
-        address_col = pa.concat_arrays([pa.repeat(pa.scalar(a, pa.string()), len(b))
-                                        for a, b in zip(addresses, [b for b in blocks if len(b)])])
+        address_col = pa.concat_arrays([pa.repeat(pa.scalar(b.nsqd_address, pa.string()),
+                                                  len(b)) for b in blocks])
     return pa.RecordBatch.from_arrays(
         [ids, bodies, ts, attempts, address_col,
          pa.repeat(pa.scalar(topic, pa.string()), n),
