@@ -316,3 +316,23 @@ def test_close_while_nsqd_is_sending_leaves_nothing_in_flight(nsq_cluster):
     c = channel_stats(nsq_cluster, 0, topic, C)
     assert c["timeout_count"] == 0 and c["in_flight_count"] == 0
     assert c["depth"] == total - handled
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_requeue_blocks_default_delay_follows_the_requeue_policy(nsq_cluster):
+    """delay_ms=None: each message gets the policy's delay (requeue_delay * attempts), so
+    nsqd holds them deferred instead of handing them straight back."""
+    topic = "bt_defer"
+    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(25))
+    with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                max_in_flight=50, requeue_delay=60, max_backoff_duration=0) as r:
+        blocks = pull_all(r, 25)
+        r.requeue_blocks(blocks, backoff=False)
+        wait_for(lambda: channel_stats(nsq_cluster, 0, topic, C)["deferred_count"] == 25, 5,
+                 "25 deferred messages")
+        assert r.get_blocks(timeout=0.3) == []  # not back yet: deferred for 60 s
+        st = r.stats()
+    assert st["requeued"] == 25
+    c = channel_stats(nsq_cluster, 0, topic, C)
+    assert c["deferred_count"] == 25 and c["in_flight_count"] == 0 and c["depth"] == 0
+    assert c["requeue_count"] == 25
