@@ -363,7 +363,7 @@ def _decode_bulk(data: bytes, responder: Responder | None, max_size: int
         while pos <= last:
             size, ftype, ts, attempts, mid = unpack_msg(data, pos)
             end = pos + 4 + size
-            if ftype == 2 and size >= 30 and end <= n:
+            if ftype == 2 and 30 <= size <= max_size and end <= n:
                 add(M(mid, data[pos + 34:end], ts, attempts, responder))
                 pos = end
             else:
@@ -391,7 +391,7 @@ def _decode_blocks(data: bytes, responder: Responder | None, max_size: int
         while pos <= last:
             size, ftype, attempts = unpack(data, pos)
             end = pos + 4 + size
-            if ftype == 2 and size >= 30 and end <= n:
+            if ftype == 2 and 30 <= size <= max_size and end <= n:
                 add(pos)
                 if attempts > most:
                     most = attempts

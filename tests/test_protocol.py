@@ -305,3 +305,17 @@ def test_feed_restores_gc_state_even_on_error() -> None:
         assert not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("method", ["feed", "feed_blocks"])
+def test_frame_over_max_frame_size_raises_whole_or_split(method: str) -> None:
+    """The limit does not depend on how the bytes were cut: a whole oversized message
+    frame in one read is refused like one that arrives in pieces."""
+    frame = encode_message_frame(MID, b"x" * 200)  # size field 230
+    with pytest.raises(ProtocolError, match="exceeds the limit of 64"):
+        getattr(FrameDecoder(max_frame_size=64), method)(frame)
+    dec = FrameDecoder(max_frame_size=64)
+    with pytest.raises(ProtocolError, match="exceeds the limit of 64"):
+        getattr(dec, method)(frame[:100])
+    ok = getattr(FrameDecoder(max_frame_size=230), method)(frame)[0]
+    assert sum(len(x) for x in ok) == 1 if method == "feed_blocks" else len(ok) == 1
