@@ -630,14 +630,17 @@ class Reader:
     # ------------------------------------------------------------------------------------
     # messages: the hot path
 
-    def _on_messages(self, slot: _Slot, conn: Connection, msgs: list[Message]) -> None:
-        n = len(msgs)
+    def _delivered(self, slot: _Slot, n: int) -> None:
+        """Count ``n`` messages received on ``slot`` and let the RDY policy react."""
         self.messages_received += n
         st = slot.rdy
         if st is not None:
             cmds = self._policy.on_messages(st, n, self._aloop.time())
             if cmds:
                 self._apply(cmds)
+
+    def _on_messages(self, slot: _Slot, conn: Connection, msgs: list[Message]) -> None:
+        self._delivered(slot, len(msgs))
         if self._closing:
             # in transit when we sent CLS: give them straight back
             for m in msgs:
@@ -655,13 +658,7 @@ class Reader:
 
     def _on_blocks(self, slot: _Slot, conn: Connection, blocks: list[MessageBlock]) -> None:
         """The pull-blocks twin of _on_messages: same RDY, closing and max_tries rules."""
-        n = sum(map(len, blocks))
-        self.messages_received += n
-        st = slot.rdy
-        if st is not None:
-            cmds = self._policy.on_messages(st, n, self._aloop.time())
-            if cmds:
-                self._apply(cmds)
+        self._delivered(slot, sum(map(len, blocks)))
         if self._closing:
             for b in blocks:
                 b._responded = True
