@@ -56,8 +56,10 @@ Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCert
 given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``), in
 ``ConnectionConfig``'s (pynsq's) units: ``nsq.heartbeat_interval`` and ``nsq.msg_timeout``
 in seconds, ``nsq.output_buffer_timeout`` in ms. Reading asks nsqd for a 64 KiB output
-buffer (``nsq.output_buffer_size=65536``, the largest nsqd's default
-``--max-output-buffer-size`` allows); set it lower if your nsqd allows less.
+buffer flushed after at most 25 ms (``nsq.output_buffer_size=65536``,
+``nsq.output_buffer_timeout=25``: the largest buffer and the shortest timeout nsqd's
+defaults allow, ``--max-output-buffer-size`` and ``--min-output-buffer-timeout``); set
+them within your nsqd's limits if it allows less.
 
 Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic``
 (default topic for rows without a ``topic`` column value), ``nsqdTcpAddresses`` or
@@ -264,7 +266,8 @@ class ReadOptions:
         kwargs: dict[str, Any] = dict(
             topic=self.topic, channel=self.channel, max_in_flight=self.max_in_flight,
             max_tries=self.max_attempts,
-            **{"output_buffer_size": READ_OUTPUT_BUFFER_SIZE, **self.connection})
+            **{"output_buffer_size": READ_OUTPUT_BUFFER_SIZE,
+               "output_buffer_timeout": READ_OUTPUT_BUFFER_TIMEOUT, **self.connection})
         if self.nsqd_tcp_addresses:
             kwargs["nsqd_tcp_addresses"] = list(self.nsqd_tcp_addresses)
         else:
@@ -276,6 +279,10 @@ class ReadOptions:
 # largest by default (--max-output-buffer-size, 64 KiB). Fewer, larger writes from nsqd
 # mean fewer reads here, and a fetch task's cost is mostly per read, not per message.
 READ_OUTPUT_BUFFER_SIZE = 65536
+# ... and the longest nsqd holds a partly filled buffer back, in ms: nsqd's smallest by
+# default (--min-output-buffer-timeout). A small backlog fits in 64 KiB whole, and with
+# nsqd's default (250 ms) it would arrive after a short idleTimeout had ended the fetch.
+READ_OUTPUT_BUFFER_TIMEOUT = 25
 
 
 def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:

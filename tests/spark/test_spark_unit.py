@@ -86,6 +86,11 @@ def test_connection_options_map_to_pynsq_names():
                             "auth_secret": "s3", "deflate": True, "deflate_level": 3,
                             "msg_timeout": 30.0, "heartbeat_interval": 5.0,
                             "output_buffer_timeout": 5}
+    # the Reader gets the source's output-buffer defaults unless an option says otherwise
+    assert o.reader_kwargs()["output_buffer_timeout"] == 5
+    assert o.reader_kwargs()["output_buffer_size"] == 65536
+    plain = parse_read_options(opts(), streaming=True).reader_kwargs()
+    assert (plain["output_buffer_size"], plain["output_buffer_timeout"]) == (65536, 25)
 
 
 def test_bad_connection_options_fail_early():
