@@ -82,7 +82,8 @@ class _Timer:
 
     def publish(self) -> None:
         last_task_timings.clear()
-        last_task_timings.update({k: getattr(self, k) for k in self.__slots__})
+        last_task_timings.update({k: getattr(self, k) for k in self.__slots__
+                                  if not k.startswith("_")})
         last_task_timings.update(t_start=self._started, t_end=time.time(),
                                  cpu=time.process_time() - self._cpu)
         out = os.environ.get("NSQ_SPARK_TIMINGS_DIR")
