@@ -29,6 +29,11 @@ class ConfigError(NSQError, ValueError):
     """An unknown or out-of-range connection option."""
 
 
+class InvalidAddressError(ConfigError):
+    """A ``host:port`` address that does not follow the one address rule
+    (:mod:`nsq_spark.addresses`); the message names the parameter and the bad entry."""
+
+
 class AlreadyRespondedError(NSQError, RuntimeError):
     """A message was finished or requeued twice (or touched after its response)."""
 
@@ -195,3 +200,31 @@ def error_from_frame(data: bytes | bytearray | memoryview, address: str | None =
 def is_fatal(code: str) -> bool:
     """True when nsqd closes the connection after sending this error code."""
     return code not in NON_FATAL_CODES
+
+
+# -- the one retry classification -------------------------------------------------------
+
+#: nsqd error codes after which another attempt, maybe on another nsqd, can succeed:
+#: nsqd could not store the message (exiting, disk trouble).
+_TRANSIENT_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a failure that another attempt can fix (connection lost or refused, no
+    answer in time, nsqd could not store the message); False for one that no retry can
+    fix (bad name or body, refused AUTH or TLS, any other nsqd error, a protocol
+    violation). Producers retry, and the publish spool keeps or rejects, by this rule."""
+    import asyncio
+
+    if isinstance(exc, NSQServerError):
+        return exc.code in _TRANSIENT_CODES
+    if isinstance(exc, (AuthError, TLSError, InvalidNameError, InvalidBodyError, ConfigError,
+                        ProtocolError)):
+        return False
+    return isinstance(exc, (ConnectError, ConnectionClosedError, NSQTimeoutError,
+                            ConnectionError, TimeoutError, asyncio.TimeoutError))
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """The opposite of :func:`is_transient`: a failure no retry can fix."""
+    return not is_transient(exc)
