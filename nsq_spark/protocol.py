@@ -585,8 +585,8 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview
              ) -> tuple[list[Message], list[tuple[int, bytes]]]:
-        data = self._join(data)
-        if data is None:
+        buf = self._join(data)
+        if buf is None:
             return [], []
         if self.pause_gc and gc.isenabled():
             # Every object built here is alive until the chunk is handled, so the cyclic
@@ -594,23 +594,23 @@ class FrameDecoder:
             # them: pause it for the chunk (as Mercurial does for bulk object creation).
             gc.disable()
             try:
-                messages, others, end = _decode_bulk(data, self.responder, self.max_frame_size)
+                messages, others, end = _decode_bulk(buf, self.responder, self.max_frame_size)
             finally:
                 gc.enable()
         else:
-            messages, others, end = _decode_bulk(data, self.responder, self.max_frame_size)
-        self._keep_tail(data, end)
+            messages, others, end = _decode_bulk(buf, self.responder, self.max_frame_size)
+        self._keep_tail(buf, end)
         return messages, others
 
     def feed_blocks(self, data: bytes | bytearray | memoryview
                     ) -> tuple[list["MessageBlock"], list[tuple[int, bytes]]]:
         """Like :meth:`feed`, but the messages come as :class:`MessageBlock` s (one per run
         of consecutive message frames; usually one per chunk), not as Message objects."""
-        data = self._join(data)
-        if data is None:
+        buf = self._join(data)
+        if buf is None:
             return [], []
-        blocks, others, end = _decode_blocks(data, self.responder, self.max_frame_size)
-        self._keep_tail(data, end)
+        blocks, others, end = _decode_blocks(buf, self.responder, self.max_frame_size)
+        self._keep_tail(buf, end)
         return blocks, others
 
     def _join(self, data: bytes | bytearray | memoryview) -> bytes | None:
