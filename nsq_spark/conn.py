@@ -1,10 +1,14 @@
 """One connection to one nsqd, on tornado's IOStream.
 
-``Connection`` does the IO around the sans-IO :mod:`nsq_spark.protocol`: it sends the magic
-and IDENTIFY, obeys the negotiated features (TLS upgrade, snappy or deflate stream
-compression, AUTH), answers heartbeats, decodes every read chunk in one call and hands all
+``Connection`` does tornado IO only. The handshake (magic, IDENTIFY, TLS upgrade, snappy or
+deflate, AUTH) is decided by the sans-IO :class:`~nsq_spark.handshake.Handshake`, which this
+class drives; commands come from :mod:`nsq_spark.protocol`, compression from
+:mod:`nsq_spark.codecs`, the states are :class:`~nsq_spark.handshake.ConnState`. After the
+handshake it answers heartbeats, decodes every read chunk in one call and hands all
 messages of the chunk to ``on_messages`` at once, and coalesces every command written during
-one event-loop turn into a single socket write.
+one event-loop turn into a single socket write. The blocking twin,
+:class:`~nsq_spark.sync_conn.SyncConnection`, drives the same handshake and is re-exported
+here.
 
 It holds no consumer policy (RDY distribution, backoff, attempts): the Reader decides, the
 connection carries out. All methods except the Responder ones must be called on the
@@ -22,167 +26,46 @@ connection's event loop thread::
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
-import struct
 import threading
-import time
-import zlib
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
-import cramjam
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.tcpclient import TCPClient
 
 from . import protocol
+from .codecs import DeflateStream as _DeflateStream  # noqa: F401  (old private names)
+from .codecs import SnappyStream as _SnappyStream  # noqa: F401
+from .codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
-from .errors import (AuthError, ConnectError, ConnectionClosedError, NSQError, NSQServerError,
+from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerError,
                      NSQTimeoutError, ProtocolError, TLSError, error_from_frame)
+from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
+                        SendBytes, StartTLS)
 from .message import Message, Responder
+from .sync_conn import SyncConnection
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "ConnState", "SyncConnection"]
 
-# connection states
-INIT = "init"
-CONNECTING = "connecting"
-CONNECTED = "connected"      # handshake done, not subscribed (a producer connection)
-SUBSCRIBED = "subscribed"
-CLOSING = "closing"          # CLS sent, or closing
-CLOSED = "closed"
+# the states as module names, for code written before ConnState
+INIT, CONNECTING, CONNECTED = ConnState.INIT, ConnState.CONNECTING, ConnState.CONNECTED
+SUBSCRIBED, CLOSING, CLOSED = ConnState.SUBSCRIBED, ConnState.CLOSING, ConnState.CLOSED
 
-_SIZE = struct.Struct(">i")
+_NOT_OPEN = (ConnState.CLOSED, ConnState.INIT, ConnState.CONNECTING)
 _NOP = protocol.nop()
 _HEARTBEAT = protocol.HEARTBEAT
 _CLOSE_WAIT = protocol.CLOSE_WAIT
-_OK_FRAME = protocol.encode_frame(protocol.FRAME_TYPE_RESPONSE, protocol.OK)
 
 MessagesCallback = Callable[["Connection", list[Message]], Any]
 BlocksCallback = Callable[["Connection", list[protocol.MessageBlock]], Any]
 CloseCallback = Callable[["Connection", "BaseException | None"], Any]
 
 
-# -----------------------------------------------------------------------------------------
-# stream compression (bulk: a whole read chunk is decompressed at once, then decoded)
-
-
-class _SnappyStream:
-    """Snappy *framed* stream format (what nsqd speaks), on cramjam.
-
-    cramjam decompresses complete framed streams only, so incoming bytes are cut at chunk
-    boundaries here (4-byte chunk header: type, 24-bit little-endian length); the complete
-    chunks of each read go to cramjam in one call, the partial chunk waits for more bytes.
-    """
-
-    STREAM_ID = b"\xff\x06\x00\x00sNaPpY"
-
-    def __init__(self) -> None:
-        self._buf = b""
-
-    def decompress(self, data: bytes) -> bytes:
-        buf = self._buf + data if self._buf else data
-        n = len(buf)
-        pos = 0
-        while n - pos >= 4:
-            end = pos + 4 + (buf[pos + 1] | buf[pos + 2] << 8 | buf[pos + 3] << 16)
-            if end > n:
-                break
-            pos = end
-        if pos == 0:
-            self._buf = buf
-            return b""
-        if pos == n:
-            complete, self._buf = buf, b""
-        else:
-            complete, self._buf = buf[:pos], buf[pos:]
-        if not complete.startswith(self.STREAM_ID):
-            complete = self.STREAM_ID + complete  # cramjam insists on the stream header first
-        try:
-            return bytes(cramjam.snappy.decompress(complete))
-        except Exception as exc:  # cramjam.DecompressionError and friends
-            raise ProtocolError(f"corrupt snappy stream from nsqd: {exc}") from exc
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
-
-    def compress(self, data: bytes) -> bytes:
-        # each write is a complete framed stream; repeated stream identifiers are allowed
-        return bytes(cramjam.snappy.compress(data))
-
-
-class _DeflateStream:
-    """Raw deflate (no zlib header), sync-flushed after each write, as nsqd does."""
-
-    def __init__(self, level: int) -> None:
-        self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        self._c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-
-    def decompress(self, data: bytes) -> bytes:
-        try:
-            return self._d.decompress(data)
-        except zlib.error as exc:
-            raise ProtocolError(f"corrupt deflate stream from nsqd: {exc}") from exc
-
-    @property
-    def buffered(self) -> int:
-        return len(self._d.unconsumed_tail)
-
-    def compress(self, data: bytes) -> bytes:
-        return self._c.compress(data) + self._c.flush(zlib.Z_SYNC_FLUSH)
-
-
-# -----------------------------------------------------------------------------------------
-
-
-class _Negotiated:
-    """What the IDENTIFY answer decided (shared by the async and the blocking connection)."""
-
-    address: str
-    config: ConnectionConfig
-
-    def _init_negotiated(self) -> None:
-        # defaults are nsqd's
-        self.identify_response: dict[str, Any] = {}
-        self.auth_response: dict[str, Any] = {}
-        self.max_rdy_count = 2500
-        self.msg_timeout = 60000
-        self.max_msg_timeout = 15 * 60 * 1000
-        self.tls = False
-        self.snappy = False
-        self.deflate = False
-        self.deflate_level = 0
-        self.auth_required = False
-        self.sample_rate = 0
-        self.output_buffer_size: int | None = None
-        self.output_buffer_timeout: int | None = None
-        self.nsqd_version: str | None = None
-
-    def _apply_identify(self, resp: dict[str, Any]) -> None:
-        self.identify_response = resp
-        self.max_rdy_count = int(resp.get("max_rdy_count", self.max_rdy_count))
-        self.msg_timeout = int(resp.get("msg_timeout", self.msg_timeout))
-        self.max_msg_timeout = int(resp.get("max_msg_timeout", self.max_msg_timeout))
-        self.tls = bool(resp.get("tls_v1", False))
-        self.snappy = bool(resp.get("snappy", False))
-        self.deflate = bool(resp.get("deflate", False))
-        self.deflate_level = int(resp.get("deflate_level", 0) or 0)
-        self.auth_required = bool(resp.get("auth_required", False))
-        self.sample_rate = int(resp.get("sample_rate", 0) or 0)
-        self.output_buffer_size = resp.get("output_buffer_size")
-        self.output_buffer_timeout = resp.get("output_buffer_timeout")
-        self.nsqd_version = resp.get("version")
-        cfg = self.config
-        if cfg.snappy and not self.snappy:
-            log.warning("[%s] snappy requested but nsqd refused it (--snappy=false?)", self.address)
-        if cfg.deflate and not self.deflate:
-            log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)", self.address)
-
-
-class Connection(_Negotiated):
+class Connection(NegotiatedAttributes):
     """One nsqd connection.
 
     Args:
@@ -236,9 +119,9 @@ class Connection(_Negotiated):
         self.on_response = on_response
         self.on_error = on_error
         self.on_heartbeat = on_heartbeat
-        self.state = INIT
+        self.state = ConnState.INIT
 
-        self._init_negotiated()
+        self._adopt(Negotiated())  # nsqd's defaults until IDENTIFY answers
 
         # consumer bookkeeping (the Reader's policies read these)
         self.rdy_count = 0           # last RDY sent
@@ -249,7 +132,7 @@ class Connection(_Negotiated):
 
         self._responder = responder if responder is not None else self
         self._decoder = protocol.FrameDecoder(self._responder, config.max_frame_size)
-        self._codec: _SnappyStream | _DeflateStream | None = None
+        self._codec: StreamCodec | None = None
         self._stream: IOStream | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._thread_id: int | None = None
@@ -274,10 +157,10 @@ class Connection(_Negotiated):
     async def connect(self) -> "Connection":
         """Open the connection: magic, IDENTIFY, TLS/compression upgrade, AUTH. Raises
         ConnectError, TLSError, AuthError, NSQTimeoutError or an NSQServerError."""
-        if self.state != INIT:
+        if self.state != ConnState.INIT:
             raise NSQError(f"connect() was already called on {self!r}; make a new Connection "
                            "to reconnect")
-        self.state = CONNECTING
+        self.state = ConnState.CONNECTING
         self._aloop = asyncio.get_running_loop()
         self._thread_id = threading.get_ident()
         self._closed_fut = self._aloop.create_future()
@@ -301,7 +184,7 @@ class Connection(_Negotiated):
         except BaseException as exc:
             self._fail_connect()
             raise self._translate(exc, "during the handshake") from exc
-        self.state = CONNECTED
+        self.state = ConnState.CONNECTED
         self.last_recv = self._aloop.time()
         self._read_task = asyncio.ensure_future(self._read_loop())
         hb = cfg.heartbeat_interval_ms
@@ -312,7 +195,7 @@ class Connection(_Negotiated):
         return self
 
     def _fail_connect(self) -> None:
-        self.state = CLOSED
+        self.state = ConnState.CLOSED
         if self._stream is not None:
             try:
                 self._stream.close()
@@ -340,55 +223,38 @@ class Connection(_Negotiated):
         return exc
 
     async def _handshake(self) -> None:
-        cfg = self.config
-        self._write_now(protocol.MAGIC_V2 + protocol.identify(cfg.identify_payload()))
-        ftype, data = await self._read_handshake_frame()
-        if ftype == protocol.FRAME_TYPE_ERROR:
-            raise error_from_frame(data, self.address)
-        resp = protocol.parse_identify_response(data)
-        self._apply_identify(resp)
-
-        if cfg.tls_v1 and not self.tls:
-            raise TLSError(f"nsqd at {self.address} does not offer TLS (start it with "
-                           "--tls-cert and --tls-key) but tls_v1 was requested")
-        if self.tls:
-            await self._upgrade_tls()
+        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream."""
+        assert self._stream is not None
+        hs = Handshake(self.config, self.host, self.port, self._decoder)
+        self._write_now(hs.initial_bytes())
+        timeout = self.config.response_timeout
+        while True:
+            n = hs.read_size
             try:
-                await self._expect_ok("the TLS upgrade")
-            except (StreamClosedError, ssl.SSLError, ConnectionError) as exc:
-                real = getattr(exc, "real_error", None) or exc
-                raise TLSError(f"nsqd at {self.address} dropped the connection right after the "
-                               f"TLS handshake ({real}): it refused our client certificate? "
-                               "(check tls_cert_file/tls_key_file against nsqd's "
-                               "--tls-client-auth-policy and --tls-root-ca-file)") from exc
-        if self.snappy:
-            self._codec = _SnappyStream()
-            await self._expect_ok("the snappy upgrade")
-        elif self.deflate:
-            self._codec = _DeflateStream(self.deflate_level or cfg.deflate_level)
-            await self._expect_ok("the deflate upgrade")
+                if n is not None:
+                    data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
+                else:
+                    raw = await asyncio.wait_for(self._stream.read_bytes(65536, partial=True),
+                                                 timeout)
+                    assert self._codec is not None
+                    data = self._codec.decompress(raw)
+            except StreamClosedError as exc:
+                raise hs.connection_lost(exc.real_error) from exc
+            except (ssl.SSLError, ConnectionError) as exc:
+                raise hs.connection_lost(exc) from exc
+            for action in hs.receive_data(data):
+                if isinstance(action, SendBytes):
+                    self._write_now(action.data)
+                elif isinstance(action, StartTLS):
+                    await self._upgrade_tls(action.server_hostname)
+                elif isinstance(action, InstallCodec):
+                    self._codec = make_codec(action.kind, action.level)
+                else:
+                    self._adopt(action.negotiated)
+                    self._early.extend(action.frames)
+                    return
 
-        if self.auth_required:
-            if cfg.auth_secret is None:
-                raise AuthError(f"nsqd at {self.address} requires AUTH: set the auth_secret "
-                                "connection option")
-            self._write_now(protocol.auth(cfg.auth_secret))
-            ftype, data = await self._read_handshake_frame()
-            if ftype == protocol.FRAME_TYPE_ERROR:
-                raise error_from_frame(data, self.address)
-            try:
-                self.auth_response = json.loads(data)
-            except ValueError as exc:
-                raise ProtocolError(f"AUTH response from {self.address} is not JSON: "
-                                    f"{data[:100]!r}") from exc
-            log.info("[%s] authenticated as %r (%s permissions)", self.address,
-                     self.auth_response.get("identity"),
-                     self.auth_response.get("permission_count"))
-        elif cfg.auth_secret is not None:
-            log.warning("[%s] auth_secret is set but nsqd does not require AUTH; not sent",
-                        self.address)
-
-    async def _upgrade_tls(self) -> None:
+    async def _upgrade_tls(self, server_hostname: str) -> None:
         assert self._stream is not None
         cfg = self.config
         try:
@@ -396,7 +262,6 @@ class Connection(_Negotiated):
         except (OSError, ssl.SSLError) as exc:
             raise TLSError(f"cannot set up TLS for {self.address}: {exc} (check tls_ca_file, "
                            "tls_cert_file, tls_key_file)") from exc
-        server_hostname = cfg.tls_server_hostname or self.host
         plain, self._stream = self._stream, None  # start_tls detaches the plain stream
         try:
             self._stream = await asyncio.wait_for(
@@ -407,42 +272,6 @@ class Connection(_Negotiated):
         except (ssl.SSLError, StreamClosedError, OSError) as exc:
             raise self._translate(exc, "during the TLS handshake") from exc
         self._stream.set_nodelay(True)
-
-    async def _expect_ok(self, what: str) -> None:
-        ftype, data = await self._read_handshake_frame()
-        if ftype == protocol.FRAME_TYPE_ERROR:
-            raise error_from_frame(data, self.address)
-        if data != protocol.OK:
-            raise ProtocolError(f"nsqd at {self.address} answered {data[:100]!r} after {what}, "
-                                "expected OK")
-
-    async def _read_handshake_frame(self) -> tuple[int, bytes]:
-        """The next response/error frame. Before compression, frames are read exactly (so no
-        byte of the upgraded stream is read as plain); after it, through the codec."""
-        assert self._stream is not None
-        timeout = self.config.response_timeout
-        while True:
-            while self._early:
-                ftype, data = self._early.popleft()
-                if ftype == protocol.FRAME_TYPE_RESPONSE and data == _HEARTBEAT:
-                    self._write_now(_NOP)
-                    continue
-                return ftype, data
-            if self._codec is None:
-                header = await asyncio.wait_for(self._stream.read_bytes(4), timeout)
-                size = _SIZE.unpack(header)[0]
-                if size < 4 or size > self.config.max_frame_size:
-                    raise ProtocolError(f"nsqd at {self.address} sent a frame of size {size} "
-                                        "during the handshake; is this an NSQ V2 server?")
-                body = await asyncio.wait_for(self._stream.read_bytes(size), timeout)
-                chunk = header + body
-            else:
-                raw = await asyncio.wait_for(self._stream.read_bytes(65536, partial=True), timeout)
-                chunk = self._codec.decompress(raw)
-            msgs, others = self._decoder.feed(chunk)
-            if msgs:
-                raise ProtocolError(f"nsqd at {self.address} sent messages before SUB")
-            self._early.extend(others)
 
     def _write_now(self, data: bytes) -> None:
         assert self._stream is not None
@@ -457,7 +286,8 @@ class Connection(_Negotiated):
         assert stream is not None and self._aloop is not None
         time_ = self._aloop.time
         blocks = self._blocks
-        feed = self._decoder.feed_blocks if blocks else self._decoder.feed
+        feed: Callable[[bytes], tuple[list[Any], list[tuple[int, bytes]]]] = (
+            self._decoder.feed_blocks if blocks else self._decoder.feed)
         # tornado's read_bytes allocates a fresh zeroed buffer of read_chunk_size per socket
         # read; read_into fills one preallocated buffer instead, and one copy makes the bytes
         rbuf = bytearray(self.config.read_size)
@@ -553,7 +383,7 @@ class Connection(_Negotiated):
 
     def _check_heartbeat(self) -> None:
         self._watchdog = None
-        if self.state in (CLOSED,) or self._aloop is None:
+        if self.state is ConnState.CLOSED or self._aloop is None:
             return
         hb = self.config.heartbeat_interval_ms / 1000.0
         silent = self._aloop.time() - self.last_recv
@@ -598,7 +428,7 @@ class Connection(_Negotiated):
         the response (``b"OK"``), or the typed error nsqd sent, or ConnectionClosedError."""
         assert self._aloop is not None, "connect() first"
         fut: asyncio.Future[bytes] = self._aloop.create_future()
-        if self.state in (CLOSED, INIT, CONNECTING) or self._closing_by_us:
+        if self.state in _NOT_OPEN or self._closing_by_us:
             fut.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return fut
@@ -610,7 +440,7 @@ class Connection(_Negotiated):
         """Like command, with a caller-made waiter: any object with ``set_result``,
         ``set_exception``, ``done`` and ``exception`` (e.g. the Producer's request, which
         retries on failure; a concurrent.futures.Future works too)."""
-        if self.state in (CLOSED, INIT, CONNECTING) or self._closing_by_us:
+        if self.state in _NOT_OPEN or self._closing_by_us:
             waiter.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return
@@ -625,9 +455,9 @@ class Connection(_Negotiated):
         if self.on_messages is None:
             raise NSQError("set on_messages (or on_blocks) before subscribing: messages need "
                            "a destination")
-        if self.state != CONNECTED:
+        if self.state != ConnState.CONNECTED:
             raise NSQError(f"cannot SUB on a {self.state} connection to {self.address}")
-        self.state = SUBSCRIBED
+        self.state = ConnState.SUBSCRIBED
         self.topic, self.channel = topic, channel
         return self.command(data)
 
@@ -644,7 +474,7 @@ class Connection(_Negotiated):
         """True while commands queued now still reach the socket: False once it is closed
         or ``close()`` has written its last buffer (answers then are dropped, not sent)."""
         stream = self._stream
-        return (self.state != CLOSED and not self._writes_done and stream is not None
+        return (self.state != ConnState.CLOSED and not self._writes_done and stream is not None
                 and not stream.closed())
 
     def fin(self, message_id: bytes) -> bool:
@@ -652,7 +482,7 @@ class Connection(_Negotiated):
         if not self.writable:
             return False
         self.in_flight -= 1
-        self._send(b"FIN " + message_id + b"\n")
+        self._send(protocol.fin(message_id))
         return True
 
     def fin_many(self, message_ids: Sequence[bytes]) -> bool:
@@ -662,7 +492,7 @@ class Connection(_Negotiated):
             return False
         if message_ids:
             self.in_flight -= len(message_ids)
-            self._send(b"".join([b"FIN " + i + b"\n" for i in message_ids]))
+            self._send(protocol.fins(message_ids))
         return True
 
     def fin_blocks(self, blocks: Sequence[protocol.MessageBlock]) -> bool:
@@ -680,11 +510,11 @@ class Connection(_Negotiated):
         if not self.writable:
             return False
         self.in_flight -= 1
-        self._send(b"REQ " + message_id + b" %d\n" % max(0, int(delay_ms)))
+        self._send(protocol.req(message_id, max(0, int(delay_ms))))
         return True
 
     def touch(self, message_id: bytes) -> None:
-        self._send(b"TOUCH " + message_id + b"\n")
+        self._send(protocol.touch(message_id))
 
     # -- Responder (for messages when no Reader is in between); callable from any thread --
 
@@ -718,7 +548,7 @@ class Connection(_Negotiated):
 
     @property
     def closed(self) -> bool:
-        return self.state == CLOSED
+        return self.state == ConnState.CLOSED
 
     @property
     def pending_responses(self) -> int:
@@ -727,12 +557,12 @@ class Connection(_Negotiated):
     def send_cls(self) -> "asyncio.Future[bytes]":
         """CLS: nsqd stops sending messages and answers CLOSE_WAIT (the future's result).
         The connection stays open so in-flight messages can still be finished."""
-        if self.state != SUBSCRIBED:
+        if self.state != ConnState.SUBSCRIBED:
             fut = self._aloop.create_future()  # type: ignore[union-attr]
             fut.set_result(_CLOSE_WAIT)
             return fut
         fut = self.command(protocol.cls())
-        self.state = CLOSING
+        self.state = ConnState.CLOSING
         return fut
 
     def close(self) -> "asyncio.Future[None]":
@@ -740,8 +570,8 @@ class Connection(_Negotiated):
         ``close_timeout``), wait for outstanding publish answers (same bound), flush buffered
         writes, then close the socket. Returns a future (await it, or not)."""
         if self._close_task is None:
-            if self.state in (INIT, CLOSED) or self._aloop is None:
-                self.state = CLOSED
+            if self.state in (ConnState.INIT, ConnState.CLOSED) or self._aloop is None:
+                self.state = ConnState.CLOSED
                 loop = self._aloop
                 if loop is None or loop.is_closed():
                     loop = asyncio.get_running_loop()  # close() of a never-connected conn
@@ -754,18 +584,18 @@ class Connection(_Negotiated):
     async def _close(self) -> None:
         timeout = self.config.close_timeout
         deadline = self._aloop.time() + timeout  # type: ignore[union-attr]
-        if self.state == SUBSCRIBED:
+        if self.state == ConnState.SUBSCRIBED:
             try:
                 await asyncio.wait_for(asyncio.shield(self.send_cls()), timeout)
             except Exception:
                 pass
-        if self._pending and self.state != CLOSED:
+        if self._pending and self.state != ConnState.CLOSED:
             remaining = max(0.0, deadline - self._aloop.time())  # type: ignore[union-attr]
             await asyncio.wait(list(self._pending), timeout=remaining)
         self._closing_by_us = True
         # answers (FIN/REQ) queued while we wait for the last write are still sent: flush
         # until nothing new was queued, within close_timeout
-        while self.state != CLOSED:
+        while self.state != ConnState.CLOSED:
             self._flush()
             last = self._last_write
             if last is None or last.done():
@@ -787,7 +617,7 @@ class Connection(_Negotiated):
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Close the socket now (no CLS); on_close gets ``exc``."""
-        if self.state == CLOSED:
+        if self.state == ConnState.CLOSED:
             return
         if exc is None:
             self._closing_by_us = True
@@ -805,9 +635,9 @@ class Connection(_Negotiated):
             await asyncio.shield(self._closed_fut)
 
     def _on_stream_closed(self, exc: BaseException | None) -> None:
-        if self.state == CLOSED:
+        if self.state == ConnState.CLOSED:
             return
-        self.state = CLOSED
+        self.state = ConnState.CLOSED
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -833,323 +663,3 @@ class Connection(_Negotiated):
                 log.exception("[%s] on_close callback failed", self.address)
 
 
-# -----------------------------------------------------------------------------------------
-
-
-class SyncConnection(_Negotiated):
-    """A blocking nsqd connection for publishing from the caller's thread.
-
-    On loopback an nsqd round trip takes about 10 microseconds; a hop to an event-loop
-    thread and back costs ten times that. So the Producer's blocking calls talk to nsqd
-    directly through this class: same handshake as :class:`Connection` (IDENTIFY, TLS,
-    snappy/deflate, AUTH), plain sockets. Threads that share it pipeline: each writes its
-    command at once (in order, under a write lock), then whichever thread holds the read
-    lock reads answers in order and hands each to the thread whose command it answers, until
-    its own has come (leader/follower). Heartbeats that arrive while waiting for an answer
-    are answered with NOP; a connection left idle for longer than the heartbeat interval
-    is reopened before use (nsqd drops clients silent for two intervals).
-    """
-
-    def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
-        self.host = host
-        self.port = int(port)
-        self.address = f"{host}:{self.port}"
-        self.config = config or ConnectionConfig()
-        self._init_negotiated()
-        self._sock: Any = None
-        self._codec: _SnappyStream | _DeflateStream | None = None
-        self._decoder = protocol.FrameDecoder(None, self.config.max_frame_size)
-        self._frames: deque[tuple[int, bytes]] = deque()
-        self._wlock = threading.Lock()  # writes, and the order of _waiting
-        self._rlock = threading.Lock()  # reading answers
-        self._waiting: deque[_Waiter] = deque()
-        self.last_used = 0.0
-        self.closed = True
-
-    def __repr__(self) -> str:
-        return f"<SyncConnection {self.address} {'closed' if self.closed else 'open'}>"
-
-    # -- connect ----------------------------------------------------------------------------
-
-    def connect(self) -> "SyncConnection":
-        """Open and negotiate; raises the same typed errors as Connection.connect."""
-        import socket
-
-        cfg = self.config
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=cfg.connect_timeout)
-        except socket.timeout:
-            raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
-                               f"{self.address}; is it reachable?") from None
-        except OSError as exc:
-            raise ConnectError(f"cannot connect to nsqd at {self.address}: {exc}; is nsqd "
-                               "running and listening there?") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(cfg.response_timeout)
-        self._sock = sock
-        self._codec = None
-        self._decoder.reset()
-        self._frames.clear()
-        self.closed = False
-        try:
-            self._handshake()
-        except BaseException as exc:
-            self.close()
-            if isinstance(exc, NSQError) or not isinstance(exc, Exception):
-                raise
-            if isinstance(exc, socket.timeout):
-                raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
-                                      f"{cfg.response_timeout}s during the handshake") from exc
-            if isinstance(exc, ssl.SSLError):
-                raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
-                               "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
-            raise ConnectionClosedError(f"nsqd at {self.address} closed the connection during "
-                                        f"the handshake: {exc}") from exc
-        # From here on a blocking socket with kernel timeouts: a Python-level timeout
-        # costs a poll() before every send and recv, which doubles a 10 us round trip.
-        try:
-            t = cfg.response_timeout
-            tv = struct.pack("ll", int(t), int((t - int(t)) * 1e6))
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-            self._sock.settimeout(None)
-        except (OSError, struct.error):  # pragma: no cover - platform without them
-            pass
-        self.last_used = time.monotonic()
-        return self
-
-    def _handshake(self) -> None:
-        cfg = self.config
-        self._sock.sendall(protocol.MAGIC_V2 + protocol.identify(cfg.identify_payload()))
-        ftype, data = self._read_frame(exact=True)
-        if ftype == protocol.FRAME_TYPE_ERROR:
-            raise error_from_frame(data, self.address)
-        self._apply_identify(protocol.parse_identify_response(data))
-        if cfg.tls_v1 and not self.tls:
-            raise TLSError(f"nsqd at {self.address} does not offer TLS (start it with "
-                           "--tls-cert and --tls-key) but tls_v1 was requested")
-        if self.tls:
-            try:
-                ctx = cfg.ssl_context()
-                self._sock = ctx.wrap_socket(self._sock,
-                                             server_hostname=cfg.tls_server_hostname or self.host)
-            except (OSError, ssl.SSLError) as exc:
-                raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
-                               "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
-            try:
-                self._expect_ok(exact=True)
-            except (ssl.SSLError, ConnectionError, OSError) as exc:
-                raise TLSError(f"nsqd at {self.address} dropped the connection right after the "
-                               f"TLS handshake ({exc}): it refused our client certificate? "
-                               "(check tls_cert_file/tls_key_file)") from exc
-        if self.snappy:
-            self._codec = _SnappyStream()
-            self._expect_ok()
-        elif self.deflate:
-            self._codec = _DeflateStream(self.deflate_level or cfg.deflate_level)
-            self._expect_ok()
-        if self.auth_required:
-            if cfg.auth_secret is None:
-                raise AuthError(f"nsqd at {self.address} requires AUTH: set the auth_secret "
-                                "connection option")
-            self._write(protocol.auth(cfg.auth_secret))
-            ftype, data = self._read_frame()
-            if ftype == protocol.FRAME_TYPE_ERROR:
-                raise error_from_frame(data, self.address)
-            try:
-                self.auth_response = json.loads(data)
-            except ValueError as exc:
-                raise ProtocolError(f"AUTH response from {self.address} is not JSON") from exc
-
-    def _expect_ok(self, exact: bool = False) -> None:
-        ftype, data = self._read_frame(exact)
-        if ftype == protocol.FRAME_TYPE_ERROR:
-            raise error_from_frame(data, self.address)
-        if data != protocol.OK:
-            raise ProtocolError(f"nsqd at {self.address} answered {data[:100]!r}, expected OK")
-
-    # -- IO ---------------------------------------------------------------------------------
-
-    def _write(self, data: bytes) -> None:
-        if self._codec is not None:
-            data = self._codec.compress(data)
-        self._sock.sendall(data)
-
-    def _recv_exact(self, n: int) -> bytes:
-        parts = []
-        while n:
-            chunk = self._sock.recv(n)
-            if not chunk:
-                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
-            parts.append(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
-
-    def _read_frame(self, exact: bool = False) -> tuple[int, bytes]:
-        """The next response/error frame (heartbeats answered and skipped). ``exact``
-        reads frame by frame (before a TLS or compression upgrade nothing more may be
-        read)."""
-        while True:
-            while self._frames:
-                ftype, data = self._frames.popleft()
-                if ftype == protocol.FRAME_TYPE_RESPONSE and data == _HEARTBEAT:
-                    self._answer_heartbeat()
-                    continue
-                return ftype, data
-            if exact:
-                header = self._recv_exact(4)
-                size = _SIZE.unpack(header)[0]
-                if size < 4 or size > self.config.max_frame_size:
-                    raise ProtocolError(f"nsqd at {self.address} sent a frame of size {size}; "
-                                        "is this an NSQ V2 server?")
-                chunk = header + self._recv_exact(size)
-            else:
-                raw = self._sock.recv(65536)
-                if not raw:
-                    partial = self._decoder.buffered
-                    where = (f" in the middle of a frame ({partial} bytes of an incomplete "
-                             "frame received)") if partial else ""
-                    raise ConnectionClosedError(f"nsqd at {self.address} closed the "
-                                                f"connection{where}")
-                chunk = self._codec.decompress(raw) if self._codec is not None else raw
-            msgs, others = self._decoder.feed(chunk)
-            if msgs:
-                raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
-            self._frames.extend(others)
-
-    def _answer_heartbeat(self) -> None:
-        # Another thread may be half-way through writing a command (a large MPUB takes
-        # several send calls; compressed data must go out in compression order): a NOP
-        # written then corrupts the stream. Write it only under the write lock; if a writer
-        # holds it, skip: the command being written resets nsqd's read deadline as well.
-        if self._wlock.acquire(blocking=False):
-            try:
-                if self._sock is not None:
-                    self._write(_NOP)
-            finally:
-                self._wlock.release()
-
-    def command(self, data: bytes) -> bytes:
-        """Send one command and return nsqd's answer (``b"OK"``), or raise its typed
-        error (a fatal one also closes this connection). Thread-safe, pipelined."""
-        w = _Waiter()
-        with self._wlock:
-            if self.closed:
-                raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
-            self._waiting.append(w)
-            try:
-                self._write(data)
-            except Exception as exc:
-                self._abort(self._map_error(exc))
-        with self._rlock:
-            while not w.done:
-                try:
-                    ftype, resp = self._next_answer()
-                except Exception as exc:
-                    self._abort(self._map_error(exc))
-                    break
-                except BaseException:
-                    self._abort(ConnectionClosedError(f"reading from nsqd at {self.address} "
-                                                      "was interrupted"))
-                    raise
-                try:
-                    head = self._waiting.popleft()
-                except IndexError:
-                    self._abort(ProtocolError(f"nsqd at {self.address} answered a command "
-                                              "that was not sent"))
-                    break
-                head.ftype, head.data, head.done = ftype, resp, True
-            self.last_used = time.monotonic()
-        if w.exc is not None:
-            raise w.exc
-        if w.ftype == protocol.FRAME_TYPE_ERROR:
-            exc2 = error_from_frame(w.data, self.address)
-            if exc2.fatal:
-                self._abort(ConnectionClosedError(
-                    f"nsqd at {self.address} closed the connection after {exc2.code}"))
-            raise exc2
-        return w.data
-
-    def _next_answer(self) -> tuple[int, bytes]:
-        if self._sock is None:
-            raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
-        if self._codec is None and not self._frames and not self._decoder.buffered:
-            raw = self._sock.recv(65536)
-            if raw == _OK_FRAME:  # the usual answer, whole: skip the decoder
-                return protocol.FRAME_TYPE_RESPONSE, protocol.OK
-            if not raw:
-                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
-            self._frames.extend(self._decoder.feed(raw)[1])
-        return self._read_frame()
-
-    def _map_error(self, exc: Exception) -> Exception:
-        import socket
-
-        if isinstance(exc, (socket.timeout, BlockingIOError, ssl.SSLWantReadError,
-                            ssl.SSLWantWriteError)):  # the kernel timeout surfaces as EAGAIN
-            return NSQTimeoutError(f"nsqd at {self.address} did not answer within "
-                                   f"{self.config.response_timeout}s")
-        if isinstance(exc, NSQError):
-            return exc
-        if isinstance(exc, (OSError, AttributeError)):  # AttributeError: socket gone
-            return ConnectionClosedError(f"connection to nsqd at {self.address} failed: {exc}")
-        return exc
-
-    def _abort(self, exc: Exception) -> None:
-        """Close, and fail every command still waiting for an answer."""
-        self._close_socket()
-        while self._waiting:
-            try:
-                w = self._waiting.popleft()
-            except IndexError:
-                break
-            if not w.done:
-                w.exc, w.done = exc, True
-
-    def ensure_open(self) -> "SyncConnection":
-        """Connect if closed, reconnect if stale; thread-safe."""
-        with self._wlock, self._rlock:
-            if not self.closed and not self.stale:
-                return self
-            self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was "
-                                              "reopened"))
-            self._frames.clear()
-            self.connect()
-        return self
-
-    @property
-    def stale(self) -> bool:
-        """Idle past the heartbeat interval: nsqd may be about to drop it; reopen first."""
-        hb = self.config.heartbeat_interval_ms
-        return hb > 0 and time.monotonic() - self.last_used > hb / 1000.0
-
-    def close(self) -> None:
-        """Close now; commands still waiting get ConnectionClosedError."""
-        self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was closed"))
-
-    def _close_socket(self) -> None:
-        import socket
-
-        self.closed = True
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
-            except OSError:
-                pass
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-
-class _Waiter:
-    """One blocking command waiting for its answer (see SyncConnection.command)."""
-
-    __slots__ = ("done", "ftype", "data", "exc")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.ftype = 0
-        self.data = b""
-        self.exc: Exception | None = None

@@ -37,7 +37,8 @@ from .message import Message, Responder
 __all__ = [
     "MAGIC_V2", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE",
     "HEARTBEAT", "OK", "CLOSE_WAIT", "DEFAULT_MAX_FRAME_SIZE",
-    "identify", "auth", "sub", "pub", "mpub", "dpub", "rdy", "fin", "req", "touch", "nop", "cls",
+    "identify", "auth", "sub", "pub", "mpub", "dpub", "rdy", "fin", "fins", "req", "touch", "nop",
+    "cls",
     "FrameDecoder", "MessageBlock", "decode_frames", "decode_message",
     "encode_frame", "encode_message_frame",
     "valid_topic_name", "valid_channel_name", "check_topic", "check_channel",
@@ -256,6 +257,11 @@ def rdy(count: int) -> bytes:
 def fin(message_id: bytes) -> bytes:
     """FIN message_id: the message was processed."""
     return b"FIN " + message_id + b"\n"
+
+
+def fins(message_ids: Iterable[bytes]) -> bytes:
+    """FIN for each of several messages, as one buffer."""
+    return b"".join([b"FIN " + i + b"\n" for i in message_ids])
 
 
 def req(message_id: bytes, delay_ms: int = 0) -> bytes:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.conn import _DeflateStream, _SnappyStream
+from nsq_spark.codecs import DeflateStream as _DeflateStream
+from nsq_spark.codecs import SnappyStream as _SnappyStream
 from nsq_spark.errors import ProtocolError
 from nsq_spark.protocol import FrameDecoder, encode_frame, encode_message_frame
 

@@ -1,0 +1,334 @@
+"""A blocking nsqd connection, for publishing from the caller's thread.
+
+:class:`SyncConnection` does blocking socket IO only: the handshake is
+:class:`nsq_spark.handshake.Handshake`'s (the same object :class:`~nsq_spark.conn.Connection`
+drives on tornado), the wire format :mod:`nsq_spark.protocol`'s, the compression
+:mod:`nsq_spark.codecs`'. Importable from :mod:`nsq_spark.conn` as well, where it lived.
+"""
+
+from __future__ import annotations
+
+import ssl
+import struct
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from . import protocol
+from .codecs import StreamCodec, make_codec
+from .config import ConnectionConfig
+from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQTimeoutError,
+                     ProtocolError, TLSError, error_from_frame)
+from .handshake import (Handshake, InstallCodec, Negotiated, NegotiatedAttributes, SendBytes,
+                        StartTLS)
+
+__all__ = ["SyncConnection"]
+
+_NOP = protocol.nop()
+_HEARTBEAT = protocol.HEARTBEAT
+_OK_FRAME = protocol.encode_frame(protocol.FRAME_TYPE_RESPONSE, protocol.OK)
+
+
+class SyncConnection(NegotiatedAttributes):
+    """A blocking nsqd connection for publishing from the caller's thread.
+
+    On loopback an nsqd round trip takes about 10 microseconds; a hop to an event-loop
+    thread and back costs ten times that. So the Producer's blocking calls talk to nsqd
+    directly through this class: same handshake as :class:`Connection` (IDENTIFY, TLS,
+    snappy/deflate, AUTH), plain sockets. Threads that share it pipeline: each writes its
+    command at once (in order, under a write lock), then whichever thread holds the read
+    lock reads answers in order and hands each to the thread whose command it answers, until
+    its own has come (leader/follower). Heartbeats that arrive while waiting for an answer
+    are answered with NOP; a connection left idle for longer than the heartbeat interval
+    is reopened before use (nsqd drops clients silent for two intervals).
+    """
+
+    def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
+        self.host = host
+        self.port = int(port)
+        self.address = f"{host}:{self.port}"
+        self.config = config or ConnectionConfig()
+        self._adopt(Negotiated())  # nsqd's defaults until IDENTIFY answers
+        self._sock: Any = None
+        self._codec: StreamCodec | None = None
+        self._decoder = protocol.FrameDecoder(None, self.config.max_frame_size)
+        self._frames: deque[tuple[int, bytes]] = deque()
+        self._wlock = threading.Lock()  # writes, and the order of _waiting
+        self._rlock = threading.Lock()  # reading answers
+        self._waiting: deque[_Waiter] = deque()
+        self.last_used = 0.0
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"<SyncConnection {self.address} {'closed' if self.closed else 'open'}>"
+
+    # -- connect ----------------------------------------------------------------------------
+
+    def connect(self) -> "SyncConnection":
+        """Open and negotiate; raises the same typed errors as Connection.connect."""
+        import socket
+
+        cfg = self.config
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=cfg.connect_timeout)
+        except socket.timeout:
+            raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
+                               f"{self.address}; is it reachable?") from None
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to nsqd at {self.address}: {exc}; is nsqd "
+                               "running and listening there?") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(cfg.response_timeout)
+        self._sock = sock
+        self._codec = None
+        self._decoder.reset()
+        self._frames.clear()
+        self.closed = False
+        try:
+            self._handshake()
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, NSQError) or not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, socket.timeout):
+                raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                      f"{cfg.response_timeout}s during the handshake") from exc
+            if isinstance(exc, ssl.SSLError):
+                raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
+                               "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
+            raise ConnectionClosedError(f"nsqd at {self.address} closed the connection during "
+                                        f"the handshake: {exc}") from exc
+        # From here on a blocking socket with kernel timeouts: a Python-level timeout
+        # costs a poll() before every send and recv, which doubles a 10 us round trip.
+        try:
+            t = cfg.response_timeout
+            tv = struct.pack("ll", int(t), int((t - int(t)) * 1e6))
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            self._sock.settimeout(None)
+        except (OSError, struct.error):  # pragma: no cover - platform without them
+            pass
+        self.last_used = time.monotonic()
+        return self
+
+    def _handshake(self) -> None:
+        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the socket."""
+        import socket
+
+        hs = Handshake(self.config, self.host, self.port, self._decoder)
+        self._sock.sendall(hs.initial_bytes())
+        while True:
+            n = hs.read_size
+            try:
+                if n is not None:
+                    data = self._recv_exact(n)
+                else:
+                    raw = self._sock.recv(65536)
+                    if not raw:
+                        raise hs.connection_lost()
+                    assert self._codec is not None
+                    data = self._codec.decompress(raw)
+            except socket.timeout:
+                raise
+            except ConnectionClosedError:  # end of stream in _recv_exact
+                raise hs.connection_lost() from None
+            except NSQError:
+                raise
+            except (ssl.SSLError, OSError) as exc:
+                raise hs.connection_lost(exc) from exc
+            for action in hs.receive_data(data):
+                if isinstance(action, SendBytes):
+                    self._write(action.data)
+                elif isinstance(action, StartTLS):
+                    self._start_tls(action.server_hostname)
+                elif isinstance(action, InstallCodec):
+                    self._codec = make_codec(action.kind, action.level)
+                else:
+                    self._adopt(action.negotiated)
+                    self._frames.extend(action.frames)
+                    return
+
+    def _start_tls(self, server_hostname: str) -> None:
+        try:
+            ctx = self.config.ssl_context()
+            self._sock = ctx.wrap_socket(self._sock, server_hostname=server_hostname)
+        except (OSError, ssl.SSLError) as exc:
+            raise TLSError(f"TLS with nsqd at {self.address} failed: {exc} (check "
+                           "tls_ca_file / tls_cert_file, or the server's certificate)") from exc
+
+    # -- IO ---------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        if self._codec is not None:
+            data = self._codec.compress(data)
+        self._sock.sendall(data)
+
+    def _recv_exact(self, n: int) -> bytes:
+        parts = []
+        while n:
+            chunk = self._sock.recv(n)
+            if not chunk:
+                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def _read_frame(self) -> tuple[int, bytes]:
+        """The next response/error frame (heartbeats answered and skipped)."""
+        while True:
+            while self._frames:
+                ftype, data = self._frames.popleft()
+                if ftype == protocol.FRAME_TYPE_RESPONSE and data == _HEARTBEAT:
+                    self._answer_heartbeat()
+                    continue
+                return ftype, data
+            raw = self._sock.recv(65536)
+            if not raw:
+                partial = self._decoder.buffered
+                where = (f" in the middle of a frame ({partial} bytes of an incomplete "
+                         "frame received)") if partial else ""
+                raise ConnectionClosedError(f"nsqd at {self.address} closed the "
+                                            f"connection{where}")
+            chunk = self._codec.decompress(raw) if self._codec is not None else raw
+            msgs, others = self._decoder.feed(chunk)
+            if msgs:
+                raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
+            self._frames.extend(others)
+
+    def _answer_heartbeat(self) -> None:
+        # Another thread may be half-way through writing a command (a large MPUB takes
+        # several send calls; compressed data must go out in compression order): a NOP
+        # written then corrupts the stream. Write it only under the write lock; if a writer
+        # holds it, skip: the command being written resets nsqd's read deadline as well.
+        if self._wlock.acquire(blocking=False):
+            try:
+                if self._sock is not None:
+                    self._write(_NOP)
+            finally:
+                self._wlock.release()
+
+    def command(self, data: bytes) -> bytes:
+        """Send one command and return nsqd's answer (``b"OK"``), or raise its typed
+        error (a fatal one also closes this connection). Thread-safe, pipelined."""
+        w = _Waiter()
+        with self._wlock:
+            if self.closed:
+                raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
+            self._waiting.append(w)
+            try:
+                self._write(data)
+            except Exception as exc:
+                self._abort(self._map_error(exc))
+        with self._rlock:
+            while not w.done:
+                try:
+                    ftype, resp = self._next_answer()
+                except Exception as exc:
+                    self._abort(self._map_error(exc))
+                    break
+                except BaseException:
+                    self._abort(ConnectionClosedError(f"reading from nsqd at {self.address} "
+                                                      "was interrupted"))
+                    raise
+                try:
+                    head = self._waiting.popleft()
+                except IndexError:
+                    self._abort(ProtocolError(f"nsqd at {self.address} answered a command "
+                                              "that was not sent"))
+                    break
+                head.ftype, head.data, head.done = ftype, resp, True
+            self.last_used = time.monotonic()
+        if w.exc is not None:
+            raise w.exc
+        if w.ftype == protocol.FRAME_TYPE_ERROR:
+            exc2 = error_from_frame(w.data, self.address)
+            if exc2.fatal:
+                self._abort(ConnectionClosedError(
+                    f"nsqd at {self.address} closed the connection after {exc2.code}"))
+            raise exc2
+        return w.data
+
+    def _next_answer(self) -> tuple[int, bytes]:
+        if self._sock is None:
+            raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
+        if self._codec is None and not self._frames and not self._decoder.buffered:
+            raw = self._sock.recv(65536)
+            if raw == _OK_FRAME:  # the usual answer, whole: skip the decoder
+                return protocol.FRAME_TYPE_RESPONSE, protocol.OK
+            if not raw:
+                raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
+            self._frames.extend(self._decoder.feed(raw)[1])
+        return self._read_frame()
+
+    def _map_error(self, exc: Exception) -> Exception:
+        import socket
+
+        if isinstance(exc, (socket.timeout, BlockingIOError, ssl.SSLWantReadError,
+                            ssl.SSLWantWriteError)):  # the kernel timeout surfaces as EAGAIN
+            return NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                   f"{self.config.response_timeout}s")
+        if isinstance(exc, NSQError):
+            return exc
+        if isinstance(exc, (OSError, AttributeError)):  # AttributeError: socket gone
+            return ConnectionClosedError(f"connection to nsqd at {self.address} failed: {exc}")
+        return exc
+
+    def _abort(self, exc: Exception) -> None:
+        """Close, and fail every command still waiting for an answer."""
+        self._close_socket()
+        while self._waiting:
+            try:
+                w = self._waiting.popleft()
+            except IndexError:
+                break
+            if not w.done:
+                w.exc, w.done = exc, True
+
+    def ensure_open(self) -> "SyncConnection":
+        """Connect if closed, reconnect if stale; thread-safe."""
+        with self._wlock, self._rlock:
+            if not self.closed and not self.stale:
+                return self
+            self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was "
+                                              "reopened"))
+            self._frames.clear()
+            self.connect()
+        return self
+
+    @property
+    def stale(self) -> bool:
+        """Idle past the heartbeat interval: nsqd may be about to drop it; reopen first."""
+        hb = self.config.heartbeat_interval_ms
+        return hb > 0 and time.monotonic() - self.last_used > hb / 1000.0
+
+    def close(self) -> None:
+        """Close now; commands still waiting get ConnectionClosedError."""
+        self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was closed"))
+
+    def _close_socket(self) -> None:
+        import socket
+
+        self.closed = True
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+            except OSError:
+                pass
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+class _Waiter:
+    """One blocking command waiting for its answer (see SyncConnection.command)."""
+
+    __slots__ = ("done", "ftype", "data", "exc")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.ftype = 0
+        self.data = b""
+        self.exc: Exception | None = None
