@@ -213,7 +213,6 @@ class Handshake:
         self._step = _Step.IDENTIFY
         self._plain = bytearray()  # the frame being read exactly (before a codec)
         self._compressed = False
-        self._first = True  # nothing received yet: an HTTP answer is recognised here
         self._late: list[tuple[int, bytes]] = []  # frames that followed the last answer
 
     # -- what the IO loop asks ------------------------------------------------------------
@@ -279,8 +278,6 @@ class Handshake:
     # -- internals --------------------------------------------------------------------------
 
     def _receive(self, data: bytes) -> list[Action]:
-        if self._first and data:
-            self._check_first_bytes(data)
         if self._compressed:
             return self._frames(self._decode(data))
         actions: list[Action] = []
@@ -288,6 +285,9 @@ class Handshake:
         while len(self._plain) >= 4:
             size = _SIZE.unpack_from(self._plain, 0)[0]
             if size < 4 or size > self.config.max_frame_size:
+                if self._plain[:4] == b"HTTP":  # size 1213486160: an HTTP response
+                    raise ProtocolError(f"nsqd at {self.address} answered with HTTP: "
+                                        f"{HTTP_PORT_HINT}")
                 raise self._not_nsq(f"sent a frame of size {size}")
             if len(self._plain) < 4 + size:
                 break
@@ -310,20 +310,15 @@ class Handshake:
                                     "bytes")
         return actions
 
-    def _check_first_bytes(self, data: bytes) -> None:
-        head = bytes(self._plain[:4]) + data[:4] if self._plain else data[:4]
-        if len(head) < 4:
-            return
-        self._first = False
-        if head == b"HTTP":
-            raise ProtocolError(f"nsqd at {self.address} answered with HTTP: {HTTP_PORT_HINT}")
-
     def _not_nsq(self, what: str) -> ProtocolError:
         return ProtocolError(f"nsqd at {self.address} {what} during the handshake; is this "
                              "an NSQ V2 server (nsqd's TCP port, 4150 by default)?")
 
     def _decode(self, data: bytes) -> list[tuple[int, bytes]]:
-        msgs, others = self._decoder.feed(data)
+        try:
+            msgs, others = self._decoder.feed(data)
+        except ProtocolError as exc:
+            raise ProtocolError(f"nsqd at {self.address}, during the handshake: {exc}") from None
         if msgs:
             raise ProtocolError(f"nsqd at {self.address} sent messages during the handshake "
                                 "(before SUB)")
@@ -340,8 +335,6 @@ class Handshake:
                 continue
             if ftype == protocol.FRAME_TYPE_ERROR:
                 raise error_from_frame(data, self.address)
-            if ftype != protocol.FRAME_TYPE_RESPONSE:
-                raise self._not_nsq(f"sent a frame of type {ftype}")
             actions += self._on_response(data)
         return actions
 

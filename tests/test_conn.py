@@ -13,7 +13,7 @@ import pytest
 from conn_helpers import channel_stats, http_pub, run, wait_for
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection
+from nsq_spark.conn import Connection, ConnState
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster, free_port
 
@@ -311,6 +311,38 @@ def test_handshake_against_non_nsq_server_fails_typed() -> None:
         with pytest.raises((errors.ProtocolError, errors.ConnectionClosedError)):
             await Connection("127.0.0.1", port).connect()
         server.close()
+
+    run(main())
+
+
+def test_nsqds_http_port_given_as_its_tcp_port_says_so(nsqd: NSQCluster) -> None:
+    """nsqd's HTTP port answers the magic with an HTTP 400, whose first four bytes read as
+    a frame of size 1213486160 ('HTTP'): both connections name the mistake instead."""
+    from nsq_spark.sync_conn import SyncConnection
+
+    host, port = _hostport(nsqd.nsqd_http_addresses[0])
+    with pytest.raises(errors.ProtocolError, match=r"HTTP port.*TCP port \(4150"):
+        SyncConnection(host, port).connect()
+
+    async def main() -> None:
+        conn = Connection(host, port)
+        with pytest.raises(errors.ProtocolError, match=r"HTTP port.*TCP port \(4150"):
+            await conn.connect()
+        assert conn.state is ConnState.CLOSED
+
+    run(main())
+
+
+def test_connection_states_are_the_enum(nsqd: NSQCluster) -> None:
+    async def main() -> None:
+        conn = Connection(*_hostport(nsqd.nsqd_tcp_addresses[0]), on_messages=lambda c, m: None)
+        assert conn.state is ConnState.INIT
+        await conn.connect()
+        assert conn.state is ConnState.CONNECTED
+        await conn.subscribe(_topic(), "ch")
+        assert conn.state is ConnState.SUBSCRIBED and conn.state == "subscribed"
+        await conn.close()
+        assert conn.state is ConnState.CLOSED
 
     run(main())
 
