@@ -8,9 +8,9 @@ whole read chunk at once, then decoded by :class:`~nsq_spark.protocol.FrameDecod
 Bounded output: ``decompress(data, max_length)`` returns at most about ``max_length`` bytes
 and keeps the rest of the input; :attr:`has_pending_output` then says that more output is
 ready without new input, and ``decompress(b"", max_length)`` gives it. A small compressed
-read can expand a thousandfold (deflate), so an IO loop that wants its memory per read
-bounded drains with that pair; ``max_length`` 0 (the default) means unbounded, one call per
-read, which is what the connections do today.
+read can expand a thousandfold (deflate), so the connections drain with that pair, bounded
+by ``max_frame_size`` (a frame of that size still completes; a few KiB of deflated zeros do
+not become gigabytes in one step). ``max_length`` 0 (the default) means unbounded.
 
 Corrupt input raises :class:`~nsq_spark.errors.ProtocolError` naming the codec.
 """

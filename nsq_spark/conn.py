@@ -233,11 +233,13 @@ class Connection(NegotiatedAttributes):
             try:
                 if n is not None:
                     data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
+                elif self._codec is not None and self._codec.has_pending_output:
+                    data = self._codec.decompress(b"", self.config.max_frame_size)
                 else:
                     raw = await asyncio.wait_for(self._stream.read_bytes(65536, partial=True),
                                                  timeout)
                     assert self._codec is not None
-                    data = self._codec.decompress(raw)
+                    data = self._codec.decompress(raw, self.config.max_frame_size)
             except StreamClosedError as exc:
                 raise hs.connection_lost(exc.real_error) from exc
             except (ssl.SSLError, ConnectionError) as exc:
@@ -293,6 +295,10 @@ class Connection(NegotiatedAttributes):
         rbuf = bytearray(self.config.read_size)
         rview = memoryview(rbuf)
         read_into = stream.read_into
+        # decompressed bytes per step: a frame up to max_frame_size still completes, and a
+        # small compressed read cannot expand into gigabytes at once
+        bound = self.config.max_frame_size
+        now = time_()
         exc: BaseException | None = None
         try:
             if self._early:
@@ -300,14 +306,18 @@ class Connection(NegotiatedAttributes):
                 self._early.clear()
                 self._handle_frames(others)
             while True:
-                n = await read_into(rbuf, partial=True)
-                data = rview[:n].tobytes()
-                self.last_recv = now = time_()
                 codec = self._codec
-                if codec is not None:
-                    data = codec.decompress(data)
-                    if not data:
-                        continue
+                if codec is not None and codec.has_pending_output:
+                    # a read that expanded past the bound: the rest, before reading more
+                    data = codec.decompress(b"", bound)
+                else:
+                    n = await read_into(rbuf, partial=True)
+                    data = rview[:n].tobytes()
+                    self.last_recv = now = time_()
+                    if codec is not None:
+                        data = codec.decompress(data, bound)
+                if not data:
+                    continue
                 msgs, others = feed(data)
                 if others:
                     self._handle_frames(others)

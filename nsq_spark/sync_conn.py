@@ -123,12 +123,14 @@ class SyncConnection(NegotiatedAttributes):
             try:
                 if n is not None:
                     data = self._recv_exact(n)
+                elif self._codec is not None and self._codec.has_pending_output:
+                    data = self._codec.decompress(b"", self.config.max_frame_size)
                 else:
                     raw = self._sock.recv(65536)
                     if not raw:
                         raise hs.connection_lost()
                     assert self._codec is not None
-                    data = self._codec.decompress(raw)
+                    data = self._codec.decompress(raw, self.config.max_frame_size)
             except socket.timeout:
                 raise
             except ConnectionClosedError:  # end of stream in _recv_exact
@@ -183,6 +185,10 @@ class SyncConnection(NegotiatedAttributes):
                     self._answer_heartbeat()
                     continue
                 return ftype, data
+            codec = self._codec
+            if codec is not None and codec.has_pending_output:  # a bounded step's rest
+                self._feed(codec.decompress(b"", self.config.max_frame_size))
+                continue
             raw = self._sock.recv(65536)
             if not raw:
                 partial = self._decoder.buffered
@@ -190,11 +196,14 @@ class SyncConnection(NegotiatedAttributes):
                          "frame received)") if partial else ""
                 raise ConnectionClosedError(f"nsqd at {self.address} closed the "
                                             f"connection{where}")
-            chunk = self._codec.decompress(raw) if self._codec is not None else raw
-            msgs, others = self._decoder.feed(chunk)
-            if msgs:
-                raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
-            self._frames.extend(others)
+            self._feed(codec.decompress(raw, self.config.max_frame_size)
+                       if codec is not None else raw)
+
+    def _feed(self, chunk: bytes) -> None:
+        msgs, others = self._decoder.feed(chunk)
+        if msgs:
+            raise ProtocolError(f"nsqd at {self.address} sent messages to a publisher")
+        self._frames.extend(others)
 
     def _answer_heartbeat(self) -> None:
         # Another thread may be half-way through writing a command (a large MPUB takes
