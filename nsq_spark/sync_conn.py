@@ -128,12 +128,12 @@ class SyncConnection(NegotiatedAttributes):
                 else:
                     raw = self._sock.recv(65536)
                     if not raw:
-                        raise hs.connection_lost()
+                        raise ConnectionClosedError("end of stream")  # made typed below
                     assert self._codec is not None
                     data = self._codec.decompress(raw, self.config.max_frame_size)
             except socket.timeout:
                 raise
-            except ConnectionClosedError:  # end of stream in _recv_exact
+            except ConnectionClosedError:  # end of stream
                 raise hs.connection_lost() from None
             except NSQError:
                 raise
