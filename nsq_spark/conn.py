@@ -38,6 +38,7 @@ from tornado.tcpclient import TCPClient
 from . import protocol
 from .codecs import DeflateStream as _DeflateStream  # noqa: F401  (old private names)
 from .codecs import SnappyStream as _SnappyStream  # noqa: F401
+from .addresses import Address
 from .codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerError,
@@ -108,7 +109,7 @@ class Connection(NegotiatedAttributes):
             config = config.replace(**options)
         self.host = host
         self.port = int(port)
-        self.address = f"{host}:{self.port}"
+        self.address = str(Address(host, self.port))  # IPv6 in brackets
         self.config = config
         if on_messages is not None and on_blocks is not None:
             raise ValueError("give on_messages or on_blocks, not both")

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
 from . import protocol
+from .addresses import Address
 from .codecs import CodecKind
 from .config import ConnectionConfig
 from .errors import (AuthError, ConnectionClosedError, NSQError, ProtocolError, TLSError,
@@ -206,7 +207,7 @@ class Handshake:
                  decoder: protocol.FrameDecoder | None = None) -> None:
         self.config = config
         self.host = host
-        self.address = f"{host}:{port}"
+        self.address = str(Address(host, port))
         self.negotiated = Negotiated()
         self._decoder = decoder if decoder is not None else protocol.FrameDecoder(
             None, config.max_frame_size)

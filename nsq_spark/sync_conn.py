@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from . import protocol
+from .addresses import Address
 from .codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQTimeoutError,
@@ -47,7 +48,7 @@ class SyncConnection(NegotiatedAttributes):
     def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
         self.host = host
         self.port = int(port)
-        self.address = f"{host}:{self.port}"
+        self.address = str(Address(host, self.port))  # IPv6 in brackets
         self.config = config or ConnectionConfig()
         self._adopt(Negotiated())  # nsqd's defaults until IDENTIFY answers
         self._sock: Any = None

@@ -391,3 +391,9 @@ def test_conn_state_compares_as_its_string() -> None:
     assert ConnState.SUBSCRIBED == "subscribed"
     assert f"{ConnState.CLOSED}" == "closed"
     assert json.dumps({"state": ConnState.CONNECTED}) == '{"state": "connected"}'
+
+
+def test_an_ipv6_nsqd_is_named_with_brackets() -> None:
+    hs = Handshake(ConnectionConfig(tls_v1=True), "::1", 4150)
+    with pytest.raises(errors.TLSError, match=r"nsqd at \[::1\]:4150 "):
+        feed(hs, response(identify_answer()))
