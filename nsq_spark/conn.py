@@ -241,6 +241,8 @@ class Connection(NegotiatedAttributes):
                                                  timeout)
                     assert self._codec is not None
                     data = self._codec.decompress(raw, self.config.max_frame_size)
+            except asyncio.TimeoutError:
+                raise hs.timed_out(timeout) from None
             except StreamClosedError as exc:
                 raise hs.connection_lost(exc.real_error) from exc
             except (ssl.SSLError, ConnectionError) as exc:

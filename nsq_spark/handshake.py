@@ -32,9 +32,9 @@ Errors are typed: nsqd's error frames become their :mod:`~nsq_spark.errors` clas
 AuthError; an HTTP server (nsqd's HTTP port given for its TCP port) or any other non-NSQ
 answer a ProtocolError that says so; an IDENTIFY answer with a field of the wrong type or
 range (a string for ``max_rdy_count``, ``1e400`` for ``msg_timeout``, JSON nested too deep)
-a ProtocolError naming the field. :meth:`Handshake.connection_lost` turns a connection that
-dropped half-way into the error that explains it (a refused client certificate right after
-the TLS upgrade, say).
+a ProtocolError naming the field. :meth:`Handshake.connection_lost` and
+:meth:`Handshake.timed_out` turn a connection that dropped or went silent half-way into the
+error that explains it (a refused client certificate right after the TLS upgrade, say).
 
 Differences from pynsq / go-nsq: both read the JSON answer with ``.get`` and trust its
 types; here a wrong type ends the connection with a ProtocolError. nsqd answering both
@@ -56,8 +56,8 @@ from . import protocol
 from .addresses import Address
 from .codecs import CodecKind
 from .config import ConnectionConfig
-from .errors import (AuthError, ConnectionClosedError, NSQError, ProtocolError, TLSError,
-                     error_from_frame)
+from .errors import (AuthError, ConnectionClosedError, NSQError, NSQTimeoutError,
+                     ProtocolError, TLSError, error_from_frame)
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +227,6 @@ class Handshake:
         return self._step is _Step.DONE
 
     @property
-    def waiting_for(self) -> str:
-        """What the handshake waits for (for error messages)."""
-        return self._step.value
-
-    @property
     def read_size(self) -> int | None:
         """Bytes to read next, exactly (no more: an upgrade may follow them); None once a
         codec is installed (read any amount, decompress, pass it on)."""
@@ -275,6 +270,13 @@ class Handshake:
                             "tls_cert_file, or the server's certificate)")
         return ConnectionClosedError(f"nsqd at {self.address} closed the connection during "
                                      f"the handshake, waiting for {step.value}{detail}")
+
+    def timed_out(self, seconds: float) -> NSQTimeoutError:
+        """The error for an answer that did not come within ``seconds``."""
+        self._step, step = _Step.FAILED, self._step
+        return NSQTimeoutError(f"nsqd at {self.address} did not answer within {seconds}s "
+                               f"during the handshake (waiting for {step.value}; raise "
+                               "response_timeout if nsqd or its auth server is slow)")
 
     # -- internals --------------------------------------------------------------------------
 

@@ -133,7 +133,7 @@ class SyncConnection(NegotiatedAttributes):
                     assert self._codec is not None
                     data = self._codec.decompress(raw, self.config.max_frame_size)
             except socket.timeout:
-                raise
+                raise hs.timed_out(self.config.response_timeout) from None
             except ConnectionClosedError:  # end of stream
                 raise hs.connection_lost() from None
             except NSQError:

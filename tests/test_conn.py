@@ -333,6 +333,34 @@ def test_nsqds_http_port_given_as_its_tcp_port_says_so(nsqd: NSQCluster) -> None
     run(main())
 
 
+def test_a_server_silent_after_identify_times_out_typed() -> None:
+    """Both connections: a TCP server that accepts and never answers gives
+    NSQTimeoutError naming the step, within response_timeout."""
+    import socket
+    import time
+
+    from nsq_spark.sync_conn import SyncConnection
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+    cfg = ConnectionConfig(response_timeout=0.5)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(errors.NSQTimeoutError, match="waiting for the IDENTIFY answer"):
+            SyncConnection("127.0.0.1", port, cfg).connect()
+
+        async def main() -> None:
+            with pytest.raises(errors.NSQTimeoutError, match="waiting for the IDENTIFY answer"):
+                await Connection("127.0.0.1", port, cfg).connect()
+
+        run(main())
+        assert time.monotonic() - t0 < 5
+    finally:
+        server.close()
+
+
 def test_connection_states_are_the_enum(nsqd: NSQCluster) -> None:
     async def main() -> None:
         conn = Connection(*_hostport(nsqd.nsqd_tcp_addresses[0]), on_messages=lambda c, m: None)

@@ -246,6 +246,14 @@ def test_connection_lost_explains_itself() -> None:
     assert isinstance(exc, errors.ConnectionClosedError) and "IDENTIFY" in str(exc)
 
 
+def test_a_silent_nsqd_times_out_naming_the_step() -> None:
+    hs = Handshake(ConnectionConfig(auth_secret="x"), "h", 1)
+    feed(hs, response(identify_answer(auth_required=True)))
+    exc = hs.timed_out(2.5)
+    assert isinstance(exc, errors.NSQTimeoutError)
+    assert "within 2.5s" in str(exc) and "the AUTH answer" in str(exc)
+
+
 # -- not nsqd, or a hostile one ------------------------------------------------------------
 
 @pytest.mark.parametrize("piece", [1, 3, 4, 100])
@@ -397,3 +405,20 @@ def test_an_ipv6_nsqd_is_named_with_brackets() -> None:
     hs = Handshake(ConnectionConfig(tls_v1=True), "::1", 4150)
     with pytest.raises(errors.TLSError, match=r"nsqd at \[::1\]:4150 "):
         feed(hs, response(identify_answer()))
+
+
+def test_handshake_and_codecs_do_no_io() -> None:
+    """Sans-IO below: the handshake and the codecs import no socket, loop, thread or clock."""
+    import ast
+    from pathlib import Path
+
+    import nsq_spark
+
+    io_modules = {"socket", "asyncio", "tornado", "threading", "time", "select", "selectors"}
+    for name in ("handshake.py", "codecs.py"):
+        tree = ast.parse((Path(nsq_spark.__file__).parent / name).read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and not node.level}
+        assert not imported & io_modules, (name, imported & io_modules)
