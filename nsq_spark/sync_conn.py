@@ -21,8 +21,8 @@ from .codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)
-from .handshake import (Handshake, InstallCodec, Negotiated, NegotiatedAttributes, SendBytes,
-                        StartTLS)
+from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
+                        SendBytes, StartTLS)
 
 __all__ = ["SyncConnection"]
 
@@ -63,6 +63,11 @@ class SyncConnection(NegotiatedAttributes):
 
     def __repr__(self) -> str:
         return f"<SyncConnection {self.address} {'closed' if self.closed else 'open'}>"
+
+    @property
+    def state(self) -> ConnState:
+        """CONNECTED while open (a publisher never subscribes), else CLOSED."""
+        return ConnState.CLOSED if self.closed else ConnState.CONNECTED
 
     # -- connect ----------------------------------------------------------------------------
 
