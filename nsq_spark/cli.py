@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SPOOLED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 AUTH_SECRET_ENV = "NSQ_AUTH_SECRET"
+CONNECT_GRACE = 2.0   # seconds tail waits for a first connection before --idle-exit applies
 
 
 def _add(p: argparse.ArgumentParser, *names: str, **kw: Any) -> None:
@@ -135,7 +136,8 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{publish,tail,install-nsq}")
 
-    p = sub.add_parser("publish", help="publish lines of files or stdin to a topic",
+    # no abbreviations: `--auth-secret X` must not be taken for --auth-secret-file X
+    p = sub.add_parser("publish", allow_abbrev=False, help="publish lines of files or stdin to a topic",
                        description="Publish one message per line (like to_nsq), with a "
                        "progress bar on stderr and an optional durable spool.")
     _add(p, "--topic", required=True, help="topic to publish to")
@@ -163,7 +165,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
          help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")
 
-    t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
+    t = sub.add_parser("tail", allow_abbrev=False, help="print the messages of a topic (like nsq_tail)",
                        description="Consume a topic and write each message body and a "
                        "newline to stdout (like nsq_tail).")
     _add(t, "--topic", action="append", required=True, dest="topics",
@@ -184,7 +186,8 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(t, "--print-topic", action="store_true", help="prefix each line with 'topic | '")
     _add(t, "--idle-exit", type=float, default=0,
          help="exit after this many seconds without a message (default 0: never); exit "
-         "status 1 if no nsqd was ever connected")
+         f"status 1 if no nsqd was ever connected (a first connection is given at least "
+         f"{CONNECT_GRACE:g} s)")
     _add(t, "--quiet", "-q", action="store_true",
          help="no status line on stderr (which channel is read)")
 
@@ -505,10 +508,12 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             if got:
                 last_msg = now
                 connected = True
-            elif args.idle_exit and now - last_msg >= args.idle_exit:
-                break
             if not connected:
                 connected = any(_ever_subscribed(r) for r in readers)
+            # the first connection gets at least CONNECT_GRACE s, whatever --idle-exit says
+            idle_limit = args.idle_exit if connected else max(args.idle_exit, CONNECT_GRACE)
+            if args.idle_exit and not got and now - last_msg >= idle_limit:
+                break
         if not connected:
             where = (f"nsqd {', '.join(args.nsqd_tcp_addresses)}" if args.nsqd_tcp_addresses
                      else f"any nsqd for topic {', '.join(args.topics)} through lookupd "
