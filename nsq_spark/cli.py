@@ -53,7 +53,7 @@ AUTH_SECRET_ENV = "NSQ_AUTH_SECRET"
 CONNECT_GRACE = 2.0   # seconds tail waits for a first connection before --idle-exit applies
 
 
-def _add(p: argparse.ArgumentParser, *names: str, **kw: Any) -> None:
+def _add(p: argparse.ArgumentParser | argparse._ArgumentGroup, *names: str, **kw: Any) -> None:
     """An option with its Go-style single-dash alias (``--topic`` and ``-topic``)."""
     aliases = [n for n in names]
     for n in names:
