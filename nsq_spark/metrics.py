@@ -151,17 +151,17 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
     for key, (metric, doc) in _READER_COUNTERS.items():
         present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
         if present:
-            fam: Metric = CounterMetricFamily(metric, doc, labels=labels)
+            counter = CounterMetricFamily(metric, doc, labels=labels)
             for n, s in present:
-                fam.add_metric(values(s, n), s[key])
-            yield fam
+                counter.add_metric(values(s, n), s[key])
+            yield counter
     for key, (metric, doc) in _READER_GAUGES.items():
         present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
         if present:
-            fam = GaugeMetricFamily(metric, doc, labels=labels)
+            gauge = GaugeMetricFamily(metric, doc, labels=labels)
             for n, s in present:
-                fam.add_metric(values(s, n), s[key])
-            yield fam
+                gauge.add_metric(values(s, n), s[key])
+            yield gauge
     if not readers:
         return
     backoff = GaugeMetricFamily("nsq_reader_backoff_level",
@@ -208,10 +208,10 @@ def _producer_families(producers: list[tuple[str, dict[str, Any]]]) -> Iterator[
     for key, (metric, doc) in _PRODUCER_COUNTERS.items():
         present = [(n, p) for n, _s, p in flat if isinstance(p.get(key), int)]
         if present:
-            fam: Metric = CounterMetricFamily(metric, doc, labels=["producer"])
+            counter = CounterMetricFamily(metric, doc, labels=["producer"])
             for n, p in present:
-                fam.add_metric([n], p[key])
-            yield fam
+                counter.add_metric([n], p[key])
+            yield counter
     up = GaugeMetricFamily("nsq_producer_nsqd_up", "1: connected to this nsqd; 0: down.",
                            labels=["producer", "nsqd"])
     any_up = False
@@ -227,10 +227,10 @@ def _producer_families(producers: list[tuple[str, dict[str, Any]]]) -> Iterator[
     for key, (metric, doc) in _SPOOL_COUNTERS.items():
         present = [(n, s) for n, s, _p in flat if isinstance(s.get(key), int)]
         if present:
-            fam = CounterMetricFamily(metric, doc, labels=["producer"])
+            counter = CounterMetricFamily(metric, doc, labels=["producer"])
             for n, s in present:
-                fam.add_metric([n], s[key])
-            yield fam
+                counter.add_metric([n], s[key])
+            yield counter
     pending = [(n, s) for n, s, _p in flat if isinstance(s.get("pending_bytes"), int)]
     if pending:
         gauge = GaugeMetricFamily("nsq_producer_spool_pending_bytes",
