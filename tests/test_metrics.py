@@ -8,6 +8,8 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -54,6 +56,25 @@ def test_producer_keys_that_exist_are_exported_and_missing_ones_are_not():
     assert ("nsq_producer_messages_total", (("producer", "old"),)) not in got
     assert value(got, "nsq_producer_nsqd_up", producer="old", nsqd="127.0.0.1:4150") == 1
     assert value(got, "nsq_producer_nsqd_up", producer="old", nsqd="127.0.0.1:4250") == 0
+
+
+_PRODUCER_KEYS = {"messages": "nsq_producer_messages_total", "bytes": "nsq_producer_bytes_total",
+                  "retries": "nsq_producer_retries_total", "errors": "nsq_producer_errors_total",
+                  "published": "nsq_producer_commands_total"}
+
+
+@pytest.mark.unit
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(_PRODUCER_KEYS)),
+                       st.integers(min_value=0, max_value=2**53)))
+def test_exactly_the_producer_keys_present_are_exported_with_their_values(stats):
+    registry = prometheus_client.CollectorRegistry()
+    collector = NSQCollector().register(registry)
+    holder = _Stats(stats)
+    collector.watch(holder, name="p")
+    got = {name: v for (name, labels), v in scrape(registry).items()
+           if name.startswith("nsq_producer_")}
+    assert got == {_PRODUCER_KEYS[k]: float(v) for k, v in stats.items()}
 
 
 @pytest.mark.unit
