@@ -515,12 +515,15 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             if args.idle_exit and not got and now - last_msg >= idle_limit:
                 break
         if not connected:
-            where = (f"nsqd {', '.join(args.nsqd_tcp_addresses)}" if args.nsqd_tcp_addresses
-                     else f"any nsqd for topic {', '.join(args.topics)} through lookupd "
-                     f"{', '.join(args.lookupd_http_addresses)}")
-            stderr.write(f"nsq-spark tail: error: never connected to {where} (is it "
-                         "running, is the address right, does the topic exist? "
-                         "--log-level info shows the attempts)\n")
+            if args.nsqd_tcp_addresses:
+                where = (f"nsqd {', '.join(args.nsqd_tcp_addresses)} (is nsqd running "
+                         "there? the address is nsqd's TCP port, 4150 by default)")
+            else:
+                where = (f"any nsqd for topic {', '.join(args.topics)} through lookupd "
+                         f"{', '.join(args.lookupd_http_addresses)} (does the topic exist "
+                         "on an nsqd registered there? the address is lookupd's HTTP port, "
+                         "4161 by default)")
+            stderr.write(f"nsq-spark tail: error: never connected to {where}\n")
             return EXIT_ERROR
         return EXIT_OK
     finally:

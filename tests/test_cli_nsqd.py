@@ -228,3 +228,12 @@ def test_tail_reads_the_backlog_of_a_named_channel_published_before_it_started(n
                 nsq_cluster.nsqd_tcp_addresses[0], "-n", "10")
     assert r.returncode == 0, r.stderr.decode()
     assert sorted(r.stdout.split(b"\n")[:-1]) == bodies
+
+
+@pytest.mark.nsq_cluster(lookupd=1)
+def test_tail_through_lookupd_of_a_topic_no_nsqd_has_exits_1(nsq_cluster):
+    r = run_cli("tail", "--topic", "clinowhere", "--lookupd-http-address",
+                nsq_cluster.lookupd_http_addresses[0], "--idle-exit", "1")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "never connected to any nsqd for topic clinowhere through lookupd" in err
