@@ -44,8 +44,12 @@ import threading
 import weakref
 from typing import Any, Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import REGISTRY, CollectorRegistry
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import REGISTRY, CollectorRegistry
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("nsq_spark.metrics needs the prometheus-client library: "
+                      "pip install 'nsq-spark[prometheus]'") from exc
 
 log = logging.getLogger(__name__)
 
