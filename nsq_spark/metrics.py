@@ -28,7 +28,9 @@ Producer, label ``producer``:
   ``nsq_producer_messages_total``, ``nsq_producer_bytes_total``,
   ``nsq_producer_retries_total``, ``nsq_producer_errors_total`` (when ``stats()`` has
   them), ``nsq_producer_commands_total`` (acknowledged PUB/MPUB/DPUB/HTTP requests),
-  ``nsq_producer_nsqd_up`` (label ``nsqd``: 1 connected, 0 down); with a spool also
+  ``nsq_producer_nsqd_up`` (label ``nsqd``: 1 connected, 0 down), and when ``stats()``
+  has them per nsqd ``nsq_producer_nsqd_messages_total``, ``nsq_producer_nsqd_bytes_total``
+  (label ``nsqd``); with a spool also
   ``nsq_producer_spool_appended_total``, ``nsq_producer_spool_acked_total``,
   ``nsq_producer_spool_rejected_total``, ``nsq_producer_spool_pending_bytes``.
 
@@ -69,13 +71,16 @@ _READER_GAUGES = {
     "max_in_flight": ("nsq_reader_max_in_flight", "The max_in_flight setting."),
     "total_rdy": ("nsq_reader_rdy", "RDY counts sent, summed over connections."),
 }
+# stats() keys, the first present wins -> (metric name, help); counters
 _PRODUCER_COUNTERS = {
-    "messages": ("nsq_producer_messages", "Messages acknowledged by nsqd."),
-    "bytes": ("nsq_producer_bytes", "Body bytes of the messages acknowledged by nsqd."),
-    "retries": ("nsq_producer_retries", "Publish attempts retried after a transient failure."),
-    "errors": ("nsq_producer_errors", "Publish calls that failed for good."),
-    "published": ("nsq_producer_commands",
-                  "Commands acknowledged by nsqd (a PUB, an MPUB, an HTTP request: 1 each)."),
+    ("messages",): ("nsq_producer_messages", "Messages acknowledged by nsqd."),
+    ("bytes",): ("nsq_producer_bytes", "Body bytes of the messages acknowledged by nsqd."),
+    ("retries",): ("nsq_producer_retries",
+                   "Publish attempts retried after a transient failure."),
+    ("errors",): ("nsq_producer_errors", "Publishes that failed for good."),
+    ("commands", "published"): (
+        "nsq_producer_commands",
+        "Commands acknowledged by nsqd (a PUB, an MPUB, an HTTP request: 1 each)."),
 }
 _SPOOL_COUNTERS = {
     "appended": ("nsq_producer_spool_appended", "Messages written to the spool."),
@@ -204,42 +209,69 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
 
 
 def _producer_families(producers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
-    # a spooling producer's stats() nests its inner Producer's under "producer"
-    flat: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    # A spooling producer's stats() nests its inner Producer's under "producer": a key is
+    # taken from the outer dict when it is there (what the spool drained), else the inner.
+    merged: list[tuple[str, dict[str, Any]]] = []
     for name, stats in producers:
-        inner = stats.get("producer") if isinstance(stats.get("producer"), dict) else None
-        flat.append((name, stats, inner if inner is not None else stats))
-    for key, (metric, doc) in _PRODUCER_COUNTERS.items():
-        present = [(n, p) for n, _s, p in flat if isinstance(p.get(key), int)]
+        inner = stats.get("producer")
+        merged.append((name, {**inner, **stats} if isinstance(inner, dict) else stats))
+    for keys, (metric, doc) in _PRODUCER_COUNTERS.items():
+        rows = [(n, _first_int(s, keys)) for n, s in merged]
+        present = [(n, v) for n, v in rows if v is not None]
         if present:
             counter = CounterMetricFamily(metric, doc, labels=["producer"])
-            for n, p in present:
-                counter.add_metric([n], p[key])
+            for n, v in present:
+                counter.add_metric([n], v)
             yield counter
     up = GaugeMetricFamily("nsq_producer_nsqd_up", "1: connected to this nsqd; 0: down.",
                            labels=["producer", "nsqd"])
-    any_up = False
-    for n, _s, p in flat:
-        for address in p.get("connected") or ():
-            up.add_metric([n, str(address)], 1)
-            any_up = True
-        for address in (p.get("down") or {}):
-            up.add_metric([n, str(address)], 0)
-            any_up = True
-    if any_up:
-        yield up
+    per_messages = CounterMetricFamily("nsq_producer_nsqd_messages",
+                                       "Messages acknowledged by this nsqd.",
+                                       labels=["producer", "nsqd"])
+    per_bytes = CounterMetricFamily("nsq_producer_nsqd_bytes",
+                                    "Body bytes acknowledged by this nsqd.",
+                                    labels=["producer", "nsqd"])
+    for n, s in merged:
+        per_nsqd = s.get("nsqd")
+        if isinstance(per_nsqd, dict):   # {address: {"up", "messages", "bytes", ...}}
+            for address, d in per_nsqd.items():
+                if not isinstance(d, dict):
+                    continue
+                if isinstance(d.get("up"), bool):   # None: not tried yet
+                    up.add_metric([n, str(address)], int(d["up"]))
+                if isinstance(d.get("messages"), int):
+                    per_messages.add_metric([n, str(address)], d["messages"])
+                if isinstance(d.get("bytes"), int):
+                    per_bytes.add_metric([n, str(address)], d["bytes"])
+        else:                            # {"connected": [...], "down": {address: error}}
+            for address in s.get("connected") or ():
+                up.add_metric([n, str(address)], 1)
+            for address in s.get("down") or {}:
+                up.add_metric([n, str(address)], 0)
+    for family in (up, per_messages, per_bytes):
+        if family.samples:
+            yield family
     for key, (metric, doc) in _SPOOL_COUNTERS.items():
-        present = [(n, s) for n, s, _p in flat if isinstance(s.get(key), int)]
+        present = [(n, s[key]) for n, s in producers if isinstance(s.get(key), int)]
         if present:
             counter = CounterMetricFamily(metric, doc, labels=["producer"])
-            for n, s in present:
-                counter.add_metric([n], s[key])
+            for n, v in present:
+                counter.add_metric([n], v)
             yield counter
-    pending = [(n, s) for n, s, _p in flat if isinstance(s.get("pending_bytes"), int)]
+    pending = [(n, s["pending_bytes"]) for n, s in producers
+               if isinstance(s.get("pending_bytes"), int)]
     if pending:
         gauge = GaugeMetricFamily("nsq_producer_spool_pending_bytes",
                                   "Spooled bytes nsqd has not acknowledged yet.",
                                   labels=["producer"])
-        for n, s in pending:
-            gauge.add_metric([n], s["pending_bytes"])
+        for n, v in pending:
+            gauge.add_metric([n], v)
         yield gauge
+
+
+def _first_int(stats: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = stats.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

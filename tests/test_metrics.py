@@ -58,6 +58,33 @@ def test_producer_keys_that_exist_are_exported_and_missing_ones_are_not():
     assert value(got, "nsq_producer_nsqd_up", producer="old", nsqd="127.0.0.1:4250") == 0
 
 
+@pytest.mark.unit
+def test_per_nsqd_producer_stats_and_a_spooling_producers_outer_counters():
+    registry = prometheus_client.CollectorRegistry()
+    collector = NSQCollector().register(registry)
+    per_nsqd = _Stats({"messages": 5, "commands": 2, "published": 2, "nsqd": {
+        "a:1": {"up": True, "messages": 5, "bytes": 50, "last_error": None},
+        "b:2": {"up": False, "messages": 0, "bytes": 0, "last_error": "refused"},
+        "c:3": {"up": None, "messages": 0, "bytes": 0, "last_error": None}}})
+    spooling = _Stats({"messages": 9, "appended": 10, "acked": 9, "rejected": 1,
+                       "pending_bytes": 12, "producer": {"messages": 4, "published": 3}})
+    collector.watch(per_nsqd, name="direct")
+    collector.watch(spooling, name="spooled")
+    got = scrape(registry)
+    assert value(got, "nsq_producer_commands_total", producer="direct") == 2
+    assert value(got, "nsq_producer_nsqd_up", producer="direct", nsqd="a:1") == 1
+    assert value(got, "nsq_producer_nsqd_up", producer="direct", nsqd="b:2") == 0
+    assert ("nsq_producer_nsqd_up", (("nsqd", "c:3"), ("producer", "direct"))) not in got
+    assert value(got, "nsq_producer_nsqd_messages_total", producer="direct", nsqd="a:1") == 5
+    assert value(got, "nsq_producer_nsqd_bytes_total", producer="direct", nsqd="a:1") == 50
+    # the outer (spool) figure wins over the inner producer's; the inner fills the gaps
+    assert value(got, "nsq_producer_messages_total", producer="spooled") == 9
+    assert value(got, "nsq_producer_commands_total", producer="spooled") == 3
+    assert value(got, "nsq_producer_spool_appended_total", producer="spooled") == 10
+    assert value(got, "nsq_producer_spool_rejected_total", producer="spooled") == 1
+    assert value(got, "nsq_producer_spool_pending_bytes", producer="spooled") == 12
+
+
 _PRODUCER_KEYS = {"messages": "nsq_producer_messages_total", "bytes": "nsq_producer_bytes_total",
                   "retries": "nsq_producer_retries_total", "errors": "nsq_producer_errors_total",
                   "published": "nsq_producer_commands_total"}
