@@ -11,7 +11,20 @@ asked for.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # Type checkers and IDEs see the real classes through the top-level names; at run
+    # time they are loaded lazily by __getattr__ below (keep both lists in step: a unit
+    # test compares them).
+    from nsq_spark.config import ConnectionConfig
+    from nsq_spark.conn import Connection
+    from nsq_spark.errors import NSQError
+    from nsq_spark.errors import NSQError as Error
+    from nsq_spark.message import Message
+    from nsq_spark.producer import Producer, Writer
+    from nsq_spark.publish_spool import SpoolingProducer
+    from nsq_spark.reader import Reader, run
 
 __version__ = "0.1.0.dev0"
 

@@ -1,24 +1,36 @@
-"""Command-line tools: ``python -m nsq_spark publish`` and ``python -m nsq_spark tail``.
+"""Command-line tools: ``nsq-spark publish``, ``nsq-spark tail``, ``nsq-spark install-nsq``
+(``python -m nsq_spark ...`` is the same program; ``nsq-spark --version`` prints the version).
 
 ``publish`` is to_nsq with a progress bar and an optional durable spool: it reads files
 (or stdin), one message per line, and publishes them in MPUB batches::
 
-    python -m nsq_spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 a.jsonl b.jsonl
-    producer | python -m nsq_spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 \\
+    nsq-spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 a.jsonl b.jsonl
+    producer | nsq-spark publish --topic events --nsqd-tcp-address 127.0.0.1:4150 \\
         --spool-dir /var/spool/events
 
 With ``--spool-dir`` every line is in the spool before it is sent, and what nsqd has not
 acknowledged when the command ends (nsqd down, ``--flush-timeout`` passed, the process
-killed) is sent by the next run on the same directory.
+killed) is sent by the next run on the same directory. The summary line says how many
+messages were spooled and how many nsqd acknowledged, never more than it knows.
 
-``tail`` is nsq_tail: it consumes a topic on an ephemeral channel (by default) and writes
-each body followed by a newline to stdout::
+``tail`` is nsq_tail: it consumes a topic and writes each body followed by a newline to
+stdout::
 
-    python -m nsq_spark tail --topic events --lookupd-http-address 127.0.0.1:4161 -n 10
+    nsq-spark tail --topic events --lookupd-http-address 127.0.0.1:4161 -n 10
+
+By default it reads on a new ephemeral channel, which gets only the messages published
+after it exists (plus the topic's backlog when the topic has no channel yet); NSQ keeps a
+backlog per channel, so ``--channel NAME`` reads (and consumes: tail FINishes what it
+prints) the backlog of the named, durable channel. A line on stderr says which it does.
+
+Both take TLS (``--tls``, ``--tls-ca-file``, ...) and AUTH options; the AUTH secret comes
+from a file or the ``NSQ_AUTH_SECRET`` variable, never from the command line (``ps`` would
+show it), and is never printed.
 
 Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
-Exit status: 0 done, 1 error (the message says what and how to fix it), 2 bad usage,
-3 ``publish`` ended with messages still in the spool, 130 interrupted.
+Exit status: 0 done, 1 error (the message says what and how to fix it; also ``tail``
+ending without ever having connected to an nsqd), 2 bad usage, 3 ``publish`` ended with
+messages still in the spool, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -37,9 +49,11 @@ from typing import IO, Any, Iterator, Sequence
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SPOOLED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+AUTH_SECRET_ENV = "NSQ_AUTH_SECRET"
+CONNECT_GRACE = 2.0   # seconds tail waits for a first connection before --idle-exit applies
 
 
-def _add(p: argparse.ArgumentParser, *names: str, **kw: Any) -> None:
+def _add(p: argparse.ArgumentParser | argparse._ArgumentGroup, *names: str, **kw: Any) -> None:
     """An option with its Go-style single-dash alias (``--topic`` and ``-topic``)."""
     aliases = [n for n in names]
     for n in names:
@@ -68,12 +82,62 @@ def _delimiter(value: str) -> bytes:
     return raw
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m nsq_spark",
-                                     description="NSQ command-line tools of nsq_spark")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{publish,tail}")
+def _add_connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("TLS and AUTH (for a secured nsqd)")
+    _add(g, "--tls", action="store_true", help="upgrade connections to TLS (nsqd --tls-*)")
+    _add(g, "--tls-ca-file", metavar="PEM", help="CA certificates to verify nsqd with "
+         "(default: the system's)")
+    _add(g, "--tls-cert-file", metavar="PEM", help="client certificate (nsqd "
+         "--tls-client-auth-policy)")
+    _add(g, "--tls-key-file", metavar="PEM", help="key of --tls-cert-file")
+    _add(g, "--tls-no-verify", action="store_true",
+         help="do not verify nsqd's certificate (tests only)")
+    _add(g, "--auth-secret-file", metavar="FILE",
+         help=f"file holding the AUTH secret (first line); or set ${AUTH_SECRET_ENV}. "
+         "Never given on the command line, where other users could read it")
 
-    p = sub.add_parser("publish", help="publish lines of files or stdin to a topic",
+
+def _connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """ConnectionConfig options from the TLS/AUTH flags (see _add_connection_options)."""
+    opts: dict[str, Any] = {}
+    tls_files = {"tls_ca_file": args.tls_ca_file, "tls_cert_file": args.tls_cert_file,
+                 "tls_key_file": args.tls_key_file}
+    if args.tls or any(tls_files.values()) or args.tls_no_verify:
+        opts["tls_v1"] = True
+        opts.update({k: v for k, v in tls_files.items() if v})
+        if args.tls_no_verify:
+            opts["tls_verify"] = False
+    secret: str | None = None
+    if args.auth_secret_file:
+        try:
+            with open(args.auth_secret_file, encoding="utf-8") as f:
+                secret = f.readline().rstrip("\r\n")
+        except OSError as exc:
+            raise OSError(exc.errno, f"--auth-secret-file {args.auth_secret_file}: "
+                          f"cannot read it: {exc.strerror}") from exc
+        if not secret:
+            raise ValueError(f"--auth-secret-file {args.auth_secret_file}: the first line "
+                             "is empty; put the secret there")
+    elif os.environ.get(AUTH_SECRET_ENV):
+        secret = os.environ[AUTH_SECRET_ENV]
+    if secret:
+        opts["auth_secret"] = secret
+    return opts
+
+
+def _version() -> str:
+    from nsq_spark import __version__
+    return f"nsq-spark {__version__}"
+
+
+def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="NSQ command-line tools of nsq_spark")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{publish,tail,install-nsq}")
+
+    # no abbreviations: `--auth-secret X` must not be taken for --auth-secret-file X
+    p = sub.add_parser("publish", allow_abbrev=False, help="publish lines of files or stdin to a topic",
                        description="Publish one message per line (like to_nsq), with a "
                        "progress bar on stderr and an optional durable spool.")
     _add(p, "--topic", required=True, help="topic to publish to")
@@ -101,13 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
          help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")
 
-    t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
+    t = sub.add_parser("tail", allow_abbrev=False, help="print the messages of a topic (like nsq_tail)",
                        description="Consume a topic and write each message body and a "
                        "newline to stdout (like nsq_tail).")
     _add(t, "--topic", action="append", required=True, dest="topics",
          help="topic to consume (repeat for several)")
     _add(t, "--channel", default=None,
-         help="channel (default: tail<random>#ephemeral, which nsqd drops afterwards)")
+         help="channel to read, e.g. a durable one to read (and consume) its backlog "
+         "(default: a new tail<random>#ephemeral channel, which sees only messages "
+         "published from now on, unless the topic has no channel yet, and which nsqd drops "
+         "afterwards)")
     _add(t, "--nsqd-tcp-address", action="append", default=[], dest="nsqd_tcp_addresses",
          metavar="HOST:PORT", help="nsqd TCP address (repeatable)")
     _add(t, "--lookupd-http-address", action="append", default=[],
@@ -118,17 +185,35 @@ def build_parser() -> argparse.ArgumentParser:
     _add(t, "--max-in-flight", type=int, default=200, help="max in flight (default 200)")
     _add(t, "--print-topic", action="store_true", help="prefix each line with 'topic | '")
     _add(t, "--idle-exit", type=float, default=0,
-         help="exit after this many seconds without a message (default 0: never)")
+         help="exit after this many seconds without a message (default 0: never); exit "
+         f"status 1 if no nsqd was ever connected (a first connection is given at least "
+         f"{CONNECT_GRACE:g} s)")
+    _add(t, "--quiet", "-q", action="store_true",
+         help="no status line on stderr (which channel is read)")
 
     for sp in (p, t):
+        _add_connection_options(sp)
         _add(sp, "--log-level", default="warning",
              choices=["debug", "info", "warning", "error"], help="log level (stderr)")
+
+    i = sub.add_parser("install-nsq", help="provide the nsqd/nsqlookupd binaries",
+                       description="Find nsq v1.3.0 on PATH or in the cache, or build it "
+                       "once with Go, and print the directory (for NSQ_BIN_DIR).",
+                       add_help=False)
+    i.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
-         stdout: IO[bytes] | None = None, stderr: IO[str] | None = None) -> int:
-    parser = build_parser()
+         stdout: IO[bytes] | None = None, stderr: IO[str] | None = None,
+         prog: str = "nsq-spark") -> int:
+    """The ``nsq-spark`` command (console script) and ``python -m nsq_spark``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["install-nsq"]:
+        # its own parser: it needs only the standard library (runs before deps exist)
+        from nsq_spark import install
+        return install.main(argv[1:], stderr=stderr)
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -144,12 +229,12 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
         stderr.write("\ninterrupted\n")
         return EXIT_INTERRUPTED
     except (ValueError, OSError, RuntimeError) as exc:   # NSQError derives from these
-        stderr.write(f"nsq_spark {args.command}: error: {exc}\n")
+        stderr.write(f"nsq-spark {args.command}: error: {exc}\n")
         return EXIT_ERROR
     except Exception as exc:
         from nsq_spark.errors import NSQError
         if isinstance(exc, NSQError):
-            stderr.write(f"nsq_spark {args.command}: error: {exc}\n")
+            stderr.write(f"nsq-spark {args.command}: error: {exc}\n")
             return EXIT_ERROR
         raise
 
@@ -277,6 +362,10 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
     check_topic(args.topic)
     if args.batch_size < 1:
         raise ValueError("--batch-size must be at least 1")
+    connection_options = _connection_options(args)
+    if not args.spool_dir and args.message_id_digest:
+        raise ValueError("--message-id-digest needs --spool-dir (the digest is added "
+                         "by the spooling publisher)")
     opened, total = _inputs(args.files, stdin)
     progress = Progress(stderr, total, args.quiet)
     if args.spool_dir:
@@ -284,13 +373,10 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
         producer: Any = SpoolingProducer(
             args.nsqd_tcp_addresses, spool_dir=args.spool_dir, spool_fsync=args.spool_fsync,
             spool_max_bytes=args.spool_max_bytes, message_id_digest=args.message_id_digest,
-            batch_size=args.batch_size)
+            batch_size=args.batch_size, **connection_options)
     else:
-        if args.message_id_digest:
-            raise ValueError("--message-id-digest needs --spool-dir (the digest is added "
-                             "by the spooling publisher)")
         from nsq_spark.producer import Producer
-        producer = Producer(args.nsqd_tcp_addresses)
+        producer = Producer(args.nsqd_tcp_addresses, **connection_options)
     batch_size = args.batch_size
     per_msg = 0.0
     if args.rate > 0:
@@ -311,13 +397,11 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
             progress.update(len(bodies), raw)
         progress.done()
         if args.spool_dir:
-            if not producer.flush(args.flush_timeout):
-                left = producer.pending_bytes()
-                stderr.write(f"nsqd did not acknowledge everything within --flush-timeout="
-                             f"{args.flush_timeout}s: {left} bytes stay in the spool "
-                             f"{args.spool_dir} and are sent by the next run on it\n")
+            flushed = producer.flush(args.flush_timeout)
+            stderr.write(_spool_summary(args, progress.messages, producer.stats(), flushed))
+            if not flushed:
                 rc = EXIT_SPOOLED
-        if not args.quiet:
+        elif not args.quiet:
             stderr.write(f"published {progress.messages:,} messages to {args.topic}\n")
     finally:
         for _, f in opened:
@@ -328,6 +412,27 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
         else:
             producer.close()
     return rc
+
+
+def _spool_summary(args: argparse.Namespace, read: int, stats: dict[str, Any],
+                   flushed: bool) -> str:
+    """What a spooled publish really did: messages read and spooled, messages nsqd
+    acknowledged (which may include leftovers of earlier runs), what stays behind. Written
+    even with --quiet when something stays behind."""
+    acked, rejected = stats.get("acked", 0), stats.get("rejected", 0)
+    text = (f"spooled {read:,} messages for {args.topic} in {args.spool_dir}; nsqd "
+            f"acknowledged {acked:,}")
+    if stats.get("orphans_claimed"):
+        text += " (leftovers of earlier runs included)"
+    if rejected:
+        text += f"; nsqd refused {rejected:,} for good (moved to the spool's rejected/)"
+    if flushed:
+        return "" if args.quiet else text + "; nothing left in the spool\n"
+    last_error = stats.get("last_error")
+    return (text + f"; {stats.get('pending_bytes', 0):,} bytes were NOT acknowledged "
+            f"within --flush-timeout={args.flush_timeout:g}s"
+            + (f" (last error: {last_error})" if last_error else "")
+            + "; they stay in the spool and are sent by the next run on it\n")
 
 
 # ---------------------------------------------------------------------------------------
@@ -348,9 +453,19 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
     check_channel(channel)
     from nsq_spark.reader import Reader
 
+    connection_options = _connection_options(args)
+    if not args.quiet:
+        if args.channel:
+            what = (f"channel {channel!r}: its backlog, then new messages; what is printed "
+                    "is consumed (FINished)")
+        else:
+            what = (f"the new ephemeral channel {channel!r}: only messages published from "
+                    "now on (use --channel NAME to read a channel's backlog)")
+        stderr.write(f"tail: reading {', '.join(args.topics)} on {what}\n")
+        stderr.flush()
     readers = [Reader(topic, channel, nsqd_tcp_addresses=args.nsqd_tcp_addresses or None,
                       lookupd_http_addresses=args.lookupd_http_addresses or None,
-                      max_in_flight=args.max_in_flight)
+                      max_in_flight=args.max_in_flight, **connection_options)
                for topic in args.topics]
     stop = threading.Event()
 
@@ -362,6 +477,7 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, on_signal)
     written = 0
+    connected = False
     last_msg = time.monotonic()
     # one topic: wait longer per call; several: poll each briefly in turn
     poll = 0.5 if len(readers) == 1 else 0.05
@@ -391,11 +507,35 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             now = time.monotonic()
             if got:
                 last_msg = now
-            elif args.idle_exit and now - last_msg >= args.idle_exit:
-                return EXIT_OK
+                connected = True
+            if not connected:
+                connected = any(_ever_subscribed(r) for r in readers)
+            # the first connection gets at least CONNECT_GRACE s, whatever --idle-exit says
+            idle_limit = args.idle_exit if connected else max(args.idle_exit, CONNECT_GRACE)
+            if args.idle_exit and not got and now - last_msg >= idle_limit:
+                break
+        if not connected:
+            if args.nsqd_tcp_addresses:
+                where = (f"nsqd {', '.join(args.nsqd_tcp_addresses)} (is nsqd running "
+                         "there? the address is nsqd's TCP port, 4150 by default)")
+            else:
+                where = (f"any nsqd for topic {', '.join(args.topics)} through lookupd "
+                         f"{', '.join(args.lookupd_http_addresses)} (does the topic exist "
+                         "on an nsqd registered there? the address is lookupd's HTTP port, "
+                         "4161 by default)")
+            stderr.write(f"nsq-spark tail: error: never connected to {where}\n")
+            return EXIT_ERROR
         return EXIT_OK
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         for reader in readers:
             reader.close()
+
+
+def _ever_subscribed(reader: Any) -> bool:
+    """True once a connection of ``reader`` is subscribed (or was: it received messages)."""
+    for conn in reader.stats().get("connections", {}).values():
+        if conn.get("state") in ("subscribed", "closing") or conn.get("messages"):
+            return True
+    return False

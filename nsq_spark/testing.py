@@ -84,9 +84,13 @@ def find_binary(name: str, extra_dirs: Sequence[Path] = ()) -> str:
     if on_path:
         return on_path
     if name.startswith("nsq") or name in ("to_nsq",):
+        searched = ", ".join(str(d) for d in [*extra_dirs, *_default_nsq_bin_dirs()])
         hint = (
-            "run scripts/install-nsq (builds nsq v1.3.0 with Go and caches it), or put the "
-            "official release binaries on PATH or in $NSQ_BIN_DIR"
+            f"run `nsq-spark install-nsq` (installed with this package; it finds nsq "
+            f"v{NSQ_VERSION} on PATH or builds it once with Go, and prints the directory), "
+            "then set NSQ_BIN_DIR to that directory if it is not the default; or put the "
+            "official release binaries on PATH or in $NSQ_BIN_DIR "
+            f"(searched: {searched}, then PATH)"
         )
     else:
         hint = f"install it, e.g. `apt-get install -y {name}` (or scripts/install-services)"

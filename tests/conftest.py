@@ -4,9 +4,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The helper modules beside the tests (conn_helpers, reader_helpers, ...) import by their
+# plain names from any directory and in any pytest import mode: from a checkout, from an
+# unpacked sdist, from tests/spark/.
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
 
 _SERVERS = {"nsqd", "nsqlookupd", "redis-server", "memcached", "nsqadmin"}
 

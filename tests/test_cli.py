@@ -97,3 +97,78 @@ def test_unwritable_spool_dir_is_a_clear_error(tmp_path, capsys):
                    "--spool-dir", str(f / "spool")], stdin=io.BytesIO(b"x\n"))
     assert rc == cli.EXIT_ERROR
     assert "spool directory" in capsys.readouterr().err
+
+
+def test_version_is_printed_and_exits_0(capsys):
+    from nsq_spark import __version__
+
+    assert cli.main(["--version"]) == cli.EXIT_OK
+    assert capsys.readouterr().out.strip() == f"nsq-spark {__version__}"
+
+
+def _conn_opts(argv: list[str]) -> dict:
+    args = cli.build_parser().parse_args(
+        ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", *argv])
+    return cli._connection_options(args)
+
+
+def test_tls_flags_become_connection_options(tmp_path):
+    assert _conn_opts([]) == {}
+    assert _conn_opts(["--tls"]) == {"tls_v1": True}
+    assert _conn_opts(["--tls-ca-file", "ca.pem", "--tls-cert-file", "c.pem",
+                       "--tls-key-file", "k.pem", "--tls-no-verify"]) == {
+        "tls_v1": True, "tls_ca_file": "ca.pem", "tls_cert_file": "c.pem",
+        "tls_key_file": "k.pem", "tls_verify": False}
+
+
+def test_the_auth_secret_comes_from_a_file_or_the_environment_never_argv(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(cli.AUTH_SECRET_ENV, raising=False)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret-from-file\nignored second line\n")
+    assert _conn_opts(["--auth-secret-file", str(secret_file)]) == {
+        "auth_secret": "s3cret-from-file"}
+    monkeypatch.setenv(cli.AUTH_SECRET_ENV, "s3cret-from-env")
+    assert _conn_opts([]) == {"auth_secret": "s3cret-from-env"}
+    # the file wins over the environment
+    assert _conn_opts(["--auth-secret-file", str(secret_file)])["auth_secret"] == \
+        "s3cret-from-file"
+    # there is no flag that takes the secret itself
+    assert cli.main(["publish", "--topic", "t", "--nsqd-tcp-address", "h:1",
+                     "--auth-secret", "visible-in-ps"]) == cli.EXIT_USAGE
+    capsys.readouterr()
+    secret_file.write_text("\n")
+    with pytest.raises(ValueError, match="first line is empty"):
+        _conn_opts(["--auth-secret-file", str(secret_file)])
+    rc = cli.main(["publish", "--topic", "t", "--nsqd-tcp-address", "h:1",
+                   "--auth-secret-file", str(tmp_path / "missing")], stdin=io.BytesIO(b"x\n"))
+    assert rc == cli.EXIT_ERROR
+    assert "--auth-secret-file" in capsys.readouterr().err
+
+
+def test_spool_summary_never_claims_more_than_nsqd_acknowledged():
+    args = cli.build_parser().parse_args(
+        ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--spool-dir", "/sp",
+         "--flush-timeout", "0.5"])
+    text = cli._spool_summary(args, 100, {"acked": 0, "pending_bytes": 1234,
+                                          "last_error": "connection refused"}, False)
+    assert text.startswith("spooled 100 messages for t in /sp; nsqd acknowledged 0;")
+    assert "1,234 bytes were NOT acknowledged within --flush-timeout=0.5s" in text
+    assert "connection refused" in text and "published" not in text
+    text = cli._spool_summary(args, 1, {"acked": 101, "orphans_claimed": 1}, True)
+    assert "acknowledged 101 (leftovers of earlier runs included)" in text
+    assert text.endswith("nothing left in the spool\n")
+    args.quiet = True
+    assert cli._spool_summary(args, 1, {"acked": 1}, True) == ""
+    assert "NOT acknowledged" in cli._spool_summary(args, 1, {"acked": 0}, False)
+
+
+def test_a_missing_nsq_binary_names_the_command_that_provides_it(monkeypatch, tmp_path):
+    from nsq_spark.testing import HarnessError, find_binary
+
+    monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path))
+    with pytest.raises(HarnessError) as err:
+        find_binary("nsqd-that-does-not-exist")
+    text = str(err.value)
+    assert "nsq-spark install-nsq" in text and "NSQ_BIN_DIR" in text and str(tmp_path) in text
+    assert "scripts/" not in text

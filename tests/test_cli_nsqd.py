@@ -147,3 +147,93 @@ def test_tail_idle_exit_on_an_empty_topic(nsq_cluster):
     r = run_cli("tail", "--topic", "cliempty", "--channel", "c", "--nsqd-tcp-address",
                 nsq_cluster.nsqd_tcp_addresses[0], "--idle-exit", "0.5")
     assert r.returncode == 0 and r.stdout == b"", r.stderr.decode()
+
+
+def test_nsq_spark_install_nsq_prints_the_directory_or_the_ways_out(tmp_path):
+    nsqd = find_binary("nsqd")
+    r = run_cli("install-nsq")
+    assert r.returncode == 0, r.stderr.decode()
+    directory = r.stdout.decode().splitlines()[-1]
+    assert os.path.isfile(os.path.join(directory, "nsqd"))
+    assert os.path.samefile(os.path.join(directory, "nsqd"), nsqd) or \
+        os.path.basename(directory) == "bin"
+    # nothing on PATH, an empty cache, no Go: exit 1 with the ways out
+    env = {**os.environ, "PATH": str(tmp_path), "NSQ_BIN_DIR": str(tmp_path / "empty")}
+    r = subprocess.run([sys.executable, "-m", "nsq_spark", "install-nsq"], env=env,
+                       capture_output=True, timeout=60, cwd=REPO)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and r.stdout == b"", err
+    assert "no Go toolchain" in err and "NSQ_BIN_DIR" in err and str(tmp_path / "empty") in err
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_publish_with_spool_to_a_dead_nsqd_says_nothing_was_acknowledged(nsq_cluster, tmp_path):
+    make_channel(nsq_cluster, "clihonest", "c")
+    spool = tmp_path / "spool"
+    data = b"".join(b"m-%03d\n" % i for i in range(100))
+    r = run_cli("publish", "--topic", "clihonest", "--nsqd-tcp-address",
+                f"127.0.0.1:{free_port()}", "--spool-dir", str(spool),
+                "--flush-timeout", "0.5", stdin=data)
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    assert "published" not in err
+    assert "spooled 100 messages" in err and "nsqd acknowledged 0;" in err
+    assert "NOT acknowledged" in err
+    r = run_cli("publish", "--topic", "clihonest", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "--spool-dir", str(spool), stdin=b"x\n")
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "spooled 1 messages" in err and "acknowledged 101 (leftovers" in err
+    assert "nothing left in the spool" in err
+    assert depth(nsq_cluster, "clihonest", "c") == 101
+
+
+def test_tail_that_never_connects_exits_1():
+    dead = f"127.0.0.1:{free_port()}"
+    r = run_cli("tail", "--topic", "t", "--nsqd-tcp-address", dead, "--idle-exit", "1")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert f"never connected to nsqd {dead}" in err and "Traceback" not in err
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_tail_says_which_channel_it_reads(nsq_cluster):
+    addr = nsq_cluster.nsqd_tcp_addresses[0]
+    make_channel(nsq_cluster, "clisays", "durable")
+    r = run_cli("tail", "--topic", "clisays", "--nsqd-tcp-address", addr, "--idle-exit", "0.5")
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "ephemeral channel" in err and "only messages published from now on" in err
+    assert "--channel NAME" in err
+    r = run_cli("tail", "--topic", "clisays", "--channel", "durable", "--nsqd-tcp-address",
+                addr, "--idle-exit", "0.5")
+    assert r.returncode == 0 and "its backlog" in r.stderr.decode(), r.stderr.decode()
+    r = run_cli("tail", "--topic", "clisays", "--nsqd-tcp-address", addr, "--idle-exit", "0.5",
+                "-q")
+    assert r.returncode == 0 and r.stderr == b""
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_tail_reads_the_backlog_of_a_named_channel_published_before_it_started(nsq_cluster):
+    # the topic already has a channel: a new ephemeral one would see nothing of this
+    make_channel(nsq_cluster, "clibacklog", "archive")
+    bodies = [b"old-%02d" % i for i in range(10)]
+    r = run_cli("publish", "--topic", "clibacklog", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "-q", stdin=b"\n".join(bodies) + b"\n")
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_cli("tail", "--topic", "clibacklog", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "-n", "10", "--idle-exit", "1")
+    assert r.returncode == 0 and r.stdout == b"", r.stderr.decode()
+    r = run_cli("tail", "--topic", "clibacklog", "--channel", "archive", "--nsqd-tcp-address",
+                nsq_cluster.nsqd_tcp_addresses[0], "-n", "10")
+    assert r.returncode == 0, r.stderr.decode()
+    assert sorted(r.stdout.split(b"\n")[:-1]) == bodies
+
+
+@pytest.mark.nsq_cluster(lookupd=1)
+def test_tail_through_lookupd_of_a_topic_no_nsqd_has_exits_1(nsq_cluster):
+    r = run_cli("tail", "--topic", "clinowhere", "--lookupd-http-address",
+                nsq_cluster.lookupd_http_addresses[0], "--idle-exit", "1")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "never connected to any nsqd for topic clinowhere through lookupd" in err

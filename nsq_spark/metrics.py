@@ -1,0 +1,277 @@
+"""Prometheus metrics for Readers and Producers (``pip install 'nsq-spark[prometheus]'``).
+
+A custom collector: nothing is counted twice and nothing runs on the hot path. At each
+scrape it calls ``stats()`` of every watched Reader and Producer and turns the dicts into
+metric families. So the figures are exactly those of ``stats()``, and a key that a
+``stats()`` dict does not have is simply not exported (a Producer's ``messages``,
+``bytes``, ``retries``, ``errors`` appear once ``Producer.stats()`` reports them)::
+
+    from prometheus_client import start_http_server
+    from nsq_spark.metrics import NSQCollector
+
+    collector = NSQCollector().register()        # into prometheus_client's default REGISTRY
+    collector.watch(reader)                      # labelled reader=<reader.name>
+    collector.watch(producer, name="orders")     # labelled producer="orders"
+    start_http_server(9100, addr="127.0.0.1")
+
+Metric names (counters get prometheus' ``_total`` suffix in the exposition):
+
+Reader, labels ``reader``, ``topic``, ``channel``:
+  ``nsq_reader_messages_received_total``, ``nsq_reader_messages_finished_total``,
+  ``nsq_reader_messages_requeued_total``, ``nsq_reader_messages_given_up_total``,
+  ``nsq_reader_duplicates_total``, ``nsq_reader_in_flight``, ``nsq_reader_max_in_flight``,
+  ``nsq_reader_rdy``, ``nsq_reader_backoff_level``, ``nsq_reader_connections``,
+  ``nsq_reader_lookupd_polls_total``; per connection (label ``nsqd`` too):
+  ``nsq_reader_connection_messages_received_total``, ``nsq_reader_connection_in_flight``,
+  ``nsq_reader_connection_rdy``.
+Producer, label ``producer``:
+  ``nsq_producer_messages_total``, ``nsq_producer_bytes_total``,
+  ``nsq_producer_retries_total``, ``nsq_producer_errors_total`` (when ``stats()`` has
+  them), ``nsq_producer_commands_total`` (acknowledged PUB/MPUB/DPUB/HTTP requests),
+  ``nsq_producer_nsqd_up`` (label ``nsqd``: 1 connected, 0 down), and when ``stats()``
+  has them per nsqd ``nsq_producer_nsqd_messages_total``, ``nsq_producer_nsqd_bytes_total``
+  (label ``nsqd``); with a spool also
+  ``nsq_producer_spool_appended_total``, ``nsq_producer_spool_acked_total``,
+  ``nsq_producer_spool_rejected_total``, ``nsq_producer_spool_pending_bytes``.
+
+The collector holds weak references: a Reader or Producer that is garbage-collected
+stops being exported; ``unwatch()`` stops it at once. A ``stats()`` that raises is logged
+and skipped for that scrape (the others are still exported).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any, Iterable, Iterator
+
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import REGISTRY, CollectorRegistry
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("nsq_spark.metrics needs the prometheus-client library: "
+                      "pip install 'nsq-spark[prometheus]'") from exc
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NSQCollector"]
+
+# stats() key -> (metric name, help); counters
+_READER_COUNTERS = {
+    "messages_received": ("nsq_reader_messages_received", "Messages delivered by nsqd."),
+    "finished": ("nsq_reader_messages_finished", "Messages finished (FIN)."),
+    "requeued": ("nsq_reader_messages_requeued", "Messages requeued (REQ)."),
+    "given_up": ("nsq_reader_messages_given_up",
+                 "Messages over max_tries handed to giving_up() and finished."),
+    "duplicates": ("nsq_reader_duplicates", "Duplicates finished unseen by the dedup store."),
+}
+_READER_GAUGES = {
+    "in_flight": ("nsq_reader_in_flight", "Messages delivered and not yet answered."),
+    "max_in_flight": ("nsq_reader_max_in_flight", "The max_in_flight setting."),
+    "total_rdy": ("nsq_reader_rdy", "RDY counts sent, summed over connections."),
+}
+# stats() keys, the first present wins -> (metric name, help); counters
+_PRODUCER_COUNTERS = {
+    ("messages",): ("nsq_producer_messages", "Messages acknowledged by nsqd."),
+    ("bytes",): ("nsq_producer_bytes", "Body bytes of the messages acknowledged by nsqd."),
+    ("retries",): ("nsq_producer_retries",
+                   "Publish attempts retried after a transient failure."),
+    ("errors",): ("nsq_producer_errors", "Publishes that failed for good."),
+    ("commands", "published"): (
+        "nsq_producer_commands",
+        "Commands acknowledged by nsqd (a PUB, an MPUB, an HTTP request: 1 each)."),
+}
+_SPOOL_COUNTERS = {
+    "appended": ("nsq_producer_spool_appended", "Messages written to the spool."),
+    "acked": ("nsq_producer_spool_acked", "Spooled messages acknowledged by nsqd."),
+    "rejected": ("nsq_producer_spool_rejected", "Spooled messages nsqd refused for good."),
+}
+
+
+class NSQCollector:
+    """A prometheus_client collector over the ``stats()`` of Readers and Producers."""
+
+    def __init__(self, watched: Iterable[Any] = ()) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[weakref.ref[Any], str | None]] = {}
+        for obj in watched:
+            self.watch(obj)
+
+    def register(self, registry: CollectorRegistry = REGISTRY) -> "NSQCollector":
+        """Register with ``registry`` (default: prometheus_client's global one); returns
+        self, so ``NSQCollector().register()`` reads as one step."""
+        registry.register(self)
+        return self
+
+    def watch(self, obj: Any, name: str | None = None) -> None:
+        """Export ``obj`` (a Reader, Producer, SpoolingProducer or Writer), labelled
+        ``name`` (default: a Reader's ``name``; for a producer ``"producer"``, so give
+        each of several producers its own name)."""
+        if not callable(getattr(obj, "stats", None)):
+            raise TypeError(f"watch(obj): {type(obj).__name__} has no stats(); pass a "
+                            "nsq_spark Reader or Producer")
+        key = id(obj)
+        with self._lock:
+            self._watched[key] = (weakref.ref(obj, lambda _r: self._forget(key)), name)
+
+    def unwatch(self, obj: Any) -> None:
+        """Stop exporting ``obj``."""
+        self._forget(id(obj))
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._watched.pop(key, None)
+
+    def describe(self) -> list[Metric]:
+        # no up-front description: the families depend on what is watched at scrape time
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            watched = [(ref(), name) for ref, name in self._watched.values()]
+        readers: list[tuple[str, dict[str, Any]]] = []
+        producers: list[tuple[str, dict[str, Any]]] = []
+        for obj, name in watched:
+            if obj is None:
+                continue
+            try:
+                stats = obj.stats()
+            except Exception as exc:  # noqa: BLE001 - one bad object must not hide the rest
+                # the text, not the exception: its traceback would keep this frame, and
+                # with it every watched object, alive in the log record
+                log.warning("metrics: %s.stats() failed, skipped in this scrape: %s",
+                            type(obj).__name__, str(exc))
+                continue
+            if "channel" in stats and "connections" in stats:
+                readers.append((name or str(stats.get("name") or ""), stats))
+            else:
+                producers.append((name or "producer", stats))
+        yield from _reader_families(readers)
+        yield from _producer_families(producers)
+
+
+def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    labels = ["reader", "topic", "channel"]
+
+    def values(stats: dict[str, Any], name: str) -> list[str]:
+        return [name, str(stats.get("topic", "")), str(stats.get("channel", ""))]
+
+    for key, (metric, doc) in _READER_COUNTERS.items():
+        present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
+        if present:
+            counter = CounterMetricFamily(metric, doc, labels=labels)
+            for n, s in present:
+                counter.add_metric(values(s, n), s[key])
+            yield counter
+    for key, (metric, doc) in _READER_GAUGES.items():
+        present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
+        if present:
+            gauge = GaugeMetricFamily(metric, doc, labels=labels)
+            for n, s in present:
+                gauge.add_metric(values(s, n), s[key])
+            yield gauge
+    if not readers:
+        return
+    backoff = GaugeMetricFamily("nsq_reader_backoff_level",
+                                "Backoff level (0: not backing off).", labels=labels)
+    conns = GaugeMetricFamily("nsq_reader_connections", "Connections to nsqd.", labels=labels)
+    polls = CounterMetricFamily("nsq_reader_lookupd_polls", "nsqlookupd polls.", labels=labels)
+    conn_labels = [*labels, "nsqd"]
+    conn_msgs = CounterMetricFamily("nsq_reader_connection_messages_received",
+                                    "Messages delivered on one connection.", labels=conn_labels)
+    conn_in_flight = GaugeMetricFamily("nsq_reader_connection_in_flight",
+                                       "In flight on one connection.", labels=conn_labels)
+    conn_rdy = GaugeMetricFamily("nsq_reader_connection_rdy", "RDY of one connection.",
+                                 labels=conn_labels)
+    any_polls = False
+    for n, s in readers:
+        v = values(s, n)
+        level = (s.get("backoff") or {}).get("level", 0)
+        backoff.add_metric(v, level if isinstance(level, (int, float)) else 0)
+        connections = s.get("connections") or {}
+        conns.add_metric(v, len(connections))
+        if isinstance(s.get("lookupd"), dict):
+            polls.add_metric(v, s["lookupd"].get("polls", 0))
+            any_polls = True
+        for address, c in connections.items():
+            cv = [*v, str(address)]
+            conn_msgs.add_metric(cv, c.get("messages", 0))
+            conn_in_flight.add_metric(cv, c.get("in_flight", 0))
+            conn_rdy.add_metric(cv, c.get("rdy", 0))
+    yield backoff
+    yield conns
+    if any_polls:
+        yield polls
+    yield conn_msgs
+    yield conn_in_flight
+    yield conn_rdy
+
+
+def _producer_families(producers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    # A spooling producer's stats() nests its inner Producer's under "producer": a key is
+    # taken from the outer dict when it is there (what the spool drained), else the inner.
+    merged: list[tuple[str, dict[str, Any]]] = []
+    for name, stats in producers:
+        inner = stats.get("producer")
+        merged.append((name, {**inner, **stats} if isinstance(inner, dict) else stats))
+    for keys, (metric, doc) in _PRODUCER_COUNTERS.items():
+        rows = [(n, _first_int(s, keys)) for n, s in merged]
+        present = [(n, v) for n, v in rows if v is not None]
+        if present:
+            counter = CounterMetricFamily(metric, doc, labels=["producer"])
+            for n, v in present:
+                counter.add_metric([n], v)
+            yield counter
+    up = GaugeMetricFamily("nsq_producer_nsqd_up", "1: connected to this nsqd; 0: down.",
+                           labels=["producer", "nsqd"])
+    per_messages = CounterMetricFamily("nsq_producer_nsqd_messages",
+                                       "Messages acknowledged by this nsqd.",
+                                       labels=["producer", "nsqd"])
+    per_bytes = CounterMetricFamily("nsq_producer_nsqd_bytes",
+                                    "Body bytes acknowledged by this nsqd.",
+                                    labels=["producer", "nsqd"])
+    for n, s in merged:
+        per_nsqd = s.get("nsqd")
+        if isinstance(per_nsqd, dict):   # {address: {"up", "messages", "bytes", ...}}
+            for address, d in per_nsqd.items():
+                if not isinstance(d, dict):
+                    continue
+                if isinstance(d.get("up"), bool):   # None: not tried yet
+                    up.add_metric([n, str(address)], int(d["up"]))
+                if isinstance(d.get("messages"), int):
+                    per_messages.add_metric([n, str(address)], d["messages"])
+                if isinstance(d.get("bytes"), int):
+                    per_bytes.add_metric([n, str(address)], d["bytes"])
+        else:                            # {"connected": [...], "down": {address: error}}
+            for address in s.get("connected") or ():
+                up.add_metric([n, str(address)], 1)
+            for address in s.get("down") or {}:
+                up.add_metric([n, str(address)], 0)
+    for family in (up, per_messages, per_bytes):
+        if family.samples:
+            yield family
+    for key, (metric, doc) in _SPOOL_COUNTERS.items():
+        present = [(n, s[key]) for n, s in producers if isinstance(s.get(key), int)]
+        if present:
+            counter = CounterMetricFamily(metric, doc, labels=["producer"])
+            for n, v in present:
+                counter.add_metric([n], v)
+            yield counter
+    pending = [(n, s["pending_bytes"]) for n, s in producers
+               if isinstance(s.get("pending_bytes"), int)]
+    if pending:
+        gauge = GaugeMetricFamily("nsq_producer_spool_pending_bytes",
+                                  "Spooled bytes nsqd has not acknowledged yet.",
+                                  labels=["producer"])
+        for n, v in pending:
+            gauge.add_metric([n], v)
+        yield gauge
+
+
+def _first_int(stats: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = stats.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

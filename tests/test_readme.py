@@ -1,0 +1,238 @@
+"""Every code block of README.md runs as written, against real nsqd, nsqlookupd and redis.
+
+Blocks are found with markdown-it-py (a CommonMark parser: blocks inside list items come
+out dedented, as a reader copies them). Each ``python`` block runs alone in a fresh
+interpreter, each ``sh`` block in bash (``set -euo pipefail``) with an ``nsq-spark``
+command that runs this checkout's code; both in an empty temporary directory, after the
+README's example addresses are replaced by those of a fresh cluster (two nsqd, one
+nsqlookupd) and, when a block names them, of a redis-server / memcached.
+
+An HTML comment on the line above a block says how to treat it:
+
+- ``<!-- fragment: REASON -->``: not a program (a signature, a make target, a Spark
+  snippet); skipped, with REASON shown.
+- ``<!-- runs until interrupted -->``: a consumer that runs until a signal (``nsq.run()``);
+  it gets SIGINT once it has printed one of the messages the test published before it
+  started, and must then exit 0.
+
+Blocks without a language (the layout tree) are not code. Blocks of the sections that
+other parts of the project own and that need a Spark session are listed below with the
+reason; they are skipped by section, so their text stays theirs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+markdown_it = pytest.importorskip("markdown_it")
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+RUN_TIMEOUT = 60.0       # seconds one block may run
+INTERRUPT_AFTER = 20.0   # a "runs until interrupted" block must print within this
+
+# README sections whose Python blocks need a Spark session (``spark``, ``df``); the Spark
+# tests (tests/spark) run the connector itself.
+SPARK_SECTIONS = {
+    "Spark connector": "needs a Spark session (`spark`) and a cluster's paths; "
+                       "tests/spark runs the connector",
+    "Running on a cluster": "needs a Spark cluster; tests/spark runs the connector",
+}
+
+_MARKER = re.compile(r"^\s*<!--\s*(fragment:\s*(?P<reason>.*?)|(?P<interrupt>runs until "
+                     r"interrupted))\s*-->\s*$")
+_RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh",
+             "console": "sh"}
+
+
+@dataclass
+class Block:
+    line: int                 # 1-based line of the opening fence
+    lang: str                 # "python" or "sh"
+    code: str
+    section: str
+    fragment: str | None      # the reason, for fragments
+    interrupt: bool
+
+    @property
+    def id(self) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
+        return f"L{self.line}-{self.lang}-{slug}"
+
+
+def readme_blocks(text: str) -> list[Block]:
+    """The runnable-language blocks of ``text``, with their markers and sections."""
+    lines = text.splitlines()
+    tokens = markdown_it.MarkdownIt("commonmark").parse(text)
+    blocks: list[Block] = []
+    section = ""
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.tag == "h2":
+            section = tokens[i + 1].content.strip()
+        if tok.type != "fence" or tok.map is None:
+            continue
+        lang = _RUNNABLE.get(tok.info.strip().split(" ")[0].lower()) if tok.info else None
+        if lang is None:
+            continue
+        start = tok.map[0]
+        above = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        m = _MARKER.match(above)
+        blocks.append(Block(
+            line=start + 1, lang=lang, code=tok.content, section=section,
+            fragment=(m.group("reason") or "fragment") if m and m.group("reason") is not None
+            else None,
+            interrupt=bool(m and m.group("interrupt"))))
+    return blocks
+
+
+BLOCKS = readme_blocks(README.read_text())
+
+
+# -- the extractor and the markers (no processes) ----------------------------------------
+
+@pytest.mark.unit
+def test_the_extractor_finds_blocks_markers_and_list_item_blocks():
+    text = (
+        "## One\n\n<!-- fragment: a signature -->\n```python\nf(x) -> int\n```\n\n"
+        "- item:\n\n  ```python\n  import os\n  print(os.sep)\n  ```\n\n"
+        "## Two\n\n<!-- runs until interrupted -->\n\n```sh\necho hi\n```\n\n"
+        "```\nnot code\n```\n")
+    blocks = readme_blocks(text)
+    assert [(b.line, b.lang, b.section, b.fragment, b.interrupt) for b in blocks] == [
+        (4, "python", "One", "a signature", False),
+        (10, "python", "One", None, False),
+        (19, "sh", "Two", None, True)]
+    assert blocks[1].code == "import os\nprint(os.sep)\n"   # dedented out of the list item
+
+
+@pytest.mark.unit
+def test_every_readme_fragment_says_why_and_most_blocks_run():
+    assert BLOCKS, "no code blocks found in README.md"
+    for b in BLOCKS:
+        if b.fragment is not None:
+            assert len(b.fragment) > 10, f"README line {b.line}: say why it is a fragment"
+    runnable = [b for b in BLOCKS if b.fragment is None and b.section not in SPARK_SECTIONS]
+    assert len(runnable) >= 8
+
+
+@pytest.mark.unit
+def test_every_marker_in_the_readme_is_followed_by_a_block():
+    lines = README.read_text().splitlines()
+    for n, line in enumerate(lines):
+        if _MARKER.match(line):
+            following = next((x for x in lines[n + 1:] if x.strip()), "")
+            assert following.strip().startswith("```"), \
+                f"README line {n + 1}: a marker must be right above a code block"
+
+
+# -- running them ---------------------------------------------------------------------------
+
+def _http_post(address: str, path: str, body: bytes) -> None:
+    req = urllib.request.Request(f"http://{address}{path}", data=body, method="POST")
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+def _addresses(block: Block, cluster, request) -> dict[str, str]:
+    """README example address -> the real one."""
+    nsqd, lookupd = cluster.nsqds, cluster.lookupds
+    mapping = {
+        "127.0.0.1:4150": nsqd[0].tcp_address, "127.0.0.1:4151": nsqd[0].http_address,
+        "127.0.0.1:4250": nsqd[1].tcp_address, "127.0.0.1:4251": nsqd[1].http_address,
+        "127.0.0.1:4160": lookupd[0].tcp_address, "127.0.0.1:4161": lookupd[0].http_address,
+    }
+    if "127.0.0.1:6379" in block.code:
+        redis = request.getfixturevalue("redis_server")
+        mapping["127.0.0.1:6379"] = f"127.0.0.1:{redis.port}"
+    if "127.0.0.1:11211" in block.code:
+        host, port = request.getfixturevalue("memcached_server").address
+        mapping["127.0.0.1:11211"] = f"{host}:{port}"
+    return mapping
+
+
+def _substitute(code: str, mapping: dict[str, str]) -> str:
+    return re.sub(r"127\.0\.0\.1:\d+\b", lambda m: mapping.get(m.group(0), m.group(0)), code)
+
+
+def _command(block: Block, code: str, workdir: Path) -> list[str]:
+    if block.lang == "python":
+        (workdir / "block.py").write_text(code)
+        return [sys.executable, "block.py"]
+    # `nsq-spark` as installed by pip, but running this checkout's code
+    bindir = workdir / "bin"
+    bindir.mkdir()
+    shim = bindir / "nsq-spark"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m nsq_spark "$@"\n')
+    shim.chmod(0o755)
+    (workdir / "block.sh").write_text(f'export PATH="{bindir}:$PATH"\n{code}')
+    return ["bash", "-euo", "pipefail", "block.sh"]
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(120)
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_readme_block_runs(block: Block, nsq_cluster, request, tmp_path):
+    if block.fragment is not None:
+        pytest.skip(f"README line {block.line} is a fragment: {block.fragment}")
+    if block.section in SPARK_SECTIONS:
+        pytest.skip(f"README line {block.line}: {SPARK_SECTIONS[block.section]}")
+    code = _substitute(block.code, _addresses(block, nsq_cluster, request))
+    # something to consume, on every topic the README's consumers read
+    published = [b"readme-%d" % i for i in range(5)]
+    for topic in ("events", "orders"):
+        _http_post(nsq_cluster.nsqd_http_addresses[0], f"/mpub?topic={topic}",
+                   b"\n".join(published))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONUNBUFFERED": "1"}
+    env.pop("NSQ_AUTH_SECRET", None)
+    proc = subprocess.Popen(_command(block, code, workdir), cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        if block.interrupt:
+            out = _read_until(proc, b"readme-", INTERRUPT_AFTER)
+            proc.send_signal(signal.SIGINT)
+            rest, err = proc.communicate(timeout=RUN_TIMEOUT)
+            out += rest
+            assert b"readme-" in out, \
+                f"README line {block.line} printed none of the published messages"
+        else:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    report = (f"README line {block.line} ({block.section}) exited {proc.returncode}\n"
+              f"--- code as run:\n{code}\n--- stdout:\n{out.decode(errors='replace')}\n"
+              f"--- stderr:\n{err.decode(errors='replace')}")
+    assert proc.returncode == 0, report
+    assert b"Traceback" not in err, report
+
+
+def _read_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:
+    """stdout of ``proc`` until ``needle`` appears (or ``timeout`` s, or it exits)."""
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    got = b""
+    deadline = time.monotonic() + timeout
+    while needle not in got and time.monotonic() < deadline and proc.poll() is None:
+        chunk = proc.stdout.read()
+        if chunk:
+            got += chunk
+        else:
+            time.sleep(0.05)
+    os.set_blocking(proc.stdout.fileno(), True)
+    return got

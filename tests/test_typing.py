@@ -1,0 +1,88 @@
+"""What a user's type checker sees through the top-level names (``import nsq_spark as
+nsq``, ``from nsq_spark import Producer``): the real classes, not ``Any``.
+
+The runtime exports are lazy (``__getattr__``); the ``TYPE_CHECKING`` imports beside them
+are what mypy and IDEs read. These tests run mypy on small user scripts."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import nsq_spark
+
+PACKAGE_ROOT = Path(nsq_spark.__file__).resolve().parent.parent
+
+BAD_SCRIPT = '''
+import nsq_spark as nsq
+from nsq_spark import Producer
+
+producer = nsq.Producer("127.0.0.1:4150")
+producer.publish("events", "a str, not bytes")
+Producer("127.0.0.1:4150").mpublish("events", ["also", "str"])
+nsq.Reader("events", "archive", message_handler=42)
+'''
+
+GOOD_SCRIPT = '''
+import nsq_spark as nsq
+from nsq_spark import Message, Producer, Reader
+
+
+def handler(message: Message) -> bool:
+    print(message.body.decode())
+    return True
+
+
+with nsq.Producer("127.0.0.1:4150") as producer:
+    producer.publish("events", b"hello")
+    producer.mpublish("events", [b"a", b"b"])
+reader: Reader = nsq.Reader("events", "archive", message_handler=handler,
+                            nsqd_tcp_addresses=["127.0.0.1:4150"])
+error: type[nsq.Error] = nsq.NSQError
+p: Producer = Producer("127.0.0.1:4150")
+'''
+
+
+@pytest.mark.unit
+def test_every_lazy_export_has_a_type_checking_import():
+    tree = ast.parse(Path(nsq_spark.__file__).read_text())
+    seen: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                for alias in imp.names:
+                    seen[alias.asname or alias.name] = f"{imp.module}.{alias.name}"
+    lazy = {name: f"{module}.{name}" for name, module in nsq_spark._EXPORTS.items()}
+    lazy.update({name: f"{module}.{attr}" for name, (module, attr) in nsq_spark._ALIASES.items()})
+    assert seen == lazy
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(120)
+def test_mypy_sees_the_real_classes_through_the_top_level_names(tmp_path):
+    pytest.importorskip("mypy")
+    (tmp_path / "bad.py").write_text(textwrap.dedent(BAD_SCRIPT))
+    (tmp_path / "good.py").write_text(textwrap.dedent(GOOD_SCRIPT))
+    # MYPYPATH: the package under test (this checkout, not whatever is installed);
+    # follow-imports=silent: report the user's scripts only, as for an installed package
+    env = {**os.environ, "MYPYPATH": str(PACKAGE_ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "", "--follow-imports", "silent",
+         "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.11",
+         "--no-error-summary", "--show-error-codes", "bad.py", "good.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=110)
+    out = proc.stdout + proc.stderr
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert not [e for e in errors if e.startswith("good.py")], out
+    assert any(e.startswith("bad.py:6:") and '"publish" of "Producer"' in e
+               and '"str"' in e and '"bytes"' in e for e in errors), out
+    assert any(e.startswith("bad.py:7:") and '"str"; expected "bytes"' in e for e in errors), out
+    assert any(e.startswith("bad.py:8:") and "message_handler" in e for e in errors), out
+    assert proc.returncode == 1, out
