@@ -44,6 +44,7 @@ def _port(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
+@pytest.mark.unit
 def test_compose_file_runs_the_harness_topology_with_the_harness_flags():
     services = _services()
     assert set(services) == {"nsqlookupd", "nsqd0", "nsqd1", "nsqadmin"}
