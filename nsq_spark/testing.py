@@ -348,6 +348,19 @@ def docker_engine_problem() -> str | None:
     return None
 
 
+def docker_leftovers() -> list[str]:
+    """Containers and volumes that this test process's harness labelled and that still
+    exist on the engine (``container:<name>`` / ``volume:<name>``): empty after every
+    cluster has been closed."""
+    selector = {"label": f"{DOCKER_LABEL}={_PROCESS_ID}"}
+    client = docker_client()
+    try:
+        return ([f"container:{c.name}" for c in client.containers.list(all=True, filters=selector)]
+                + [f"volume:{v.name}" for v in client.volumes.list(filters=selector)])
+    finally:
+        client.close()
+
+
 def _elf_is_dynamic(path: str) -> bool:
     """Whether an ELF64 little-endian executable asks for a dynamic loader (PT_INTERP): such
     a binary cannot run in a ``FROM scratch`` image. Other formats: False (not judged)."""

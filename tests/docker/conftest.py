@@ -33,24 +33,13 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(pytest.mark.skip(reason=f"docker tier: {problem}"))
 
 
-def _labelled(kind: str) -> list[str]:
-    selector = {"label": f"{testing.DOCKER_LABEL}={testing._PROCESS_ID}"}
-    client = testing.docker_client()
-    try:
-        if kind == "containers":
-            return [c.name for c in client.containers.list(all=True, filters=selector)]
-        return [v.name for v in client.volumes.list(filters=selector)]
-    finally:
-        client.close()
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_behind(request: Any) -> Iterator[None]:
     """After each docker test: no container or volume of this test process remains."""
     yield
     if request.node.get_closest_marker("unit") is not None:
         return  # starts nothing, and may run with no engine
-    left = _labelled("containers") + _labelled("volumes")
+    left = testing.docker_leftovers()
     assert not left, f"the harness left these on the Docker engine: {left}"
 
 

@@ -11,8 +11,7 @@ import pytest
 
 from nsq_spark.producer import Producer
 from nsq_spark.reader import Reader
-from nsq_spark import testing
-from nsq_spark.testing import DOCKER_LABEL, HarnessError, NSQCluster, docker_client
+from nsq_spark.testing import HarnessError, NSQCluster, docker_client, docker_leftovers
 from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd]
@@ -131,13 +130,7 @@ def test_a_failed_start_leaves_no_container():
     with pytest.raises(HarnessError, match="exited at start") as err:
         NSQCluster(mode="docker", nsqd=1, lookupd=1, no_such_flag=1).start()
     assert "no-such-flag" in str(err.value)
-    client = docker_client()
-    try:
-        mine = {"label": f"{DOCKER_LABEL}={testing._PROCESS_ID}"}
-        assert client.containers.list(all=True, filters=mine) == []
-        assert client.volumes.list(filters=mine) == []
-    finally:
-        client.close()
+    assert docker_leftovers() == []
 
 
 def test_an_explicit_image_that_is_missing_is_not_replaced():
