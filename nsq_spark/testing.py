@@ -24,7 +24,8 @@ dedup backends. This module is also a pytest plugin (``nsq_cluster``, ``redis_se
 server in a container on the host network of the Docker engine that ``DOCKER_HOST`` names,
 through the Docker SDK (``pip install 'nsq-spark[docker]'``): the official image
 ``nsqio/nsq:v1.3.0`` when present or pullable, else ``nsq-spark/nsq:v1.3.0`` built ``FROM
-scratch`` from the same static binaries (no registry needed); ``image=`` picks another.
+scratch`` from the same static binaries (no registry needed); ``image=`` or ``$NSQ_IMAGE``
+picks another.
 Each nsqd's data dir is a volume, so ``restart(i)`` keeps what was on disk; kill is SIGKILL
 to the container, stop/resume pause it. Every container and volume is labelled
 ``nsq-spark.test=<test process id>`` and removed by ``close()``, by the fixtures also after
@@ -452,7 +453,9 @@ class DockerSession:
         self.labels = {DOCKER_LABEL: _PROCESS_ID, "nsq-spark.cluster": self.id}
         _LIVE_DOCKER.add(self)
         try:
-            self.image = ensure_image(self.client, image, bin_dirs)
+            # NSQ_IMAGE picks the image here as in integration/docker-compose.yml
+            self.image = ensure_image(self.client, image or os.environ.get("NSQ_IMAGE") or None,
+                                      bin_dirs)
         except BaseException:
             self.close()
             raise
@@ -726,9 +729,10 @@ class NSQCluster:
         mode: ``"local"`` (binaries, default) or ``"docker"`` (the same topology, same
             flags and free ports, each server in a container on the host network of the
             engine that ``DOCKER_HOST`` names; needs ``pip install 'nsq-spark[docker]'``).
-        image: docker mode only: the image to run; default ``nsqio/nsq:v1.3.0`` if present
-            or pullable, else ``nsq-spark/nsq:v1.3.0`` built ``FROM scratch`` from the
-            local binaries. An image must have ``/nsqd``, ``/nsqlookupd``, ``/nsqadmin``.
+        image: docker mode only: the image to run (default ``$NSQ_IMAGE``, else
+            ``nsqio/nsq:v1.3.0`` if present or pullable, else ``nsq-spark/nsq:v1.3.0`` built
+            ``FROM scratch`` from the local binaries). A named image must be present or
+            pullable, and have ``/nsqd``, ``/nsqlookupd``, ``/nsqadmin``.
         nsqadmin: also start an nsqadmin (on the lookupds, or on the nsqds if there are
             none); its address is ``nsqadmin_http_address``.
         bin_dir: where the NSQ binaries are; default ``$NSQ_BIN_DIR``, the install-nsq

@@ -136,3 +136,9 @@ def test_a_failed_start_leaves_no_container():
 def test_an_explicit_image_that_is_missing_is_not_replaced():
     with pytest.raises(HarnessError, match="nsq-spark/no-such-image:0.*cannot be pulled"):
         NSQCluster(mode="docker", image="nsq-spark/no-such-image:0").start()
+
+
+def test_nsq_image_from_the_environment_is_the_explicit_image(monkeypatch):
+    monkeypatch.setenv("NSQ_IMAGE", "nsq-spark/no-such-image:1")
+    with pytest.raises(HarnessError, match="nsq-spark/no-such-image:1.*cannot be pulled"):
+        NSQCluster(mode="docker").start()
