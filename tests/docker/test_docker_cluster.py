@@ -104,6 +104,27 @@ def test_killed_nsqd_container_restarts_with_its_disk_queue(docker_nsq_cluster):
     assert seen == collections.Counter(sent)
 
 
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
+def test_reader_keeps_reading_across_an_nsqd_container_killed_and_started_again(
+        docker_nsq_cluster):
+    cluster = docker_nsq_cluster
+    topic = "docker_live_restart"
+    before = [b"b-%03d" % i for i in range(200)]
+    after = [b"a-%03d" % i for i in range(200)]
+    for i in range(2):
+        mpub(cluster.nsqd_http_addresses[i], topic, before[i::2])
+    lookupd = cluster.lookupd_http_addresses[0]
+    wait_for(lambda: len(_lookup_producers(lookupd, topic)) == 2, 10, "topic on both nsqd")
+    with Reader(topic, "c", lookupd_http_addresses=cluster.lookupd_http_addresses,
+                max_in_flight=400, lookupd_poll_interval=1, reconnect_initial=0.2,
+                reconnect_max=1) as reader:
+        assert _read_all(reader, len(before), timeout=30) == collections.Counter(before)
+        cluster.kill(0)  # SIGKILL the container under a connected Reader
+        cluster.restart(0)
+        mpub(cluster.nsqd_http_addresses[0], topic, after)
+        assert _read_all(reader, len(after), timeout=30) == collections.Counter(after)
+
+
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_stopped_nsqd_container_answers_nothing_until_resumed(docker_nsq_cluster):
     ping = f"http://{docker_nsq_cluster.nsqd_http_addresses[0]}/ping"
