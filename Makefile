@@ -1,6 +1,7 @@
 # The two commands of the README. Each does all of its own set-up on a fresh machine.
 #   make demo   start a local NSQ, publish sample events, read them with the library
-#   make test   the whole test suite (unit, real nsqd/nsqlookupd, redis/memcached, Spark)
+#   make test   the whole test suite (unit, real nsqd/nsqlookupd, redis/memcached, Spark,
+#               NSQ in Docker containers)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -21,9 +22,12 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 setup: $(VENV)/.installed
 	scripts/install-nsq >/dev/null
 	scripts/install-services
+	scripts/install-docker
 
+# with-docker runs pytest with a private Docker engine for the docker tier (tests/docker),
+# stopped and removed afterwards; without one the tier is skipped with the reason.
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	scripts/with-docker $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) examples/demo.py

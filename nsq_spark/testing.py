@@ -20,15 +20,24 @@ The binaries come from ``$NSQ_BIN_DIR``, then ``PATH``, then the cache that
 dedup backends. This module is also a pytest plugin (``nsq_cluster``, ``redis_server`` and
 ``memcached_server`` fixtures); on a failed test the processes' logs are printed.
 
-``NSQCluster(mode="docker")`` runs the fixed topology of ``integration/docker-compose.yml``
-(two nsqd, one nsqlookupd, nsqadmin) where a Docker engine exists; the local-binary mode is
-the default and the one CI uses.
+``NSQCluster(mode="docker")`` runs the same topology (same flags, free ports) with each
+server in a container on the host network of the Docker engine that ``DOCKER_HOST`` names,
+through the Docker SDK (``pip install 'nsq-spark[docker]'``): the official image
+``nsqio/nsq:v1.3.0`` when present or pullable, else ``nsq-spark/nsq:v1.3.0`` built ``FROM
+scratch`` from the same static binaries (no registry needed); ``image=`` or ``$NSQ_IMAGE``
+picks another.
+Each nsqd's data dir is a volume, so ``restart(i)`` keeps what was on disk; kill is SIGKILL
+to the container, stop/resume pause it. Every container and volume is labelled
+``nsq-spark.test=<test process id>`` and removed by ``close()``, by the fixtures also after
+a failed test, and at exit. ``docker_engine_problem()`` says why docker mode cannot run
+here (the reason a docker test tier prints when it skips).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -40,9 +49,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +136,99 @@ def _flag_args(flags: dict[str, Any]) -> list[str]:
     return args
 
 
-# Every live process, so that atexit can reap what a crashed test forgot.
+# Every live process or container, so that atexit can reap what a crashed test forgot.
 _LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+_LIVE_DOCKER: "set[DockerSession]" = set()
 
 
 @atexit.register
 def _reap_all() -> None:
     for proc in list(_LIVE):
         proc.kill()
+    for session in list(_LIVE_DOCKER):
+        session.close()
 
 
-class ServerProcess:
+class _Server:
+    """What every test server shares, whether a process or a container: start, readiness,
+    controls, log. Subclasses say how to run it."""
+
+    name: str
+    ready_url: str | None
+    _ready_probe: Any = None
+
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        raise NotImplementedError
+
+    def _exit_code(self) -> int | None:
+        """The exit code once it has exited, else None."""
+        raise NotImplementedError
+
+    def log_text(self, head: int = 10, tail: int = 50) -> str:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def terminate(self, timeout: float = 10.0) -> None:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """Freeze it: it holds its sockets open but answers nothing."""
+        raise NotImplementedError
+
+    def unpause(self) -> None:
+        raise NotImplementedError
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._exit_code()
+            if code is not None:
+                raise HarnessError(
+                    f"{self.name} exited at start with code {code}; "
+                    f"its output:\n{self.log_text()}"
+                )
+            if self._is_ready():
+                return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise HarnessError(
+                    f"{self.name} did not become ready within {timeout:.0f}s "
+                    f"({self.ready_url or 'probe'}); its output:\n{self.log_text()}"
+                )
+            time.sleep(0.02)
+
+    def _is_ready(self) -> bool:
+        if self._ready_probe is not None:
+            return bool(self._ready_probe())
+        if self.ready_url is None:
+            return True
+        try:
+            return _http_get(self.ready_url, timeout=0.5).strip() == b"OK"
+        except urllib.error.HTTPError:
+            # An answer at all means it is up: nsqd with --tls-required=true answers plain
+            # HTTP /ping with 403.
+            return True
+        except (OSError, urllib.error.URLError):
+            return False
+
+
+def _head_tail(lines: list[str], head: int, tail: int) -> str:
+    if len(lines) <= head + tail:
+        return "\n".join(lines)
+    return "\n".join([*lines[:head], "...", *lines[-tail:]])
+
+
+class ServerProcess(_Server):
     """One server process with its log file, controls and readiness check."""
 
     def __init__(self, name: str, argv: list[str], workdir: Path, ready_url: str | None,
@@ -168,37 +260,8 @@ class ServerProcess:
         _LIVE.add(self)
         self.wait_ready(timeout)
 
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.popen is not None and self.popen.poll() is not None:
-                raise HarnessError(
-                    f"{self.name} exited at start with code {self.popen.returncode}; "
-                    f"its output:\n{self.log_text()}"
-                )
-            if self._is_ready():
-                return
-            if time.monotonic() > deadline:
-                self.kill()
-                raise HarnessError(
-                    f"{self.name} did not become ready within {timeout:.0f}s "
-                    f"({self.ready_url or 'probe'}); its output:\n{self.log_text()}"
-                )
-            time.sleep(0.02)
-
-    def _is_ready(self) -> bool:
-        if self._ready_probe is not None:
-            return bool(self._ready_probe())
-        if self.ready_url is None:
-            return True
-        try:
-            return _http_get(self.ready_url, timeout=0.5).strip() == b"OK"
-        except urllib.error.HTTPError:
-            # An answer at all means it is up: nsqd with --tls-required=true answers plain
-            # HTTP /ping with 403.
-            return True
-        except (OSError, urllib.error.URLError):
-            return False
+    def _exit_code(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
 
     def log_text(self, head: int = 10, tail: int = 50) -> str:
         """The first and last lines of the process's output (errors often come first)."""
@@ -206,14 +269,18 @@ class ServerProcess:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
-        if len(lines) <= head + tail:
-            return "\n".join(lines)
-        return "\n".join([*lines[:head], "...", *lines[-tail:]])
+        return _head_tail(lines, head, tail)
 
     def signal(self, sig: int) -> None:
         if self.running:
             assert self.popen is not None
             self.popen.send_signal(sig)
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def unpause(self) -> None:
+        self.signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL and reap; a no-op if not running."""
@@ -243,31 +310,305 @@ class ServerProcess:
 
 
 # ---------------------------------------------------------------------------------------
+# Docker: the same servers in containers on the host network
+
+
+DEFAULT_IMAGE = f"nsqio/nsq:v{NSQ_VERSION}"
+LOCAL_IMAGE = f"nsq-spark/nsq:v{NSQ_VERSION}"
+#: Every container and volume the harness makes carries this label, valued with the id of
+#: the test process that made it, so leftovers can be found and removed.
+DOCKER_LABEL = "nsq-spark.test"
+_PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+_IMAGE_APPS = ("nsqd", "nsqlookupd", "nsqadmin")
+_NO_ENGINE_FIX = ("start one and point DOCKER_HOST at it (scripts/with-docker CMD runs CMD "
+                  "with a private engine), or use mode='local'")
+
+
+def docker_client(timeout: float = 60.0) -> Any:
+    """A Docker SDK client for the engine named by ``DOCKER_HOST`` (else the default socket),
+    checked with a ping; a HarnessError says what is missing."""
+    try:
+        import docker
+    except ImportError:
+        raise HarnessError("mode='docker' needs the Docker SDK for Python: "
+                           "pip install 'nsq-spark[docker]' (or pip install docker)") from None
+    where = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is unset)"
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as exc:  # the SDK raises DockerException, requests' and OSError alike
+        why = os.environ.get("NSQ_SPARK_NO_DOCKER_REASON")
+        raise HarnessError(f"no Docker engine reachable at {where}: {exc}"
+                           + (f" ({why})" if why else "") + f"; {_NO_ENGINE_FIX}") from None
+    return client
+
+
+def docker_engine_problem() -> str | None:
+    """None if a Docker engine answers (and the SDK is installed), else why not: the reason
+    a docker test tier prints when it skips."""
+    try:
+        docker_client(timeout=10).close()
+    except HarnessError as exc:
+        return str(exc)
+    return None
+
+
+def docker_leftovers() -> list[str]:
+    """Containers and volumes that this test process's harness labelled and that still
+    exist on the engine (``container:<name>`` / ``volume:<name>``): empty after every
+    cluster has been closed."""
+    selector = {"label": f"{DOCKER_LABEL}={_PROCESS_ID}"}
+    client = docker_client()
+    try:
+        return ([f"container:{c.name}" for c in client.containers.list(all=True, filters=selector)]
+                + [f"volume:{v.name}" for v in client.volumes.list(filters=selector)])
+    finally:
+        client.close()
+
+
+def _elf_is_dynamic(path: str) -> bool:
+    """Whether an ELF64 little-endian executable asks for a dynamic loader (PT_INTERP): such
+    a binary cannot run in a ``FROM scratch`` image. Other formats: False (not judged)."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+        if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+            return False
+        phoff = int.from_bytes(header[0x20:0x28], "little")
+        phentsize = int.from_bytes(header[0x36:0x38], "little")
+        phnum = int.from_bytes(header[0x38:0x3A], "little")
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    PT_INTERP = 3
+    return any(int.from_bytes(table[i:i + 4], "little") == PT_INTERP
+               for i in range(0, len(table), phentsize))
+
+
+def ensure_image(client: Any, image: str | None = None,
+                 bin_dirs: Sequence[Path] = ()) -> str:
+    """The image the docker mode runs, made available on the engine.
+
+    ``image=None`` means the official ``nsqio/nsq:v1.3.0``: used if present, else pulled,
+    else (no registry reachable) ``nsq-spark/nsq:v1.3.0`` is built ``FROM scratch`` from the
+    static binaries the local mode uses (:func:`find_binary`), rebuilt when they change.
+    An explicit ``image`` must be present or pullable: it is never replaced by another.
+    """
+    import docker
+
+    wanted = image or DEFAULT_IMAGE
+    try:
+        client.images.get(wanted)
+        return wanted
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(wanted)
+        return wanted
+    except docker.errors.APIError as exc:
+        if image is not None:
+            raise HarnessError(f"image {image!r} is not on the Docker engine and cannot be "
+                               f"pulled ({exc}); build or load it, or leave image unset to "
+                               f"use {DEFAULT_IMAGE} or a local build of it") from None
+        log.info("cannot pull %s (%s): using %s built from local binaries",
+                 wanted, exc, LOCAL_IMAGE)
+    return _build_local_image(client, bin_dirs)
+
+
+def _build_local_image(client: Any, bin_dirs: Sequence[Path]) -> str:
+    import docker
+
+    binaries = [find_binary(app, bin_dirs) for app in _IMAGE_APPS]
+    for path in binaries:
+        if _elf_is_dynamic(path):
+            raise HarnessError(
+                f"{path} is dynamically linked, so it cannot run in a FROM scratch image; "
+                f"build static binaries (CGO_ENABLED=0, as scripts/install-nsq does), or "
+                f"make the image {DEFAULT_IMAGE} available to the engine")
+    digest = hashlib.sha256()
+    for path in binaries:
+        with open(path, "rb") as f:
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    fingerprint = digest.hexdigest()[:16]
+    try:
+        if client.images.get(LOCAL_IMAGE).labels.get("nsq-spark.binaries") == fingerprint:
+            return LOCAL_IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    with tempfile.TemporaryDirectory(prefix="nsq-spark-image-") as context:
+        for app, path in zip(_IMAGE_APPS, binaries):
+            shutil.copy2(path, Path(context) / app)
+        # The official image has its binaries at /nsqd etc. too, so commands fit both.
+        (Path(context) / "Dockerfile").write_text(
+            f"FROM scratch\nCOPY {' '.join(_IMAGE_APPS)} /\n")
+        try:
+            client.images.build(path=context, tag=LOCAL_IMAGE, rm=True, forcerm=True,
+                                labels={"nsq-spark.binaries": fingerprint})
+        except docker.errors.DockerException as exc:
+            raise HarnessError(f"building {LOCAL_IMAGE} from {binaries} failed: {exc}") from None
+    return LOCAL_IMAGE
+
+
+class DockerSession:
+    """One cluster's containers and volumes on one engine, all labelled; ``close()`` removes
+    every one of them (also those a failed start left behind). Safe to call twice."""
+
+    def __init__(self, image: str | None = None, bin_dirs: Sequence[Path] = ()) -> None:
+        self.client = docker_client()
+        self.id = uuid.uuid4().hex[:10]
+        self.labels = {DOCKER_LABEL: _PROCESS_ID, "nsq-spark.cluster": self.id}
+        _LIVE_DOCKER.add(self)
+        try:
+            # NSQ_IMAGE picks the image here as in integration/docker-compose.yml
+            self.image = ensure_image(self.client, image or os.environ.get("NSQ_IMAGE") or None,
+                                      bin_dirs)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        _LIVE_DOCKER.discard(self)
+        if self.client is None:
+            return
+        selector = {"label": f"nsq-spark.cluster={self.id}"}
+        try:
+            for container in self.client.containers.list(all=True, filters=selector):
+                container.remove(force=True, v=True)
+            for volume in self.client.volumes.list(filters=selector):
+                volume.remove(force=True)
+        except Exception as exc:  # never mask the test's own error; say what is left
+            log.warning("could not remove docker containers/volumes labelled "
+                        "nsq-spark.cluster=%s: %s", self.id, exc)
+        self.client.close()
+        self.client = None
+
+
+class ContainerProcess(_Server):
+    """One server in a container on the host network, with the controls of a process:
+    kill is SIGKILL to the container, pause/unpause freeze it, start after a kill runs the
+    same container again (same command, same ``/data`` volume)."""
+
+    def __init__(self, name: str, session: DockerSession, argv: list[str],
+                 ready_url: str | None, data_volume: bool = False) -> None:
+        self.name = name
+        self.session = session
+        self.argv = argv
+        self.ready_url = ready_url
+        self.container_name = f"nsq-spark-{session.id}-{name}"
+        self.volume_name = f"{self.container_name}-data" if data_volume else None
+        self.container: Any = None
+        self._created_argv: list[str] = []
+
+    def _state(self) -> dict[str, Any]:
+        if self.container is None:
+            return {}
+        try:
+            self.container.reload()
+        except Exception:  # removed underneath us
+            return {}
+        return dict(self.container.attrs.get("State") or {})
+
+    @property
+    def running(self) -> bool:
+        return bool(self._state().get("Running"))
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid on this host (0/None when not running)."""
+        return self._state().get("Pid") or None
+
+    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        if self.container is not None and self._created_argv != self.argv:
+            self.container.remove(force=True)  # new ports (port retry): new container
+            self.container = None
+        if self.container is None:
+            volumes = {}
+            if self.volume_name:
+                self.session.client.volumes.create(self.volume_name, labels=self.session.labels)
+                volumes[self.volume_name] = {"bind": "/data", "mode": "rw"}
+            self.container = self.session.client.containers.create(
+                self.session.image, self.argv, name=self.container_name,
+                labels=self.session.labels, network_mode="host", volumes=volumes,
+                detach=True)
+            self._created_argv = list(self.argv)
+        self.container.start()
+        self.wait_ready(timeout)
+
+    def _exit_code(self) -> int | None:
+        state = self._state()
+        if state.get("Status") in ("exited", "dead"):
+            return int(state.get("ExitCode", -1))
+        return None
+
+    def log_text(self, head: int = 10, tail: int = 50) -> str:
+        if self.container is None:
+            return "(not started)"
+        try:
+            text = self.container.logs().decode(errors="replace")
+        except Exception as exc:
+            return f"(no log: {exc})"
+        return _head_tail([f"--- container {self.container_name}: {' '.join(self.argv)}",
+                           *text.splitlines()], head, tail)
+
+    def pause(self) -> None:
+        if self._state().get("Status") == "running":
+            self.container.pause()
+
+    def unpause(self) -> None:
+        if self._state().get("Paused"):
+            self.container.unpause()
+
+    def kill(self) -> None:
+        """SIGKILL the container and wait until it has exited; a no-op if not running."""
+        if not self.running:
+            return
+        self.unpause()  # the engine refuses to kill a paused container
+        try:
+            self.container.kill("SIGKILL")
+            self.container.wait(timeout=10)
+        except Exception as exc:  # already gone, or exited meanwhile
+            log.debug("%s: kill: %s", self.name, exc)
+
+    def terminate(self, timeout: float = 10.0) -> None:
+        """SIGTERM, wait, then SIGKILL (the engine's stop)."""
+        if not self.running:
+            return
+        self.unpause()
+        self.container.stop(timeout=int(timeout))
+
+
+# ---------------------------------------------------------------------------------------
 # NSQ
 
 
-class NsqdNode(ServerProcess):
-    """One nsqd: its addresses stay fixed across restarts, and so does its data dir."""
+def _nsqd_args(tcp_port: int, http_port: int, https_port: int, data_path: str,
+               lookupd_tcp: list[str], flags: dict[str, Any]) -> list[str]:
+    return [
+        f"--tcp-address=127.0.0.1:{tcp_port}",
+        f"--http-address=127.0.0.1:{http_port}",
+        f"--https-address=127.0.0.1:{https_port}",
+        "--broadcast-address=127.0.0.1",
+        f"--data-path={data_path}",
+        *(f"--lookupd-tcp-address={a}" for a in lookupd_tcp),
+        *_flag_args(flags),
+    ]
 
-    def __init__(self, index: int, binary: str, workdir: Path, lookupd_tcp: list[str],
-                 flags: dict[str, Any]) -> None:
-        self.index = index
-        self.tcp_port = free_port()
-        self.http_port = free_port()
-        self.https_port = free_port()
-        self.data_path = workdir / f"nsqd{index}-data"
-        self.data_path.mkdir(parents=True, exist_ok=True)
-        argv = [
-            binary,
-            f"--tcp-address=127.0.0.1:{self.tcp_port}",
-            f"--http-address=127.0.0.1:{self.http_port}",
-            f"--https-address=127.0.0.1:{self.https_port}",
-            "--broadcast-address=127.0.0.1",
-            f"--data-path={self.data_path}",
-            *(f"--lookupd-tcp-address={a}" for a in lookupd_tcp),
-            *_flag_args(flags),
-        ]
-        super().__init__(f"nsqd{index}", argv, workdir, f"http://127.0.0.1:{self.http_port}/ping")
+
+def _lookupd_args(tcp_port: int, http_port: int, flags: dict[str, Any]) -> list[str]:
+    return [f"--tcp-address=127.0.0.1:{tcp_port}", f"--http-address=127.0.0.1:{http_port}",
+            "--broadcast-address=127.0.0.1", *_flag_args(flags)]
+
+
+def _nsqadmin_args(http_port: int, lookupd_http: list[str], nsqd_http: list[str]) -> list[str]:
+    # nsqadmin takes lookupds or nsqds, not both
+    sources = ([f"--lookupd-http-address={a}" for a in lookupd_http] if lookupd_http
+               else [f"--nsqd-http-address={a}" for a in nsqd_http])
+    return [f"--http-address=127.0.0.1:{http_port}", *sources]
+
+
+class _NsqdApi:
+    """Addresses and stats of an nsqd, however it runs."""
+
+    tcp_port: int
+    http_port: int
 
     @property
     def tcp_address(self) -> str:
@@ -285,20 +626,11 @@ class NsqdNode(ServerProcess):
         return json.loads(_http_get(url))
 
 
-class LookupdNode(ServerProcess):
-    def __init__(self, index: int, binary: str, workdir: Path, flags: dict[str, Any]) -> None:
-        self.index = index
-        self.tcp_port = free_port()
-        self.http_port = free_port()
-        argv = [
-            binary,
-            f"--tcp-address=127.0.0.1:{self.tcp_port}",
-            f"--http-address=127.0.0.1:{self.http_port}",
-            "--broadcast-address=127.0.0.1",
-            *_flag_args(flags),
-        ]
-        super().__init__(f"nsqlookupd{index}", argv, workdir,
-                         f"http://127.0.0.1:{self.http_port}/ping")
+class _LookupdApi:
+    """Addresses and registrations of an nsqlookupd, however it runs."""
+
+    tcp_port: int
+    http_port: int
 
     @property
     def tcp_address(self) -> str:
@@ -313,14 +645,100 @@ class LookupdNode(ServerProcess):
         return json.loads(_http_get(f"http://{self.http_address}/nodes"))["producers"]
 
 
+class NsqdNode(_NsqdApi, ServerProcess):
+    """One nsqd: its addresses stay fixed across restarts, and so does its data dir."""
+
+    def __init__(self, index: int, binary: str, workdir: Path, lookupd_tcp: list[str],
+                 flags: dict[str, Any]) -> None:
+        self.index = index
+        self.tcp_port = free_port()
+        self.http_port = free_port()
+        self.https_port = free_port()
+        self.data_path = workdir / f"nsqd{index}-data"
+        self.data_path.mkdir(parents=True, exist_ok=True)
+        argv = [binary, *_nsqd_args(self.tcp_port, self.http_port, self.https_port,
+                                    str(self.data_path), lookupd_tcp, flags)]
+        super().__init__(f"nsqd{index}", argv, workdir, f"http://127.0.0.1:{self.http_port}/ping")
+
+
+class LookupdNode(_LookupdApi, ServerProcess):
+    def __init__(self, index: int, binary: str, workdir: Path, flags: dict[str, Any]) -> None:
+        self.index = index
+        self.tcp_port = free_port()
+        self.http_port = free_port()
+        argv = [binary, *_lookupd_args(self.tcp_port, self.http_port, flags)]
+        super().__init__(f"nsqlookupd{index}", argv, workdir,
+                         f"http://127.0.0.1:{self.http_port}/ping")
+
+
+class NsqadminNode(ServerProcess):
+    def __init__(self, binary: str, workdir: Path, lookupd_http: list[str],
+                 nsqd_http: list[str]) -> None:
+        self.http_port = free_port()
+        argv = [binary, *_nsqadmin_args(self.http_port, lookupd_http, nsqd_http)]
+        super().__init__("nsqadmin", argv, workdir, f"http://127.0.0.1:{self.http_port}/ping")
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+
+class NsqdContainer(_NsqdApi, ContainerProcess):
+    """nsqd in a container; its data dir is a volume, so a restart keeps what was on disk."""
+
+    def __init__(self, index: int, session: DockerSession, lookupd_tcp: list[str],
+                 flags: dict[str, Any]) -> None:
+        self.index = index
+        self.tcp_port = free_port()
+        self.http_port = free_port()
+        self.https_port = free_port()
+        argv = ["/nsqd", *_nsqd_args(self.tcp_port, self.http_port, self.https_port, "/data",
+                                     lookupd_tcp, flags)]
+        super().__init__(f"nsqd{index}", session, argv,
+                         f"http://127.0.0.1:{self.http_port}/ping", data_volume=True)
+
+
+class LookupdContainer(_LookupdApi, ContainerProcess):
+    def __init__(self, index: int, session: DockerSession, flags: dict[str, Any]) -> None:
+        self.index = index
+        self.tcp_port = free_port()
+        self.http_port = free_port()
+        argv = ["/nsqlookupd", *_lookupd_args(self.tcp_port, self.http_port, flags)]
+        super().__init__(f"nsqlookupd{index}", session, argv,
+                         f"http://127.0.0.1:{self.http_port}/ping")
+
+
+class NsqadminContainer(ContainerProcess):
+    def __init__(self, session: DockerSession, lookupd_http: list[str],
+                 nsqd_http: list[str]) -> None:
+        self.http_port = free_port()
+        argv = ["/nsqadmin", *_nsqadmin_args(self.http_port, lookupd_http, nsqd_http)]
+        super().__init__("nsqadmin", session, argv, f"http://127.0.0.1:{self.http_port}/ping")
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+
+AnyNsqd = NsqdNode | NsqdContainer
+AnyLookupd = LookupdNode | LookupdContainer
+
+
 class NSQCluster:
     """``nsqd`` real nsqd processes registered with ``lookupd`` real nsqlookupd processes.
 
     Args:
         nsqd: how many nsqd to start.
         lookupd: how many nsqlookupd to start (0 is allowed: nsqd then runs standalone).
-        mode: ``"local"`` (binaries, default) or ``"docker"`` (integration/docker-compose.yml;
-            the topology is then fixed at two nsqd and one nsqlookupd).
+        mode: ``"local"`` (binaries, default) or ``"docker"`` (the same topology, same
+            flags and free ports, each server in a container on the host network of the
+            engine that ``DOCKER_HOST`` names; needs ``pip install 'nsq-spark[docker]'``).
+        image: docker mode only: the image to run (default ``$NSQ_IMAGE``, else
+            ``nsqio/nsq:v1.3.0`` if present or pullable, else ``nsq-spark/nsq:v1.3.0`` built
+            ``FROM scratch`` from the local binaries). A named image must be present or
+            pullable, and have ``/nsqd``, ``/nsqlookupd``, ``/nsqadmin``.
+        nsqadmin: also start an nsqadmin (on the lookupds, or on the nsqds if there are
+            none); its address is ``nsqadmin_http_address``.
         bin_dir: where the NSQ binaries are; default ``$NSQ_BIN_DIR``, the install-nsq
             cache, then ``PATH``.
         lookupd_flags: flags for every nsqlookupd, same form as the nsqd flags.
@@ -329,6 +747,7 @@ class NSQCluster:
     """
 
     def __init__(self, nsqd: int = 1, lookupd: int = 1, *, mode: str = "local",
+                 image: str | None = None, nsqadmin: bool = False,
                  bin_dir: str | os.PathLike[str] | None = None,
                  lookupd_flags: dict[str, Any] | None = None,
                  start_timeout: float = DEFAULT_START_TIMEOUT, **nsqd_flags: Any) -> None:
@@ -336,7 +755,12 @@ class NSQCluster:
             raise ValueError("NSQCluster needs nsqd >= 0 and lookupd >= 0")
         if mode not in ("local", "docker"):
             raise ValueError(f"NSQCluster mode must be 'local' or 'docker', not {mode!r}")
+        if image is not None and mode != "docker":
+            raise ValueError("NSQCluster image= is for mode='docker'; drop it, or pass "
+                             "mode='docker'")
         self.mode = mode
+        self._image = image
+        self._want_nsqadmin = nsqadmin
         self._n_nsqd = nsqd
         self._n_lookupd = lookupd
         self._bin_dirs = [Path(bin_dir)] if bin_dir else []
@@ -345,40 +769,62 @@ class NSQCluster:
         self._start_timeout = start_timeout
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.workdir: Path | None = None
-        self.nsqds: list[NsqdNode] = []
-        self.lookupds: list[LookupdNode] = []
-        self._docker: _DockerCompose | None = None
+        self.nsqds: list[AnyNsqd] = []
+        self.lookupds: list[AnyLookupd] = []
+        self.nsqadmin: NsqadminNode | NsqadminContainer | None = None
+        self.docker: DockerSession | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> "NSQCluster":
-        if self.mode == "docker":
-            self._docker = _DockerCompose()
-            self._docker.up(self._start_timeout)
-            return self
         self._tmp = tempfile.TemporaryDirectory(prefix="nsq-spark-cluster-")
         self.workdir = Path(self._tmp.name)
         try:
-            lookupd_bin = find_binary("nsqlookupd", self._bin_dirs)
+            if self.mode == "docker":
+                self.docker = DockerSession(self._image, self._bin_dirs)
             for i in range(self._n_lookupd):
-                node = LookupdNode(i, lookupd_bin, self.workdir, self._lookupd_flags)
+                node = self._new_lookupd(i)
                 self.lookupds.append(node)
                 _start_with_port_retry(node, self._start_timeout)
             for _ in range(self._n_nsqd):
                 self.add_nsqd()
+            if self._want_nsqadmin:
+                self.nsqadmin = self._new_nsqadmin()
+                _start_with_port_retry(self.nsqadmin, self._start_timeout)
         except BaseException:
             self.close()
             raise
         return self
 
+    def _new_lookupd(self, i: int) -> AnyLookupd:
+        if self.docker is not None:
+            return LookupdContainer(i, self.docker, self._lookupd_flags)
+        assert self.workdir is not None
+        return LookupdNode(i, find_binary("nsqlookupd", self._bin_dirs), self.workdir,
+                           self._lookupd_flags)
+
+    def _new_nsqd(self, i: int, flags: dict[str, Any]) -> AnyNsqd:
+        lookupd_tcp = [lk.tcp_address for lk in self.lookupds]
+        if self.docker is not None:
+            return NsqdContainer(i, self.docker, lookupd_tcp, flags)
+        assert self.workdir is not None
+        return NsqdNode(i, find_binary("nsqd", self._bin_dirs), self.workdir, lookupd_tcp,
+                        flags)
+
+    def _new_nsqadmin(self) -> NsqadminNode | NsqadminContainer:
+        lookupd_http = [lk.http_address for lk in self.lookupds]
+        nsqd_http = [n.http_address for n in self.nsqds]
+        if self.docker is not None:
+            return NsqadminContainer(self.docker, lookupd_http, nsqd_http)
+        assert self.workdir is not None
+        return NsqadminNode(find_binary("nsqadmin", self._bin_dirs), self.workdir,
+                            lookupd_http, nsqd_http)
+
     def add_nsqd(self, **extra_flags: Any) -> int:
         """Start one more nsqd (registered with every lookupd); returns its index."""
         if self.workdir is None:
             raise HarnessError("start the cluster before adding nsqd")
-        binary = find_binary("nsqd", self._bin_dirs)
-        node = NsqdNode(len(self.nsqds), binary, self.workdir,
-                        [lk.tcp_address for lk in self.lookupds],
-                        {**self._nsqd_flags, **extra_flags})
+        node = self._new_nsqd(len(self.nsqds), {**self._nsqd_flags, **extra_flags})
         self.nsqds.append(node)
         _start_with_port_retry(node, self._start_timeout)
         self.wait_registered(node.index)
@@ -401,15 +847,22 @@ class NSQCluster:
             time.sleep(0.05)
 
     def close(self) -> None:
-        """Kill every process and remove the data dirs. Safe to call twice."""
-        if self._docker is not None:
-            self._docker.down()
-            self._docker = None
-        for node in [*self.nsqds, *self.lookupds]:
+        """Kill every process, remove every container and volume, and the data dirs.
+        Safe to call twice."""
+        for node in self._servers():
             node.kill()
+        if self.docker is not None:
+            self.docker.close()
+            self.docker = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def _servers(self) -> list[_Server]:
+        servers: list[_Server] = [*self.nsqds, *self.lookupds]
+        if self.nsqadmin is not None:
+            servers.append(self.nsqadmin)
+        return servers
 
     def __enter__(self) -> "NSQCluster":
         return self.start()
@@ -421,50 +874,41 @@ class NSQCluster:
 
     @property
     def nsqd_tcp_addresses(self) -> list[str]:
-        if self._docker:
-            return self._docker.nsqd_tcp_addresses
         return [n.tcp_address for n in self.nsqds]
 
     @property
     def nsqd_http_addresses(self) -> list[str]:
-        if self._docker:
-            return self._docker.nsqd_http_addresses
         return [n.http_address for n in self.nsqds]
 
     @property
     def lookupd_http_addresses(self) -> list[str]:
-        if self._docker:
-            return self._docker.lookupd_http_addresses
         return [lk.http_address for lk in self.lookupds]
 
     @property
     def lookupd_tcp_addresses(self) -> list[str]:
         return [lk.tcp_address for lk in self.lookupds]
 
+    @property
+    def nsqadmin_http_address(self) -> str | None:
+        return self.nsqadmin.http_address if self.nsqadmin is not None else None
+
     # -- fault controls (nsqd by index) -------------------------------------------------
 
     def kill(self, i: int) -> None:
         """SIGKILL nsqd ``i`` (what was fsynced to its data dir survives a restart)."""
-        if self._docker:
-            return self._docker.run("kill", "-s", "SIGKILL", f"nsqd{i}")
         self.nsqds[i].kill()
 
     def stop(self, i: int) -> None:
-        """SIGSTOP nsqd ``i``: it holds its sockets open but answers nothing."""
-        if self._docker:
-            return self._docker.run("pause", f"nsqd{i}")
-        self.nsqds[i].signal(signal.SIGSTOP)
+        """Freeze nsqd ``i`` (SIGSTOP; a paused container): it holds its sockets open but
+        answers nothing."""
+        self.nsqds[i].pause()
 
     def resume(self, i: int) -> None:
-        """SIGCONT nsqd ``i``."""
-        if self._docker:
-            return self._docker.run("unpause", f"nsqd{i}")
-        self.nsqds[i].signal(signal.SIGCONT)
+        """Unfreeze nsqd ``i`` (SIGCONT; unpause)."""
+        self.nsqds[i].unpause()
 
     def restart(self, i: int) -> None:
         """(Re)start nsqd ``i`` on the same ports with the same data dir."""
-        if self._docker:
-            return self._docker.run("restart", f"nsqd{i}")
         node = self.nsqds[i]
         node.terminate()
         node.start(self._start_timeout)
@@ -480,17 +924,18 @@ class NSQCluster:
     def logs(self) -> str:
         """The tail of every process's output, for failure reports."""
         return "\n".join(f"==== {n.name} ====\n{n.log_text()}"
-                         for n in [*self.lookupds, *self.nsqds])
+                         for n in [*self.lookupds, *self.nsqds,
+                                   *([self.nsqadmin] if self.nsqadmin else [])])
 
 
-def _lists_node(lookupd: LookupdNode, tcp_port: int) -> bool:
+def _lists_node(lookupd: AnyLookupd, tcp_port: int) -> bool:
     try:
         return any(p.get("tcp_port") == tcp_port for p in lookupd.nodes())
     except (OSError, urllib.error.URLError, ValueError, KeyError):
         return False
 
 
-def _start_with_port_retry(node: ServerProcess, timeout: float, attempts: int = 3) -> None:
+def _start_with_port_retry(node: Any, timeout: float, attempts: int = 3) -> None:
     """Start a node; if a port got taken between free_port() and bind, pick new ports."""
     for attempt in range(attempts):
         try:
@@ -503,7 +948,7 @@ def _start_with_port_retry(node: ServerProcess, timeout: float, attempts: int = 
             _reassign_ports(node)
 
 
-def _reassign_ports(node: ServerProcess) -> None:
+def _reassign_ports(node: Any) -> None:
     old_new = {}
     for attr in ("tcp_port", "http_port", "https_port", "port"):
         if hasattr(node, attr):
@@ -523,46 +968,6 @@ def _replace_port(arg: str, old_new: dict[str, str]) -> str:
         if f":{old}/" in arg:
             return arg.replace(f":{old}/", f":{new}/")
     return arg
-
-
-class _DockerCompose:
-    """The fixed topology of integration/docker-compose.yml (needs a Docker engine)."""
-
-    COMPOSE = Path(__file__).resolve().parent.parent / "integration" / "docker-compose.yml"
-    NSQD_TCP = ["127.0.0.1:4150", "127.0.0.1:4250"]
-    NSQD_HTTP = ["127.0.0.1:4151", "127.0.0.1:4251"]
-    LOOKUPD_HTTP = ["127.0.0.1:4161"]
-
-    nsqd_tcp_addresses = NSQD_TCP
-    nsqd_http_addresses = NSQD_HTTP
-    lookupd_http_addresses = LOOKUPD_HTTP
-
-    def run(self, *args: str) -> None:
-        if shutil.which("docker") is None:
-            raise HarnessError("docker mode needs the docker CLI and a Docker engine; "
-                               "use the default local mode instead")
-        cmd = ["docker", "compose", "-f", str(self.COMPOSE), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise HarnessError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()} "
-                               "-- is a Docker engine running? Otherwise use mode='local'.")
-
-    def up(self, timeout: float) -> None:
-        self.run("up", "-d", "--wait")
-        deadline = time.monotonic() + timeout
-        for addr in [*self.NSQD_HTTP, *self.LOOKUPD_HTTP]:
-            while True:
-                try:
-                    if _http_get(f"http://{addr}/ping", 0.5).strip() == b"OK":
-                        break
-                except (OSError, urllib.error.URLError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise HarnessError(f"docker compose service at {addr} did not answer /ping")
-                time.sleep(0.1)
-
-    def down(self) -> None:
-        self.run("down", "-v")
 
 
 # ---------------------------------------------------------------------------------------
@@ -638,7 +1043,7 @@ except ImportError:  # pragma: no cover - the harness works without pytest
 if pytest is not None:
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, None]:
         outcome = yield
         rep = outcome.get_result()
         setattr(item, f"_nsq_spark_rep_{rep.when}", rep)
@@ -647,17 +1052,31 @@ if pytest is not None:
         return any(getattr(getattr(request.node, f"_nsq_spark_rep_{w}", None), "failed", False)
                    for w in ("setup", "call"))
 
-    @pytest.fixture
-    def nsq_cluster(request: Any) -> Iterator[NSQCluster]:
-        """One nsqd and one nsqlookupd. Parametrize with
-        ``@pytest.mark.nsq_cluster(nsqd=2, lookupd=2, mem_queue_size=0)``."""
-        marker = request.node.get_closest_marker("nsq_cluster")
-        kwargs = dict(marker.kwargs) if marker else {}
-        cluster = NSQCluster(**kwargs)
-        with cluster:
+    def _cluster_for(request: Any, kwargs: dict[str, Any]) -> Iterator[NSQCluster]:
+        if kwargs.get("mode") == "docker":
+            problem = docker_engine_problem()
+            if problem:
+                pytest.skip(f"docker mode: {problem}")
+        # the context manager removes processes, containers and volumes, failed or not
+        with NSQCluster(**kwargs) as cluster:
             yield cluster
             if _failed(request):
                 print(f"\nNSQ process logs for {request.node.nodeid}:\n{cluster.logs()}")
+
+    @pytest.fixture
+    def nsq_cluster(request: Any) -> Iterator[NSQCluster]:
+        """One nsqd and one nsqlookupd. Parametrize with
+        ``@pytest.mark.nsq_cluster(nsqd=2, lookupd=2, mem_queue_size=0)``; with
+        ``mode="docker"`` the servers run in containers (skipped, with the reason, when no
+        Docker engine is reachable)."""
+        marker = request.node.get_closest_marker("nsq_cluster")
+        yield from _cluster_for(request, dict(marker.kwargs) if marker else {})
+
+    @pytest.fixture
+    def docker_nsq_cluster(request: Any) -> Iterator[NSQCluster]:
+        """``nsq_cluster`` in docker mode: the same marker shapes it."""
+        marker = request.node.get_closest_marker("nsq_cluster")
+        yield from _cluster_for(request, {**(marker.kwargs if marker else {}), "mode": "docker"})
 
     @pytest.fixture(scope="session")
     def redis_server() -> Iterator[RedisServer]:

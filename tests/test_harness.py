@@ -106,3 +106,48 @@ def test_redis_and_memcached_fixtures(redis_server, memcached_server) -> None:  
     with socket.create_connection(memcached_server.address, timeout=2) as s:
         s.sendall(b"version\r\n")
         assert s.recv(64).startswith(b"VERSION")
+
+
+def test_local_nsqadmin_sees_the_nsqd_through_lookupd() -> None:
+    import json
+
+    with NSQCluster(nsqd=1, lookupd=1, nsqadmin=True) as cluster:
+        admin = cluster.nsqadmin_http_address
+        assert admin is not None
+        with urllib.request.urlopen(f"http://{admin}/api/nodes", timeout=5) as r:
+            nodes = json.loads(r.read())["nodes"]
+        assert [n["tcp_port"] for n in nodes] == [cluster.nsqds[0].tcp_port]
+        pid = cluster.nsqadmin.pid if cluster.nsqadmin else None
+    assert pid and not _alive(pid)
+
+
+@pytest.mark.unit
+def test_image_without_docker_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="mode='docker'"):
+        NSQCluster(image="nsqio/nsq:v1.3.0")
+
+
+@pytest.mark.unit
+def test_static_binaries_are_told_from_dynamic_ones() -> None:
+    """The FROM scratch image needs static binaries; install-nsq builds them so."""
+    import shutil
+    import sys
+
+    from nsq_spark.testing import _elf_is_dynamic
+
+    assert not _elf_is_dynamic(find_binary("nsqd"))
+    assert _elf_is_dynamic(sys.executable) or _elf_is_dynamic(str(shutil.which("ls")))
+    assert not _elf_is_dynamic(__file__)  # not ELF: not judged
+
+
+def test_docker_mode_without_an_engine_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from nsq_spark.testing import docker_engine_problem
+
+    pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    problem = docker_engine_problem()
+    assert problem is not None
+    assert "no-engine.sock" in problem and "scripts/with-docker" in problem
+    with pytest.raises(HarnessError, match="no Docker engine reachable"):
+        NSQCluster(mode="docker").start()
