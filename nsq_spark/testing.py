@@ -16,7 +16,7 @@ Keyword arguments other than the documented ones become nsqd flags: ``mem_queue_
 is ``--mem-queue-size=0``, ``snappy=True`` is ``--snappy``, a list repeats the flag.
 
 The binaries come from ``$NSQ_BIN_DIR``, then ``PATH``, then the cache that
-``scripts/install-nsq`` fills. ``RedisServer`` and ``MemcachedServer`` do the same for the
+``nsq-spark install-nsq`` fills. ``RedisServer`` and ``MemcachedServer`` do the same for the
 dedup backends. This module is also a pytest plugin (``nsq_cluster``, ``redis_server`` and
 ``memcached_server`` fixtures); on a failed test the processes' logs are printed.
 
@@ -421,7 +421,7 @@ def _build_local_image(client: Any, bin_dirs: Sequence[Path]) -> str:
         if _elf_is_dynamic(path):
             raise HarnessError(
                 f"{path} is dynamically linked, so it cannot run in a FROM scratch image; "
-                f"build static binaries (CGO_ENABLED=0, as scripts/install-nsq does), or "
+                f"build static binaries (CGO_ENABLED=0, as nsq-spark install-nsq does), or "
                 f"make the image {DEFAULT_IMAGE} available to the engine")
     digest = hashlib.sha256()
     for path in binaries:
