@@ -149,6 +149,7 @@ def from_spec(spec: str) -> Deduplicator:
                          "memcached, redis-bloom, rediss-bloom or memory")
     if getattr(d, "shared", False):
         d.spec = spec
+        d.rebuild = from_spec   # what pickling calls in a Spark task (see PicklableBySpec)
     return d
 
 
