@@ -362,6 +362,9 @@ class Producer:
             raise
         self.spool_dir = self._store.directory
         self.message_id_digest = bool(spool["message_id_digest"])
+        self.batch_size: int = spool["batch_size"]
+        self.batch_bytes: int = spool["batch_bytes"]
+        self.rescan_interval: float = spool["rescan_interval"]
         self._spool = SpoolDrain(
             self._store, lambda: sender,
             retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05, max_wait=retry_max_wait),

@@ -426,7 +426,7 @@ def sink(request):
 
 def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path, sink):
     with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          batch_size=50) as p:
+                  batch_size=50) as p:
         for i in range(120):
             p.publish("t", b"m%d" % i)
         p.mpublish("t", [b"b%d" % i for i in range(200)])
@@ -472,7 +472,7 @@ def test_close_leaves_unsent_messages_for_the_next_start(tmp_path):
 def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, sink):
     rejected = []
     with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          on_rejected=lambda t, b, e: rejected.append((t, b, e.code))) as p:
+                  on_rejected=lambda t, b, e: rejected.append((t, b, e.code))) as p:
         p.mpublish("t", [b"ok1", b"badPOISON", b"ok2"])
         p.publish("t", b"alsoPOISON")
         p.publish("t", b"ok3")
@@ -487,7 +487,7 @@ def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, si
 
 def test_message_id_digest_envelope_on_the_wire(tmp_path, sink):
     with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          message_id_digest=True) as p:
+                  message_id_digest=True) as p:
         p.mpublish("t", [b"x", b"y"])
         assert p.flush(5)
     for (_, wire, _), body in zip(sink.got, [b"x", b"y"]):
@@ -516,7 +516,7 @@ def test_spool_full_raise_through_the_producer(tmp_path):
     sink = Sink()
     sink.down.set()
     with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          spool_max_bytes=8192, spool_full="raise", retry_max_wait=0.05) as p:
+                  spool_max_bytes=8192, spool_full="raise", retry_max_wait=0.05) as p:
         n = 0
         with pytest.raises(SpoolFullError):
             for n in range(100):
@@ -613,7 +613,7 @@ def test_on_corrupt_callback_may_publish(tmp_path, sink):
         holder["p"].publish("alerts", f"damaged: {info.reason}".encode())
 
     p = Producer(spool_dir=tmp_path, producer_factory=sink.factory,
-                         on_corrupt=report, rescan_interval=0.05)
+                 on_corrupt=report, rescan_interval=0.05)
     holder["p"] = p
     ready.set()
     try:

@@ -103,7 +103,7 @@ CHILD = textwrap.dedent("""
     start, end, chunk, batch = int(start), int(end), int(chunk), int(batch)
     slow_from = int(slow_from)
     p = Producer(addr, spool_dir=spool, batch_size=batch, retry_max_wait=0.2,
-                         rescan_interval=0.2)
+                 rescan_interval=0.2)
     for i in range(start, end, chunk):
         p.mpublish(topic, [b"m%06d" % j for j in range(i, min(i + chunk, end))])
         print(min(i + chunk, end) - 1, flush=True)
@@ -189,7 +189,7 @@ def test_shared_spool_dir_segments_of_a_killed_process_go_to_the_survivor(nsq_cl
     try:
         read_until(a, lambda s: s == "999")
         with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
-                              rescan_interval=0.1) as b:
+                      rescan_interval=0.1) as b:
             b.mpublish(TOPIC, [b"b%06d" % i for i in range(500)])
             assert b.flush(20)
             time.sleep(0.5)            # several rescans while A is alive and holds its locks
@@ -219,8 +219,8 @@ def test_nsqd_outage_spools_then_drains_and_full_spool_raises(nsq_cluster, tmp_p
     node = nsq_cluster.nsqds[0]
     batch = 50
     p = Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
-                         spool_max_bytes=64 << 10, spool_full="raise", batch_size=batch,
-                         retry_max_wait=0.2)
+                 spool_max_bytes=64 << 10, spool_full="raise", batch_size=batch,
+                 retry_max_wait=0.2)
     try:
         accepted = [b"before-%04d" % i for i in range(300)]
         p.mpublish(TOPIC, accepted)
@@ -257,7 +257,7 @@ def test_truncated_segment_intact_part_is_delivered(nsq_cluster, tmp_path):
     os.truncate(seg, seg.stat().st_size - 4)    # the last record loses its end
     reports = []
     with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
-                          on_corrupt=reports.append) as p:
+                  on_corrupt=reports.append) as p:
         assert p.flush(20)
     assert len(reports) == 1 and "truncated" in reports[0].reason
     assert (spool / "corrupt" / seg.name).exists()
@@ -269,7 +269,7 @@ def test_truncated_segment_intact_part_is_delivered(nsq_cluster, tmp_path):
 def test_message_id_envelope_reaches_the_consumer(nsq_cluster, tmp_path):
     make_channel(nsq_cluster)
     with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "s",
-                          message_id_digest=True) as p:
+                  message_id_digest=True) as p:
         p.mpublish(TOPIC, [b"same", b"same", b"other"])
         assert p.flush(20)
     Reader = pytest.importorskip("nsq_spark.reader").Reader
@@ -297,7 +297,7 @@ def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cl
     node = nsq_cluster.nsqds[0]
     bodies = [b"blocked-%04d-" % i + b"y" * 200 for i in range(400)]   # ~3x the bound
     p = Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
-                         spool_max_bytes=32 << 10, spool_full="block", retry_max_wait=0.2)
+                 spool_max_bytes=32 << 10, spool_full="block", retry_max_wait=0.2)
     errors = []
 
     def publisher():
@@ -328,7 +328,7 @@ def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cl
 def test_spool_over_nsqd_http_api(nsq_cluster, tmp_path):
     make_channel(nsq_cluster)
     with Producer(spool_dir=tmp_path / "spool",
-                          nsqd_http_addresses=nsq_cluster.nsqd_http_addresses) as p:
+                  nsqd_http_addresses=nsq_cluster.nsqd_http_addresses) as p:
         p.mpublish(TOPIC, [b"http-%03d" % i for i in range(50)])
         p.publish(TOPIC, b"http-single")
         assert p.flush(20)
