@@ -170,10 +170,10 @@ class _AsyncRequest:
         return None
 
 
-def _body(body: Any, max_size: int | None) -> bytes:
+def _body(body: Any, max_size: int | None, what: str) -> bytes:
     """The one body rule, for the spool path (the direct path applies the same
     ``protocol._check_body`` while encoding)."""
-    protocol._check_body(body, max_size)
+    protocol._check_body(body, max_size, what)
     return body if isinstance(body, bytes) else bytes(body)
 
 
@@ -465,13 +465,18 @@ class Producer:
 
     # -- the spool path ------------------------------------------------------------------
 
-    def _spool_records(self, topic: str, bodies: Iterable[Any], defer_ms: int | None
-                       ) -> list[tuple[str, bytes, int | None]]:
+    def _spool_records(self, topic: str, bodies: Iterable[Any], defer_ms: int | None,
+                       many: bool) -> list[tuple[str, bytes, int | None]]:
         protocol.check_topic(topic)
         if defer_ms is not None and (isinstance(defer_ms, bool) or not isinstance(defer_ms, int)
                                      or defer_ms < 0):
             raise ConfigError(f"defer_ms={defer_ms!r}: give milliseconds as an int >= 0")
-        records = [(topic, _body(b, self.max_msg_size), defer_ms) for b in bodies]
+        if many:   # named as protocol.mpub names them
+            records = [(topic, _body(b, self.max_msg_size, f"message body #{i}"), defer_ms)
+                       for i, b in enumerate(bodies)]
+        else:
+            records = [(topic, _body(b, self.max_msg_size, "message body"), defer_ms)
+                       for b in bodies]
         if not records:
             raise InvalidBodyError("mpublish needs at least one message body")
         return records
@@ -491,7 +496,7 @@ class Producer:
         InvalidNameError/InvalidBodyError for bad input, a typed NSQServerError for a
         refusal, ConnectError when no nsqd can be reached."""
         if self._spool is not None:
-            self._spool_append(self._spool_records(topic, (body,), defer_ms))
+            self._spool_append(self._spool_records(topic, (body,), defer_ms, False))
             return
         if self.http_mode:
             self._wait(self.publish_async(topic, body, defer_ms))
@@ -502,7 +507,7 @@ class Producer:
         """Publish several messages with MPUB; returns when nsqd acknowledged all (with
         ``spool_dir``: when all are in the spool, with one write and one sync)."""
         if self._spool is not None:
-            self._spool_append(self._spool_records(topic, bodies, None))
+            self._spool_append(self._spool_records(topic, bodies, None, True))
             return
         if self.http_mode:
             self._wait(self.mpublish_async(topic, bodies))
@@ -631,7 +636,7 @@ class Producer:
         Bad input raises here. With ``spool_dir`` the future is settled once the message
         is in the spool (the append happens in this call)."""
         if self._spool is not None:
-            records = self._spool_records(topic, (body,), defer_ms)
+            records = self._spool_records(topic, (body,), defer_ms, False)
             return _done_future(lambda: self._spool_append(records))
         if self._http is not None:
             protocol._check_body(body, self.max_msg_size)
@@ -643,7 +648,7 @@ class Producer:
                        ) -> concurrent.futures.Future[Any]:
         """Like mpublish, but returns a concurrent.futures.Future at once."""
         if self._spool is not None:
-            records = self._spool_records(topic, bodies, None)
+            records = self._spool_records(topic, bodies, None, True)
             return _done_future(lambda: self._spool_append(records))
         datas = self._encode_mpub(topic, bodies)
         if self._http is not None:
@@ -719,7 +724,7 @@ class Producer:
         """Publish one message; returns when nsqd acknowledged it (with ``spool_dir``:
         when it is in the spool; the append runs in a worker thread)."""
         if self._spool is not None:
-            records = self._spool_records(topic, (body,), defer_ms)
+            records = self._spool_records(topic, (body,), defer_ms, False)
             await asyncio.to_thread(self._spool_append, records)
             return
         loop = self._bind_running_loop()
@@ -736,7 +741,7 @@ class Producer:
     async def ampublish(self, topic: str, bodies: Iterable[bytes]) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all."""
         if self._spool is not None:
-            records = self._spool_records(topic, bodies, None)
+            records = self._spool_records(topic, bodies, None, True)
             await asyncio.to_thread(self._spool_append, records)
             return
         loop = self._bind_running_loop()
