@@ -340,9 +340,9 @@ class RedisBloomFilter(PicklableBySpec):
             return out
         pipe = self.client.pipeline(transaction=False)
         n = 0
-        for k in keys:
-            ks, args = self._args(key_bytes(k))
-            self._script(keys=ks, args=args, client=pipe)
+        for one in keys:
+            script_keys, script_args = self._args(key_bytes(one))
+            self._script(keys=script_keys, args=script_args, client=pipe)
             n += 1
         if not n:
             return []
