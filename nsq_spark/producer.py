@@ -112,7 +112,7 @@ class _Request:
         return False  # set_result copes with a cancelled future itself (one lock less)
 
     def set_result(self, result: bytes) -> None:
-        self.producer._stats.acked(self.data, self.key)
+        self.producer._stats.acked_on_loop(self.data, self.key)
         try:
             self.future.set_result(result)
         except concurrent.futures.InvalidStateError:  # cancelled by the caller
@@ -142,7 +142,7 @@ class _AsyncRequest:
         return self.future.done()
 
     def set_result(self, result: bytes) -> None:
-        self.producer._stats.acked(self.data, self.key)
+        self.producer._stats.acked_on_loop(self.data, self.key)
         if not self.future.done():
             self.future.set_result(result)
 
@@ -801,7 +801,7 @@ class Producer:
         except BaseException:
             self._stats.failed(data)
             raise
-        self._stats.acked(data, key)
+        self._stats.acked_on_loop(data, key)
         return result
 
     # -- connections -------------------------------------------------------------------------

@@ -41,29 +41,57 @@ def command_size(data: bytes) -> tuple[int, int]:
 
 
 class _Nsqd:
-    __slots__ = ("up", "messages", "bytes", "last_error")
+    __slots__ = ("up", "last_error")
 
     def __init__(self) -> None:
         self.up: bool | None = None
+        self.last_error: str | None = None
+
+
+class _Counts:
+    """Acknowledged commands, messages and bytes, in total and per nsqd. Written by one
+    writer at a time (see :class:`PublishStats`)."""
+
+    __slots__ = ("commands", "messages", "bytes", "per_nsqd")
+
+    def __init__(self) -> None:
+        self.commands = 0
         self.messages = 0
         self.bytes = 0
-        self.last_error: str | None = None
+        self.per_nsqd: dict[str | None, list[int]] = {}   # address -> [messages, bytes]
+
+    def add(self, messages: int, size: int, address: str | None) -> None:
+        self.commands += 1
+        self.messages += messages
+        self.bytes += size
+        entry = self.per_nsqd.get(address)
+        if entry is None:
+            entry = self.per_nsqd[address] = [0, 0]
+        entry[0] += messages
+        entry[1] += size
+
+
+def _size(data: bytes) -> tuple[int, int]:
+    if data[0] == _MPUB:
+        return command_size(data)
+    return 1, len(data) - data.index(b"\n") - 5     # PUB/DPUB, inlined: the hot path
 
 
 class PublishStats:
     """The counters of one producer, and the up/down state of each nsqd it uses.
 
     ``log`` is the logger the transitions go to (the facade's own, so users filter on
-    ``nsq_spark.producer``)."""
+    ``nsq_spark.producer``). Acknowledgements counted on the IO loop (:meth:`acked_on_loop`,
+    one thread) take no lock; those of the blocking callers' threads (:meth:`acked`) do.
+    """
 
     def __init__(self, log: logging.Logger) -> None:
         self._log = log
         self._lock = threading.Lock()
-        self.messages = 0
-        self.bytes = 0
+        self._loop_counts = _Counts()       # only the IO loop's thread writes these
+        self._thread_counts = _Counts()     # under _lock
         self.retries = 0
         self.errors = 0
-        self.commands = 0
         self._nsqd: dict[str, _Nsqd] = {}
 
     def _entry(self, address: str) -> _Nsqd:
@@ -72,26 +100,24 @@ class PublishStats:
             entry = self._nsqd[address] = _Nsqd()
         return entry
 
+    def acked_on_loop(self, data: bytes, address: str | None) -> None:
+        """nsqd acknowledged the command ``data``; called on the producer's event loop."""
+        messages, size = _size(data)
+        self._loop_counts.add(messages, size, address)
+
     def acked(self, data: bytes, address: str | None) -> None:
-        """nsqd (at ``address``, if known) acknowledged the command ``data``."""
-        messages, size = command_size(data)
+        """nsqd acknowledged the command ``data``; from any thread."""
+        messages, size = _size(data)
         with self._lock:
-            self.commands += 1
-            self.messages += messages
-            self.bytes += size
-            if address is not None:
-                entry = self._entry(address)
-                entry.messages += messages
-                entry.bytes += size
+            self._thread_counts.add(messages, size, address)
 
     def acked_http(self, messages: int, size: int, address: str) -> None:
-        with self._lock:
-            self.commands += 1
-            self.messages += messages
-            self.bytes += size
-            entry = self._entry(address)
-            entry.messages += messages
-            entry.bytes += size
+        """An HTTP request was answered 200 (on the producer's event loop)."""
+        self._loop_counts.add(messages, size, address)
+
+    @property
+    def commands(self) -> int:
+        return self._loop_counts.commands + self._thread_counts.commands
 
     def failed(self, data: bytes | None, messages: int = 1) -> None:
         """The publish of ``data`` (or of ``messages`` messages) failed for good."""
@@ -131,10 +157,24 @@ class PublishStats:
     def snapshot(self) -> dict[str, Any]:
         """The counters as a dict (the keys of the module doc)."""
         with self._lock:
+            parts = (self._loop_counts, self._thread_counts)
+            per: dict[str, list[int]] = {}
+            for counts in parts:
+                for address, (messages, size) in list(counts.per_nsqd.items()):
+                    if address is not None:
+                        entry = per.setdefault(address, [0, 0])
+                        entry[0] += messages
+                        entry[1] += size
+            nsqd = {}
+            for address in sorted(set(per) | set(self._nsqd)):
+                state = self._nsqd.get(address) or _Nsqd()
+                messages, size = per.get(address, (0, 0))
+                nsqd[address] = {"up": state.up, "messages": messages, "bytes": size,
+                                 "last_error": state.last_error}
             return {
-                "messages": self.messages, "bytes": self.bytes, "retries": self.retries,
-                "errors": self.errors, "commands": self.commands,
-                "nsqd": {a: {"up": e.up, "messages": e.messages, "bytes": e.bytes,
-                             "last_error": e.last_error}
-                         for a, e in self._nsqd.items()},
+                "messages": sum(c.messages for c in parts),
+                "bytes": sum(c.bytes for c in parts),
+                "retries": self.retries, "errors": self.errors,
+                "commands": sum(c.commands for c in parts),
+                "nsqd": nsqd,
             }
