@@ -53,19 +53,19 @@ import itertools
 import logging
 import os
 import threading
-import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from . import protocol
 from ._loop import LoopThread
 from .addresses import Address, parse_address_list, parse_http_address, split_list
 from .config import ConnectionConfig
-from .conn import Connection, SyncConnection
+from .conn import Connection
 from .errors import ConfigError, ConnectError, InvalidBodyError, NSQError, NSQTimeoutError
 from .errors import is_transient as is_transient  # re-export: the one classification
 from .publish.http import HttpPublisher
 from .publish.retry import RetryPolicy
 from .publish.stats import PublishStats
+from .publish.sync import BlockingPool
 from .spool.drain import SpoolDrain
 from .spool.format import SpoolError
 from .spool.store import FSYNC_ALWAYS, CorruptSegment, SegmentStore, SpoolStats
@@ -325,9 +325,10 @@ class Producer:
         self._inbox: collections.deque[_Request] = collections.deque()
         self._drain_scheduled = False
         self._retrying: set[asyncio.Task[Any]] = set()
-        self._sync: dict[str, list[SyncConnection]] = {}
-        self._sync_down_until: dict[str, float] = {}
-        self._sync_rr = itertools.count()
+        self._blocking = BlockingPool(
+            self._addr, self.config, strategy=strategy,
+            connections_per_nsqd=blocking_connections, retry=self._retry,
+            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed)
 
     def _init_spool(self, spool_dir: str | os.PathLike[str], tcp: Any,
                     spool: dict[str, Any], inner: dict[str, Any], retry_max_wait: float) -> None:
@@ -540,93 +541,10 @@ class Producer:
 
     def _sync_command(self, data: bytes) -> bytes:
         self._check_blocking_allowed()
-        order: list[str] | None = self._sync_order()
-        assert order is not None
-        ready = self._sync_slot_ready(order)
-        tries = self.max_tries
-        if ready is not None:
-            key, conn = ready
-            try:
-                result = conn.command(data)
-                self._stats.acked(data, key)
-                return result
-            except Exception as exc:
-                if not is_transient(exc) or self.max_tries <= 1 or self._closed:
-                    self._stats.failed(data)
-                    raise
-                tries -= 1
-                self._stats.retried()
-        try:
-            for attempt in self._retry.retrying(tries=tries, stopped=lambda: self._closed,
-                                                on_retry=self._on_retry):
-                with attempt:
-                    first, order = order, None  # later attempts start over in strategy order
-                    key, conn = self._sync_get(first)
-                    result = conn.command(data)
-        except BaseException:
-            self._stats.failed(data)
-            raise
-        self._stats.acked(data, key)
-        return result
+        return self._blocking.command(data)
 
     def _on_retry(self, _: Any) -> None:
         self._stats.retried()
-
-    def _sync_order(self) -> list[str]:
-        addrs = self.nsqd_tcp_addresses
-        if self.strategy == "failover" or len(addrs) == 1:
-            return addrs
-        k = next(self._sync_rr) % len(addrs)
-        return addrs[k:] + addrs[:k]
-
-    def _sync_slot(self, key: str) -> SyncConnection:
-        slots = self._sync.get(key)
-        if slots is None:
-            with self._lock:
-                slots = self._sync.get(key)
-                if slots is None:
-                    host, port = self._addr[key]
-                    slots = [SyncConnection(host, port, self.config)
-                             for _ in range(self.blocking_connections)]
-                    self._sync[key] = slots
-        return slots[threading.get_ident() % len(slots)]
-
-    def _sync_slot_ready(self, order: list[str]) -> tuple[str, SyncConnection] | None:
-        """The fast path: this thread's open connection to the first nsqd in order."""
-        now = time.monotonic()
-        for key in order:
-            if self._sync_down_until.get(key, 0) > now:
-                continue
-            conn = self._sync_slot(key)
-            if not conn.closed and not conn.stale:
-                return key, conn
-            return None  # needs (re)connecting: the slow path does that
-        return None
-
-    def _sync_get(self, order: list[str] | None = None) -> tuple[str, SyncConnection]:
-        """An open connection, connecting as needed, in strategy order; ConnectError with
-        every cause when none can be opened."""
-        now = time.monotonic()
-        if order is None:
-            order = self._sync_order()
-        up = [a for a in order if self._sync_down_until.get(a, 0) <= now] or order
-        errors: list[BaseException] = []
-        for key in up:
-            conn = self._sync_slot(key)
-            try:
-                conn.ensure_open()
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
-                self._stats.down(key, exc)
-                if not is_transient(exc):
-                    raise
-                errors.append(exc)
-                self._sync_down_until[key] = time.monotonic() + self.retry_wait
-                continue
-            self._sync_down_until.pop(key, None)
-            self._stats.up(key)
-            return key, conn
-        detail = "; ".join(str(e) for e in errors)
-        raise ConnectError(f"no nsqd reachable among {self.nsqd_tcp_addresses}: {detail}")
 
     # -- futures API ---------------------------------------------------------------------
 
@@ -948,7 +866,7 @@ class Producer:
         if self._spool is not None:
             return self._spool_stats_dict()
         out = self._stats.snapshot()
-        sync_open = {a for a, slots in self._sync.items() if any(not c.closed for c in slots)}
+        sync_open = self._blocking.connected()
         out["published"] = out["commands"]
         out["connected"] = sorted(set(self._conns) | sync_open)
         out["down"] = {a: d["last_error"] for a, d in out["nsqd"].items() if d["up"] is False}
@@ -1023,10 +941,7 @@ class Producer:
             return
         with self._lock:
             self._closed = True
-            sync, self._sync = self._sync, {}
-        for slots in sync.values():
-            for c in slots:
-                c.close()
+        self._blocking.close()
         loop = self._loop
         if loop is None:
             return

@@ -317,7 +317,7 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
         with Producer(nsqd.nsqd_tcp_addresses, **opt) as p:
             p.mpublish(topic, [b"c" * 4000] * 10)
             p.publish(topic, b"d" * 4096)
-            conn = p._sync_slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
+            conn = p._blocking._slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
             assert conn.snappy or conn.deflate
             assert p.publish_async(topic, b"e" * 3000).result(10) == b"OK"  # the IO thread's
             aconn = p._conns[nsqd.nsqd_tcp_addresses[0]]
