@@ -46,10 +46,8 @@ an nsqd going down is logged once (WARNING) and its return once (INFO), see
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import importlib
-import itertools
 import logging
 import os
 import threading
@@ -59,13 +57,13 @@ from . import protocol
 from ._loop import LoopThread
 from .addresses import Address, parse_address_list, parse_http_address, split_list
 from .config import ConnectionConfig
-from .conn import Connection
-from .errors import ConfigError, ConnectError, InvalidBodyError, NSQError, NSQTimeoutError
+from .errors import ConfigError, InvalidBodyError, NSQError, NSQTimeoutError
 from .errors import is_transient as is_transient  # re-export: the one classification
 from .publish.http import HttpPublisher
 from .publish.retry import RetryPolicy
 from .publish.stats import PublishStats
 from .publish.sync import BlockingPool
+from .publish.tcp import PipelinedPool
 from .spool.drain import SpoolDrain
 from .spool.format import SpoolError
 from .spool.store import FSYNC_ALWAYS, CorruptSegment, SegmentStore, SpoolStats
@@ -92,82 +90,6 @@ def __getattr__(name: str) -> Any:
     if name == "Writer":
         return importlib.import_module("nsq_spark.writer").Writer
     raise AttributeError(f"module 'nsq_spark.producer' has no attribute {name!r}")
-
-
-class _Request:
-    """One command in flight on the threaded path. Sits in a Connection's queue of
-    waiters; its failure hook sends transient failures to the retry path."""
-
-    __slots__ = ("producer", "data", "future", "key")
-
-    def __init__(self, producer: "Producer", data: bytes,
-                 future: concurrent.futures.Future[bytes]) -> None:
-        self.producer = producer
-        self.data = data
-        self.future = future
-        self.key: str | None = None
-
-    # the waiter protocol Connection uses
-    def done(self) -> bool:
-        return False  # set_result copes with a cancelled future itself (one lock less)
-
-    def set_result(self, result: bytes) -> None:
-        self.producer._stats.acked_on_loop(self.data, self.key)
-        try:
-            self.future.set_result(result)
-        except concurrent.futures.InvalidStateError:  # cancelled by the caller
-            pass
-
-    def set_exception(self, exc: BaseException) -> None:
-        self.producer._on_request_failed(self, exc)
-
-    def exception(self) -> None:
-        return None
-
-
-class _AsyncRequest:
-    """One command in flight on the asyncio path: settles an asyncio future; transient
-    failures go to the retry path instead."""
-
-    __slots__ = ("producer", "data", "future", "key")
-
-    def __init__(self, producer: "Producer", data: bytes, future: "asyncio.Future[bytes]",
-                 key: str) -> None:
-        self.producer = producer
-        self.data = data
-        self.future = future
-        self.key = key
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def set_result(self, result: bytes) -> None:
-        self.producer._stats.acked_on_loop(self.data, self.key)
-        if not self.future.done():
-            self.future.set_result(result)
-
-    def set_exception(self, exc: BaseException) -> None:
-        p = self.producer
-        if self.future.done():
-            return
-        if not is_transient(exc) or p.max_tries <= 1 or p._closed:
-            p._stats.failed(self.data)
-            self.future.set_exception(exc)
-            return
-        task = asyncio.ensure_future(p._send_with_retries(self.data, p.max_tries - 1, True))
-        task.add_done_callback(self._settle)
-
-    def _settle(self, task: "asyncio.Future[bytes]") -> None:
-        if self.future.done():
-            return
-        exc = task.exception()
-        if exc is None:
-            self.future.set_result(task.result())
-        else:
-            self.future.set_exception(exc)
-
-    def exception(self) -> None:
-        return None
 
 
 def _body(body: Any, max_size: int | None, what: str) -> bytes:
@@ -314,17 +236,9 @@ class Producer:
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._io: LoopThread | None = None      # the IO thread, when the futures API runs
-        self._conns: dict[str, Connection] = {}
-        self._key_of: dict[Connection, str] = {}
-        self._live: tuple[Connection, ...] = ()  # connected, in configured order
-        self._all_up = False
-        self._connecting: dict[str, asyncio.Future[Connection]] = {}
-        self._down_until: dict[str, float] = {}
-        self._down_count: dict[str, int] = {}
-        self._rr = itertools.count()
-        self._inbox: collections.deque[_Request] = collections.deque()
-        self._drain_scheduled = False
-        self._retrying: set[asyncio.Task[Any]] = set()
+        self._tcp = PipelinedPool(
+            self._addr, self.config, strategy=strategy, retry=self._retry, stats=self._stats,
+            loop=self._current_loop, stopped=lambda: self._closed)
         self._blocking = BlockingPool(
             self._addr, self.config, strategy=strategy,
             connections_per_nsqd=blocking_connections, retry=self._retry,
@@ -424,23 +338,14 @@ class Producer:
                     self._loop = running
         return self._loop  # type: ignore[return-value]
 
+    def _current_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        assert loop is not None, "the pipelined path runs on the producer's loop"
+        return loop
+
     def _forget_loop(self) -> None:
         with self._lock:
-            for conn in self._conns.values():
-                stream = conn._stream
-                if stream is not None and stream.socket is not None:
-                    try:
-                        stream.socket.close()  # its loop is gone: just release the socket
-                    except OSError:
-                        pass
-            self._conns.clear()
-            self._key_of.clear()
-            self._update_live()
-            self._connecting.clear()
-            self._down_until.clear()
-            self._retrying.clear()
-            self._inbox.clear()
-            self._drain_scheduled = False
+            self._tcp.forget()
             if self._http is not None:
                 self._http.forget()
             self._loop = None
@@ -589,52 +494,8 @@ class Producer:
     def _submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
         if self._closed:
             raise NSQError("the producer is closed")
-        loop = self._ensure_thread_loop()
-        fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        self._inbox.append(_Request(self, data, fut))
-        # wake the loop only when no drain is already scheduled: many callers, one wakeup
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            loop.call_soon_threadsafe(self._drain)
-        return fut
-
-    def _drain(self) -> None:
-        """On the loop: send everything the threads queued since the last drain."""
-        self._drain_scheduled = False
-        inbox = self._inbox
-        while inbox:
-            req = inbox.popleft()
-            conn = self._pick()
-            if conn is not None:
-                req.key = self._key_of.get(conn)
-                conn.command_into(req.data, req)
-            else:
-                self._retry_later(req, None)
-
-    def _on_request_failed(self, req: _Request, exc: BaseException) -> None:
-        if req.future.done():
-            return
-        if not is_transient(exc) or self.max_tries <= 1 or self._closed:
-            self._stats.failed(req.data)
-            req.future.set_exception(exc)
-            return
-        self._retry_later(req, exc)
-
-    def _retry_later(self, req: _Request, exc: BaseException | None) -> None:
-        task = asyncio.ensure_future(self._retry_request(req, exc))
-        self._retrying.add(task)
-        task.add_done_callback(self._retrying.discard)
-
-    async def _retry_request(self, req: _Request, first_exc: BaseException | None) -> None:
-        tries = self.max_tries - (1 if first_exc is not None else 0)
-        try:
-            result = await self._send_with_retries(req.data, tries, first_exc is not None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
-            if not req.future.done():
-                req.future.set_exception(exc)
-            return
-        if not req.future.done():
-            req.future.set_result(result)
+        self._ensure_thread_loop()
+        return self._tcp.submit(data)
 
     # -- asyncio API -----------------------------------------------------------------------
 
@@ -688,150 +549,10 @@ class Producer:
         return self._command_future(self._encode_pub(topic, body, defer_ms))
 
     def _command_future(self, data: bytes) -> "asyncio.Future[bytes]":
-        conn = self._pick()
-        if conn is None:
-            return asyncio.ensure_future(self._send_with_retries(data, self.max_tries, False))
-        fut: asyncio.Future[bytes] = self._loop.create_future()  # type: ignore[union-attr]
-        conn.command_into(data, _AsyncRequest(self, data, fut, self._key_of.get(conn, "")))
-        return fut
+        return self._tcp.command_future(data)
 
     async def _command(self, data: bytes) -> bytes:
-        return await self._command_future(data)
-
-    # -- the retry path ----------------------------------------------------------------------
-
-    async def _send_with_retries(self, data: bytes, tries: int, after_failure: bool) -> bytes:
-        """Send ``data`` on a working connection, retrying transient failures; a failure
-        raised from here is final (counted in ``errors``)."""
-        try:
-            if tries < 1:
-                raise ConnectError("no attempts left")
-            if after_failure:
-                self._stats.retried()
-                await asyncio.sleep(self.retry_wait)
-            result = b""
-            key = ""
-            async for attempt in self._retry.async_retrying(
-                    tries=tries, stopped=lambda: self._closed, on_retry=self._on_retry):
-                with attempt:
-                    key, conn = await self._get_connection()
-                    result = await conn.command(data)
-        except BaseException:
-            self._stats.failed(data)
-            raise
-        self._stats.acked_on_loop(data, key)
-        return result
-
-    # -- connections -------------------------------------------------------------------------
-
-    def _pick(self) -> Connection | None:
-        """A connected connection per the strategy, or None (then the slow path connects)."""
-        live = self._live
-        if len(live) == 1 and self._all_up:
-            return live[0]
-        if not live:
-            return None
-        if not self._all_up:
-            self._maybe_reconnect_preferred()
-        if self.strategy == "failover":
-            return live[0]  # _live keeps the configured order
-        return live[next(self._rr) % len(live)]
-
-    def _update_live(self) -> None:
-        self._live = tuple(self._conns[a] for a in self.nsqd_tcp_addresses if a in self._conns)
-        self._all_up = len(self._live) == len(self.nsqd_tcp_addresses)
-
-    def _maybe_reconnect_preferred(self) -> None:
-        """Bring back nsqd that were down, once their backoff has passed (no waiting)."""
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        for key in self.nsqd_tcp_addresses:
-            if key not in self._conns and key not in self._connecting \
-                    and self._down_until.get(key, 0) <= now:
-                asyncio.ensure_future(self._connect(key)).add_done_callback(_retrieve)
-
-    async def _get_connection(self) -> tuple[str, Connection]:
-        conn = self._pick()
-        if conn is not None:
-            return self._key_of.get(conn, ""), conn
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        candidates = [a for a in self.nsqd_tcp_addresses if self._down_until.get(a, 0) <= now] \
-            or list(self.nsqd_tcp_addresses)
-        tasks = [asyncio.ensure_future(self._connect(a)) for a in candidates]
-        for t in tasks:
-            t.add_done_callback(_retrieve)  # late failures are recorded, not warned about
-        errors: list[BaseException] = []
-        # connect to all at once; failover takes them in the configured order, round-robin
-        # whichever answers first
-        order = tasks if self.strategy == "failover" else asyncio.as_completed(tasks)
-        for fut in order:
-            try:
-                conn = await fut
-                return self._key_of.get(conn, ""), conn
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
-                errors.append(exc)
-        fatal = [e for e in errors if not is_transient(e)]
-        if fatal:
-            raise fatal[0]
-        detail = "; ".join(str(e) for e in errors)
-        raise ConnectError(f"no nsqd reachable among {self.nsqd_tcp_addresses}: {detail}")
-
-    async def _connect(self, key: str) -> Connection:
-        existing = self._connecting.get(key)
-        if existing is not None:
-            return await asyncio.shield(existing)
-        conn = self._conns.get(key)
-        if conn is not None:
-            return conn
-        loop = self._loop
-        assert loop is not None
-        fut: asyncio.Future[Connection] = loop.create_future()
-        self._connecting[key] = fut
-        try:
-            host, port = self._addr[key]
-            conn = Connection(host, port, self.config,
-                              on_close=lambda c, e: self._on_conn_close(key, c, e))
-            await conn.connect()
-        except BaseException as exc:
-            n = self._down_count.get(key, 0) + 1
-            self._down_count[key] = n
-            self._down_until[key] = loop.time() + min(self.retry_max_wait, self.retry_wait * 2 ** n)
-            if not self._closed:
-                self._stats.down(key, exc)
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            self._connecting.pop(key, None)
-        self._down_count.pop(key, None)
-        self._down_until.pop(key, None)
-        if self._closed:
-            conn.close()
-            exc2 = NSQError("the producer is closed")
-            fut.set_exception(exc2)
-            fut.exception()
-            raise exc2
-        self._conns[key] = conn
-        self._key_of[conn] = key
-        self._update_live()
-        self._stats.up(key)
-        fut.set_result(conn)
-        log.debug("producer connected to %s", key)
-        return conn
-
-    def _on_conn_close(self, key: str, conn: Connection, exc: BaseException | None) -> None:
-        if self._conns.get(key) is conn:
-            del self._conns[key]
-            self._update_live()
-        self._key_of.pop(conn, None)
-        if exc is not None and not self._closed:
-            self._stats.down(key, exc)
-            loop = self._loop
-            if loop is not None:
-                self._down_until[key] = loop.time() + self.retry_wait
+        return await self._tcp.command_future(data)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -868,7 +589,7 @@ class Producer:
         out = self._stats.snapshot()
         sync_open = self._blocking.connected()
         out["published"] = out["commands"]
-        out["connected"] = sorted(set(self._conns) | sync_open)
+        out["connected"] = sorted(self._tcp.connected() | sync_open)
         out["down"] = {a: d["last_error"] for a, d in out["nsqd"].items() if d["up"] is False}
         return out
 
@@ -903,15 +624,7 @@ class Producer:
 
     async def _close_on_loop(self) -> None:
         self._closed = True
-        if self._inbox:
-            self._drain()
-        if self._retrying:
-            await asyncio.wait(list(self._retrying), timeout=self.config.close_timeout)
-        conns = list(self._conns.values())
-        if conns:
-            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-        for fut in list(self._connecting.values()):
-            fut.cancel()
+        await self._tcp.close()
         if self._http is not None:
             self._http.close()
 
@@ -983,11 +696,6 @@ class Producer:
             await self.aclose()
         else:
             await asyncio.to_thread(self.close)
-
-
-def _retrieve(fut: "asyncio.Future[Any]") -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Future[Any]:

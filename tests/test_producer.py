@@ -320,7 +320,7 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
             conn = p._blocking._slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
             assert conn.snappy or conn.deflate
             assert p.publish_async(topic, b"e" * 3000).result(10) == b"OK"  # the IO thread's
-            aconn = p._conns[nsqd.nsqd_tcp_addresses[0]]
+            aconn = p._tcp._conns[nsqd.nsqd_tcp_addresses[0]]
             assert aconn.snappy or aconn.deflate
     got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 24)
     assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096, b"e" * 3000]) * 2)
