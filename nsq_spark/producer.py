@@ -448,8 +448,10 @@ class Producer:
         self._check_blocking_allowed()
         return self._blocking.command(data)
 
-    def _on_retry(self, _: Any) -> None:
-        self._stats.retried()
+    def _sync_slot(self, address: str) -> Any:
+        """This thread's blocking connection to ``address`` (tests of the connection
+        layer look at its negotiated features)."""
+        return self._blocking._slot(address)
 
     # -- futures API ---------------------------------------------------------------------
 
