@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from tenacity import RetryCallState, Retrying
 
+from nsq_spark.errors import is_transient
 from nsq_spark.publish.retry import RetryPolicy
 
 from .format import wrap_envelope
@@ -152,14 +153,19 @@ class SpoolDrain:
             except Exception as first:
                 self.last_error = first
                 nxt = None
-                try:
-                    self.retries += 1
-                    retrying(self._send_batch, batch)
-                except Exception as exc:
+                failure: BaseException | None = first
+                if is_transient(first):
+                    try:
+                        self.retries += 1
+                        retrying(self._send_batch, batch)
+                        failure = None
+                    except Exception as exc:
+                        failure = exc
+                if failure is not None:
                     if self._stop.is_set():
                         return
                     # permanent: find the culprit(s) one by one, keep the rest flowing
-                    self._send_singly(batch, retrying, exc)
+                    self._send_singly(batch, retrying, failure)
                     batch = None
                     continue
             self._sent(batch)
