@@ -1,9 +1,9 @@
 """Reliable publishing: a durable local spool in front of the Producer (user documentation;
 the code is in :mod:`nsq_spark.spool`, this module re-exports it).
 
-A message handed to ``nsq_spark.Producer(..., spool_dir=path)`` is appended to a spool file on local disk
-*before* it is sent, and stays there until nsqd has acknowledged it (``OK`` to PUB/MPUB/
-DPUB). A publisher crash or an nsqd outage therefore loses nothing that ``publish()`` had
+A message handed to ``nsq_spark.Producer(..., spool_dir=path)`` is appended to a spool
+file on local disk *before* it is sent, and stays there until nsqd has acknowledged it
+(``OK`` to PUB/MPUB/DPUB). A publisher crash or an nsqd outage therefore loses nothing that ``publish()`` had
 accepted: on the next start -- or in another process sharing the directory -- the spool
 is sent again.
 
@@ -63,6 +63,14 @@ rest on disk for the next start. Failures follow the one classification,
 refused for good (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, a refused AUTH, any other nsqd
 error) is moved to ``rejected/`` (same format, read it with :func:`read_segment`) and
 reported through ``on_rejected``.
+
+The whole Producer API works with a spool: ``publish_async``/``mpublish_async`` return a
+future settled once the message is in the spool (the append happens in the call),
+``apublish``/``ampublish`` append in a worker thread, ``publish_nowait`` returns a settled
+asyncio future, and ``async with`` closes like ``close()``. Bodies follow the Producer's
+one rule (bytes-like, not empty; ``str`` is refused: encode it). ``stats()`` gives
+``messages``/``bytes`` acknowledged by nsqd, ``retries``, ``errors`` (messages rejected),
+``spool_pending`` (messages) and ``spool_pending_bytes``, plus the spool's own counters.
 
 Size bound (``spool_max_bytes``): the total size of the segment files in the directory.
 When an append would exceed it, ``spool_full="block"`` waits until the drain frees space
