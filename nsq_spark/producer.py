@@ -121,9 +121,9 @@ class Producer:
             Give either TCP or HTTP addresses.
         strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
             ``"failover"`` uses the first healthy one in the given order.
-        max_tries: attempts per publish for transient failures (1 = no retry). With
-            ``spool_dir`` the spool retries without end and the inner producer defaults
-            to 1.
+        max_tries: attempts per publish for transient failures (1 = no retry); default
+            5, or 1 with ``spool_dir`` (the spool itself retries without end, so its inner
+            producer fails fast).
         retry_wait: base of the exponential backoff between attempts, seconds (jittered).
         retry_max_wait: cap of one backoff wait, seconds.
         retry_deadline: give up retrying after this many seconds in total.
@@ -163,7 +163,8 @@ class Producer:
 
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None, *,
                  nsqd_http_addresses: str | Sequence[str] | None = None,
-                 strategy: str = "round_robin", max_tries: int = 5, retry_wait: float = 0.1,
+                 strategy: str = "round_robin", max_tries: int | None = None,
+                 retry_wait: float = 0.1,
                  retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
                  publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
                  max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
@@ -188,7 +189,6 @@ class Producer:
         self._spool: SpoolDrain | None = None
         self._store: SegmentStore | None = None
         self.max_msg_size = max_msg_size
-        self.max_tries = max_tries
         if spool_dir is not None:
             self._init_spool(spool_dir, nsqd_tcp_addresses, spool_options, dict(
                 nsqd_http_addresses=nsqd_http_addresses, strategy=strategy,
@@ -213,8 +213,11 @@ class Producer:
                               "e.g. Producer('127.0.0.1:4150'))")
         if strategy not in ("round_robin", "failover"):
             raise ConfigError(f"strategy must be 'round_robin' or 'failover', not {strategy!r}")
-        if not isinstance(max_tries, int) or max_tries < 1:
+        if max_tries is None:
+            max_tries = 5
+        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
             raise ConfigError(f"max_tries={max_tries!r}: give an int >= 1 (1 = no retry)")
+        self.max_tries: int = max_tries
         if not isinstance(blocking_connections, int) or blocking_connections < 1:
             raise ConfigError(f"blocking_connections={blocking_connections!r}: give an "
                               "int >= 1")
@@ -255,7 +258,7 @@ class Producer:
                                   "nsqd_http_addresses, or a producer_factory)")
             # the spool retries without end (and without losing anything); the inner
             # producer fails fast so that close() and outages stay responsive
-            if inner["max_tries"] == 5:
+            if inner["max_tries"] is None:
                 inner["max_tries"] = 1
             # built now, so that a bad option fails here and not in the drain thread
             sender = Producer(tcp, **inner)
@@ -267,6 +270,7 @@ class Producer:
                 tcp, "nsqd_tcp_addresses")]
             self.nsqd_http_addresses = []
         self.http_mode = bool(self.nsqd_http_addresses)
+        self.max_tries = inner["max_tries"] or 1   # of the inner producer
         try:
             self._store = SegmentStore(
                 spool_dir, fsync=spool["spool_fsync"], max_bytes=spool["spool_max_bytes"],

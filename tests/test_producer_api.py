@@ -259,3 +259,19 @@ def test_loop_thread_runs_coroutines_and_stops():
     assert done.wait(5)
     assert io.stop(5) and io.loop.is_closed() and not io.thread.is_alive()
     assert io.stop(5)          # twice is fine
+
+
+def test_max_tries_defaults_to_5_and_to_1_inside_a_spool(tmp_path):
+    direct = Producer("127.0.0.1:4150")
+    spooling = Producer("127.0.0.1:4150", spool_dir=tmp_path)
+    try:
+        assert direct.max_tries == 5
+        assert spooling.max_tries == 1 and spooling._spool.sender.max_tries == 1
+    finally:
+        direct.close()
+        spooling.close(timeout=0)
+    explicit = Producer("127.0.0.1:4150", spool_dir=tmp_path, max_tries=3)
+    try:
+        assert explicit._spool.sender.max_tries == 3
+    finally:
+        explicit.close(timeout=0)
