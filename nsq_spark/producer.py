@@ -285,7 +285,7 @@ class Producer:
         self.batch_bytes: int = spool["batch_bytes"]
         self.rescan_interval: float = spool["rescan_interval"]
         self._spool = SpoolDrain(
-            self._store, lambda: sender,
+            self._store, sender,
             retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05, max_wait=retry_max_wait),
             message_id_digest=self.message_id_digest, batch_size=spool["batch_size"],
             batch_bytes=spool["batch_bytes"], rescan_interval=spool["rescan_interval"],

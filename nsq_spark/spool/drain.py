@@ -3,7 +3,7 @@ records to nsqd in order and acknowledges them in the store.
 
 It reads the oldest unacknowledged batch (consecutive records of one topic, or one
 deferred record), sends it through a *sender* (an ordinary, non-spooling
-:class:`nsq_spark.Producer`, handed in as a factory: this module does not import it),
+:class:`nsq_spark.Producer`, handed in: this module does not import it),
 reads the next batch during the round trip, and advances the segment's watermark when
 nsqd answered ``OK``. Failures follow the one classification
 (:func:`nsq_spark.errors.is_transient`): a transient one is retried without end (the
@@ -49,11 +49,11 @@ class Sender(Protocol):
 
 
 class SpoolDrain:
-    """The thread that empties ``store`` into nsqd through senders made by ``sender_factory``.
+    """The thread that empties ``store`` into nsqd through ``sender``.
 
     Args:
         store: the segment store to read and acknowledge.
-        sender_factory: builds the producer that talks to nsqd (called on first need).
+        sender: the producer that talks to nsqd (closed by :meth:`stop`).
         retry: the retry policy (``max_tries=None``: retried until stopped).
         message_id_digest: wrap each body in the message-id envelope before sending.
         batch_size / batch_bytes: bounds of one MPUB from the spool.
@@ -61,20 +61,19 @@ class SpoolDrain:
         on_rejected: ``(topic, body, exc)`` for a message nsqd refused for good.
     """
 
-    def __init__(self, store: SegmentStore, sender_factory: Callable[[], Sender], *,
+    def __init__(self, store: SegmentStore, sender: Sender, *,
                  retry: RetryPolicy, message_id_digest: bool = False, batch_size: int = 1000,
                  batch_bytes: int = 1 << 20, rescan_interval: float = 1.0,
                  on_rejected: Callable[[str, bytes, BaseException], None] | None = None
                  ) -> None:
         self._store = store
-        self._factory = sender_factory
         self.retry = retry
         self.message_id_digest = message_id_digest
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.rescan_interval = rescan_interval
         self.on_rejected = on_rejected
-        self.sender: Any = None
+        self.sender: Any = sender
         self.last_error: BaseException | None = None
         self.sent_messages = 0
         self.sent_bytes = 0
@@ -184,7 +183,7 @@ class SpoolDrain:
 
     def _sender(self) -> Any:
         if self.sender is None:
-            self.sender = self._factory()
+            raise RuntimeError("the spool drain was stopped")  # pragma: no cover - a bug
         return self.sender
 
     def _start_send(self, batch: Batch) -> "concurrent.futures.Future[Any] | None":
