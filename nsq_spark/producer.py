@@ -1,53 +1,72 @@
-"""Publishing: ``Producer`` (PUB, MPUB, DPUB over TCP, or nsqd's HTTP ``/pub``/``/mpub``).
+"""Publishing: ``Producer`` (PUB, MPUB, DPUB over TCP, or nsqd's HTTP ``/pub``/``/mpub``),
+directly or through a durable local spool (``spool_dir=``).
 
-Three faces:
+One class, one signature, the same API in every mode:
 
 * blocking: ``publish``, ``mpublish``, ``close`` and the context manager. A blocking call
   talks to nsqd from the calling thread over a plain socket (an nsqd round trip on a local
   network is ~10 us; a hop to an IO thread and back would cost ten times that). Threads
   share a few connections per nsqd (``blocking_connections``) and pipeline on them.
 * futures: ``publish_async``/``mpublish_async`` return a ``concurrent.futures.Future`` at
-  once; the IO runs on a background thread with its own event loop, so one thread can keep
-  thousands of publishes in flight, *pipelined* on one connection (answers matched in
-  order), with every command written during one loop turn going out in one socket write.
-* asyncio: ``await apublish(...)``, ``await ampublish(...)``, ``publish_nowait(...)``. On
-  first use from a running event loop (unless the futures API started the IO thread
-  first) the producer binds to that loop and uses no thread at all; used from another
-  loop, calls hop to the producer's loop.
+  once; the IO runs on a background thread with its own event loop
+  (:class:`nsq_spark._loop.LoopThread`), so one thread can keep thousands of publishes in
+  flight, *pipelined* on one connection (answers matched in order), with every command
+  written during one loop turn going out in one socket write.
+* asyncio: ``await apublish(...)``, ``await ampublish(...)``, ``publish_nowait(...)``,
+  ``async with``. On first use from a running event loop (unless the futures API started
+  the IO thread first) the producer binds to that loop and uses no thread at all; used
+  from another loop, calls hop to the producer's loop.
+
+With ``spool_dir`` the producer owns every message until nsqd acknowledged it: each call
+appends to the spool (:mod:`nsq_spark.publish_spool`) and returns -- or settles its
+future -- once the message is durable there; a drain thread sends the spool through an
+inner, direct Producer. The spool is a part the Producer is composed with, not another
+class: ``Producer(addr, spool_dir=d)`` is a ``Producer``.
+
+Bodies follow one rule in every mode: ``bytes``, ``bytearray`` or ``memoryview``, not
+empty, at most ``max_msg_size`` when given; anything else (``str`` included) raises
+:class:`~nsq_spark.errors.InvalidBodyError` before anything is sent or spooled.
 
 Answers are matched to commands in order (nsqd answers each connection's commands in
 order). With several nsqd, commands go round-robin to the connected ones
 (``strategy="round_robin"``) or to the first healthy one in the given order
-(``strategy="failover"``). A command that fails with a transient error (connection lost,
-nsqd unreachable or exiting, timeout) is retried on a connection that works, with
-tenacity: bounded attempts, exponential backoff with jitter. Errors that name a bad request
-(bad topic, body too big, refused AUTH) are raised at once. A retried publish whose first
-attempt reached nsqd before the connection broke may be stored twice: NSQ is
-at-least-once, and so is publishing.
+(``strategy="failover"``). Failures are classified by the one rule,
+:func:`nsq_spark.errors.is_transient`: a transient one (connection lost, nsqd unreachable
+or exiting, timeout) is retried on a connection that works with the one retry policy
+(:class:`nsq_spark.publish.retry.RetryPolicy`: bounded attempts, exponential backoff
+with jitter); a permanent one (bad topic, body too big, refused AUTH) is raised at once.
+A retried publish whose first attempt reached nsqd before the connection broke may be
+stored twice: NSQ is at-least-once, and so is publishing.
+
+``stats()`` counts messages and bytes (not commands), retries and errors, per nsqd too;
+an nsqd going down is logged once (WARNING) and its return once (INFO), see
+:mod:`nsq_spark.publish.stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import itertools
+import importlib
 import logging
 import os
 import threading
-import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
-from urllib.parse import quote
-
-from tenacity import (AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt,
-                      stop_after_delay, wait_random_exponential)
 
 from . import protocol
+from ._loop import LoopThread
+from .addresses import Address, parse_address_list, parse_http_address, split_list
 from .config import ConnectionConfig
-from .conn import Connection, SyncConnection
-from .errors import (AuthError, BadMessageError, BadTopicError, ConnectError,
-                     ConnectionClosedError, DPubFailedError, InvalidBodyError, MPubFailedError,
-                     NSQError, NSQServerError, NSQTimeoutError, PubFailedError, TLSError)
+from .errors import ConfigError, InvalidBodyError, NSQError, NSQTimeoutError
+from .errors import is_transient as is_transient  # re-export: the one classification
+from .publish.http import HttpPublisher
+from .publish.retry import RetryPolicy
+from .publish.stats import PublishStats
+from .publish.sync import BlockingPool
+from .publish.tcp import PipelinedPool
+from .spool.drain import SpoolDrain
+from .spool.format import SpoolError
+from .spool.store import FSYNC_ALWAYS, CorruptSegment, SegmentStore, SpoolStats
 
 log = logging.getLogger(__name__)
 
@@ -56,123 +75,55 @@ __all__ = ["Producer", "Writer", "is_transient"]
 #: nsqd's default --max-body-size: an mpublish larger than this is sent as several MPUBs.
 DEFAULT_MAX_MPUB_BYTES = 5 * 1024 * 1024
 
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures that another attempt (maybe on another nsqd) can fix."""
-    if isinstance(exc, (PubFailedError, MPubFailedError, DPubFailedError)):
-        return True  # nsqd could not store it (exiting, disk trouble)
-    if isinstance(exc, (AuthError, TLSError, NSQServerError, InvalidBodyError)):
-        return False
-    return isinstance(exc, (ConnectError, ConnectionClosedError, NSQTimeoutError,
-                            ConnectionError, asyncio.TimeoutError))
+#: spool options and their defaults: changing one without spool_dir is an error
+_SPOOL_DEFAULTS: dict[str, Any] = {
+    "spool_fsync": FSYNC_ALWAYS, "spool_max_bytes": 1 << 30, "spool_full": "block",
+    "spool_block_timeout": None, "message_id_digest": False, "batch_size": 1000,
+    "batch_bytes": 1 << 20, "rescan_interval": 1.0, "on_corrupt": None, "on_rejected": None,
+    "producer_factory": None,
+}
 
 
-def _parse_address(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"nsqd address {addr!r} must look like 'host:port'")
-    return host.strip("[]"), int(port)
+def __getattr__(name: str) -> Any:
+    # `from nsq_spark.producer import Writer` keeps working; Writer lives in writer.py,
+    # which imports this module (so this one must not import it back)
+    if name == "Writer":
+        return importlib.import_module("nsq_spark.writer").Writer
+    raise AttributeError(f"module 'nsq_spark.producer' has no attribute {name!r}")
 
 
-def _addresses(value: str | Sequence[str] | None) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [a for a in value.split(",") if a.strip()]
-    return [a.strip() for a in value]
+def _body(body: Any, max_size: int | None, what: str) -> bytes:
+    """The one body rule, for the spool path (the direct path applies the same
+    ``protocol._check_body`` while encoding)."""
+    protocol._check_body(body, max_size, what)
+    return body if isinstance(body, bytes) else bytes(body)
 
 
-# SpoolingProducer options that mean nothing without spool_dir (see Producer.__new__)
-_SPOOL_OPTIONS = frozenset({
-    "spool_fsync", "spool_max_bytes", "spool_full", "spool_block_timeout",
-    "message_id_digest", "batch_size", "batch_bytes", "rescan_interval", "on_corrupt",
-    "on_rejected", "producer_factory"})
-
-
-class _Request:
-    """One command in flight on the blocking/threaded path. Sits in a Connection's queue
-    of waiters; its failure hook sends transient failures to the retry path."""
-
-    __slots__ = ("producer", "data", "future", "conn")
-
-    def __init__(self, producer: "Producer", data: bytes, future: concurrent.futures.Future[bytes]) -> None:
-        self.producer = producer
-        self.data = data
-        self.future = future
-        self.conn: Connection | None = None
-
-    # the waiter protocol Connection uses
-    def done(self) -> bool:
-        return False  # set_result copes with a cancelled future itself (one lock less)
-
-    def set_result(self, result: bytes) -> None:
-        self.producer._published += 1
-        try:
-            self.future.set_result(result)
-        except concurrent.futures.InvalidStateError:  # cancelled by the caller
-            pass
-
-    def set_exception(self, exc: BaseException) -> None:
-        self.producer._on_request_failed(self, exc)
-
-    def exception(self) -> None:
-        return None
-
-
-class _AsyncRequest:
-    """One command in flight on the asyncio path: settles an asyncio future; transient
-    failures go to the retry path instead."""
-
-    __slots__ = ("producer", "data", "future")
-
-    def __init__(self, producer: "Producer", data: bytes, future: "asyncio.Future[bytes]") -> None:
-        self.producer = producer
-        self.data = data
-        self.future = future
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def set_result(self, result: bytes) -> None:
-        self.producer._published += 1
-        if not self.future.done():
-            self.future.set_result(result)
-
-    def set_exception(self, exc: BaseException) -> None:
-        p = self.producer
-        if self.future.done():
-            return
-        if not is_transient(exc) or p.max_tries <= 1 or p._closed:
-            self.future.set_exception(exc)
-            return
-        task = asyncio.ensure_future(p._send_with_retries(self.data, p.max_tries - 1, True))
-        task.add_done_callback(self._settle)
-
-    def _settle(self, task: "asyncio.Future[bytes]") -> None:
-        if self.future.done():
-            return
-        exc = task.exception()
-        if exc is None:
-            self.future.set_result(task.result())
-        else:
-            self.future.set_exception(exc)
-
-    def exception(self) -> None:
-        return None
+def _done_future(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+        fut.set_exception(exc)
+    else:
+        fut.set_result(b"OK")
+    return fut
 
 
 class Producer:
-    """Publish to one or more nsqd.
+    """Publish to one or more nsqd, directly or through a durable local spool.
 
     Args:
         nsqd_tcp_addresses: ``"host:port"`` or a list of them (a comma-separated string
-            works too).
+            works too; IPv6 as ``"[::1]:4150"``).
         nsqd_http_addresses: publish through nsqd's HTTP API instead (``/pub``, ``/mpub``),
             for places where only HTTP is open: ``"host:port"`` or ``"https://host:port"``.
             Give either TCP or HTTP addresses.
         strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
             ``"failover"`` uses the first healthy one in the given order.
-        max_tries: attempts per publish for transient failures (1 = no retry).
+        max_tries: attempts per publish for transient failures (1 = no retry); default
+            5, or 1 with ``spool_dir`` (the spool itself retries without end, so its inner
+            producer fails fast).
         retry_wait: base of the exponential backoff between attempts, seconds (jittered).
         retry_max_wait: cap of one backoff wait, seconds.
         retry_deadline: give up retrying after this many seconds in total.
@@ -184,94 +135,169 @@ class Producer:
             MPUBs (nsqd's ``--max-body-size``); each MPUB is atomic, the whole call is not.
         blocking_connections: connections per nsqd shared by the threads that use the
             blocking calls (a thread always uses the same one).
-        spool_dir: publish through a durable local spool: ``Producer(..., spool_dir=path)``
-            returns a :class:`nsq_spark.publish_spool.SpoolingProducer` (same ``publish``/
-            ``mpublish``/``flush``/``close``) that keeps every message on disk until nsqd
-            acknowledged it. Its options ``spool_fsync``, ``spool_max_bytes``,
-            ``spool_full``, ``spool_block_timeout``, ``message_id_digest``, ``batch_size``,
-            ``batch_bytes``, ``rescan_interval``, ``on_corrupt``, ``on_rejected`` apply only
-            with ``spool_dir`` (a ValueError otherwise); the other options go to the inner
-            Producer. Only ``Producer`` itself does this, not its subclasses (``Writer``).
+        spool_dir: publish through a durable local spool in this directory (see
+            :mod:`nsq_spark.publish_spool`): every call returns once the message is in
+            the spool, a background thread sends it and keeps it until nsqd acknowledged
+            it; :meth:`flush` waits for that. The options below apply only with
+            ``spool_dir`` (changing one without it raises ConfigError).
+        spool_fsync: ``"always"`` (sync before returning), an interval in ms, or
+            ``"never"``.
+        spool_max_bytes: bound on the directory's segment files.
+        spool_full: ``"block"`` or ``"raise"`` (SpoolFullError) when the bound is reached.
+        spool_block_timeout: seconds ``"block"`` waits before raising (None: for ever).
+        message_id_digest: wrap each body in the message-id envelope.
+        batch_size: messages per MPUB from the spool (also bounds duplicates per crash).
+        batch_bytes: bytes per MPUB from the spool (below nsqd's ``--max-body-size``).
+        rescan_interval: seconds between two looks for segments left by other processes.
+        on_corrupt: called with a :class:`~nsq_spark.spool.store.CorruptSegment` when a
+            damaged spool tail is found.
+        on_rejected: called ``(topic, body, exc)`` for a spooled message nsqd refused for
+            good (it is also kept in ``spool_dir/rejected``). Both callbacks run on the
+            drain thread: keep them short.
+        producer_factory: builds the producer the spool sends through (default: a direct
+            ``Producer`` with the other options given here).
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
             heartbeat_interval, ...), with pynsq's names and units (seconds, except
             ``output_buffer_timeout`` in milliseconds).
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # the one place where spool_dir= turns a Producer into a SpoolingProducer; the
-        # result is not a Producer instance, so Python does not call __init__ on it
-        if cls is Producer and kwargs.get("spool_dir") is not None:
-            from .publish_spool import SpoolingProducer  # lazy: file IO, threads, fcntl
-            return SpoolingProducer(*args, **kwargs)
-        return super().__new__(cls)
-
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None, *,
                  nsqd_http_addresses: str | Sequence[str] | None = None,
-                 strategy: str = "round_robin", max_tries: int = 5, retry_wait: float = 0.1,
+                 strategy: str = "round_robin", max_tries: int | None = None,
+                 retry_wait: float = 0.1,
                  retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
                  publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
                  max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
                  spool_dir: str | os.PathLike[str] | None = None,
+                 spool_fsync: str | int | None = FSYNC_ALWAYS,
+                 spool_max_bytes: int = 1 << 30, spool_full: str = "block",
+                 spool_block_timeout: float | None = None, message_id_digest: bool = False,
+                 batch_size: int = 1000, batch_bytes: int = 1 << 20,
+                 rescan_interval: float = 1.0,
+                 on_corrupt: Callable[[CorruptSegment], None] | None = None,
+                 on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
+                 producer_factory: Callable[[], Any] | None = None,
                  **connection_options: Any) -> None:
-        stray = sorted(k for k in connection_options if k in _SPOOL_OPTIONS)
-        if spool_dir is not None:  # only reached by subclasses (see __new__)
-            raise ValueError(f"spool_dir is an option of nsq_spark.Producer itself, not of "
-                             f"{type(self).__name__}; use Producer(..., spool_dir=...) or "
-                             "nsq_spark.publish_spool.SpoolingProducer")
+        spool_options = dict(
+            spool_fsync=spool_fsync, spool_max_bytes=spool_max_bytes, spool_full=spool_full,
+            spool_block_timeout=spool_block_timeout, message_id_digest=message_id_digest,
+            batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval,
+            on_corrupt=on_corrupt, on_rejected=on_rejected, producer_factory=producer_factory)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._stats = PublishStats(log)
+        self._spool: SpoolDrain | None = None
+        self._store: SegmentStore | None = None
+        self.max_msg_size = max_msg_size
+        if spool_dir is not None:
+            self._init_spool(spool_dir, nsqd_tcp_addresses, spool_options, dict(
+                nsqd_http_addresses=nsqd_http_addresses, strategy=strategy,
+                max_tries=max_tries, retry_wait=retry_wait, retry_max_wait=retry_max_wait,
+                retry_deadline=retry_deadline, publish_timeout=publish_timeout,
+                max_msg_size=max_msg_size, max_mpub_bytes=max_mpub_bytes,
+                blocking_connections=blocking_connections, **connection_options),
+                retry_max_wait)
+            return
+        stray = sorted(k for k, v in spool_options.items() if v != _SPOOL_DEFAULTS[k])
         if stray:
-            raise ValueError(f"{', '.join(stray)} only appl{'ies' if len(stray) == 1 else 'y'} "
-                             "to a spooling producer: also give spool_dir=<directory> "
-                             "(Producer(..., spool_dir=path, ...)), or drop "
-                             f"{'it' if len(stray) == 1 else 'them'}")
-        tcp = _addresses(nsqd_tcp_addresses)
-        http = _addresses(nsqd_http_addresses)
+            raise ConfigError(
+                f"{', '.join(stray)} only appl{'ies' if len(stray) == 1 else 'y'} to a "
+                "spooling producer: also give spool_dir=<directory> "
+                "(Producer(..., spool_dir=path, ...)), or drop "
+                f"{'it' if len(stray) == 1 else 'them'}")
+        tcp = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
+        http = [parse_http_address(a, "nsqd_http_addresses", "127.0.0.1:4151")
+                for a in split_list(nsqd_http_addresses, "nsqd_http_addresses")]
         if bool(tcp) == bool(http):
-            raise ValueError("give nsqd_tcp_addresses or nsqd_http_addresses (one of them)")
+            raise ConfigError("give nsqd_tcp_addresses or nsqd_http_addresses (one of them, "
+                              "e.g. Producer('127.0.0.1:4150'))")
         if strategy not in ("round_robin", "failover"):
-            raise ValueError(f"strategy must be 'round_robin' or 'failover', not {strategy!r}")
-        if max_tries < 1:
-            raise ValueError("max_tries must be >= 1")
-        for a in tcp:
-            _parse_address(a)
+            raise ConfigError(f"strategy must be 'round_robin' or 'failover', not {strategy!r}")
+        if max_tries is None:
+            max_tries = 5
+        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
+            raise ConfigError(f"max_tries={max_tries!r}: give an int >= 1 (1 = no retry)")
+        self.max_tries: int = max_tries
+        if not isinstance(blocking_connections, int) or blocking_connections < 1:
+            raise ConfigError(f"blocking_connections={blocking_connections!r}: give an "
+                              "int >= 1")
         self.config = ConnectionConfig.from_options(**connection_options)
-        self.nsqd_tcp_addresses = tcp
-        self.nsqd_http_addresses = http
+        self._addr: dict[str, Address] = {str(a): a for a in tcp}
+        self.nsqd_tcp_addresses = list(self._addr)
+        self.nsqd_http_addresses = [f"{s}://{a}{p}" for s, a, p in http]
         self.http_mode = bool(http)
         self.strategy = strategy
-        self.max_tries = max_tries
         self.retry_wait = retry_wait
         self.retry_max_wait = retry_max_wait
         self.retry_deadline = retry_deadline
         self.publish_timeout = publish_timeout
-        self.max_msg_size = max_msg_size
         self.max_mpub_bytes = max_mpub_bytes
+        self.blocking_connections = blocking_connections
+        self._retry = RetryPolicy(max_tries, retry_deadline, retry_wait, retry_max_wait)
+        self._http = HttpPublisher(http, self.config, self._retry, self._stats,
+                                   lambda: self._closed) if http else None
 
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._owns_loop = False
-        self._lock = threading.Lock()
-        self._closed = False
-        self._conns: dict[str, Connection] = {}
-        self._live: tuple[Connection, ...] = ()  # connected, in configured order
-        self._all_up = False
-        self._connecting: dict[str, asyncio.Future[Connection]] = {}
-        self._down_until: dict[str, float] = {}
-        self._down_count: dict[str, int] = {}
-        self._last_error: dict[str, BaseException] = {}
-        self._rr = itertools.count()
-        self._inbox: collections.deque[_Request] = collections.deque()
-        self._drain_scheduled = False
-        self._retrying: set[asyncio.Task[Any]] = set()
-        self._published = 0
-        self._http_client: Any = None
-        if blocking_connections < 1:
-            raise ValueError("blocking_connections must be >= 1")
-        self.blocking_connections = blocking_connections
-        self._sync: dict[str, list[SyncConnection]] = {}
-        self._sync_down_until: dict[str, float] = {}
-        self._sync_rr = itertools.count()
+        self._io: LoopThread | None = None      # the IO thread, when the futures API runs
+        self._tcp = PipelinedPool(
+            self._addr, self.config, strategy=strategy, retry=self._retry, stats=self._stats,
+            loop=self._current_loop, stopped=lambda: self._closed)
+        self._blocking = BlockingPool(
+            self._addr, self.config, strategy=strategy,
+            connections_per_nsqd=blocking_connections, retry=self._retry,
+            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed)
+
+    def _init_spool(self, spool_dir: str | os.PathLike[str], tcp: Any,
+                    spool: dict[str, Any], inner: dict[str, Any], retry_max_wait: float) -> None:
+        if spool["batch_size"] < 1:
+            raise ConfigError(f"batch_size={spool['batch_size']!r}: must be at least 1")
+        factory = spool["producer_factory"]
+        if factory is None:
+            if tcp is None and not inner.get("nsqd_http_addresses"):
+                raise ConfigError("a spooling Producer needs nsqd_tcp_addresses (or "
+                                  "nsqd_http_addresses, or a producer_factory)")
+            # the spool retries without end (and without losing anything); the inner
+            # producer fails fast so that close() and outages stay responsive
+            if inner["max_tries"] is None:
+                inner["max_tries"] = 1
+            # built now, so that a bad option fails here and not in the drain thread
+            sender = Producer(tcp, **inner)
+            self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses
+            self.nsqd_http_addresses = sender.nsqd_http_addresses
+        else:
+            sender = factory()
+            self.nsqd_tcp_addresses = [] if tcp is None else [str(a) for a in split_list(
+                tcp, "nsqd_tcp_addresses")]
+            self.nsqd_http_addresses = []
+        self.http_mode = bool(self.nsqd_http_addresses)
+        self.max_tries = inner["max_tries"] or 1   # of the inner producer
+        try:
+            self._store = SegmentStore(
+                spool_dir, fsync=spool["spool_fsync"], max_bytes=spool["spool_max_bytes"],
+                full=spool["spool_full"], block_timeout=spool["spool_block_timeout"],
+                on_corrupt=spool["on_corrupt"])
+        except BaseException:
+            sender.close()
+            raise
+        self.spool_dir = self._store.directory
+        self.message_id_digest = bool(spool["message_id_digest"])
+        self.batch_size: int = spool["batch_size"]
+        self.batch_bytes: int = spool["batch_bytes"]
+        self.rescan_interval: float = spool["rescan_interval"]
+        self._spool = SpoolDrain(
+            self._store, sender,
+            retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05, max_wait=retry_max_wait),
+            message_id_digest=self.message_id_digest, batch_size=spool["batch_size"],
+            batch_bytes=spool["batch_bytes"], rescan_interval=spool["rescan_interval"],
+            on_rejected=spool["on_rejected"])
+        # take over leftovers now, so that flush() right after start covers them
+        self._store.claim_orphans()
+        self._spool.start()
 
     def __repr__(self) -> str:
+        if self._spool is not None:
+            return f"<Producer {self.nsqd_tcp_addresses or self.nsqd_http_addresses} " \
+                   f"spool={self.spool_dir}>"
         addrs = self.nsqd_http_addresses if self.http_mode else self.nsqd_tcp_addresses
         return f"<Producer {addrs} {'http' if self.http_mode else 'tcp'}>"
 
@@ -280,11 +306,11 @@ class Producer:
     def _ensure_thread_loop(self) -> asyncio.AbstractEventLoop:
         """The producer's loop for blocking callers (starting the IO thread if needed)."""
         loop = self._loop
-        if loop is not None and self._thread is None and loop.is_closed():
+        if loop is not None and self._io is None and loop.is_closed():
             self._forget_loop()  # bound to an asyncio.run() that has ended
             loop = None
         if loop is not None:
-            if self._thread is None:
+            if self._io is None:
                 try:
                     running = asyncio.get_running_loop()
                 except RuntimeError:
@@ -300,24 +326,13 @@ class Producer:
             if self._loop is None:
                 if self._closed:
                     raise NSQError("the producer is closed")
-                loop = asyncio.new_event_loop()
-                started = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(started.set)
-                    loop.run_forever()
-
-                self._thread = threading.Thread(target=run, name="nsq-producer-io", daemon=True)
-                self._thread.start()
-                started.wait(10)
-                self._owns_loop = True
-                self._loop = loop
+                self._io = LoopThread("nsq-producer-io")
+                self._loop = self._io.loop
         return self._loop  # type: ignore[return-value]
 
     def _bind_running_loop(self) -> asyncio.AbstractEventLoop:
         running = asyncio.get_running_loop()
-        if self._loop is not None and self._thread is None and self._loop.is_closed():
+        if self._loop is not None and self._io is None and self._loop.is_closed():
             self._forget_loop()  # bound to an asyncio.run() that has ended: start over
         if self._loop is None:
             with self._lock:
@@ -327,23 +342,16 @@ class Producer:
                     self._loop = running
         return self._loop  # type: ignore[return-value]
 
+    def _current_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        assert loop is not None, "the pipelined path runs on the producer's loop"
+        return loop
+
     def _forget_loop(self) -> None:
         with self._lock:
-            for conn in self._conns.values():
-                stream = conn._stream
-                if stream is not None and stream.socket is not None:
-                    try:
-                        stream.socket.close()  # its loop is gone: just release the socket
-                    except OSError:
-                        pass
-            self._conns.clear()
-            self._update_live()
-            self._connecting.clear()
-            self._down_until.clear()
-            self._retrying.clear()
-            self._inbox.clear()
-            self._drain_scheduled = False
-            self._http_client = None
+            self._tcp.forget()
+            if self._http is not None:
+                self._http.forget()
             self._loop = None
 
     # -- encoding (in the caller's thread: bad input fails at once) ----------------------
@@ -365,24 +373,65 @@ class Producer:
         return [protocol.mpub(topic, batch, self.max_msg_size)
                 for batch in protocol.split_bodies(bodies, self.max_mpub_bytes)]
 
+    # -- the spool path ------------------------------------------------------------------
+
+    def _spool_records(self, topic: str, bodies: Iterable[Any], defer_ms: int | None,
+                       many: bool) -> list[tuple[str, bytes, int | None]]:
+        protocol.check_topic(topic)
+        if defer_ms is not None and (isinstance(defer_ms, bool) or not isinstance(defer_ms, int)
+                                     or defer_ms < 0):
+            raise ConfigError(f"defer_ms={defer_ms!r}: give milliseconds as an int >= 0")
+        if many:   # named as protocol.mpub names them
+            records = [(topic, _body(b, self.max_msg_size, f"message body #{i}"), defer_ms)
+                       for i, b in enumerate(bodies)]
+        else:
+            records = [(topic, _body(b, self.max_msg_size, "message body"), defer_ms)
+                       for b in bodies]
+        if not records:
+            raise InvalidBodyError("mpublish needs at least one message body")
+        return records
+
+    def _spool_append(self, records: list[tuple[str, bytes, int | None]]) -> None:
+        assert self._store is not None and self._spool is not None
+        if self._closed:
+            raise SpoolError("this Producer is closed; create a new one")
+        self._store.append(records)
+        self._spool.wake()
+
     # -- blocking API ------------------------------------------------------------------------
 
     def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
         """Publish one message (DPUB when ``defer_ms`` is given); returns when nsqd
-        acknowledged it. Raises InvalidNameError/InvalidBodyError for bad input, a typed
-        NSQServerError for a refusal, ConnectError when no nsqd can be reached."""
+        acknowledged it -- with ``spool_dir``, when it is in the spool. Raises
+        InvalidNameError/InvalidBodyError for bad input, a typed NSQServerError for a
+        refusal, ConnectError when no nsqd can be reached."""
+        if self._spool is not None:
+            self._spool_append(self._spool_records(topic, (body,), defer_ms, False))
+            return
         if self.http_mode:
             self._wait(self.publish_async(topic, body, defer_ms))
             return
         self._sync_command(self._encode_pub(topic, body, defer_ms))
 
     def mpublish(self, topic: str, bodies: Iterable[bytes]) -> None:
-        """Publish several messages with MPUB; returns when nsqd acknowledged all."""
+        """Publish several messages with MPUB; returns when nsqd acknowledged all (with
+        ``spool_dir``: when all are in the spool, with one write and one sync)."""
+        if self._spool is not None:
+            self._spool_append(self._spool_records(topic, bodies, None, True))
+            return
         if self.http_mode:
             self._wait(self.mpublish_async(topic, bodies))
             return
         for data in self._encode_mpub(topic, bodies):
             self._sync_command(data)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """With ``spool_dir``: wait until nsqd has acknowledged everything this producer
+        holds (its own messages and the leftovers it claimed); True if so within
+        ``timeout``. Without a spool every blocking call already waited: True."""
+        if self._spool is None:
+            return True
+        return self._spool.flush(timeout)
 
     # -- blocking path: plain sockets from the calling thread -------------------------------
 
@@ -390,7 +439,7 @@ class Producer:
         if self._closed:
             raise NSQError("the producer is closed")
         loop = self._loop
-        if loop is not None and self._thread is None:
+        if loop is not None and self._io is None:
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
@@ -401,98 +450,38 @@ class Producer:
 
     def _sync_command(self, data: bytes) -> bytes:
         self._check_blocking_allowed()
-        order = self._sync_order()
-        conn = self._sync_slot_ready(order)
-        if conn is not None:
-            try:
-                result = conn.command(data)
-                self._published += 1
-                return result
-            except Exception as exc:
-                if not is_transient(exc) or self.max_tries <= 1 or self._closed:
-                    raise
-                tries = self.max_tries - 1
-        else:
-            tries = self.max_tries
-        for attempt in Retrying(
-                stop=stop_after_attempt(tries) | stop_after_delay(self.retry_deadline),
-                wait=wait_random_exponential(multiplier=self.retry_wait, max=self.retry_max_wait),
-                retry=retry_if_exception(lambda e: is_transient(e) and not self._closed),
-                reraise=True):
-            with attempt:
-                first, order = order, None  # later attempts start over in strategy order
-                result = self._sync_get(first).command(data)
-        self._published += 1
-        return result
+        return self._blocking.command(data)
 
-    def _sync_order(self) -> list[str]:
-        addrs = self.nsqd_tcp_addresses
-        if self.strategy == "failover" or len(addrs) == 1:
-            return addrs
-        k = next(self._sync_rr) % len(addrs)
-        return addrs[k:] + addrs[:k]
+    def _sync_slot(self, address: str) -> Any:
+        """This thread's blocking connection to ``address`` (tests of the connection
+        layer look at its negotiated features)."""
+        return self._blocking._slot(address)
 
-    def _sync_slot(self, addr: str) -> SyncConnection:
-        slots = self._sync.get(addr)
-        if slots is None:
-            with self._lock:
-                slots = self._sync.get(addr)
-                if slots is None:
-                    host, port = _parse_address(addr)
-                    slots = [SyncConnection(host, port, self.config)
-                             for _ in range(self.blocking_connections)]
-                    self._sync[addr] = slots
-        return slots[threading.get_ident() % len(slots)]
-
-    def _sync_slot_ready(self, order: list[str]) -> SyncConnection | None:
-        """The fast path: this thread's open connection to the first nsqd in order."""
-        now = time.monotonic()
-        for addr in order:
-            if self._sync_down_until.get(addr, 0) > now:
-                continue
-            conn = self._sync_slot(addr)
-            if not conn.closed and not conn.stale:
-                return conn
-            return None  # needs (re)connecting: the slow path does that
-        return None
-
-    def _sync_get(self, order: list[str] | None = None) -> SyncConnection:
-        """An open connection, connecting as needed, in strategy order; ConnectError with
-        every cause when none can be opened."""
-        now = time.monotonic()
-        if order is None:
-            order = self._sync_order()
-        up = [a for a in order if self._sync_down_until.get(a, 0) <= now] or order
-        errors: list[BaseException] = []
-        for addr in up:
-            conn = self._sync_slot(addr)
-            try:
-                conn.ensure_open()
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
-                if not is_transient(exc):
-                    raise
-                errors.append(exc)
-                self._sync_down_until[addr] = time.monotonic() + self.retry_wait
-                continue
-            self._sync_down_until.pop(addr, None)
-            return conn
-        detail = "; ".join(str(e) for e in errors)
-        raise ConnectError(f"no nsqd reachable among {self.nsqd_tcp_addresses}: {detail}")
+    # -- futures API ---------------------------------------------------------------------
 
     def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None
                       ) -> concurrent.futures.Future[bytes]:
-        """Like publish, but returns a concurrent.futures.Future at once (pipelining)."""
-        if self.http_mode:
-            self._check_http_pub(topic, body)
-            return self._threaded(self._http_pub(topic, body, defer_ms))
+        """Like publish, but returns a concurrent.futures.Future at once (pipelining).
+        Bad input raises here. With ``spool_dir`` the future is settled once the message
+        is in the spool (the append happens in this call)."""
+        if self._spool is not None:
+            records = self._spool_records(topic, (body,), defer_ms, False)
+            return _done_future(lambda: self._spool_append(records))
+        if self._http is not None:
+            protocol._check_body(body, self.max_msg_size)
+            protocol.check_topic(topic)
+            return self._threaded(self._http.pub(topic, body, defer_ms))
         return self._submit(self._encode_pub(topic, body, defer_ms))
 
     def mpublish_async(self, topic: str, bodies: Iterable[bytes]
                        ) -> concurrent.futures.Future[Any]:
         """Like mpublish, but returns a concurrent.futures.Future at once."""
+        if self._spool is not None:
+            records = self._spool_records(topic, bodies, None, True)
+            return _done_future(lambda: self._spool_append(records))
         datas = self._encode_mpub(topic, bodies)
-        if self.http_mode:
-            return self._threaded(self._http_mpub(topic, datas))
+        if self._http is not None:
+            return self._threaded(self._http.mpub(topic, datas))
         if len(datas) == 1:
             return self._submit(datas[0])
         return _all_of([self._submit(d) for d in datas])
@@ -511,75 +500,42 @@ class Producer:
     def _submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
         if self._closed:
             raise NSQError("the producer is closed")
-        loop = self._ensure_thread_loop()
-        fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        self._inbox.append(_Request(self, data, fut))
-        # wake the loop only when no drain is already scheduled: many callers, one wakeup
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            loop.call_soon_threadsafe(self._drain)
-        return fut
-
-    def _drain(self) -> None:
-        """On the loop: send everything the threads queued since the last drain."""
-        self._drain_scheduled = False
-        inbox = self._inbox
-        while inbox:
-            req = inbox.popleft()
-            conn = self._pick()
-            if conn is not None:
-                req.conn = conn
-                conn.command_into(req.data, req)
-            else:
-                self._retry_later(req, None)
-
-    def _on_request_failed(self, req: _Request, exc: BaseException) -> None:
-        if req.future.done():
-            return
-        if not is_transient(exc) or self.max_tries <= 1 or self._closed:
-            req.future.set_exception(exc)
-            return
-        self._retry_later(req, exc)
-
-    def _retry_later(self, req: _Request, exc: BaseException | None) -> None:
-        task = asyncio.ensure_future(self._retry(req, exc))
-        self._retrying.add(task)
-        task.add_done_callback(self._retrying.discard)
-
-    async def _retry(self, req: _Request, first_exc: BaseException | None) -> None:
-        tries = self.max_tries - (1 if first_exc is not None else 0)
-        try:
-            result = await self._send_with_retries(req.data, tries, first_exc is not None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
-            if not req.future.done():
-                req.future.set_exception(exc)
-            return
-        if not req.future.done():
-            req.future.set_result(result)
+        self._ensure_thread_loop()
+        return self._tcp.submit(data)
 
     # -- asyncio API -----------------------------------------------------------------------
 
     async def apublish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
-        """Publish one message; returns when nsqd acknowledged it."""
+        """Publish one message; returns when nsqd acknowledged it (with ``spool_dir``:
+        when it is in the spool; the append runs in a worker thread)."""
+        if self._spool is not None:
+            records = self._spool_records(topic, (body,), defer_ms, False)
+            await asyncio.to_thread(self._spool_append, records)
+            return
         loop = self._bind_running_loop()
         if loop is not asyncio.get_running_loop():
             await asyncio.wrap_future(self.publish_async(topic, body, defer_ms))
             return
-        if self.http_mode:
-            self._check_http_pub(topic, body)
-            await self._http_pub(topic, body, defer_ms)
+        if self._http is not None:
+            protocol._check_body(body, self.max_msg_size)
+            protocol.check_topic(topic)
+            await self._http.pub(topic, body, defer_ms)
             return
         await self._command(self._encode_pub(topic, body, defer_ms))
 
     async def ampublish(self, topic: str, bodies: Iterable[bytes]) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all."""
+        if self._spool is not None:
+            records = self._spool_records(topic, bodies, None, True)
+            await asyncio.to_thread(self._spool_append, records)
+            return
         loop = self._bind_running_loop()
         if loop is not asyncio.get_running_loop():
             await asyncio.wrap_future(self.mpublish_async(topic, bodies))
             return
         datas = self._encode_mpub(topic, bodies)
-        if self.http_mode:
-            await self._http_mpub(topic, datas)
+        if self._http is not None:
+            await self._http.mpub(topic, datas)
             return
         if len(datas) == 1:
             await self._command(datas[0])
@@ -590,249 +546,126 @@ class Producer:
                        ) -> "asyncio.Future[bytes]":
         """On the producer's loop: queue a publish and return an asyncio future of the
         answer without a coroutine per call (the cheapest way to pipeline from asyncio).
-        Transient failures are retried like apublish."""
+        Transient failures are retried like apublish. With ``spool_dir`` the message is
+        appended in this call and the future is already settled."""
+        if self._spool is not None:
+            return asyncio.wrap_future(self.publish_async(topic, body, defer_ms))
         if self._loop is None:
             self._bind_running_loop()
         return self._command_future(self._encode_pub(topic, body, defer_ms))
 
     def _command_future(self, data: bytes) -> "asyncio.Future[bytes]":
-        conn = self._pick()
-        if conn is None:
-            return asyncio.ensure_future(self._send_with_retries(data, self.max_tries, False))
-        fut: asyncio.Future[bytes] = self._loop.create_future()  # type: ignore[union-attr]
-        conn.command_into(data, _AsyncRequest(self, data, fut))
-        return fut
+        return self._tcp.command_future(data)
 
     async def _command(self, data: bytes) -> bytes:
-        return await self._command_future(data)
+        return await self._tcp.command_future(data)
 
-    # -- the retry path (tenacity) -----------------------------------------------------------
-
-    async def _send_with_retries(self, data: bytes, tries: int, wait_first: bool) -> bytes:
-        if tries < 1:
-            raise ConnectError("no attempts left")
-        if wait_first:
-            await asyncio.sleep(self.retry_wait)
-        result = b""
-        async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(tries) | stop_after_delay(self.retry_deadline),
-                wait=wait_random_exponential(multiplier=self.retry_wait, max=self.retry_max_wait),
-                retry=retry_if_exception(lambda e: is_transient(e) and not self._closed),
-                reraise=True):
-            with attempt:
-                conn = await self._get_connection()
-                result = await conn.command(data)
-        self._published += 1
-        return result
-
-    # -- connections -------------------------------------------------------------------------
-
-    def _pick(self) -> Connection | None:
-        """A connected connection per the strategy, or None (then the slow path connects)."""
-        live = self._live
-        if len(live) == 1 and self._all_up:
-            return live[0]
-        if not live:
-            return None
-        if not self._all_up:
-            self._maybe_reconnect_preferred()
-        if self.strategy == "failover":
-            return live[0]  # _live keeps the configured order
-        return live[next(self._rr) % len(live)]
-
-    def _update_live(self) -> None:
-        self._live = tuple(self._conns[a] for a in self.nsqd_tcp_addresses if a in self._conns)
-        self._all_up = len(self._live) == len(self.nsqd_tcp_addresses)
-
-    def _maybe_reconnect_preferred(self) -> None:
-        """Bring back nsqd that were down, once their backoff has passed (no waiting)."""
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        for addr in self.nsqd_tcp_addresses:
-            if addr not in self._conns and addr not in self._connecting \
-                    and self._down_until.get(addr, 0) <= now:
-                asyncio.ensure_future(self._connect(addr)).add_done_callback(_retrieve)
-
-    async def _get_connection(self) -> Connection:
-        conn = self._pick()
-        if conn is not None:
-            return conn
-        loop = self._loop
-        assert loop is not None
-        now = loop.time()
-        candidates = [a for a in self.nsqd_tcp_addresses if self._down_until.get(a, 0) <= now] \
-            or list(self.nsqd_tcp_addresses)
-        tasks = [asyncio.ensure_future(self._connect(a)) for a in candidates]
-        for t in tasks:
-            t.add_done_callback(_retrieve)  # late failures are recorded, not warned about
-        errors: list[BaseException] = []
-        # connect to all at once; failover takes them in the configured order, round-robin
-        # whichever answers first
-        order = tasks if self.strategy == "failover" else asyncio.as_completed(tasks)
-        for fut in order:
-            try:
-                return await fut
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
-                errors.append(exc)
-        fatal = [e for e in errors if not is_transient(e)]
-        if fatal:
-            raise fatal[0]
-        detail = "; ".join(str(e) for e in errors)
-        raise ConnectError(f"no nsqd reachable among {self.nsqd_tcp_addresses}: {detail}")
-
-    async def _connect(self, addr: str) -> Connection:
-        existing = self._connecting.get(addr)
-        if existing is not None:
-            return await asyncio.shield(existing)
-        conn = self._conns.get(addr)
-        if conn is not None:
-            return conn
-        loop = self._loop
-        assert loop is not None
-        fut: asyncio.Future[Connection] = loop.create_future()
-        self._connecting[addr] = fut
-        try:
-            host, port = _parse_address(addr)
-            conn = Connection(host, port, self.config, on_close=self._on_conn_close)
-            await conn.connect()
-        except BaseException as exc:
-            n = self._down_count.get(addr, 0) + 1
-            self._down_count[addr] = n
-            self._down_until[addr] = loop.time() + min(self.retry_max_wait, self.retry_wait * 2 ** n)
-            self._last_error[addr] = exc
-            fut.set_exception(exc)
-            fut.exception()
-            raise
-        finally:
-            self._connecting.pop(addr, None)
-        self._down_count.pop(addr, None)
-        self._down_until.pop(addr, None)
-        if self._closed:
-            conn.close()
-            exc2 = NSQError("the producer is closed")
-            fut.set_exception(exc2)
-            fut.exception()
-            raise exc2
-        self._conns[addr] = conn
-        self._update_live()
-        fut.set_result(conn)
-        log.debug("producer connected to %s", addr)
-        return conn
-
-    def _on_conn_close(self, conn: Connection, exc: BaseException | None) -> None:
-        if self._conns.get(conn.address) is conn:
-            del self._conns[conn.address]
-            self._update_live()
-        if exc is not None and not self._closed:
-            log.warning("producer lost nsqd %s: %s", conn.address, exc)
-            loop = self._loop
-            if loop is not None:
-                self._down_until[conn.address] = loop.time() + self.retry_wait
-
-    # -- HTTP mode -------------------------------------------------------------------------
-
-    def _http(self) -> Any:
-        if self._http_client is None:
-            from tornado.simple_httpclient import SimpleAsyncHTTPClient
-            # a private (non-shared) client: its lifetime is the producer's
-            self._http_client = SimpleAsyncHTTPClient(force_instance=True, max_clients=64)
-        return self._http_client
-
-    async def _http_post(self, path_qs: str, body: bytes) -> bytes:
-        from tornado.httpclient import HTTPClientError, HTTPRequest
-
-        async def once(addr: str) -> bytes:
-            base = addr if "://" in addr else f"http://{addr}"
-            ssl_options = self.config.ssl_context() if base.startswith("https://") else None
-            req = HTTPRequest(base.rstrip("/") + path_qs, method="POST", body=body,
-                              connect_timeout=self.config.connect_timeout,
-                              request_timeout=self.config.response_timeout,
-                              ssl_options=ssl_options)
-            try:
-                resp = await self._http().fetch(req)
-            except HTTPClientError as exc:
-                raise _http_error(addr, exc.code, exc.response.body if exc.response else b"") from None
-            except OSError as exc:
-                raise ConnectError(f"cannot reach nsqd HTTP at {addr}: {exc}") from exc
-            return resp.body
-
-        result = b""
-        async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.max_tries) | stop_after_delay(self.retry_deadline),
-                wait=wait_random_exponential(multiplier=self.retry_wait, max=self.retry_max_wait),
-                retry=retry_if_exception(lambda e: is_transient(e) and not self._closed),
-                reraise=True):
-            with attempt:
-                addrs = self.nsqd_http_addresses
-                result = await once(addrs[next(self._rr) % len(addrs)])
-        self._published += 1
-        return result
-
-    def _check_http_pub(self, topic: str, body: bytes) -> None:
-        protocol._check_body(body, self.max_msg_size)
-        protocol.check_topic(topic)
-
-    async def _http_pub(self, topic: str, body: bytes, defer_ms: int | None) -> bytes:
-        qs = f"/pub?topic={quote(protocol.check_topic(topic))}"
-        if defer_ms:
-            qs += f"&defer={int(defer_ms)}"
-        return await self._http_post(qs, bytes(body))
-
-    async def _http_mpub(self, topic: str, datas: list[bytes]) -> bytes:
-        qs = f"/mpub?topic={quote(protocol.check_topic(topic))}&binary=true"
-        result = b""
-        for data in datas:
-            # an MPUB command's body (count, then sized messages) is /mpub?binary=true's body
-            result = await self._http_post(qs, data[data.index(b"\n") + 5:])
-        return result
-
-    # -- closing ---------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------
 
     @property
     def published(self) -> int:
-        """Commands acknowledged so far (a PUB, an MPUB, an HTTP request each count 1)."""
-        return self._published
+        """Commands acknowledged so far (a PUB, an MPUB, an HTTP request each count 1);
+        ``stats()["messages"]`` counts messages."""
+        return self._stats.commands
+
+    @property
+    def spool_stats(self) -> SpoolStats:
+        """The spool's counters (live object); only with ``spool_dir``."""
+        if self._store is None:
+            raise AttributeError("spool_stats: this Producer has no spool_dir")
+        return self._store.stats
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """With ``spool_dir``: the last failure of the drain (None once a send worked)."""
+        return None if self._spool is None else self._spool.last_error
+
+    def pending_bytes(self) -> int:
+        """Spooled bytes this producer holds that nsqd has not acknowledged (0 without a
+        spool)."""
+        return 0 if self._store is None else self._store.pending()
 
     def stats(self) -> dict[str, Any]:
-        sync_open = {a for a, slots in self._sync.items() if any(not c.closed for c in slots)}
-        return {"published": self._published,
-                "connected": sorted(set(self._conns) | sync_open),
-                "down": {a: str(e) for a, e in self._last_error.items() if a not in self._conns}}
+        """Counters: ``messages``, ``bytes``, ``retries``, ``errors`` (ints, in messages
+        and body bytes), ``commands``, and per nsqd ``"nsqd": {address: {"up",
+        "messages", "bytes", "last_error"}}``; with ``spool_dir`` also ``spool_pending``
+        (messages), ``spool_pending_bytes`` and the spool's own counters."""
+        if self._spool is not None:
+            return self._spool_stats_dict()
+        out = self._stats.snapshot()
+        sync_open = self._blocking.connected()
+        out["published"] = out["commands"]
+        out["connected"] = sorted(self._tcp.connected() | sync_open)
+        out["down"] = {a: d["last_error"] for a, d in out["nsqd"].items() if d["up"] is False}
+        return out
+
+    def _spool_stats_dict(self) -> dict[str, Any]:
+        assert self._spool is not None and self._store is not None
+        drain, store, st = self._spool, self._store, self._store.stats
+        sender = drain.sender
+        inner = sender.stats() if callable(getattr(sender, "stats", None)) else None
+        return {
+            "messages": drain.sent_messages, "bytes": drain.sent_bytes,
+            "retries": drain.retries, "errors": st.rejected,
+            "nsqd": inner.get("nsqd", {}) if isinstance(inner, dict) else {},
+            "spool_pending": store.pending_messages(), "spool_pending_bytes": store.pending(),
+            "spool_dir": str(self.spool_dir), "appended": st.appended, "acked": st.acked,
+            "rejected": st.rejected, "pending_bytes": store.pending(),
+            "bytes_on_disk": store.bytes_on_disk, "orphans_claimed": st.orphans_claimed,
+            "segments_deleted": st.segments_deleted, "fsyncs": st.fsyncs,
+            "corrupt_segments": [str(c) for c in st.corrupt_segments],
+            "last_error": str(drain.last_error) if drain.last_error else None,
+            "producer": inner,
+        }
+
+    # -- closing ---------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Close from the producer's loop (async users)."""
+        if self._spool is not None:
+            await asyncio.to_thread(self.close)
+            return
         self._closed = True
         await self._close_on_loop()
 
     async def _close_on_loop(self) -> None:
         self._closed = True
-        if self._inbox:
-            self._drain()
-        if self._retrying:
-            await asyncio.wait(list(self._retrying), timeout=self.config.close_timeout)
-        conns = list(self._conns.values())
-        if conns:
-            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-        for fut in list(self._connecting.values()):
-            fut.cancel()
-        if self._http_client is not None:
-            self._http_client.close()
-            self._http_client = None
+        await self._tcp.close()
+        if self._http is not None:
+            self._http.close()
+
+    def _close_spool(self, timeout: float | None) -> None:
+        assert self._spool is not None and self._store is not None
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._store.forked:
+            return   # a forked copy: the parent owns the spool, the IO threads are not here
+        try:
+            wait = 5.0 if timeout is None else timeout
+            if wait > 0:
+                self._spool.flush(wait)
+        finally:
+            self._spool.stop()
+            self._store.close()
 
     def close(self, timeout: float | None = None) -> None:
         """Wait (bounded) for outstanding answers, close the connections, stop the IO
-        thread. Safe to call twice."""
+        thread. With ``spool_dir``: try for ``timeout`` seconds (default 5) to send what
+        the spool holds, and leave the rest on disk for the next start (or another
+        process on the same directory). Safe to call twice."""
+        if self._spool is not None:
+            self._close_spool(timeout)
+            return
         with self._lock:
             self._closed = True
-            sync, self._sync = self._sync, {}
-        for slots in sync.values():
-            for c in slots:
-                c.close()
+        self._blocking.close()
         loop = self._loop
         if loop is None:
             return
-        if self._thread is None:
+        io = self._io
+        if io is None:
             # bound to a caller's loop
             try:
                 running = asyncio.get_running_loop()
@@ -845,15 +678,12 @@ class Producer:
                     timeout or self.config.close_timeout + 5)
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._close_on_loop(), loop).result(
+            io.run_coroutine(self._close_on_loop()).result(
                 timeout if timeout is not None else self.config.close_timeout + 5)
         except Exception as exc:  # noqa: BLE001 - closing goes on
             log.warning("producer close: %s", exc)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            loop.close()
-        self._thread = None
+        io.stop(10)
+        self._io = None
         self._loop = None
 
     def __enter__(self) -> "Producer":
@@ -863,33 +693,15 @@ class Producer:
         self.close()
 
     async def __aenter__(self) -> "Producer":
-        self._bind_running_loop()
+        if self._spool is None:
+            self._bind_running_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._thread is None:
+        if self._spool is None and self._io is None:
             await self.aclose()
         else:
-            await asyncio.get_running_loop().run_in_executor(None, self.close)
-
-
-def _retrieve(fut: "asyncio.Future[Any]") -> None:
-    if not fut.cancelled():
-        fut.exception()
-
-
-def _http_error(addr: str, code: int, body: bytes) -> NSQError:
-    text = body.decode("utf-8", "replace").strip()
-    if code == 599:
-        return ConnectError(f"cannot reach nsqd HTTP at {addr}: {text or 'connection failed'}")
-    detail = f"HTTP {code} from nsqd {addr}: {text}"
-    if "MSG_TOO_BIG" in text or "BODY_TOO_BIG" in text:
-        return BadMessageError("E_BAD_MESSAGE", detail, addr)
-    if "INVALID_TOPIC" in text or "BAD_TOPIC" in text:
-        return BadTopicError("E_BAD_TOPIC", detail, addr)
-    if "EXITING" in text or code >= 500:
-        return PubFailedError("E_PUB_FAILED", detail, addr)
-    return NSQServerError("E_HTTP", detail, addr)
+            await asyncio.to_thread(self.close)
 
 
 def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Future[Any]:
@@ -911,76 +723,3 @@ def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Fu
     for f in futs:
         f.add_done_callback(done)
     return out
-
-
-class Writer(Producer):
-    """pynsq's ``Writer`` surface on the Producer, for ``import nsq_spark as nsq`` users.
-
-    ``pub``, ``mpub`` and ``dpub`` return at once and call ``callback(writer, data)`` on the
-    event loop when nsqd answered: ``data`` is ``b"OK"`` or the exception (an NSQError).
-    Call them from the running loop (a tornado/asyncio callback, as with pynsq's
-    ``nsq.run()``); the writer connects on first use. ``reconnect_interval`` is accepted for
-    compatibility: reconnects follow the Producer's retry policy instead.
-    """
-
-    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], reconnect_interval: float = 15.0,
-                 name: str | None = None, **kwargs: Any) -> None:
-        super().__init__(nsqd_tcp_addresses, **kwargs)
-        self.name = name or "nsq_spark.Writer"
-        self.reconnect_interval = reconnect_interval
-
-    def _on_loop_future(self, data: bytes) -> "asyncio.Future[bytes]":
-        try:
-            self._bind_running_loop()
-        except RuntimeError:
-            raise NSQError("Writer.pub/mpub/dpub must be called from the running event loop "
-                           "(e.g. in a tornado callback after nsq.run()); outside a loop use "
-                           "Producer.publish") from None
-        return self._command_future(data)
-
-    def _callback(self, fut: "asyncio.Future[bytes]", callback: Callable[..., Any] | None,
-                  what: str) -> None:
-        if callback is None:
-            def log_failure(f: "asyncio.Future[bytes]") -> None:
-                # no callback to tell: log it (as pynsq does) rather than lose it silently
-                exc = None if f.cancelled() else f.exception()
-                if exc is not None:
-                    log.error("[%s] %s failed (no callback given): %s", self.name, what, exc)
-            fut.add_done_callback(log_failure)
-            return
-
-        def done(f: "asyncio.Future[bytes]") -> None:
-            exc = None if f.cancelled() else f.exception()
-            callback(self, exc if exc is not None else f.result())
-
-        fut.add_done_callback(done)
-
-    def pub(self, topic: str, msg: bytes, callback: Callable[..., Any] | None = None) -> None:
-        self._callback(self._on_loop_future(protocol.pub(topic, msg, self.max_msg_size)), callback,
-                       f"PUB {topic}")
-
-    def mpub(self, topic: str, msg: bytes | Sequence[bytes],
-             callback: Callable[..., Any] | None = None) -> None:
-        bodies = [msg] if isinstance(msg, (bytes, bytearray, memoryview)) else list(msg)
-        datas = self._encode_mpub(topic, bodies)
-        futs = [self._on_loop_future(d) for d in datas]
-        if len(futs) == 1:
-            self._callback(futs[0], callback, f"MPUB {topic}")
-            return
-        whole: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-
-        def settle(g: "asyncio.Future[Any]") -> None:
-            exc = g.exception()
-            if exc is not None:
-                whole.set_exception(exc)
-            else:
-                whole.set_result(b"OK")  # every MPUB of the split batch was acknowledged
-
-        asyncio.gather(*futs).add_done_callback(settle)
-        self._callback(whole, callback, f"MPUB {topic}")
-
-    def dpub(self, topic: str, delay_ms: int, msg: bytes,
-             callback: Callable[..., Any] | None = None) -> None:
-        self._callback(self._on_loop_future(protocol.dpub(topic, int(delay_ms), msg,
-                                                          self.max_msg_size)), callback,
-                       f"DPUB {topic}")

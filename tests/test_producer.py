@@ -118,7 +118,7 @@ def test_asyncio_api_binds_to_running_loop(nsqd: NSQCluster) -> None:
             assert set(await asyncio.gather(*futs)) == {b"OK"}
             await p.apublish(topic, b"d")
             await p.apublish(topic, b"deferred", defer_ms=60_000)
-            assert p._thread is None  # no IO thread in asyncio mode
+            assert p._io is None  # no IO thread in asyncio mode
             with pytest.raises(errors.NSQError, match="apublish"):
                 p.publish(topic, b"blocking on the loop")
 
@@ -317,10 +317,10 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
         with Producer(nsqd.nsqd_tcp_addresses, **opt) as p:
             p.mpublish(topic, [b"c" * 4000] * 10)
             p.publish(topic, b"d" * 4096)
-            conn = p._sync_slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
+            conn = p._blocking._slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
             assert conn.snappy or conn.deflate
             assert p.publish_async(topic, b"e" * 3000).result(10) == b"OK"  # the IO thread's
-            aconn = p._conns[nsqd.nsqd_tcp_addresses[0]]
+            aconn = p._tcp._conns[nsqd.nsqd_tcp_addresses[0]]
             assert aconn.snappy or aconn.deflate
     got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 24)
     assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096, b"e" * 3000]) * 2)
@@ -447,15 +447,13 @@ def test_writer_without_callback_logs_a_failed_publish(caplog) -> None:
 
 # -- Producer(..., spool_dir=...) -----------------------------------------------------------
 
-def test_spool_dir_returns_a_spooling_producer_that_delivers(nsqd: NSQCluster, tmp_path) -> None:
-    from nsq_spark.publish_spool import SpoolingProducer
-
+def test_spool_dir_gives_a_producer_that_delivers(nsqd: NSQCluster, tmp_path) -> None:
     topic = _topic()
     spool = tmp_path / "spool"
     p = Producer(nsqd.nsqd_tcp_addresses[0], spool_dir=str(spool), spool_fsync="never",
                  heartbeat_interval=5)  # connection options reach the inner Producer
     try:
-        assert isinstance(p, SpoolingProducer) and not isinstance(p, Producer)
+        assert type(p) is Producer
         p.publish(topic, b"spooled-1")
         p.mpublish(topic, [b"spooled-2", b"spooled-3"])
         assert p.flush(timeout=15), "nsqd did not acknowledge the spool"

@@ -14,6 +14,7 @@ import pytest
 
 from nsq_spark import publish_spool as ps
 from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
+from nsq_spark.producer import Producer
 from nsq_spark.publish_spool import (
     SegmentStore, SpoolDirectoryError, SpoolError, SpoolFullError, SpoolingProducer,
     decode_records, encode_record, open_envelope, read_segment, wrap_envelope,
@@ -190,11 +191,11 @@ def test_a_segment_deleted_by_its_owner_after_open_is_not_claimed(tmp_path):
             return orig_stat(p, *a, **kw)
         return orig_stat(p, *a, **kw)
 
-    ps.os.stat = racing_stat
+    os.stat = racing_stat
     try:
         assert claimer._try_claim(path.name) is None
     finally:
-        ps.os.stat = orig_stat
+        os.stat = orig_stat
     claimer.close()
 
 
@@ -424,12 +425,12 @@ def sink(request):
 
 
 def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path, sink):
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          batch_size=50) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
+                  batch_size=50) as p:
         for i in range(120):
             p.publish("t", b"m%d" % i)
         p.mpublish("t", [b"b%d" % i for i in range(200)])
-        p.publish("t", "deferred", defer_ms=100)
+        p.publish("t", b"deferred", defer_ms=100)
         assert p.flush(5)
         assert p.pending_bytes() == 0
     bodies = [b for _, b, _ in sink.got]
@@ -441,7 +442,7 @@ def test_spooling_producer_delivers_in_order_and_empties_the_spool(tmp_path, sin
 
 def test_spooling_producer_keeps_messages_while_nsqd_is_down(tmp_path, sink):
     sink.down.set()
-    p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.05)
+    p = Producer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.05)
     p.mpublish("t", [b"%d" % i for i in range(100)])
     assert not p.flush(0.3)
     assert sink.got == [] and p.pending_bytes() > 0
@@ -454,14 +455,14 @@ def test_spooling_producer_keeps_messages_while_nsqd_is_down(tmp_path, sink):
 def test_close_leaves_unsent_messages_for_the_next_start(tmp_path):
     sink = Sink()
     sink.down.set()
-    p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.05)
+    p = Producer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.05)
     p.mpublish("t", [b"a", b"b"])
     p.close(timeout=0.2)
     assert sink.got == [] and len(segs(tmp_path)) == 1
     with pytest.raises(SpoolError, match="closed"):
         p.publish("t", b"c")
     sink.down.clear()
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p2:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory) as p2:
         assert p2.flush(5)
         assert p2.spool_stats.orphans_claimed == 1
     assert [b for _, b, _ in sink.got] == [b"a", b"b"]
@@ -470,8 +471,8 @@ def test_close_leaves_unsent_messages_for_the_next_start(tmp_path):
 
 def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, sink):
     rejected = []
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          on_rejected=lambda t, b, e: rejected.append((t, b, e.code))) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
+                  on_rejected=lambda t, b, e: rejected.append((t, b, e.code))) as p:
         p.mpublish("t", [b"ok1", b"badPOISON", b"ok2"])
         p.publish("t", b"alsoPOISON")
         p.publish("t", b"ok3")
@@ -485,8 +486,8 @@ def test_refused_message_goes_to_rejected_and_the_rest_is_delivered(tmp_path, si
 
 
 def test_message_id_digest_envelope_on_the_wire(tmp_path, sink):
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          message_id_digest=True) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
+                  message_id_digest=True) as p:
         p.mpublish("t", [b"x", b"y"])
         assert p.flush(5)
     for (_, wire, _), body in zip(sink.got, [b"x", b"y"]):
@@ -495,7 +496,7 @@ def test_message_id_digest_envelope_on_the_wire(tmp_path, sink):
 
 def test_bad_input_is_refused_before_spooling(tmp_path):
     sink = Sink()
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
         with pytest.raises(InvalidNameError):
             p.publish("bad topic!", b"x")
         with pytest.raises(InvalidBodyError):
@@ -508,14 +509,14 @@ def test_bad_input_is_refused_before_spooling(tmp_path):
             p.publish("t", b"x", defer_ms=-1)
         assert p.spool_stats.appended == 0
     with pytest.raises(ValueError, match="nsqd_tcp_addresses"):
-        SpoolingProducer(spool_dir=tmp_path)
+        Producer(spool_dir=tmp_path)
 
 
 def test_spool_full_raise_through_the_producer(tmp_path):
     sink = Sink()
     sink.down.set()
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
-                          spool_max_bytes=8192, spool_full="raise", retry_max_wait=0.05) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory,
+                  spool_max_bytes=8192, spool_full="raise", retry_max_wait=0.05) as p:
         n = 0
         with pytest.raises(SpoolFullError):
             for n in range(100):
@@ -529,7 +530,7 @@ def test_spool_full_raise_through_the_producer(tmp_path):
 def test_flush_wakes_up_when_a_damaged_tail_is_dropped(tmp_path):
     _truncated_leftover(tmp_path)
     sink = Sink()
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
         t = threading.Thread(target=p.flush)      # no timeout: must be woken, not time out
         t.start()
         t.join(10)
@@ -594,7 +595,7 @@ def test_any_sequence_of_appends_sends_and_restarts_delivers_each_message_once(
 
 
 def test_stats_dict_like_the_producer(tmp_path, sink):
-    with SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
         p.mpublish("t", [b"a", b"b", b"c"])
         assert p.flush(5)
         st = p.stats()
@@ -609,10 +610,10 @@ def test_on_corrupt_callback_may_publish(tmp_path, sink):
 
     def report(info):   # e.g. publish an alert about it through the same producer
         assert ready.wait(10)
-        holder["p"].publish("alerts", f"damaged: {info.reason}")
+        holder["p"].publish("alerts", f"damaged: {info.reason}".encode())
 
-    p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory,
-                         on_corrupt=report, rescan_interval=0.05)
+    p = Producer(spool_dir=tmp_path, producer_factory=sink.factory,
+                 on_corrupt=report, rescan_interval=0.05)
     holder["p"] = p
     ready.set()
     try:
@@ -626,24 +627,63 @@ def test_on_corrupt_callback_may_publish(tmp_path, sink):
     assert alert.startswith(b"damaged: truncated record")
 
 
-def test_spool_aware_producer_factory(tmp_path):
-    # the one factory is Producer.__new__ in nsq_spark.producer
-    from nsq_spark.producer import Producer as Plain
-
-    Producer = Plain
+def test_spool_dir_makes_a_producer_with_the_spool_options(tmp_path):
     sp = Producer("127.0.0.1:4150", spool_dir=tmp_path, spool_fsync=25, spool_full="raise",
                   message_id_digest=True)
     try:
-        assert isinstance(sp, SpoolingProducer)
+        assert type(sp) is Producer
         assert sp._store._sync_ms == 25 and sp._store.full == "raise" and sp.message_id_digest
     finally:
         sp.close(timeout=0)
     plain = Producer("127.0.0.1:4150", max_tries=2)      # no connection until a publish
     try:
-        assert isinstance(plain, Plain) and plain.max_tries == 2
+        assert type(plain) is Producer and plain.max_tries == 2 and plain._spool is None
     finally:
         plain.close()
     plain = Producer("127.0.0.1:4150", spool_dir=None)
     plain.close()
     with pytest.raises(ValueError, match="spool_fsync only applies to a spooling producer: also give spool_dir"):
         Producer("127.0.0.1:4150", spool_fsync=10)       # spool options need spool_dir
+
+
+def test_deprecated_spooling_producer_is_a_producer(tmp_path, sink):
+    with pytest.warns(DeprecationWarning, match="Producer\\(..., spool_dir=...\\)"):
+        p = SpoolingProducer(spool_dir=tmp_path, producer_factory=sink.factory)
+    with p:
+        assert isinstance(p, Producer)
+        p.publish("t", b"old")
+        assert p.flush(5)
+        assert not hasattr(p, "pub")   # pynsq's pub() answers through a callback: not this
+    assert sink.got == [("t", b"old", None)]
+
+
+class ScriptedProducer(FakeProducer):
+    """Fails each publish with the next exception of ``sink.script`` while any is left."""
+
+    def _check(self, bodies):
+        if self.sink.script:
+            raise self.sink.script.pop(0)
+
+
+def test_the_spool_keeps_or_rejects_by_the_one_classification(tmp_path):
+    from nsq_spark.errors import AuthFailedError, PubFailedError, is_transient
+
+    sink = Sink(ScriptedProducer)
+    transient = [PubFailedError("E_PUB_FAILED", "exiting"), ConnectionResetError("reset")]
+    permanent = AuthFailedError("E_AUTH_FAILED", "bad secret")
+    assert all(is_transient(e) for e in transient) and not is_transient(permanent)
+    sink.script = list(transient)
+    rejected = []
+    with Producer(spool_dir=tmp_path, producer_factory=sink.factory, retry_max_wait=0.01,
+                  on_rejected=lambda t, b, e: rejected.append((b, e))) as p:
+        p.publish("t", b"kept")                  # transient failures: retried, delivered
+        assert p.flush(5)
+        sink.script = [permanent]
+        p.publish("t", b"refused")               # permanent: moved to rejected/
+        assert p.flush(5)
+        st = p.stats()
+    assert [b for _, b, _ in sink.got] == [b"kept"]
+    assert rejected == [(b"refused", permanent)]
+    assert st["retries"] >= 2 and st["errors"] == 1 and st["messages"] == 1
+    (kept,) = (tmp_path / "rejected").iterdir()
+    assert [r[1] for r in read_segment(kept).records] == [b"refused"]

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from nsq_spark.publish_spool import SegmentStore, SpoolError, SpoolingProducer
+from nsq_spark.producer import Producer
+from nsq_spark.publish_spool import SegmentStore, SpoolError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -26,7 +27,7 @@ class Quiet:
 
 
 def test_forked_child_refuses_writes_and_does_not_hold_locks(tmp_path):
-    p = SpoolingProducer(spool_dir=tmp_path, producer_factory=Quiet, retry_max_wait=0.05)
+    p = Producer(spool_dir=tmp_path, producer_factory=Quiet, retry_max_wait=0.05)
     p.mpublish("t", [b"parent-1", b"parent-2"])
     r, w = os.pipe()
     pid = os.fork()

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from nsq_spark.publish_spool import (
-    SegmentStore, SpoolFullError, SpoolingProducer, by_envelope_digest, read_segment,
+    SegmentStore, SpoolFullError, by_envelope_digest, read_segment,
 )
+from nsq_spark.producer import Producer
 from nsq_spark.testing import find_binary, free_port
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
@@ -97,12 +98,12 @@ def check_delivery(got: list[bytes], expected: set[bytes], max_dups: int) -> int
 # spooled after each chunk (what the caller may count as accepted), then flushes.
 CHILD = textwrap.dedent("""
     import json, sys, time
-    from nsq_spark.publish_spool import SpoolingProducer
+    from nsq_spark.producer import Producer
     spool, addr, topic, start, end, chunk, batch, slow_from, hold = sys.argv[1:10]
     start, end, chunk, batch = int(start), int(end), int(chunk), int(batch)
     slow_from = int(slow_from)
-    p = SpoolingProducer(addr, spool_dir=spool, batch_size=batch, retry_max_wait=0.2,
-                         rescan_interval=0.2)
+    p = Producer(addr, spool_dir=spool, batch_size=batch, retry_max_wait=0.2,
+                 rescan_interval=0.2)
     for i in range(start, end, chunk):
         p.mpublish(topic, [b"m%06d" % j for j in range(i, min(i + chunk, end))])
         print(min(i + chunk, end) - 1, flush=True)
@@ -187,8 +188,8 @@ def test_shared_spool_dir_segments_of_a_killed_process_go_to_the_survivor(nsq_cl
     a = start_child(spool, dead_addr, 0, 1000, chunk=100, batch=100, hold=True)
     try:
         read_until(a, lambda s: s == "999")
-        with SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
-                              rescan_interval=0.1) as b:
+        with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
+                      rescan_interval=0.1) as b:
             b.mpublish(TOPIC, [b"b%06d" % i for i in range(500)])
             assert b.flush(20)
             time.sleep(0.5)            # several rescans while A is alive and holds its locks
@@ -217,9 +218,9 @@ def test_nsqd_outage_spools_then_drains_and_full_spool_raises(nsq_cluster, tmp_p
     make_channel(nsq_cluster)
     node = nsq_cluster.nsqds[0]
     batch = 50
-    p = SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
-                         spool_max_bytes=64 << 10, spool_full="raise", batch_size=batch,
-                         retry_max_wait=0.2)
+    p = Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
+                 spool_max_bytes=64 << 10, spool_full="raise", batch_size=batch,
+                 retry_max_wait=0.2)
     try:
         accepted = [b"before-%04d" % i for i in range(300)]
         p.mpublish(TOPIC, accepted)
@@ -255,8 +256,8 @@ def test_truncated_segment_intact_part_is_delivered(nsq_cluster, tmp_path):
     (seg,) = [p for p in spool.iterdir() if p.name.endswith(".seg")]
     os.truncate(seg, seg.stat().st_size - 4)    # the last record loses its end
     reports = []
-    with SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
-                          on_corrupt=reports.append) as p:
+    with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
+                  on_corrupt=reports.append) as p:
         assert p.flush(20)
     assert len(reports) == 1 and "truncated" in reports[0].reason
     assert (spool / "corrupt" / seg.name).exists()
@@ -267,8 +268,8 @@ def test_truncated_segment_intact_part_is_delivered(nsq_cluster, tmp_path):
 @pytest.mark.nsq_cluster(lookupd=0)
 def test_message_id_envelope_reaches_the_consumer(nsq_cluster, tmp_path):
     make_channel(nsq_cluster)
-    with SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "s",
-                          message_id_digest=True) as p:
+    with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "s",
+                  message_id_digest=True) as p:
         p.mpublish(TOPIC, [b"same", b"same", b"other"])
         assert p.flush(20)
     Reader = pytest.importorskip("nsq_spark.reader").Reader
@@ -295,8 +296,8 @@ def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cl
     make_channel(nsq_cluster)
     node = nsq_cluster.nsqds[0]
     bodies = [b"blocked-%04d-" % i + b"y" * 200 for i in range(400)]   # ~3x the bound
-    p = SpoolingProducer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
-                         spool_max_bytes=32 << 10, spool_full="block", retry_max_wait=0.2)
+    p = Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=tmp_path / "spool",
+                 spool_max_bytes=32 << 10, spool_full="block", retry_max_wait=0.2)
     errors = []
 
     def publisher():
@@ -326,8 +327,8 @@ def test_full_spool_blocks_during_an_outage_and_resumes_when_nsqd_returns(nsq_cl
 @pytest.mark.nsq_cluster(lookupd=0)
 def test_spool_over_nsqd_http_api(nsq_cluster, tmp_path):
     make_channel(nsq_cluster)
-    with SpoolingProducer(spool_dir=tmp_path / "spool",
-                          nsqd_http_addresses=nsq_cluster.nsqd_http_addresses) as p:
+    with Producer(spool_dir=tmp_path / "spool",
+                  nsqd_http_addresses=nsq_cluster.nsqd_http_addresses) as p:
         p.mpublish(TOPIC, [b"http-%03d" % i for i in range(50)])
         p.publish(TOPIC, b"http-single")
         assert p.flush(20)

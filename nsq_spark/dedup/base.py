@@ -128,14 +128,16 @@ def contains_many(dedup: Deduplicator, keys: Iterable[Key]) -> list[bool]:
 
 class PicklableBySpec:
     """For stores that hold server connections: they travel to Spark tasks as the spec
-    string they were built from (``from_spec`` sets ``spec``) and reconnect there."""
+    string they were built from and reconnect there. ``from_spec`` hands each store its
+    ``spec`` and itself as ``rebuild`` (so this module need not import the spec parser:
+    no import cycle)."""
 
     spec: str | None = None
+    rebuild: Callable[[str], Any] | None = None
 
     def __reduce__(self) -> Any:
-        if self.spec is None:
+        if self.spec is None or self.rebuild is None:
             raise TypeError(f"{type(self).__name__} holds server connections and cannot be "
                             "pickled; build it with nsq_spark.dedup.from_spec(...) to make it "
                             "picklable")
-        from .spec import from_spec
-        return (from_spec, (self.spec,))
+        return (self.rebuild, (self.spec,))

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from hashlib import blake2b
 from typing import Any, Iterable
 
+from ._redis import is_cluster
 from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
 log = logging.getLogger(__name__)
@@ -257,8 +258,7 @@ class RedisBloomFilter(PicklableBySpec):
                                " load it (loadmodule redisbloom.so, or Redis 8+) or pass "
                                "module='auto'/False to use the bit-array fallback")
         self.uses_module = bool(module)
-        from .stores import _is_cluster
-        self._many_script = None if _is_cluster(client) else client.register_script(
+        self._many_script = None if is_cluster(client) else client.register_script(
             _LUA_MODULE_MANY if self.uses_module else _LUA_BITS_MANY)
         if self.uses_module:
             self._script = client.register_script(_LUA_MODULE)
@@ -340,9 +340,9 @@ class RedisBloomFilter(PicklableBySpec):
             return out
         pipe = self.client.pipeline(transaction=False)
         n = 0
-        for k in keys:
-            ks, args = self._args(key_bytes(k))
-            self._script(keys=ks, args=args, client=pipe)
+        for one in keys:
+            script_keys, script_args = self._args(key_bytes(one))
+            self._script(keys=script_keys, args=script_args, client=pipe)
             n += 1
         if not n:
             return []

@@ -32,7 +32,7 @@ stores (``.shared`` is True for them).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .base import Deduplicator
@@ -41,6 +41,14 @@ __all__ = ["from_spec", "cached_from_spec"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+@overload
+def _int(opts: dict[str, str], name: str, default: int) -> int: ...
+
+
+@overload
+def _int(opts: dict[str, str], name: str, default: None) -> int | None: ...
 
 
 def _int(opts: dict[str, str], name: str, default: int | None) -> int | None:
@@ -135,12 +143,12 @@ def from_spec(spec: str) -> Deduplicator:
             d = OppositeBloomFilter(size, digest_size, key=key)
         elif kind == "bloom":
             from .bloom import BloomFilter
-            capacity = _int(opts, "capacity", None)
-            if capacity is None:
+            bloom_capacity = _int(opts, "capacity", None)
+            if bloom_capacity is None:
                 raise ValueError(f"memory://bloom needs capacity=N (and error_rate); got {spec!r}")
             error_rate = _float(opts, "error_rate", 0.001)
             _no_more(opts, spec, "capacity, error_rate, key")
-            d = BloomFilter(capacity, error_rate, key=key)  # type: ignore[arg-type]
+            d = BloomFilter(bloom_capacity, error_rate, key=key)  # type: ignore[arg-type]
         else:
             raise ValueError(f"unknown in-process structure {kind!r} in {spec!r}: "
                              "use memory://opposite or memory://bloom")
@@ -149,6 +157,7 @@ def from_spec(spec: str) -> Deduplicator:
                          "memcached, redis-bloom, rediss-bloom or memory")
     if getattr(d, "shared", False):
         d.spec = spec
+        d.rebuild = from_spec   # what pickling calls in a Spark task (see PicklableBySpec)
     return d
 
 

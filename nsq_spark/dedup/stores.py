@@ -25,6 +25,9 @@ import time
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
+from nsq_spark.addresses import parse_address
+
+from ._redis import is_cluster as _is_cluster
 from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
 __all__ = ["RedisDeduplicator", "MemcachedDeduplicator"]
@@ -74,15 +77,6 @@ return out
 
 # keys per script run: Redis serves nobody else while a script runs (~1 us a key)
 _SCRIPT_BATCH = 5000
-
-
-def _is_cluster(client: Any) -> bool:
-    # a batch script touches many keys: a Redis Cluster refuses that (CROSSSLOT)
-    try:
-        from redis.cluster import RedisCluster
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(client, RedisCluster)
 
 
 def _day_starts(now: float, keep_days: int) -> list[int]:
@@ -388,9 +382,6 @@ class MemcachedDeduplicator(PicklableBySpec):
 
 
 def _mc_address(addr: str | tuple[str, int]) -> tuple[str, int]:
-    if isinstance(addr, tuple):
-        return (addr[0], int(addr[1]))
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"memcached address must be 'host:port', got {addr!r}")
-    return (host.strip("[]") or "127.0.0.1", int(port))
+    """The one address rule (:mod:`nsq_spark.addresses`) for the memcached server."""
+    host, port = parse_address(addr, "MemcachedDeduplicator client", "127.0.0.1:11211")
+    return (host, port)

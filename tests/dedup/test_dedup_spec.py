@@ -125,3 +125,16 @@ def test_contains_many_in_process_and_fallback():
     p.check_and_set(b"x")
     assert contains_many(p, [b"x", b"y"]) == [True, False]
     assert p.seen == {b"x"}  # the fallback erased what it marked
+
+
+def test_memcached_address_follows_the_one_address_rule():
+    pytest.importorskip("pymemcache")
+    from nsq_spark.dedup.stores import MemcachedDeduplicator
+    from nsq_spark.errors import InvalidAddressError
+
+    with pytest.raises(InvalidAddressError, match="MemcachedDeduplicator client.*no port"):
+        MemcachedDeduplicator("127.0.0.1")
+    with pytest.raises(InvalidAddressError, match="IPv6 host needs brackets"):
+        MemcachedDeduplicator("::1:11211")
+    d = MemcachedDeduplicator("[::1]:11211")      # parsed; nothing is connected yet
+    assert d.client.server == ("::1", 11211)

@@ -1,0 +1,162 @@
+"""The blocking fast path: publishing from the calling thread over plain sockets.
+
+An nsqd round trip on a local network is ~10 us; a hop to an IO thread and back would
+cost ten times that, so a blocking ``publish`` talks to nsqd itself. Threads share
+``connections_per_nsqd`` :class:`~nsq_spark.conn.SyncConnection` per nsqd (a thread
+always uses the same one, chosen by its id) and pipeline on them. The first attempt uses
+the thread's open connection if it has one; anything else (connecting, reconnecting,
+another nsqd, waiting between attempts) goes through the retry policy. An nsqd that
+refused a connection is skipped for ``retry_wait`` seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, Callable
+
+from nsq_spark.addresses import Address
+from nsq_spark.config import ConnectionConfig
+from nsq_spark.conn import SyncConnection
+from nsq_spark.errors import ConnectError, is_transient
+
+from .retry import RetryPolicy
+from .stats import PublishStats
+
+__all__ = ["BlockingPool"]
+
+
+class BlockingPool:
+    """Blocking connections to each nsqd, shared by the callers' threads.
+
+    Args:
+        addresses: ``{"host:port": Address}`` in the configured order.
+        config: connection options.
+        strategy: ``"round_robin"`` or ``"failover"``.
+        connections_per_nsqd: sockets per nsqd the threads share.
+        retry: the retry policy (its ``max_tries`` bounds the attempts).
+        retry_wait: seconds an nsqd that refused a connection is skipped.
+        stats: counters and up/down transitions.
+        stopped: True once the owner closes (ends retrying).
+    """
+
+    def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
+                 strategy: str, connections_per_nsqd: int, retry: RetryPolicy,
+                 retry_wait: float, stats: PublishStats, stopped: Callable[[], bool]) -> None:
+        self.addresses = addresses
+        self.order = list(addresses)
+        self.config = config
+        self.strategy = strategy
+        self.connections_per_nsqd = connections_per_nsqd
+        self.retry = retry
+        self.retry_wait = retry_wait
+        self.stats = stats
+        self.stopped = stopped
+        self._lock = threading.Lock()
+        self._slots: dict[str, list[SyncConnection]] = {}
+        self._down_until: dict[str, float] = {}
+        self._rr = itertools.count()
+
+    def command(self, data: bytes) -> bytes:
+        """Send one encoded command and return nsqd's answer, retrying transient
+        failures; the exception of the last attempt otherwise (counted in ``errors``)."""
+        order: list[str] | None = self._order()
+        assert order is not None
+        ready = self._ready(order)
+        max_tries = self.retry.max_tries or 1
+        tries = max_tries
+        if ready is not None:
+            key, conn = ready
+            try:
+                result = conn.command(data)
+                self.stats.acked(data, key)
+                return result
+            except Exception as exc:
+                if not is_transient(exc) or max_tries <= 1 or self.stopped():
+                    self.stats.failed(data)
+                    raise
+                tries -= 1
+                self.stats.retried()
+        try:
+            for attempt in self.retry.retrying(tries=tries, stopped=self.stopped,
+                                               on_retry=self._on_retry):
+                with attempt:
+                    first, order = order, None  # later attempts start over in strategy order
+                    key, conn = self._get(first)
+                    result = conn.command(data)
+        except BaseException:
+            self.stats.failed(data)
+            raise
+        self.stats.acked(data, key)
+        return result
+
+    def _on_retry(self, _: Any) -> None:
+        self.stats.retried()
+
+    def _order(self) -> list[str]:
+        addrs = self.order
+        if self.strategy == "failover" or len(addrs) == 1:
+            return addrs
+        k = next(self._rr) % len(addrs)
+        return addrs[k:] + addrs[:k]
+
+    def _slot(self, key: str) -> SyncConnection:
+        slots = self._slots.get(key)
+        if slots is None:
+            with self._lock:
+                slots = self._slots.get(key)
+                if slots is None:
+                    host, port = self.addresses[key]
+                    slots = [SyncConnection(host, port, self.config)
+                             for _ in range(self.connections_per_nsqd)]
+                    self._slots[key] = slots
+        return slots[threading.get_ident() % len(slots)]
+
+    def _ready(self, order: list[str]) -> tuple[str, SyncConnection] | None:
+        """The fast path: this thread's open connection to the first nsqd in order."""
+        now = time.monotonic()
+        for key in order:
+            if self._down_until.get(key, 0) > now:
+                continue
+            conn = self._slot(key)
+            if not conn.closed and not conn.stale:
+                return key, conn
+            return None  # needs (re)connecting: the slow path does that
+        return None
+
+    def _get(self, order: list[str] | None = None) -> tuple[str, SyncConnection]:
+        """An open connection, connecting as needed, in strategy order; ConnectError with
+        every cause when none can be opened."""
+        now = time.monotonic()
+        if order is None:
+            order = self._order()
+        up = [a for a in order if self._down_until.get(a, 0) <= now] or order
+        errors: list[BaseException] = []
+        for key in up:
+            conn = self._slot(key)
+            try:
+                conn.ensure_open()
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                self.stats.down(key, exc)
+                if not is_transient(exc):
+                    raise
+                errors.append(exc)
+                self._down_until[key] = time.monotonic() + self.retry_wait
+                continue
+            self._down_until.pop(key, None)
+            self.stats.up(key)
+            return key, conn
+        detail = "; ".join(str(e) for e in errors)
+        raise ConnectError(f"no nsqd reachable among {self.order}: {detail}")
+
+    def connected(self) -> set[str]:
+        """The nsqd with at least one open blocking connection."""
+        return {a for a, slots in list(self._slots.items()) if any(not c.closed for c in slots)}
+
+    def close(self) -> None:
+        with self._lock:
+            slots, self._slots = self._slots, {}
+        for conns in slots.values():
+            for c in conns:
+                c.close()

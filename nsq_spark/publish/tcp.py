@@ -1,0 +1,391 @@
+"""The pipelined TCP path: commands from any thread or coroutine, many in flight per
+connection, answers matched in order, on one event loop.
+
+The pool keeps one tornado :class:`~nsq_spark.conn.Connection` per nsqd and picks one per
+command by the strategy (``"round_robin"`` over the connected ones, or ``"failover"``:
+the first healthy one in the configured order). A command goes out with
+``Connection.command_into`` and a small waiter object, so nothing per command is a
+coroutine on the fast path; every command written during one loop turn goes out in one
+socket write. Threads hand commands over through an inbox drained once per loop wakeup.
+
+A transient failure (:func:`nsq_spark.errors.is_transient`) sends the command to the retry
+path: the one retry policy, on whichever connection works (connecting to every candidate
+at once). An nsqd that refused a connection is not tried again before an exponential
+backoff has passed; the pool reconnects preferred nsqd in the background as it picks.
+
+The pool runs on the loop its owner gives it (``loop()``); it does not start threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import itertools
+import logging
+from typing import Any, Callable
+
+from nsq_spark.addresses import Address
+from nsq_spark.config import ConnectionConfig
+from nsq_spark.conn import Connection
+from nsq_spark.errors import ConnectError, NSQError, is_transient
+
+from .retry import RetryPolicy
+from .stats import PublishStats
+
+log = logging.getLogger("nsq_spark.producer")
+
+__all__ = ["PipelinedPool"]
+
+
+class _Request:
+    """A command from a thread: settles a concurrent future; transient failures go to
+    the retry path."""
+
+    __slots__ = ("pool", "data", "future", "key")
+
+    def __init__(self, pool: "PipelinedPool", data: bytes,
+                 future: concurrent.futures.Future[bytes]) -> None:
+        self.pool = pool
+        self.data = data
+        self.future = future
+        self.key: str | None = None
+
+    # the waiter protocol Connection uses
+    def done(self) -> bool:
+        return False  # set_result copes with a cancelled future itself (one lock less)
+
+    def set_result(self, result: bytes) -> None:
+        self.pool.stats.acked_on_loop(self.data, self.key)
+        try:
+            self.future.set_result(result)
+        except concurrent.futures.InvalidStateError:  # cancelled by the caller
+            pass
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.pool._on_request_failed(self, exc)
+
+    def exception(self) -> None:
+        return None
+
+
+class _AsyncRequest:
+    """A command from the loop: settles an asyncio future; transient failures go to the
+    retry path."""
+
+    __slots__ = ("pool", "data", "future", "key")
+
+    def __init__(self, pool: "PipelinedPool", data: bytes, future: "asyncio.Future[bytes]",
+                 key: str | None) -> None:
+        self.pool = pool
+        self.data = data
+        self.future = future
+        self.key = key
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, result: bytes) -> None:
+        self.pool.stats.acked_on_loop(self.data, self.key)
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        pool = self.pool
+        if self.future.done():
+            return
+        if not is_transient(exc) or pool.max_tries <= 1 or pool.stopped():
+            pool.stats.failed(self.data)
+            self.future.set_exception(exc)
+            return
+        task = asyncio.ensure_future(pool.send_with_retries(self.data, pool.max_tries - 1, True))
+        task.add_done_callback(self._settle)
+
+    def _settle(self, task: "asyncio.Future[bytes]") -> None:
+        if self.future.done():
+            return
+        exc = task.exception()
+        if exc is None:
+            self.future.set_result(task.result())
+        else:
+            self.future.set_exception(exc)
+
+    def exception(self) -> None:
+        return None
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class PipelinedPool:
+    """Connections to each nsqd on one event loop, commands pipelined on them.
+
+    Args:
+        addresses: ``{"host:port": Address}`` in the configured order.
+        config: connection options.
+        strategy: ``"round_robin"`` or ``"failover"``.
+        retry: the retry policy (its ``max_tries`` bounds the attempts).
+        stats: counters and up/down transitions.
+        loop: returns the loop to run on (the owner's, started or bound on first use).
+        stopped: True once the owner closes (ends retrying, refuses new work).
+    """
+
+    def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
+                 strategy: str, retry: RetryPolicy, stats: PublishStats,
+                 loop: Callable[[], asyncio.AbstractEventLoop],
+                 stopped: Callable[[], bool]) -> None:
+        self.addresses = addresses
+        self.order = list(addresses)
+        self.config = config
+        self.strategy = strategy
+        self.retry = retry
+        self.max_tries = retry.max_tries or 1
+        self.retry_wait = retry.wait
+        self.retry_max_wait = retry.max_wait
+        self.stats = stats
+        self.loop = loop
+        self.stopped = stopped
+        self._conns: dict[str, Connection] = {}
+        self._key_of: dict[Connection, str] = {}
+        self._live: tuple[Connection, ...] = ()  # connected, in configured order
+        self._all_up = False
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._down_until: dict[str, float] = {}
+        self._down_count: dict[str, int] = {}
+        self._rr = itertools.count()
+        self._inbox: collections.deque[_Request] = collections.deque()
+        self._drain_scheduled = False
+        self._retrying: set[asyncio.Task[Any]] = set()
+
+    # -- from threads ----------------------------------------------------------------------
+
+    def submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
+        """From any thread: queue ``data`` for the loop; a future of nsqd's answer."""
+        if self.stopped():
+            raise NSQError("the producer is closed")
+        loop = self.loop()
+        fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        self._inbox.append(_Request(self, data, fut))
+        # wake the loop only when no drain is already scheduled: many callers, one wakeup
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            loop.call_soon_threadsafe(self._drain)
+        return fut
+
+    def _drain(self) -> None:
+        """On the loop: send everything the threads queued since the last drain."""
+        self._drain_scheduled = False
+        inbox = self._inbox
+        while inbox:
+            req = inbox.popleft()
+            conn = self._pick()
+            if conn is not None:
+                req.key = self._key_of.get(conn)
+                conn.command_into(req.data, req)
+            else:
+                self._retry_later(req, None)
+
+    def _on_request_failed(self, req: _Request, exc: BaseException) -> None:
+        if req.future.done():
+            return
+        if not is_transient(exc) or self.max_tries <= 1 or self.stopped():
+            self.stats.failed(req.data)
+            req.future.set_exception(exc)
+            return
+        self._retry_later(req, exc)
+
+    def _retry_later(self, req: _Request, exc: BaseException | None) -> None:
+        task = asyncio.ensure_future(self._retry_request(req, exc))
+        self._retrying.add(task)
+        task.add_done_callback(self._retrying.discard)
+
+    async def _retry_request(self, req: _Request, first_exc: BaseException | None) -> None:
+        tries = self.max_tries - (1 if first_exc is not None else 0)
+        try:
+            result = await self.send_with_retries(req.data, tries, first_exc is not None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+            if not req.future.done():
+                req.future.set_exception(exc)
+            return
+        if not req.future.done():
+            req.future.set_result(result)
+
+    # -- on the loop -----------------------------------------------------------------------
+
+    def command_future(self, data: bytes) -> "asyncio.Future[bytes]":
+        """On the loop: send ``data``; an asyncio future of nsqd's answer."""
+        conn = self._pick()
+        if conn is None:
+            return asyncio.ensure_future(self.send_with_retries(data, self.max_tries, False))
+        fut: asyncio.Future[bytes] = self.loop().create_future()
+        conn.command_into(data, _AsyncRequest(self, data, fut, self._key_of.get(conn)))
+        return fut
+
+    async def send_with_retries(self, data: bytes, tries: int, after_failure: bool) -> bytes:
+        """Send ``data`` on a working connection, retrying transient failures; a failure
+        raised from here is final (counted in ``errors``)."""
+        try:
+            if tries < 1:
+                raise ConnectError("no attempts left")
+            if after_failure:
+                self.stats.retried()
+                await asyncio.sleep(self.retry_wait)
+            result = b""
+            key = ""
+            async for attempt in self.retry.async_retrying(
+                    tries=tries, stopped=self.stopped, on_retry=self._on_retry):
+                with attempt:
+                    key, conn = await self._get_connection()
+                    result = await conn.command(data)
+        except BaseException:
+            self.stats.failed(data)
+            raise
+        self.stats.acked_on_loop(data, key)
+        return result
+
+    def _on_retry(self, _: Any) -> None:
+        self.stats.retried()
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _pick(self) -> Connection | None:
+        """A connected connection per the strategy, or None (then the slow path connects)."""
+        live = self._live
+        if len(live) == 1 and self._all_up:
+            return live[0]
+        if not live:
+            return None
+        if not self._all_up:
+            self._maybe_reconnect_preferred()
+        if self.strategy == "failover":
+            return live[0]  # _live keeps the configured order
+        return live[next(self._rr) % len(live)]
+
+    def _update_live(self) -> None:
+        self._live = tuple(self._conns[a] for a in self.order if a in self._conns)
+        self._all_up = len(self._live) == len(self.order)
+
+    def _maybe_reconnect_preferred(self) -> None:
+        """Bring back nsqd that were down, once their backoff has passed (no waiting)."""
+        now = self.loop().time()
+        for key in self.order:
+            if key not in self._conns and key not in self._connecting \
+                    and self._down_until.get(key, 0) <= now:
+                asyncio.ensure_future(self._connect(key)).add_done_callback(_retrieve)
+
+    async def _get_connection(self) -> tuple[str, Connection]:
+        conn = self._pick()
+        if conn is not None:
+            return self._key_of.get(conn, ""), conn
+        now = self.loop().time()
+        candidates = [a for a in self.order if self._down_until.get(a, 0) <= now] \
+            or list(self.order)
+        tasks = [asyncio.ensure_future(self._connect(a)) for a in candidates]
+        for t in tasks:
+            t.add_done_callback(_retrieve)  # late failures are recorded, not warned about
+        errors: list[BaseException] = []
+        # connect to all at once; failover takes them in the configured order, round-robin
+        # whichever answers first
+        order = tasks if self.strategy == "failover" else asyncio.as_completed(tasks)
+        for fut in order:
+            try:
+                conn = await fut
+                return self._key_of.get(conn, ""), conn
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                errors.append(exc)
+        fatal = [e for e in errors if not is_transient(e)]
+        if fatal:
+            raise fatal[0]
+        detail = "; ".join(str(e) for e in errors)
+        raise ConnectError(f"no nsqd reachable among {self.order}: {detail}")
+
+    async def _connect(self, key: str) -> Connection:
+        existing = self._connecting.get(key)
+        if existing is not None:
+            return await asyncio.shield(existing)
+        conn = self._conns.get(key)
+        if conn is not None:
+            return conn
+        loop = self.loop()
+        fut: asyncio.Future[Connection] = loop.create_future()
+        self._connecting[key] = fut
+        try:
+            host, port = self.addresses[key]
+            conn = Connection(host, port, self.config,
+                              on_close=lambda c, e: self._on_conn_close(key, c, e))
+            await conn.connect()
+        except BaseException as exc:
+            n = self._down_count.get(key, 0) + 1
+            self._down_count[key] = n
+            self._down_until[key] = loop.time() + min(self.retry_max_wait,
+                                                      self.retry_wait * 2 ** n)
+            if not self.stopped():
+                self.stats.down(key, exc)
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._connecting.pop(key, None)
+        self._down_count.pop(key, None)
+        self._down_until.pop(key, None)
+        if self.stopped():
+            conn.close()
+            exc2 = NSQError("the producer is closed")
+            fut.set_exception(exc2)
+            fut.exception()
+            raise exc2
+        self._conns[key] = conn
+        self._key_of[conn] = key
+        self._update_live()
+        self.stats.up(key)
+        fut.set_result(conn)
+        log.debug("producer connected to %s", key)
+        return conn
+
+    def _on_conn_close(self, key: str, conn: Connection, exc: BaseException | None) -> None:
+        if self._conns.get(key) is conn:
+            del self._conns[key]
+            self._update_live()
+        self._key_of.pop(conn, None)
+        if exc is not None and not self.stopped():
+            self.stats.down(key, exc)
+            self._down_until[key] = self.loop().time() + self.retry_wait
+
+    def connected(self) -> set[str]:
+        return set(self._conns)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """On the loop, once ``stopped()``: send what the threads queued, wait (bounded)
+        for retries in progress, close the connections."""
+        if self._inbox:
+            self._drain()
+        if self._retrying:
+            await asyncio.wait(list(self._retrying), timeout=self.config.close_timeout)
+        conns = list(self._conns.values())
+        if conns:
+            await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        for fut in list(self._connecting.values()):
+            fut.cancel()
+
+    def forget(self) -> None:
+        """The loop is gone (an ``asyncio.run()`` ended): release the sockets without it
+        and start over on the next use."""
+        for conn in self._conns.values():
+            stream = conn._stream
+            if stream is not None and stream.socket is not None:
+                try:
+                    stream.socket.close()
+                except OSError:
+                    pass
+        self._conns.clear()
+        self._key_of.clear()
+        self._update_live()
+        self._connecting.clear()
+        self._down_until.clear()
+        self._retrying.clear()
+        self._inbox.clear()
+        self._drain_scheduled = False

@@ -1,0 +1,168 @@
+"""The publish spool's on-disk format, with no IO beyond reading a whole file:
+records, their framing and checksums, the message-id envelope, and the spool's errors.
+
+Segment format: the 8-byte magic ``NSQSPL01``, then records, each
+``u32 payload length | u32 crc32(payload) | payload`` (little endian), the payload being
+``u8 flags | u8 topic length | u32 defer ms | topic | body``. A truncated or damaged tail
+is detected by the length and the checksum (:func:`decode_records` reports it in
+``error``); the records before it stay readable.
+
+Message-id envelope: ``b"\\x00NID\\x01" + blake2b(body, digest_size=16) + body``; the
+digest equals ``nsq_spark.dedup.by_body_digest`` of the inner body, so
+:func:`by_envelope_digest` and ``by_body_digest`` agree on every message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsq_spark.errors import NSQError
+
+__all__ = ["SpoolError", "SpoolDirectoryError", "SpoolFullError", "MAGIC", "Decoded",
+           "encode_record", "decode_records", "read_segment", "ENVELOPE_MAGIC", "DIGEST_SIZE",
+           "wrap_envelope", "open_envelope", "by_envelope_digest"]
+
+# ---------------------------------------------------------------------------------------
+# errors
+
+
+class SpoolError(NSQError):
+    """Base class of the spool's errors."""
+
+
+class SpoolDirectoryError(SpoolError, OSError):
+    """The spool directory cannot be created, written or locked."""
+
+
+class SpoolFullError(SpoolError):
+    """The spool reached ``spool_max_bytes`` (and ``spool_full="raise"``, or the block
+    timeout passed)."""
+
+
+# ---------------------------------------------------------------------------------------
+# record framing (sans-IO)
+
+MAGIC = b"NSQSPL01"
+_HDR = struct.Struct("<II")          # payload length, crc32(payload)
+_PAY = struct.Struct("<BBI")         # flags, topic length, defer ms
+_FLAG_DEFER = 1
+_MAX_PAYLOAD = 1 << 30               # a length beyond this is corruption, not a message
+
+
+def encode_record(topic: str, body: bytes, defer_ms: int | None = None) -> bytes:
+    """One framed spool record."""
+    t = topic.encode("ascii")
+    flags = _FLAG_DEFER if defer_ms is not None else 0
+    payload = b"".join((_PAY.pack(flags, len(t), defer_ms or 0), t, body))
+    return _HDR.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+@dataclass
+class Decoded:
+    """Result of :func:`decode_records` on a buffer that starts at file offset ``base``."""
+    records: list[tuple[str, bytes, int | None, int]]  # topic, body, defer_ms, end offset
+    end: int            # file offset just after the last complete, valid record
+    need: int = 0       # >0: the next record is complete only with this many bytes from `end`
+    error: str | None = None  # set when the bytes at `end` are not a valid record
+
+
+def decode_records(buf: bytes | memoryview, base: int = 0, limit: int | None = None,
+                   eof: bool = False) -> Decoded:
+    """Decode the complete records of ``buf`` (which starts at file offset ``base``).
+
+    Stops after ``limit`` records. A record cut by the end of ``buf`` is reported through
+    ``need`` -- or, with ``eof=True`` (the buffer reaches the end of the file), as a
+    truncated tail in ``error``. A bad length or checksum is an ``error`` at ``end``.
+    """
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
+    mv = memoryview(buf)         # checksums without copies; bodies are sliced from bytes
+    n = len(buf)
+    pos = 0
+    out: list[tuple[str, bytes, int | None, int]] = []
+    hdr = _HDR.unpack_from
+    pay = _PAY.unpack_from
+    crc = zlib.crc32
+    hsize, psize = _HDR.size, _PAY.size
+    topics: dict[bytes, str] = {}
+    todo = n if limit is None else limit
+    while pos < n and todo > 0:
+        if n - pos < hsize:
+            if eof:
+                return Decoded(out, base + pos, 0,
+                               f"truncated record header ({n - pos} of {hsize} bytes)")
+            return Decoded(out, base + pos, hsize)
+        length, checksum = hdr(buf, pos)
+        if length < psize or length > _MAX_PAYLOAD:
+            return Decoded(out, base + pos, 0, f"impossible record length {length}")
+        start = pos + hsize
+        stop = start + length
+        if stop > n:
+            if eof:
+                return Decoded(out, base + pos, 0,
+                               f"truncated record ({n - pos} of {hsize + length} bytes)")
+            return Decoded(out, base + pos, hsize + length)
+        if crc(mv[start:stop]) != checksum:
+            return Decoded(out, base + pos, 0, "checksum mismatch")
+        flags, tlen, defer = pay(buf, start)
+        t_start = start + psize
+        t_end = t_start + tlen
+        if t_end > stop:
+            return Decoded(out, base + pos, 0, "topic length beyond the record")
+        tb = buf[t_start:t_end]
+        topic = topics.get(tb)
+        if topic is None:
+            topic = topics[tb] = tb.decode("ascii", "replace")
+        out.append((topic, buf[t_end:stop], defer if flags & _FLAG_DEFER else None,
+                    base + stop))
+        pos = stop
+        todo -= 1
+    return Decoded(out, base + pos)
+
+
+def read_segment(path: str | os.PathLike[str]) -> Decoded:
+    """All intact records of a segment file (for inspection and tests); ``error`` tells
+    what is wrong with the rest, if anything."""
+    data = Path(path).read_bytes()
+    if data[:len(MAGIC)] != MAGIC:
+        return Decoded([], 0, 0, "not a spool segment (bad magic)")
+    return decode_records(data[len(MAGIC):], len(MAGIC), eof=True)
+
+
+# ---------------------------------------------------------------------------------------
+# message-id envelope
+
+ENVELOPE_MAGIC = b"\x00NID\x01"
+DIGEST_SIZE = 16
+
+
+def _digest(body: bytes) -> bytes:
+    # the same function as nsq_spark.dedup.by_body_digest, so keys agree
+    return hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest()
+
+
+def wrap_envelope(body: bytes) -> bytes:
+    """``body`` with its message-id envelope (see the module doc)."""
+    return ENVELOPE_MAGIC + _digest(body) + body
+
+
+def open_envelope(body: bytes) -> tuple[bytes | None, bytes]:
+    """``(digest, inner body)`` of an enveloped body; ``(None, body)`` for a plain one."""
+    if body[:len(ENVELOPE_MAGIC)] == ENVELOPE_MAGIC and \
+            len(body) >= len(ENVELOPE_MAGIC) + DIGEST_SIZE:
+        start = len(ENVELOPE_MAGIC)
+        return bytes(body[start:start + DIGEST_SIZE]), bytes(body[start + DIGEST_SIZE:])
+    return None, body
+
+
+def by_envelope_digest(msg: Any) -> bytes:
+    """Deduplication key: the envelope's digest, or the body's BLAKE2b-128 digest when the
+    message has no envelope -- equal to ``by_body_digest`` of the inner body either way."""
+    digest, body = open_envelope(msg.body)
+    return digest if digest is not None else _digest(body)
