@@ -7,9 +7,9 @@ so the spool's disk is the machine's disk).
 Cases:
 
 * ``Producer.mpublish`` (no spool): batches of 1000, blocking -- the baseline.
-* ``SpoolingProducer.mpublish`` batches of 1000 with ``spool_fsync`` = ``always`` / ``10``
+* ``Producer(spool_dir=...).mpublish`` batches of 1000 with ``spool_fsync`` = ``always`` / ``10``
   ms / ``never``.
-* ``SpoolingProducer.publish`` one message per call with ``always`` and ``10`` ms.
+* ``Producer(spool_dir=...).publish`` one message per call with ``always`` and ``10`` ms.
 
 Two figures per case: *accept* = messages per second until the last ``publish`` call
 returned (the caller's view: the message is in the spool, synced per the policy);
@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nsq_spark.producer import Producer  # noqa: E402
-from nsq_spark.publish_spool import SpoolingProducer  # noqa: E402
+from nsq_spark.producer import Producer  # noqa: E402
 from nsq_spark.testing import NSQCluster  # noqa: E402
 
 BODY = b"x" * 100
@@ -53,7 +53,7 @@ def case_plain(cluster, topic, n, base):
 
 def case_spool(cluster, topic, n, base, fsync, per_call):
     with tempfile.TemporaryDirectory(dir=base, prefix="spoolbench-") as d:
-        p = SpoolingProducer(cluster.nsqd_tcp_addresses[0], spool_dir=d, spool_fsync=fsync)
+        p = Producer(cluster.nsqd_tcp_addresses[0], spool_dir=d, spool_fsync=fsync)
         try:
             t0 = time.perf_counter()
             if per_call == 1:

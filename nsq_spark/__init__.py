@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from nsq_spark.errors import NSQError
     from nsq_spark.errors import NSQError as Error
     from nsq_spark.message import Message
-    from nsq_spark.producer import Producer, Writer
+    from nsq_spark.producer import Producer
+    from nsq_spark.writer import Writer
     from nsq_spark.publish_spool import SpoolingProducer
     from nsq_spark.reader import Reader, run
 
@@ -34,7 +35,7 @@ _EXPORTS = {
     "run": "nsq_spark.reader",
     "Message": "nsq_spark.message",
     "Producer": "nsq_spark.producer",
-    "Writer": "nsq_spark.producer",
+    "Writer": "nsq_spark.writer",
     "SpoolingProducer": "nsq_spark.publish_spool",
     "Connection": "nsq_spark.conn",
     "ConnectionConfig": "nsq_spark.config",

@@ -368,14 +368,14 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
                          "by the spooling publisher)")
     opened, total = _inputs(args.files, stdin)
     progress = Progress(stderr, total, args.quiet)
+    from nsq_spark.producer import Producer
+
     if args.spool_dir:
-        from nsq_spark.publish_spool import SpoolingProducer
-        producer: Any = SpoolingProducer(
+        producer = Producer(
             args.nsqd_tcp_addresses, spool_dir=args.spool_dir, spool_fsync=args.spool_fsync,
             spool_max_bytes=args.spool_max_bytes, message_id_digest=args.message_id_digest,
             batch_size=args.batch_size, **connection_options)
     else:
-        from nsq_spark.producer import Producer
         producer = Producer(args.nsqd_tcp_addresses, **connection_options)
     batch_size = args.batch_size
     per_msg = 0.0
