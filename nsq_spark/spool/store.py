@@ -112,6 +112,36 @@ FSYNC_ALWAYS = "always"
 FSYNC_NEVER = "never"
 
 
+def check_spool_directory(d: Path) -> None:
+    """Create ``d`` if needed and prove that a file can be created, synced and locked
+    there; a SpoolDirectoryError that says what to give instead otherwise."""
+    if d.exists() and not d.is_dir():
+        raise SpoolDirectoryError(errno.ENOTDIR, f"spool directory {d} is not a directory; "
+                                  "give spool_dir a path to a writable local directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpoolDirectoryError(
+            exc.errno, f"cannot create the spool directory {d}: {exc.strerror or exc}; "
+            "give spool_dir a path to a writable local directory") from exc
+    probe = d / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        try:
+            os.write(fd, MAGIC)
+            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise SpoolDirectoryError(
+            exc.errno, f"spool directory {d} is not usable: cannot create, sync and lock "
+            f"a file there ({exc.strerror or exc}); give spool_dir a writable local "
+            "directory (flock must work: not every network filesystem supports it)"
+        ) from exc
+
+
 def _parse_fsync(policy: str | int | None) -> int | None:
     """``"always"`` -> 0, ``"never"``/None -> None, N -> N ms."""
     if policy is None or policy == FSYNC_NEVER:
@@ -174,7 +204,7 @@ class SegmentStore:
         self._closed = False
         self._reject_fd: int | None = None
 
-        self._check_directory()
+        check_spool_directory(self.directory)
         self._disk_bytes = self._scan_bytes()
         self._forked = False
         _STORES.add(self)
@@ -185,34 +215,6 @@ class SegmentStore:
             self._flusher.start()
 
     # -- setup -------------------------------------------------------------------------
-
-    def _check_directory(self) -> None:
-        d = self.directory
-        if d.exists() and not d.is_dir():
-            raise SpoolDirectoryError(errno.ENOTDIR, f"spool directory {d} is not a directory; "
-                                      "give spool_dir a path to a writable local directory")
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SpoolDirectoryError(
-                exc.errno, f"cannot create the spool directory {d}: {exc.strerror or exc}; "
-                "give spool_dir a path to a writable local directory") from exc
-        probe = d / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
-            try:
-                os.write(fd, MAGIC)
-                os.fsync(fd)
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            finally:
-                os.close(fd)
-                os.unlink(probe)
-        except OSError as exc:
-            raise SpoolDirectoryError(
-                exc.errno, f"spool directory {d} is not usable: cannot create, sync and lock "
-                f"a file there ({exc.strerror or exc}); give spool_dir a writable local "
-                "directory (flock must work: not every network filesystem supports it)"
-            ) from exc
 
     def _scan_bytes(self) -> int:
         total = 0
