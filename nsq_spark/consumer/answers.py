@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from ..errors import NSQError
+from ..errors import AlreadyRespondedError, NSQError
 from ..rdy import ConnRdy
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..conn import Connection
     from ..message import Message
     from ..protocol import MessageBlock
+    from .intake import DedupGate
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +91,19 @@ class Answers:
         requeue_delay_ms, max_requeue_delay_ms: the default requeue delay is
             ``requeue_delay_ms * attempts``, at most ``max_requeue_delay_ms``.
         on_result: ``f(success)``, once per flush that sent answers counting for backoff.
-        forget: ``f(message)`` for every requeued message that was handed over (the
-            deduplicator erases it, so that its redelivery is handled).
+        dedup: the deduplicator gate, or None: a requeued message is erased from it, so
+            that its redelivery is handled, not taken for a duplicate.
     """
 
     def __init__(self, bridge: "LoopBridge", name: str, requeue_delay_ms: int,
                  max_requeue_delay_ms: int, on_result: Callable[[bool], None] | None = None,
-                 forget: Callable[["Message"], None] | None = None) -> None:
+                 dedup: "DedupGate | None" = None) -> None:
         self.bridge = bridge
         self.name = name
         self.requeue_delay_ms = requeue_delay_ms
         self.max_requeue_delay_ms = max_requeue_delay_ms
         self.on_result = on_result
-        self.forget = forget
+        self.dedup = dedup
         self.finished = 0
         self.requeued = 0
         self.dropped_responses = 0  # answers for a connection that had closed
@@ -136,6 +137,56 @@ class Answers:
                 self._x_scheduled = False
                 raise NSQError(f"[{self.name}] the Reader is closed; the message will be "
                                "redelivered by nsqd after its timeout") from None
+
+    def bulk(self, messages: Iterable["Message"], kind: int, delay: Any, backoff: bool
+             ) -> None:
+        """FIN or REQ many messages at once (the pull API), from any thread: all checked,
+        then all sent, or none (AlreadyRespondedError, or NSQError for a message another
+        consumer delivered or a closed consumer)."""
+        msgs = list(messages)
+        for m in msgs:
+            if m.responded:
+                raise AlreadyRespondedError(
+                    f"message {m.id!r} was already answered; nothing of this batch was sent")
+            if not self._mine(m.responder):
+                raise NSQError(f"message {m.id!r} was not delivered by this Reader")
+        if not msgs:
+            return
+        self._check_usable()
+        for m in msgs:
+            m.responded = True
+        if kind == FIN:
+            self.bridge.call(self.finish_many, msgs)
+        else:
+            self.bridge.call(self.requeue_many, msgs, delay, backoff)
+
+    def bulk_blocks(self, blocks: Iterable["MessageBlock"], kind: int, delay: Any,
+                    backoff: bool, answered: Callable[[list["MessageBlock"]], None]) -> None:
+        """:meth:`bulk` for MessageBlocks; ``answered(blocks)`` once they are claimed."""
+        claimed = list(blocks)
+        for b in claimed:
+            if b._responded:
+                raise AlreadyRespondedError(f"{b!r} was already answered; nothing of this "
+                                            "call was sent")
+            if not self._mine(b.responder):
+                raise NSQError(f"{b!r} was not delivered by this Reader")
+        if not claimed:
+            return
+        self._check_usable()
+        for b in claimed:
+            b._responded = True
+        answered(claimed)
+        if kind == FIN:
+            self.bridge.call(self.finish_blocks, claimed)
+        else:
+            self.bridge.call(self.requeue_blocks, claimed, delay, backoff)
+
+    def _mine(self, responder: Any) -> bool:
+        return isinstance(responder, Link) and responder.answers is self
+
+    def _check_usable(self) -> None:
+        if not self.bridge.usable:
+            raise NSQError(self.bridge.closed_message)
 
     # -- loop thread --------------------------------------------------------------------
 
@@ -182,8 +233,8 @@ class Answers:
         link.reqs.append((m.id, int(delay)))
         if backoff:
             self.fails += 1
-        if self.forget is not None:
-            self.forget(m)
+        if self.dedup is not None:
+            self.dedup.forget(m)
         self.mark(link)
 
     def give_back(self, link: Link, ids: Sequence[bytes]) -> None:
@@ -244,9 +295,10 @@ class Answers:
         if flush:
             self.flush()
 
-    def requeue_outstanding(self, links: Sequence[Link]) -> list["Message"]:
-        """Closing: REQ (delay 0, no backoff) every handed-over message not answered yet;
-        returns them."""
+    def requeue_outstanding(self, links: Sequence[Link], blocks: Sequence["MessageBlock"]
+                            ) -> int:
+        """Closing: REQ at once (no backoff) every handed-over message of ``links`` not
+        answered yet, and every message of ``blocks``; returns how many."""
         unanswered: list[Message] = []
         for link in links:
             for m in list(link.outstanding.values()):
@@ -257,7 +309,12 @@ class Answers:
                     unanswered.append(m)
             link.outstanding.clear()
             self.mark(link)
-        return unanswered
+        self.requeue_blocks(blocks, 0, False, flush=False)
+        if unanswered and self.dedup is not None:
+            # never handled: a deduplicator that outlives this consumer must not take their
+            # redelivery for a duplicate (and finish it unhandled)
+            self.dedup.forget_many(unanswered)
+        return len(unanswered) + sum(map(len, blocks))
 
     def forget_link(self, link: Link) -> int:
         """The connection closed: drop what it would have sent; returns how many handed

@@ -252,12 +252,33 @@ class Batch(_Base):
         answers.flush()
 
 
-def choose(*, call: Callable[..., Any], batch: bool, coroutine: bool, answers: "Answers",
-           bridge: "LoopBridge", tasks: "TaskGroup", name: str) -> Strategy:
-    """The strategy for a handler: ``call`` is what to call (for a per-message handler,
-    already wrapped in pynsq's hooks when they are overridden: then it is plain)."""
-    if batch:
-        return Batch(call, answers, bridge, tasks, name, coroutine)
-    if coroutine:
-        return PerMessageCoroutine(call, answers, bridge, tasks, name)
-    return PerMessage(call, answers, bridge, tasks, name)
+def choose(*, message_handler: Callable[..., Any] | None,
+           batch_handler: Callable[..., Any] | None,
+           process: Callable[..., Any] | None = None,
+           preprocess: Callable[..., Any] | None = None,
+           validate: Callable[..., Any] | None = None,
+           answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str
+           ) -> Strategy:
+    """The strategy for the handler given. ``process`` / ``preprocess`` / ``validate``:
+    pynsq's subclass hooks, given only when overridden (then the handler is called through
+    them, as a plain function: pynsq calls ``process_message`` synchronously)."""
+    common = (answers, bridge, tasks, name)
+    if batch_handler is not None:
+        return Batch(batch_handler, *common, is_coroutine_function(batch_handler))
+    if process is None and preprocess is None and validate is None:
+        assert message_handler is not None
+        if is_coroutine_function(message_handler):
+            return PerMessageCoroutine(message_handler, *common)
+        return PerMessage(message_handler, *common)
+    handle = process if process is not None else message_handler
+    assert handle is not None
+    if preprocess is None and validate is None:
+        return PerMessage(handle, *common)
+    pre = preprocess if preprocess is not None else (lambda m: m)
+    valid = validate if validate is not None else (lambda m: True)
+
+    def call(m: "Message") -> Any:
+        if not valid(pre(m)):
+            return True  # pynsq: an invalid message is finished unhandled
+        return handle(m)
+    return PerMessage(call, *common)

@@ -44,6 +44,21 @@ class DedupGate:
         self.name = name
         self.duplicates = 0
 
+    @classmethod
+    def build(cls, dedup: Any, key: Any, name: str) -> "DedupGate | None":
+        """The gate for the Reader's ``dedup=`` / ``dedup_key=`` options (None: no dedup).
+        ``key``: a function, ``"id"`` / ``"body"``, or None (the deduplicator's own
+        ``key_func``, else the message id)."""
+        if dedup is None:
+            return None
+        if not callable(getattr(dedup, "check_and_set", None)) or \
+                not callable(getattr(dedup, "erase", None)):
+            raise TypeError("dedup must have check_and_set(key) and erase(key) "
+                            "(see nsq_spark.dedup)")
+        from ..dedup import resolve_key  # only when used
+        return cls(dedup, resolve_key(key if key is not None else getattr(dedup, "key_func", None)),
+                   name)
+
     def drop_seen(self, link: "Link", msgs: list["Message"], answers: "Answers"
                   ) -> list["Message"]:
         """``msgs`` less those seen before, which are finished."""

@@ -273,6 +273,32 @@ class Pool:
         if not self.closing:
             self.apply(self.policy.tick(self.bridge.time()))
 
+    def connection_stats(self) -> dict[str, dict[str, Any]]:
+        """Per connection: state, RDY, in flight, answers, messages, last message age."""
+        out = {}
+        now = self.bridge.time() if self.bridge.usable else None
+        for address, link in list(self.links.items()):
+            st = link.rdy if link.subscribed else None
+            c = link.conn
+            out[address] = {
+                "state": c.state if c is not None else "connecting",
+                "rdy": st.rdy if st else 0,
+                "in_flight": st.in_flight if st else 0,
+                "finished": st.finished if st else 0,
+                "requeued": st.requeued if st else 0,
+                "messages": c.messages_received if c is not None else 0,
+                "max_rdy_count": st.max_rdy_count if st else None,
+                # backoff is reader-wide (as in go-nsq/pynsq); shown per connection too
+                "backoff": self.policy.mode,
+                "last_message_age": (round(now - st.last_msg_at, 3)
+                                     if st and now is not None else None),
+            }
+        return out
+
+    def lookupd_stats(self) -> dict[str, Any] | None:
+        poller = self.poller
+        return {"polls": poller.polls, "failing": dict(poller.failures)} if poller else None
+
     # -- closing ------------------------------------------------------------------------
 
     async def stop_deliveries(self) -> list[Link]:

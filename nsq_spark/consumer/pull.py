@@ -47,6 +47,9 @@ class PullQueue:
         self.answers.flush()  # what the intake gate answered
 
     def put_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None:
+        if not blocks:  # the intake gate kept them all back
+            self.answers.flush()
+            return
         n = sum(map(len, blocks))
         link.rdy.in_flight += n
         with self.cond:
@@ -73,11 +76,6 @@ class PullQueue:
         for b in blocks:
             b._responded = True
         return blocks
-
-    def clear(self) -> None:
-        with self.cond:
-            self._q.clear()
-            self.queued = 0
 
     def stop(self) -> None:
         """Wake every waiting getter; from now on they return at once."""

@@ -64,13 +64,13 @@ from ..addresses import parse_address_list, parse_http_address, split_list
 from ..backoff import Backoff
 from ..config import ConnectionConfig
 from ..conn import Connection
-from ..errors import AlreadyRespondedError, NSQError
+from ..errors import NSQError
 from ..lookupd import LookupdPoller
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..rdy import RdyPolicy
 from . import handlers
-from .answers import Answers, Link
+from .answers import FIN, REQ, Answers, Link
 from .backoff_timer import BackoffTimer
 from .intake import DedupGate, Intake
 from .pool import Pool
@@ -167,19 +167,11 @@ class Reader:
         if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
             raise ValueError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
                              "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
-        if not isinstance(max_tries, int) or max_tries < 0:
-            raise ValueError(f"max_tries must be an int >= 0 (0: never give up), got {max_tries!r}")
+        _check_options(max_tries=max_tries, lookupd_poll_interval=lookupd_poll_interval,
+                       rdy_redistribute_interval=rdy_redistribute_interval,
+                       reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
+                       max_requeue_delay=max_requeue_delay, drain_timeout=drain_timeout)
         self.max_tries = max_tries
-        for label, value in (("lookupd_poll_interval", lookupd_poll_interval),
-                             ("rdy_redistribute_interval", rdy_redistribute_interval),
-                             ("reconnect_initial", reconnect_initial),
-                             ("reconnect_max", reconnect_max)):
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
-        if not isinstance(max_requeue_delay, (int, float)) or max_requeue_delay < 0:
-            raise ValueError(f"max_requeue_delay must be >= 0 seconds, got {max_requeue_delay!r}")
-        if not isinstance(drain_timeout, (int, float)) or drain_timeout < 0:
-            raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.max_backoff_duration = max_backoff_duration
         self.max_requeue_delay_ms = round(max_requeue_delay * 1000)
@@ -194,18 +186,8 @@ class Reader:
             LookupdPoller(self.lookupd_http_addresses, self.topic, lambda p: None,
                           **lookupd_options)  # type: ignore[arg-type]
 
-        self._dedup_key: Callable[[Message], Any] | None = None
-        dedup_gate = None
-        if dedup is not None:
-            from ..dedup import resolve_key  # only when used
-            if not callable(getattr(dedup, "check_and_set", None)) or \
-                    not callable(getattr(dedup, "erase", None)):
-                raise TypeError("dedup must have check_and_set(key) and erase(key) "
-                                "(see nsq_spark.dedup)")
-            self._dedup_key = resolve_key(
-                dedup_key if dedup_key is not None else getattr(dedup, "key_func", None))
-            dedup_gate = DedupGate(dedup, self._dedup_key, self.name)
-        self._dedup = dedup_gate
+        self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
+        self._dedup_key = dedup_gate.key if dedup_gate is not None else None
 
         if message_handler is not None and batch_handler is not None:
             raise ValueError("give message_handler or batch_handler, not both")
@@ -222,7 +204,7 @@ class Reader:
         self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms,
-                                forget=dedup_gate.forget if dedup_gate else None)
+                                dedup=dedup_gate)
         self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
                               self.name, dedup_gate)
         self._pull = PullQueue(self._answers)
@@ -338,23 +320,13 @@ class Reader:
         """The event loop the Reader runs on (None before it starts)."""
         return self._bridge.loop
 
-    @property
-    def _aloop(self) -> asyncio.AbstractEventLoop | None:  # earlier name, used by tests
-        return self._bridge.loop
-
     # ------------------------------------------------------------------------------------
     # starting
 
     def _schedule_start(self) -> None:
-        if self._started or self._mode == "pull":
-            return
-        from tornado.ioloop import IOLoop
-        try:
-            asyncio.get_running_loop()
-            ioloop = IOLoop.current()
-        except RuntimeError:  # pynsq's way: starts when nsq.run() (or the IOLoop) starts
-            ioloop = current_ioloop()
-        ioloop.add_callback(self._start_handler_mode)
+        # pynsq's way: on the current IO loop, once it runs (nsq.run())
+        if not self._started and self._mode != "pull":
+            current_ioloop().add_callback(self._start_handler_mode)
 
     def _start_handler_mode(self) -> None:
         if self._started or self._closing or self._mode == "pull":
@@ -375,32 +347,16 @@ class Reader:
 
     def _choose_strategy(self) -> handlers.Strategy:
         """Once, not per message; pynsq's subclass hooks cost only when overridden."""
-        common = dict(answers=self._answers, bridge=self._bridge, tasks=self._tasks,
-                      name=self.name)
-        if self.batch_handler is not None:
-            return handlers.choose(call=self.batch_handler, batch=True,
-                                   coroutine=handlers.is_coroutine_function(self.batch_handler),
-                                   **common)  # type: ignore[arg-type]
         cls = type(self)
-        hooks = (cls.preprocess_message is not Reader.preprocess_message
-                 or cls.validate_message is not Reader.validate_message)
-        call: Callable[[Message], Any]
-        if cls.process_message is not Reader.process_message or hooks:
-            process = self.process_message
-            if hooks:
-                def call(m: Message) -> Any:
-                    if not self.validate_message(self.preprocess_message(m)):
-                        return True
-                    return process(m)
-            else:
-                call = process
-            coroutine = False
-        else:
-            assert self.message_handler is not None
-            call = self.message_handler
-            coroutine = handlers.is_coroutine_function(call)
-        return handlers.choose(call=call, batch=False, coroutine=coroutine,
-                               **common)  # type: ignore[arg-type]
+        return handlers.choose(
+            message_handler=self.message_handler, batch_handler=self.batch_handler,
+            process=(self.process_message
+                     if cls.process_message is not Reader.process_message else None),
+            preprocess=(self.preprocess_message
+                        if cls.preprocess_message is not Reader.preprocess_message else None),
+            validate=(self.validate_message
+                      if cls.validate_message is not Reader.validate_message else None),
+            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
 
     # ------------------------------------------------------------------------------------
     # deliveries (loop thread, once per read chunk)
@@ -413,11 +369,7 @@ class Reader:
             self._answers.flush()
 
     def _on_blocks(self, link: Link, blocks: list[MessageBlock]) -> None:
-        blocks = self._intake.blocks(link, blocks)
-        if blocks:
-            self._pull.put_blocks(link, blocks)
-        else:
-            self._answers.flush()
+        self._pull.put_blocks(link, self._intake.blocks(link, blocks))
 
     # ------------------------------------------------------------------------------------
     # pull API
@@ -438,10 +390,9 @@ class Reader:
         if self._thread is not None:
             if self._pool.blocks == blocks:
                 return  # another thread started it meanwhile
-            has, asked = (("MessageBlocks (get_blocks)", "messages") if self._pool.blocks
-                          else ("messages (get_batch)", "MessageBlocks"))
-            raise NSQError(f"[{self.name}] this Reader hands out {has}; it cannot also "
-                           f"hand out {asked}: use one Reader for each")
+            has = "MessageBlocks (get_blocks)" if self._pool.blocks else "messages (get_batch)"
+            raise NSQError(f"[{self.name}] this Reader hands out {has}, not both messages "
+                           "and MessageBlocks: use one Reader for each")
         if blocks and self._dedup is not None:
             raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
                            "get_blocks hands out raw blocks (deduplicate their ids "
@@ -503,117 +454,41 @@ class Reader:
 
     def finish(self, messages: Iterable[Message]) -> None:
         """FIN many messages at once (any thread)."""
-        msgs = self._claim(messages)
-        if msgs:
-            self._bridge.call(self._answers.finish_many, msgs)
+        self._answers.bulk(messages, FIN, None, True)
 
     def requeue(self, messages: Iterable[Message], delay_ms: int | None = None,
                 backoff: bool = True) -> None:
         """REQ many messages at once (any thread) after ``delay_ms`` MILLISECONDS (unlike
         :meth:`Message.requeue`, whose pynsq ``delay`` is in seconds); None: the default
         policy (``requeue_delay * attempts`` seconds, capped by ``max_requeue_delay``)."""
-        msgs = self._claim(messages)
-        if msgs:
-            self._bridge.call(self._answers.requeue_many, msgs, delay_ms, backoff)
+        self._answers.bulk(messages, REQ, delay_ms, backoff)
 
     def finish_blocks(self, blocks: Iterable[MessageBlock]) -> None:
         """FIN every message of ``blocks`` (any thread)."""
-        claimed = self._claim_blocks(blocks)
-        if claimed:
-            self._bridge.call(self._answers.finish_blocks, claimed)
+        self._answers.bulk_blocks(blocks, FIN, None, True, self._pull.answered_blocks)
 
     def requeue_blocks(self, blocks: Iterable[MessageBlock], delay_ms: int | None = None,
                        backoff: bool = True) -> None:
         """REQ every message of ``blocks`` (any thread) after ``delay_ms`` milliseconds;
         None: the default policy, per message, as :meth:`requeue`."""
-        claimed = self._claim_blocks(blocks)
-        if claimed:
-            self._bridge.call(self._answers.requeue_blocks, claimed, delay_ms, backoff)
-
-    def _mine(self, responder: Any) -> bool:
-        return isinstance(responder, Link) and responder.answers is self._answers
-
-    def _claim(self, messages: Iterable[Message]) -> list[Message]:
-        """Check all, then mark all answered: a bulk answer is sent whole or not at all."""
-        msgs = list(messages)
-        for m in msgs:
-            if m.responded:
-                raise AlreadyRespondedError(
-                    f"message {m.id!r} was already answered; nothing of this batch was sent")
-            if not self._mine(m.responder):
-                raise NSQError(f"message {m.id!r} was not delivered by this Reader")
-        if msgs and not self._bridge.usable:
-            raise NSQError(self._bridge.closed_message)
-        for m in msgs:
-            m.responded = True
-        return msgs
-
-    def _claim_blocks(self, blocks: Iterable[MessageBlock]) -> list[MessageBlock]:
-        claimed = list(blocks)
-        for b in claimed:
-            if b._responded:
-                raise AlreadyRespondedError(f"{b!r} was already answered; nothing of this "
-                                            "call was sent")
-            if not self._mine(b.responder):
-                raise NSQError(f"{b!r} was not delivered by this Reader")
-        if claimed and not self._bridge.usable:
-            raise NSQError(self._bridge.closed_message)
-        for b in claimed:
-            b._responded = True
-        self._pull.answered_blocks(claimed)
-        return claimed
+        self._answers.bulk_blocks(blocks, REQ, delay_ms, backoff, self._pull.answered_blocks)
 
     # ------------------------------------------------------------------------------------
     # stats
 
-    @property
-    def messages_received(self) -> int:
-        return self._pool.messages_received
-
-    @property
-    def finished(self) -> int:
-        return self._answers.finished
-
-    @property
-    def requeued(self) -> int:
-        return self._answers.requeued
-
-    @property
-    def given_up(self) -> int:
-        return self._intake.given_up
-
-    @property
-    def duplicates(self) -> int:
-        return self._dedup.duplicates if self._dedup is not None else 0
-
-    @property
-    def dropped_responses(self) -> int:
-        return self._answers.dropped_responses
+    # counters (read from any thread)
+    messages_received = property(lambda self: self._pool.messages_received)
+    finished = property(lambda self: self._answers.finished)
+    requeued = property(lambda self: self._answers.requeued)
+    given_up = property(lambda self: self._intake.given_up)
+    duplicates = property(lambda self: self._dedup.duplicates if self._dedup else 0)
+    dropped_responses = property(lambda self: self._answers.dropped_responses)
 
     def stats(self) -> dict[str, Any]:
         """Per connection RDY, in flight, finished, requeued; totals; backoff state."""
         return self._bridge.result(self._stats, timeout=2.0)
 
     def _stats(self) -> dict[str, Any]:
-        conns = {}
-        now = self._bridge.time() if self._bridge.usable else None
-        for address, link in list(self._pool.links.items()):
-            st = link.rdy if link.subscribed else None
-            c = link.conn
-            conns[address] = {
-                "state": c.state if c is not None else "connecting",
-                "rdy": st.rdy if st else 0,
-                "in_flight": st.in_flight if st else 0,
-                "finished": st.finished if st else 0,
-                "requeued": st.requeued if st else 0,
-                "messages": c.messages_received if c is not None else 0,
-                "max_rdy_count": st.max_rdy_count if st else None,
-                # backoff is reader-wide (as in go-nsq/pynsq); shown per connection too
-                "backoff": self._policy.mode,
-                "last_message_age": (round(now - st.last_msg_at, 3)
-                                     if st and now is not None else None),
-            }
-        poller = self._pool.poller
         return {
             "name": self.name, "topic": self.topic, "channel": self.channel,
             "mode": self._mode, "max_in_flight": self._policy.max_in_flight,
@@ -622,9 +497,8 @@ class Reader:
             "messages_received": self.messages_received, "finished": self.finished,
             "requeued": self.requeued, "given_up": self.given_up,
             "duplicates": self.duplicates, "dropped_responses": self.dropped_responses,
-            "pull_queued": self._pull.queued, "connections": conns,
-            "lookupd": ({"polls": poller.polls, "failing": dict(poller.failures)}
-                        if poller else None),
+            "pull_queued": self._pull.queued, "connections": self._pool.connection_stats(),
+            "lookupd": self._pool.lookupd_stats(),
         }
 
     # ------------------------------------------------------------------------------------
@@ -675,15 +549,7 @@ class Reader:
                 await asyncio.sleep(0.01)
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
-        unhandled = answers.requeue_outstanding(links)
-        blocks = self._pull.take_unanswered_blocks()
-        answers.requeue_blocks(blocks, 0, False, flush=False)
-        if unhandled and self._dedup is not None:
-            # never handled: a deduplicator that outlives this Reader must not take their
-            # redelivery for a duplicate (and finish it unhandled)
-            self._dedup.forget_many(unhandled)
-        self._pull.clear()
-        n_req = len(unhandled) + sum(map(len, blocks))
+        n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
         if n_req:
             log.info("[%s] requeued %d unanswered messages on close", self.name, n_req)
         answers.flush()
@@ -713,3 +579,16 @@ class Reader:
     def __repr__(self) -> str:
         return (f"<Reader {self.name} mode={self._mode} conns={len(self._pool.links)} "
                 f"max_in_flight={self._policy.max_in_flight}>")
+
+
+def _check_options(*, max_tries: Any, max_requeue_delay: Any, drain_timeout: Any,
+                   **positive_seconds: Any) -> None:
+    if not isinstance(max_tries, int) or max_tries < 0:
+        raise ValueError(f"max_tries must be an int >= 0 (0: never give up), got {max_tries!r}")
+    for label, value in positive_seconds.items():
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
+    if not isinstance(max_requeue_delay, (int, float)) or max_requeue_delay < 0:
+        raise ValueError(f"max_requeue_delay must be >= 0 seconds, got {max_requeue_delay!r}")
+    if not isinstance(drain_timeout, (int, float)) or drain_timeout < 0:
+        raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
