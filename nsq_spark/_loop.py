@@ -15,7 +15,7 @@ import concurrent.futures
 import logging
 import threading
 import warnings
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 from .errors import NSQError
 
@@ -152,6 +152,9 @@ class TaskGroup:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    def __iter__(self) -> Iterator["asyncio.Future[Any]"]:
+        return iter(list(self._tasks))
 
 
 def start_loop_thread(setup: Callable[[], None], main: Callable[[], Awaitable[None]],
