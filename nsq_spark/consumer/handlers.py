@@ -4,7 +4,10 @@ A strategy is called with every message of a read chunk that passed the intake g
 ``strategy(link, messages)``, on the loop thread. Each one hands messages over (adding
 them to the connection's in-flight count, one at a time for per-message handlers so that
 ``is_starved()`` inside a handler sees what pynsq shows), answers what the handler's
-result decides, and flushes the ledger once per chunk:
+result decides, and flushes the ledger once per chunk. Messages a per-message handler
+answers by its return value leave flight together when the chunk is done, in the same loop
+turn as their FINs are written: one counter update per chunk instead of one per message
+(~35 ns each on this machine class); answers given through ``Message`` leave at once.
 
 * :class:`PerMessage`: ``f(message)`` returning True/None (FIN), False (REQ), or an
   awaitable (its result decides later); ``message.enable_async()`` leaves the answer to
@@ -80,9 +83,11 @@ class PerMessage(_Base):
         call = self.call
         answers = self.answers
         st = link.rdy
-        fin = link.fins.append
+        # FINs decided by return values: a list of this chunk's own (the ledger may add to
+        # link.fins meanwhile, for answers given through Message), so its length counts them
+        done: list[bytes] = []
+        fin = done.append
         out = link.outstanding
-        n_fin = 0
         for m in msgs:
             st.in_flight += 1
             try:
@@ -106,9 +111,7 @@ class PerMessage(_Base):
                 continue
             if r is True or r is None:
                 m.responded = True
-                st.in_flight -= 1
-                fin(m.id)
-                n_fin += 1
+                fin(m.id)  # out of flight at the end of the chunk: one update, not one each
             elif r is False:
                 m.responded = True
                 answers.requeue(link, m, None, True)
@@ -116,7 +119,10 @@ class PerMessage(_Base):
                 m.delegated = True
                 out[m.id] = m
                 self._await(link, m, r)
-        answers.add_oks(n_fin)
+        if done:
+            link.fins.extend(done)
+            st.in_flight -= len(done)
+            answers.add_oks(len(done))
         answers.mark(link)
         answers.flush()
 
