@@ -144,11 +144,12 @@ class Answers:
         then all sent, or none (AlreadyRespondedError, or NSQError for a message another
         consumer delivered or a closed consumer)."""
         msgs = list(messages)
-        for m in msgs:
-            if m.responded:
-                raise AlreadyRespondedError(
-                    f"message {m.id!r} was already answered; nothing of this batch was sent")
-            if not self._mine(m.responder):
+        for m in msgs:  # per message: inline checks, no call
+            r = m.responder
+            if m.responded or r.__class__ is not Link or r.answers is not self:  # type: ignore[union-attr]
+                if m.responded:
+                    raise AlreadyRespondedError(f"message {m.id!r} was already answered; "
+                                                "nothing of this batch was sent")
                 raise NSQError(f"message {m.id!r} was not delivered by this Reader")
         if not msgs:
             return
@@ -252,13 +253,26 @@ class Answers:
         self.oks += n
 
     def finish_many(self, msgs: Sequence["Message"]) -> None:
-        """FIN handed-over messages of any connections (the pull API's bulk answer)."""
+        """FIN handed-over messages of any connections (the pull API's bulk answer); the
+        bookkeeping is per run of messages of one connection, not per message."""
+        last: Link | None = None
+        n = 0
+        pop: Any = None
+        fin: Any = None
         for m in msgs:
             link: Link = m.responder  # type: ignore[assignment]
-            link.outstanding.pop(m.id, None)
-            link.rdy.in_flight -= 1
-            link.fins.append(m.id)
-            self.mark(link)
+            if link is not last:
+                if last is not None:
+                    last.rdy.in_flight -= n
+                    self.mark(last)
+                last, n = link, 0
+                pop, fin = link.outstanding.pop, link.fins.append
+            pop(m.id, None)
+            fin(m.id)
+            n += 1
+        if last is not None:
+            last.rdy.in_flight -= n
+            self.mark(last)
         self.oks += len(msgs)
         self.flush()
 
