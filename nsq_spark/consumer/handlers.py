@@ -27,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .._loop import on_loop_future
+from ..errors import NSQError
 
 if TYPE_CHECKING:
     import asyncio
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose",
+__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose", "not_started",
            "is_coroutine_function"]
 
 
@@ -256,6 +257,12 @@ class Batch(_Base):
             answers.add_oks(n_fin)
         answers.mark(link)
         answers.flush()
+
+
+def not_started(link: "Link", msgs: list["Message"]) -> None:
+    """The strategy before one is chosen: a delivery then is a bug, never a silent drop."""
+    raise NSQError(f"{len(msgs)} messages from {link.address} arrived before a handler "
+                   "strategy was chosen")
 
 
 def choose(*, message_handler: Callable[..., Any] | None,

@@ -54,7 +54,7 @@ class Pool:
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
                  policy: "RdyPolicy", answers: "Answers", bridge: "LoopBridge",
                  tasks: "TaskGroup", name: str, direct: Sequence["Address"],
-                 lookupd_http_addresses: Sequence[str], lookupd_options: dict[str, float],
+                 make_poller: Callable[[Callable[[set[Producer]], Any]], LookupdPoller] | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
                  reconnect_max: float,
                  on_messages: Callable[[Link, list["Message"]], None],
@@ -70,8 +70,7 @@ class Pool:
         self.name = name
         self.direct = [(a.host, a.port) for a in direct]
         self._direct_keys = {producer_address(hp) for hp in self.direct}
-        self.lookupd_http_addresses = list(lookupd_http_addresses)
-        self.lookupd_options = lookupd_options
+        self.make_poller = make_poller
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.reconnect_initial = reconnect_initial
         self.reconnect_max = reconnect_max
@@ -93,10 +92,8 @@ class Pool:
         self._redist.start()
         for host, port in self.direct:
             self.tasks.spawn(self._keep_connected(host, port, first=True), "connect")
-        if self.lookupd_http_addresses:
-            self.poller = LookupdPoller(self.lookupd_http_addresses, self.topic,
-                                        self._on_producers, name=self.name,
-                                        **self.lookupd_options)  # type: ignore[arg-type]
+        if self.make_poller is not None:
+            self.poller = self.make_poller(self._on_producers)
             self.poller.start()
 
     def connect_to(self, host: str, port: int) -> None:

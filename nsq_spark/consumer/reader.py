@@ -65,7 +65,7 @@ from ..backoff import Backoff
 from ..config import ConnectionConfig
 from ..conn import Connection
 from ..errors import NSQError
-from ..lookupd import LookupdPoller
+from ..lookupd import LookupdPoller, Producer
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..rdy import RdyPolicy
@@ -178,13 +178,14 @@ class Reader:
         self.drain_timeout = drain_timeout
         self.config = ConnectionConfig.from_options(**connection_options)
         self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
-        lookupd_options = dict(poll_interval=lookupd_poll_interval,
-                               poll_jitter=lookupd_poll_jitter,
-                               connect_timeout=lookupd_connect_timeout,
-                               request_timeout=lookupd_request_timeout)
-        if self.lookupd_http_addresses:  # validates poll/jitter/timeouts now, not on the loop
-            LookupdPoller(self.lookupd_http_addresses, self.topic, lambda p: None,
-                          **lookupd_options)  # type: ignore[arg-type]
+        make_poller = None
+        if self.lookupd_http_addresses:
+            def make_poller(on_producers: Callable[[set[Producer]], Any]) -> LookupdPoller:
+                return LookupdPoller(
+                    self.lookupd_http_addresses, self.topic, on_producers,
+                    lookupd_poll_interval, lookupd_poll_jitter, lookupd_connect_timeout,
+                    lookupd_request_timeout, name=self.name)
+            make_poller(lambda p: None)  # validates poll/jitter/timeouts now, not on the loop
 
         self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
         self._dedup_key = dedup_gate.key if dedup_gate is not None else None
@@ -211,8 +212,7 @@ class Reader:
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
                           policy=self._policy, answers=self._answers, bridge=self._bridge,
                           tasks=self._tasks, name=self.name, direct=direct,
-                          lookupd_http_addresses=self.lookupd_http_addresses,
-                          lookupd_options=lookupd_options,
+                          make_poller=make_poller,
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
                           on_messages=self._on_messages, on_blocks=self._on_blocks,
@@ -220,7 +220,7 @@ class Reader:
         self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
                                            self._bridge, self.name)
         self._answers.on_result = self._backoff_timer.record
-        self._strategy: handlers.Strategy | None = None
+        self._strategy: handlers.Strategy = handlers.not_started
 
         self._mode: str | None = None  # "handler", "pull"
         self._started = False
@@ -364,7 +364,7 @@ class Reader:
     def _on_messages(self, link: Link, msgs: list[Message]) -> None:
         msgs = self._intake.messages(link, msgs)
         if msgs:
-            self._strategy(link, msgs)  # type: ignore[misc]
+            self._strategy(link, msgs)
         else:
             self._answers.flush()
 
