@@ -152,7 +152,7 @@ def test_a_chunk_handled_synchronously_goes_out_in_one_fin_write():
     run(main())
 
 
-def test_false_and_exceptions_requeue_with_the_attempt_based_delay():
+def test_false_and_exceptions_requeue_with_the_attempt_based_delay(caplog):
     def handler(m):
         if m.body == b"body" and m.id.endswith(b"1"):
             raise RuntimeError("boom")
@@ -168,6 +168,9 @@ def test_false_and_exceptions_requeue_with_the_attempt_based_delay():
         assert r.requeued == 3 and r.stats()["in_flight"] == 0
         await r.aclose()
     run(main())
+    # logged under the Reader's historical logger (its level and handlers still apply)
+    failed = [rec for rec in caplog.records if "handler failed" in rec.getMessage()]
+    assert failed and all(rec.name.startswith("nsq_spark.reader.") for rec in failed)
 
 
 def test_coroutine_handler_results_count():

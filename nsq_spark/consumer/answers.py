@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from ..protocol import MessageBlock
     from .intake import DedupGate
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.answers")
 
 __all__ = ["Answers", "Link", "FIN", "REQ", "TOUCH"]
 

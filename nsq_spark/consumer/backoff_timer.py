@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .._loop import LoopBridge
     from ..rdy import ConnRdy, RdyPolicy
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.backoff_timer")
 
 __all__ = ["BackoffTimer"]
 

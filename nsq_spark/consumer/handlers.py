@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ..message import Message
     from .answers import Answers, Link
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.handlers")
 
 __all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose", "not_started",
            "is_coroutine_function"]

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ..protocol import MessageBlock
     from .answers import Answers, Link
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.intake")
 
 __all__ = ["Intake", "DedupGate"]
 

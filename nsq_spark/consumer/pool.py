@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from ..rdy import ConnRdy, RdyPolicy
     from .answers import Answers
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.pool")
 
 __all__ = ["Pool", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 

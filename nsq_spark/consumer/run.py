@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from .._loop import current_ioloop
 
-log = logging.getLogger(__name__)
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.run")
 
 __all__ = ["run", "register"]
 
