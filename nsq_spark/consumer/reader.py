@@ -172,6 +172,11 @@ class Reader:
                        reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
                        max_requeue_delay=max_requeue_delay, drain_timeout=drain_timeout)
         self.max_tries = max_tries
+        self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
+        self.lookupd_connect_timeout = lookupd_connect_timeout
+        self.lookupd_request_timeout = lookupd_request_timeout
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.reconnect_initial, self.reconnect_max = reconnect_initial, reconnect_max
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
         self.max_backoff_duration = max_backoff_duration
         self.max_requeue_delay_ms = round(max_requeue_delay * 1000)
@@ -204,8 +209,7 @@ class Reader:
         self._policy = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
         self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
-                                self.max_requeue_delay_ms,
-                                dedup=dedup_gate)
+                                self.max_requeue_delay_ms, dedup=dedup_gate)
         self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
                               self.name, dedup_gate)
         self._pull = PullQueue(self._answers)
