@@ -1,34 +1,217 @@
-"""The one bridge between threads and an asyncio event loop.
+"""The one bridge between threads and an event loop.
 
-:class:`LoopThread` owns a daemon thread that runs its own event loop, for objects (the
-Producer's futures API, blocking callers of async code) that must do IO on a loop while
-their callers are plain threads.
-
-API:
-
-``LoopThread(name)``                 starts the thread; ``.loop`` runs when it returns
-``run_coroutine(coro)``              schedule ``coro`` on the loop from any thread ->
-                                     ``concurrent.futures.Future`` of its result
-``call_soon(fn, *args)``             run ``fn(*args)`` on the loop soon (thread-safe)
-``in_loop_thread()``                 True when called from the loop's own thread
-``stop(timeout)``                    stop the loop, join the thread, close the loop; True
-                                     if the thread ended in time
+A consumer lives on one asyncio loop (tornado's IOLoop in handler mode, a daemon thread's
+loop in pull mode) and is reached from any thread: answers to messages, ``close()``,
+``stats()``, ``set_max_in_flight()``. :class:`LoopBridge` is the only code that decides
+"run it now, I am on the loop's thread" versus "hand it to the loop"; :class:`TaskGroup`
+keeps the tasks a consumer spawned, by kind, so that closing cancels the right ones;
+:func:`start_loop_thread` runs a loop on a daemon thread and cleans it up completely;
+:class:`LoopThread` is the same for objects that only need "a loop somewhere" (the
+Producer's futures API and its blocking callers): ``run_coroutine(coro)`` gives a
+``concurrent.futures.Future``, ``call_soon(fn, *args)`` is thread-safe,
+``in_loop_thread()`` tells where the caller is, ``stop(timeout)`` joins and closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+import warnings
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, TypeVar
 
-__all__ = ["LoopThread"]
+from .errors import NSQError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LoopBridge", "LoopThread", "TaskGroup", "start_loop_thread", "current_ioloop",
+           "on_loop_future"]
 
 T = TypeVar("T")
 
 
+class LoopBridge:
+    """The loop a consumer runs on, and how any thread reaches it.
+
+    Args:
+        closed_message: the :class:`~nsq_spark.errors.NSQError` text raised when something
+            is handed over after the loop is gone (say what happens to the work instead).
+    """
+
+    __slots__ = ("loop", "thread_id", "closed_message")
+
+    def __init__(self, closed_message: str) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread_id: int | None = None
+        self.closed_message = closed_message
+
+    def bind(self) -> None:
+        """Bind to the running loop (call on it)."""
+        self.loop = asyncio.get_running_loop()
+        self.thread_id = threading.get_ident()
+
+    @property
+    def bound(self) -> bool:
+        return self.loop is not None
+
+    @property
+    def usable(self) -> bool:
+        """Bound to a loop that is not closed."""
+        return self.loop is not None and not self.loop.is_closed()
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self.thread_id
+
+    def time(self) -> float:
+        assert self.loop is not None, "bind() first"
+        return self.loop.time()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` now on the loop's thread, else as a loop callback; raises
+        NSQError(closed_message) when there is no loop to run it."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            raise NSQError(self.closed_message)
+        if threading.get_ident() == self.thread_id:
+            fn(*args)
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            raise NSQError(self.closed_message) from None
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """A callback on the loop (from the loop's thread)."""
+        assert self.loop is not None, "bind() first"
+        self.loop.call_soon(fn, *args)
+
+    def call_later(self, delay: float, fn: Callable[..., Any]) -> asyncio.TimerHandle:
+        assert self.loop is not None, "bind() first"
+        return self.loop.call_later(delay, fn)
+
+    def result(self, fn: Callable[[], T], timeout: float) -> T:
+        """``fn()`` evaluated on the loop (from any thread), waiting up to ``timeout`` s;
+        evaluated here when the loop is not running or is this thread's."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or not loop.is_running() \
+                or threading.get_ident() == self.thread_id:
+            return fn()
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # pragma: no cover - handed to the caller
+                fut.set_exception(exc)
+        try:
+            loop.call_soon_threadsafe(run)
+            return fut.result(timeout=timeout)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return fn()
+
+    def run_coroutine(self, coro: Awaitable[Any], timeout: float) -> bool:
+        """Run ``coro`` on the loop from another thread and wait up to ``timeout`` s;
+        False if it did not finish (or the loop is gone)."""
+        loop = self.loop
+        try:
+            if loop is None or loop.is_closed():
+                raise RuntimeError("no loop")
+            fut: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+                coro, loop)  # type: ignore[arg-type]
+        except RuntimeError:
+            getattr(coro, "close", lambda: None)()  # never awaited: no warning
+            return False
+        try:
+            fut.result(timeout)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            return False
+        return True
+
+
+class TaskGroup:
+    """Tasks spawned on a loop, each of a kind (e.g. ``"connect"``, ``"handler"``); a
+    failure is logged, never lost; :meth:`cancel` stops those of one kind."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._tasks: dict[asyncio.Future[Any], str] = {}
+
+    def spawn(self, coro: Awaitable[Any], kind: str = "") -> "asyncio.Future[Any]":
+        task = asyncio.ensure_future(coro)
+        self._tasks[task] = kind
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: "asyncio.Future[Any]") -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("[%s] internal task failed: %r", self.name, task.exception())
+
+    def cancel(self, kind: str) -> None:
+        """Cancel the pending tasks of ``kind`` (not the current task)."""
+        current = asyncio.current_task()
+        for task, k in list(self._tasks.items()):
+            if k == kind and not task.done() and task is not current:
+                task.cancel()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self) -> Iterator["asyncio.Future[Any]"]:
+        return iter(list(self._tasks))
+
+
+def start_loop_thread(setup: Callable[[], None], main: Callable[[], Awaitable[None]],
+                      name: str, on_exit: Callable[[], None]) -> threading.Thread:
+    """Run a new event loop on a daemon thread: ``setup()`` on it, then ``await main()``.
+
+    Returns once ``setup()`` ran (its exception is raised here). When ``main`` returns,
+    the remaining tasks are cancelled, async generators and the default executor (the
+    resolver's threads) shut down, the loop closed, then ``on_exit()`` runs."""
+    ready = threading.Event()
+    errors: list[BaseException] = []
+
+    def thread_main() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            async def body() -> None:
+                try:
+                    setup()
+                finally:
+                    ready.set()
+                await main()
+            loop.run_until_complete(body())
+        except BaseException as exc:  # pragma: no cover - reported to the caller
+            errors.append(exc)
+            log.exception("[%s] loop failed", name)
+        finally:
+            ready.set()
+            try:
+                pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                for t in pending:
+                    t.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                # join the resolver's executor threads: repeated start/stop leaves none behind
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+                on_exit()
+
+    thread = threading.Thread(target=thread_main, name=name, daemon=True)
+    thread.start()
+    ready.wait()
+    if errors:
+        raise errors[0]
+    return thread
+
+
 class LoopThread:
-    """A daemon thread running an asyncio event loop (see the module doc)."""
+    """A daemon thread running an asyncio event loop until :meth:`stop`."""
 
     def __init__(self, name: str = "nsq-io", start_timeout: float = 10.0) -> None:
         self.loop = asyncio.new_event_loop()
@@ -66,3 +249,26 @@ class LoopThread:
             return False
         self.loop.close()
         return True
+
+
+def current_ioloop() -> Any:
+    """This thread's tornado IOLoop, made if there is none (newer Pythons no longer create
+    an event loop implicitly outside a running one)."""
+    from tornado.ioloop import IOLoop
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return IOLoop.current()
+        except RuntimeError:
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            return IOLoop.current()
+
+
+def on_loop_future(result: Any, loop: Any) -> "asyncio.Future[Any]":
+    """A handler's awaitable result as a future whose callbacks run on ``loop``: a
+    ``concurrent.futures.Future`` (``return executor.submit(...)``) would run them in the
+    worker thread that completes it. Raises if ``result`` is not awaitable."""
+    from tornado.gen import convert_yielded
+    if isinstance(result, concurrent.futures.Future):
+        return asyncio.wrap_future(result, loop=loop)
+    return convert_yielded(result)  # type: ignore[no-any-return]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
@@ -36,6 +35,7 @@ from tornado.iostream import IOStream, StreamClosedError
 from tornado.tcpclient import TCPClient
 
 from . import protocol
+from ._loop import LoopBridge
 from .codecs import DeflateStream as _DeflateStream  # noqa: F401  (old private names)
 from .codecs import SnappyStream as _SnappyStream  # noqa: F401
 from .addresses import Address
@@ -124,9 +124,9 @@ class Connection(NegotiatedAttributes):
 
         self._adopt(Negotiated())  # nsqd's defaults until IDENTIFY answers
 
-        # consumer bookkeeping (the Reader's policies read these)
+        # consumer bookkeeping (the Reader's policies read these; messages in flight are
+        # counted once, by the Reader's RDY policy, not here)
         self.rdy_count = 0           # last RDY sent
-        self.in_flight = 0           # delivered and not yet FIN/REQ'd through this conn
         self.messages_received = 0
         self.last_recv = 0.0         # event-loop time of the last bytes received
         self.last_message = 0.0      # event-loop time of the last message received
@@ -136,7 +136,9 @@ class Connection(NegotiatedAttributes):
         self._codec: StreamCodec | None = None
         self._stream: IOStream | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
-        self._thread_id: int | None = None
+        # answers to delivered messages may come from any thread (Responder below)
+        self._bridge = LoopBridge(f"the connection to nsqd {self.address} is not open; "
+                                  "its messages come again from nsqd")
         self._wbuf: list[bytes] = []
         self._flush_scheduled = False
         self._last_write: "asyncio.Future[None] | None" = None
@@ -162,8 +164,8 @@ class Connection(NegotiatedAttributes):
             raise NSQError(f"connect() was already called on {self!r}; make a new Connection "
                            "to reconnect")
         self.state = ConnState.CONNECTING
+        self._bridge.bind()
         self._aloop = asyncio.get_running_loop()
-        self._thread_id = threading.get_ident()
         self._closed_fut = self._aloop.create_future()
         cfg = self.config
         try:
@@ -326,7 +328,6 @@ class Connection(NegotiatedAttributes):
                     self._handle_frames(others)
                 if msgs:
                     n = sum(map(len, msgs)) if blocks else len(msgs)
-                    self.in_flight += n
                     self.messages_received += n
                     self.last_message = now
                     cb = self.on_messages
@@ -494,7 +495,6 @@ class Connection(NegotiatedAttributes):
         """FIN one message; False (nothing queued) if the connection can no longer write."""
         if not self.writable:
             return False
-        self.in_flight -= 1
         self._send(protocol.fin(message_id))
         return True
 
@@ -504,7 +504,6 @@ class Connection(NegotiatedAttributes):
         if not self.writable:
             return False
         if message_ids:
-            self.in_flight -= len(message_ids)
             self._send(protocol.fins(message_ids))
         return True
 
@@ -514,7 +513,6 @@ class Connection(NegotiatedAttributes):
         if not self.writable:
             return False
         if blocks:
-            self.in_flight -= sum(map(len, blocks))
             self._send(b"".join([b.fin_commands() for b in blocks]))
         return True
 
@@ -522,7 +520,6 @@ class Connection(NegotiatedAttributes):
         """REQ one message; False (nothing queued) if the connection can no longer write."""
         if not self.writable:
             return False
-        self.in_flight -= 1
         self._send(protocol.req(message_id, max(0, int(delay_ms))))
         return True
 
@@ -531,20 +528,14 @@ class Connection(NegotiatedAttributes):
 
     # -- Responder (for messages when no Reader is in between); callable from any thread --
 
-    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
-        if threading.get_ident() == self._thread_id:
-            fn(*args)
-        else:
-            self._aloop.call_soon_threadsafe(fn, *args)  # type: ignore[union-attr]
-
     def on_finish(self, msg: Message) -> None:
-        self._on_loop(self.fin, msg.id)
+        self._bridge.call(self.fin, msg.id)
 
     def on_requeue(self, msg: Message, delay_ms: int | None, backoff: bool) -> None:
-        self._on_loop(self.req, msg.id, 0 if delay_ms is None else delay_ms)
+        self._bridge.call(self.req, msg.id, 0 if delay_ms is None else delay_ms)
 
     def on_touch(self, msg: Message) -> None:
-        self._on_loop(self.touch, msg.id)
+        self._bridge.call(self.touch, msg.id)
 
     # -- producer commands ------------------------------------------------------------------
 

@@ -2,7 +2,14 @@
 
 A :class:`Message` is built once per delivered message on the hot path, so it is a plain
 ``__slots__`` object with a cheap constructor; the response methods delegate to a
-:class:`Responder` (the Reader, or a bare Connection) that knows how to send FIN/REQ/TOUCH.
+:class:`Responder` (the Reader's link to one connection, or a bare Connection) that knows
+how to send FIN/REQ/TOUCH.
+
+The state the consumer machinery shares with the application is public, so no part of
+the library reaches into privates: ``responder``, ``responded`` (answered, by whoever:
+the application or the consumer) and ``delegated`` (the application called
+:meth:`Message.enable_async` and answers itself). Plain attributes, not methods: the
+consumer reads and sets them once per message on its hot path.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ class Message:
     attempts)`` to compare contents.
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "_responder", "_responded", "_async")
+    __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "delegated")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int,
                  responder: Responder | None = None) -> None:
@@ -53,16 +60,29 @@ class Message:
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
-        self._responder = responder
-        self._responded = False
-        self._async = False
+        self.responder = responder
+        self.responded = False  # FIN or REQ was sent or queued (touch does not count)
+        self.delegated = False  # enable_async(): the handler's return value is ignored
+
+    # earlier private spellings, kept for code written against them
+    @property
+    def _responder(self) -> Responder | None:
+        return self.responder
+
+    @property
+    def _responded(self) -> bool:
+        return self.responded
+
+    @property
+    def _async(self) -> bool:
+        return self.delegated
 
     # -- pynsq-compatible API ---------------------------------------------------------------
 
     def finish(self) -> None:
         """Tell nsqd the message was processed (FIN). Raises if already responded."""
-        self._respond("finish")
-        self._responder.on_finish(self)  # type: ignore[union-attr]
+        responder = self._respond("finish")
+        responder.on_finish(self)
 
     def requeue(self, delay: float | None = None, backoff: bool = True, *,
                 delay_ms: int | None = None) -> None:
@@ -85,42 +105,44 @@ class Message:
             ms = round(delay * 1000)  # the one seconds -> milliseconds conversion
         else:
             raise TypeError(f"requeue(delay=...) takes seconds (int or float), not {delay!r}")
-        self._respond("requeue")
-        self._responder.on_requeue(self, ms, backoff)  # type: ignore[union-attr]
+        responder = self._respond("requeue")
+        responder.on_requeue(self, ms, backoff)
 
     def touch(self) -> None:
         """Reset nsqd's timeout for this in-flight message (TOUCH)."""
-        if self._responded:
+        if self.responded:
             raise AlreadyRespondedError(f"message {self.id!r} was already responded to; cannot touch it")
-        if self._responder is None:
+        if self.responder is None:
             raise NSQError(f"message {self.id!r} has no connection to answer on (decoded by hand?)")
-        self._responder.on_touch(self)
+        self.responder.on_touch(self)
 
     def enable_async(self) -> None:
         """Take over responding: the handler's return value is then ignored by the Reader."""
-        self._async = True
+        self.delegated = True
 
     def is_async(self) -> bool:
-        return self._async
+        return self.delegated
 
     def has_responded(self) -> bool:
-        return self._responded
+        return self.responded
 
     @property
     def nsqd_address(self) -> str | None:
         """``"host:port"`` of the nsqd that delivered this message (None if unknown)."""
-        r = self._responder
+        r = self.responder
         return r.address if r is not None else None
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _respond(self, what: str) -> None:
-        if self._responded:
+    def _respond(self, what: str) -> Responder:
+        if self.responded:
             raise AlreadyRespondedError(
                 f"message {self.id!r} was already responded to; cannot {what} it again")
-        if self._responder is None:
+        responder = self.responder
+        if responder is None:
             raise NSQError(f"message {self.id!r} has no connection to answer on (decoded by hand?)")
-        self._responded = True
+        self.responded = True
+        return responder
 
     def __repr__(self) -> str:
         return (f"Message(id={self.id!r}, attempts={self.attempts}, timestamp={self.timestamp}, "

@@ -24,8 +24,16 @@ choice is noted):
 * backoff: :meth:`enter_backoff` sends RDY 0 everywhere, :meth:`test_waters` gives RDY 1 to
   one random connection, :meth:`exit_backoff` returns everyone to their share.
 
-Every method runs per batch or per event, never per message: :meth:`on_messages` is the
+Every method runs per batch or per event, never per message: :meth:`on_arrival` is the
 hot path and costs a few attribute updates and one comparison.
+
+In flight means what the guide and pynsq mean: from the moment a message is handed to the
+application until it is answered. A read chunk that arrived is not in flight yet:
+counting it whole made ``is_starved()`` true before the handler saw its first message.
+The consumer calls :meth:`RdyPolicy.on_arrival` per chunk and counts hand-overs and
+answers in ``ConnRdy.in_flight`` itself; :meth:`RdyPolicy.on_messages` /
+:meth:`RdyPolicy.on_responses` are the same rules for a caller that hands a chunk over at
+once (the property tests).
 """
 
 from __future__ import annotations
@@ -65,7 +73,10 @@ class ConnRdy:
         self.rdy = 0  # the RDY count last sent
         self.remaining = 0  # rdy minus messages received since it was sent
         self.low_water = _NEVER  # re-send RDY when remaining falls to this
-        self.in_flight = 0  # delivered, not yet FIN/REQ'ed
+        # handed to the application (a handler, a puller) and not answered yet: the guide's
+        # and pynsq's meaning. The consumer's answers ledger keeps it (on_messages and
+        # on_responses do, in the pure model); the policy reads it (is_starved, tick).
+        self.in_flight = 0
         self.last_msg_at = now  # also reset when the connection gets RDY from 0
         self.finished = 0
         self.requeued = 0
@@ -167,8 +178,13 @@ class RdyPolicy:
     # -- hot path -----------------------------------------------------------------------
 
     def on_messages(self, c: ConnRdy, n: int, now: float) -> list[Command] | None:
-        """``n`` messages arrived on ``c`` (one call per decoded batch)."""
+        """``n`` messages arrived on ``c`` and are in flight at once (the pure model)."""
         c.in_flight += n
+        return self.on_arrival(c, n, now)
+
+    def on_arrival(self, c: ConnRdy, n: int, now: float) -> list[Command] | None:
+        """``n`` messages arrived on ``c`` (one call per decoded batch); they count as in
+        flight only once handed over (the caller adds to ``c.in_flight`` then)."""
         c.remaining -= n
         c.last_msg_at = now
         if c.remaining <= c.low_water and self.mode is NORMAL:

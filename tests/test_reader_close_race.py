@@ -129,7 +129,7 @@ def test_answers_after_the_socket_closed_count_as_dropped_not_finished(nsq_clust
                 done.set_result(r._stats())
             except BaseException as exc:  # pragma: no cover
                 done.set_exception(exc)
-        r._aloop.call_soon_threadsafe(on_loop)
+        r.loop.call_soon_threadsafe(on_loop)
         st = done.result(5)
         assert st["finished"] == 0 and st["dropped_responses"] == n, st
     finally:

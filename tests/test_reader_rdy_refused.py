@@ -33,7 +33,7 @@ def test_refused_rdy_in_the_message_callback_still_dispatches_the_chunk(nsq_clus
         def lower():  # nsqd's limit as seen by the connection, below the policy's RDY
             conn.max_rdy_count = 2
             done.set_result(None)
-        r._aloop.call_soon_threadsafe(lower)
+        r.loop.call_soon_threadsafe(lower)
         done.result(5)
         mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"x%d" % i for i in range(n)])
         got = []

@@ -4,35 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from nsq_spark.errors import ConfigError
-from nsq_spark.reader import Reader, _address_list, _split_hostport
+from nsq_spark.errors import ConfigError, InvalidAddressError
+from nsq_spark.reader import Reader
 
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("addr,expected", [
-    ("127.0.0.1:4150", ("127.0.0.1", 4150)),
-    ("nsqd.example:1", ("nsqd.example", 1)),
-    ("[::1]:4150", ("::1", 4150)),
-])
-def test_split_hostport(addr, expected):
-    assert _split_hostport(addr) == expected
+def test_addresses_follow_the_one_address_rule():
+    r = Reader("t", "c", nsqd_tcp_addresses=" 127.0.0.1:4150 ,[::1]:4151")
+    assert r.nsqd_tcp_addresses == ["127.0.0.1:4150", "[::1]:4151"]
+    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:1", "127.0.0.1:1"],
+               lookupd_http_addresses="http://127.0.0.1:4161")
+    assert r.nsqd_tcp_addresses == ["127.0.0.1:1"]
+    assert r.lookupd_http_addresses == ["http://127.0.0.1:4161"]
 
 
-@pytest.mark.parametrize("bad", ["localhost", ":4150", "h:", "h:x", "h:0", "h:70000"])
-def test_split_hostport_rejects(bad):
-    with pytest.raises(ValueError, match="host:port"):
-        _split_hostport(bad)
+@pytest.mark.parametrize("bad", ["localhost", ":4150", "h:", "h:x", "h:0", "h:70000", "::1:4150"])
+def test_bad_nsqd_address_names_the_parameter(bad):
+    with pytest.raises(InvalidAddressError, match="nsqd_tcp_addresses"):
+        Reader("t", "c", nsqd_tcp_addresses=[bad])
 
 
-def test_address_list():
-    assert _address_list(None, "x") == []
-    assert _address_list("a:1", "x") == ["a:1"]
-    assert _address_list([" a:1 ", "b:2"], "x") == ["a:1", "b:2"]
-    with pytest.raises(TypeError, match="x must be"):
-        _address_list(42, "x")
-    with pytest.raises(ValueError, match="non-empty"):
-        _address_list(["a:1", ""], "x")
+def test_bad_lookupd_address_names_the_parameter():
+    with pytest.raises(InvalidAddressError, match="lookupd_http_addresses"):
+        Reader("t", "c", lookupd_http_addresses="ftp://127.0.0.1:4161")
+    with pytest.raises(InvalidAddressError, match="lookupd_http_addresses"):
+        Reader("t", "c", lookupd_http_addresses=42)
 
 
 def test_pynsq_units_are_seconds_without_guessing():

@@ -1,7 +1,13 @@
-"""No import cycle inside nsq_spark: every import statement (module level or inside a
-function) is an edge; a strongly connected component of more than one module is a cycle.
-Imports under ``if TYPE_CHECKING:`` never run, so they are not edges (the package's
-``__init__`` names its public classes there for type checkers)."""
+"""The library's shape, checked from the source (no sockets): no import cycle inside
+nsq_spark, parts never import the facade that owns them, no class grows back into a god
+object.
+
+Every import statement (module level or inside a function) is an edge; a strongly
+connected component of more than one module is a cycle. Imports under
+``if TYPE_CHECKING:`` never run, so they are not edges (the package's ``__init__`` names
+its public classes there for type checkers); nor is an import of one's own enclosing
+package (``from . import sibling``): that package's ``__init__`` has run before any of its
+modules, so the edge adds no order."""
 
 from __future__ import annotations
 
@@ -38,7 +44,8 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [base] + [f"{base}.{a.name}" for a in node.names]
             else:
                 continue
-            graph[mod].update(t for t in targets if t in files and t != mod)
+            graph[mod].update(t for t in targets if t in files and t != mod
+                              and not mod.startswith(t + "."))
     return graph
 
 
@@ -106,3 +113,31 @@ def test_type_checking_imports_are_not_edges():
 
 def test_no_import_cycle_inside_nsq_spark():
     assert [sorted(c) for c in cycles(import_graph())] == []
+
+
+# facade -> the packages of its parts, which must never import it
+OWNERS = {
+    "nsq_spark.consumer.reader": ("nsq_spark.consumer.", "nsq_spark._loop"),
+    "nsq_spark.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
+}
+FACADE_ALIASES = {"nsq_spark.consumer.reader": {"nsq_spark.consumer", "nsq_spark.reader"},
+                  "nsq_spark.producer": {"nsq_spark.publish_spool", "nsq_spark.writer"}}
+
+
+@pytest.mark.parametrize("owner", sorted(OWNERS))
+def test_parts_never_import_their_owner(owner):
+    graph = import_graph()
+    forbidden = {owner} | FACADE_ALIASES[owner]
+    parts = [m for m in graph if m != owner and m.startswith(OWNERS[owner])]
+    assert parts, f"no parts found for {owner}"
+    for part in parts:
+        assert not graph[part] & forbidden, f"{part} imports {graph[part] & forbidden}"
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_class_over_600_lines_and_the_reader_under_500(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            lines = node.end_lineno - node.lineno + 1
+            limit = 500 if node.name == "Reader" else 600
+            assert lines < limit, f"{path.name}: class {node.name} has {lines} lines"

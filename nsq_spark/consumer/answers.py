@@ -1,0 +1,389 @@
+"""The answers ledger: FIN / REQ / TOUCH from any thread, in flight counted once.
+
+Every answer to a delivered message passes here, whoever gives it: a handler's return
+value, ``message.finish()`` from a worker thread, the pull API's bulk ``finish()``, the
+intake gate (duplicates, give-ups, deliveries during close), ``close()`` requeueing what
+is left. The ledger
+
+* counts in flight in one place, ``ConnRdy.in_flight`` of the message's connection
+  (read by :meth:`~nsq_spark.rdy.RdyPolicy.is_starved` and the RDY tick): a message is in
+  flight from the moment it is handed to a handler or a puller (the handing code adds to
+  it) until it is answered (the ledger takes it off here, at once, not when the answer
+  reaches the socket); answers to messages never handed over (the intake gate's) do not
+  touch it;
+* queues answers per connection and sends them in one write per connection and loop turn
+  (:meth:`Answers.flush`); an answer for a connection that closed meanwhile is counted in
+  ``dropped_responses``, never sent to another connection (ids belong to a connection);
+* feeds the backoff policy one result per turn (``on_result(success)``): any failure
+  (a REQ with backoff) in the turn makes it a failure.
+
+Loop thread only, except :meth:`Answers.answer` (through a :class:`Link`, the Responder of
+a message), which any thread may call. The ledger knows nothing of its owner: it gets the
+loop bridge and two callables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from ..errors import AlreadyRespondedError, NSQError
+from ..rdy import ConnRdy
+
+if TYPE_CHECKING:
+    from .._loop import LoopBridge
+    from ..conn import Connection
+    from ..message import Message
+    from ..protocol import MessageBlock
+    from .intake import DedupGate
+
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.answers")
+
+__all__ = ["Answers", "Link", "FIN", "REQ", "TOUCH"]
+
+FIN, REQ, TOUCH = 0, 1, 2
+
+
+class Link:
+    """One nsqd connection of a consumer, and the Responder of the messages it delivered
+    (their answers go through the ledger, which sends them on this connection)."""
+
+    __slots__ = ("answers", "address", "host", "port", "conn", "rdy", "subscribed", "fins",
+                 "fin_blocks", "reqs", "dirty", "outstanding", "__weakref__")
+
+    def __init__(self, answers: "Answers", host: str, port: int, address: str) -> None:
+        self.answers = answers
+        self.host = host
+        self.port = port
+        self.address = address
+        self.conn: Connection | None = None
+        # the policy's state once subscribed (a detached one before: counts nothing)
+        self.rdy = ConnRdy(address, handle=self)
+        self.subscribed = False
+        self.fins: list[bytes] = []  # FINs queued during this loop turn
+        self.fin_blocks: list[MessageBlock] = []  # block FINs queued during this loop turn
+        self.reqs: list[tuple[bytes, int]] = []  # REQs queued during this loop turn
+        self.dirty = False
+        # messages handed out of the loop's hands and not answered (async handlers,
+        # pulled): close() requeues them
+        self.outstanding: dict[bytes, Message] = {}
+
+    # Responder protocol: any thread
+    def on_finish(self, msg: "Message") -> None:
+        self.answers.answer(self, msg, FIN, None, True)
+
+    def on_requeue(self, msg: "Message", delay_ms: int | None, backoff: bool) -> None:
+        self.answers.answer(self, msg, REQ, delay_ms, backoff)
+
+    def on_touch(self, msg: "Message") -> None:
+        self.answers.answer(self, msg, TOUCH, None, False)
+
+    def __repr__(self) -> str:
+        return f"<nsqd {self.address}>"
+
+
+class Answers:
+    """The ledger of one consumer.
+
+    Args:
+        bridge: the consumer's loop.
+        requeue_delay_ms, max_requeue_delay_ms: the default requeue delay is
+            ``requeue_delay_ms * attempts``, at most ``max_requeue_delay_ms``.
+        on_result: ``f(success)``, once per flush that sent answers counting for backoff.
+        dedup: the deduplicator gate, or None: a requeued message is erased from it, so
+            that its redelivery is handled, not taken for a duplicate.
+    """
+
+    def __init__(self, bridge: "LoopBridge", name: str, requeue_delay_ms: int,
+                 max_requeue_delay_ms: int, on_result: Callable[[bool], None] | None = None,
+                 dedup: "DedupGate | None" = None) -> None:
+        self.bridge = bridge
+        self.name = name
+        self.requeue_delay_ms = requeue_delay_ms
+        self.max_requeue_delay_ms = max_requeue_delay_ms
+        self.on_result = on_result
+        self.dedup = dedup
+        self.finished = 0
+        self.requeued = 0
+        self.dropped_responses = 0  # answers for a connection that had closed
+        self.oks = 0  # successes and failures since the last flush (backoff results)
+        self.fails = 0
+        self._dirty: list[Link] = []
+        self._flush_scheduled = False
+        # cross-thread answers: appended by any thread, drained by one loop callback
+        self._xq: deque[tuple[Link, Message, int, Any, bool]] = deque()
+        self._x_scheduled = False
+
+    # -- any thread ---------------------------------------------------------------------
+
+    def answer(self, link: Link, msg: "Message", kind: int, delay: Any, backoff: bool) -> None:
+        """One answer (``msg.responded`` already set by the Message), from any thread."""
+        bridge = self.bridge
+        if bridge.on_loop_thread():
+            self._answer_on_loop(link, msg, kind, delay, backoff)
+            return
+        loop = bridge.loop
+        if loop is None or loop.is_closed():
+            raise NSQError(f"[{self.name}] the Reader is closed; message "
+                           f"{msg.id.decode('ascii', 'replace')} will be redelivered by nsqd "
+                           "after its timeout")
+        self._xq.append((link, msg, kind, delay, backoff))
+        if not self._x_scheduled:
+            self._x_scheduled = True
+            try:
+                loop.call_soon_threadsafe(self.drain_cross_thread)
+            except RuntimeError:  # the loop closed meanwhile
+                self._x_scheduled = False
+                raise NSQError(f"[{self.name}] the Reader is closed; the message will be "
+                               "redelivered by nsqd after its timeout") from None
+
+    def bulk(self, messages: Iterable["Message"], kind: int, delay: Any, backoff: bool
+             ) -> None:
+        """FIN or REQ many messages at once (the pull API), from any thread: all checked,
+        then all sent, or none (AlreadyRespondedError, or NSQError for a message another
+        consumer delivered or a closed consumer)."""
+        msgs = list(messages)
+        for m in msgs:  # per message: inline checks, no call
+            r = m.responder
+            if m.responded or r.__class__ is not Link or r.answers is not self:  # type: ignore[union-attr]
+                if m.responded:
+                    raise AlreadyRespondedError(f"message {m.id!r} was already answered; "
+                                                "nothing of this batch was sent")
+                raise NSQError(f"message {m.id!r} was not delivered by this Reader")
+        if not msgs:
+            return
+        self._check_usable()
+        for m in msgs:
+            m.responded = True
+        if kind == FIN:
+            self.bridge.call(self.finish_many, msgs)
+        else:
+            self.bridge.call(self.requeue_many, msgs, delay, backoff)
+
+    def bulk_blocks(self, blocks: Iterable["MessageBlock"], kind: int, delay: Any,
+                    backoff: bool, answered: Callable[[list["MessageBlock"]], None]) -> None:
+        """:meth:`bulk` for MessageBlocks; ``answered(blocks)`` once they are claimed."""
+        claimed = list(blocks)
+        for b in claimed:
+            if b._responded:
+                raise AlreadyRespondedError(f"{b!r} was already answered; nothing of this "
+                                            "call was sent")
+            if not self._mine(b.responder):
+                raise NSQError(f"{b!r} was not delivered by this Reader")
+        if not claimed:
+            return
+        self._check_usable()
+        for b in claimed:
+            b._responded = True
+        answered(claimed)
+        if kind == FIN:
+            self.bridge.call(self.finish_blocks, claimed)
+        else:
+            self.bridge.call(self.requeue_blocks, claimed, delay, backoff)
+
+    def _mine(self, responder: Any) -> bool:
+        return isinstance(responder, Link) and responder.answers is self
+
+    def _check_usable(self) -> None:
+        if not self.bridge.usable:
+            raise NSQError(self.bridge.closed_message)
+
+    # -- loop thread --------------------------------------------------------------------
+
+    def drain_cross_thread(self) -> None:
+        self._x_scheduled = False  # first: an append racing with the drain schedules anew
+        q = self._xq
+        pop = q.popleft
+        while q:
+            link, msg, kind, delay, backoff = pop()
+            self._answer_on_loop(link, msg, kind, delay, backoff)
+
+    def _answer_on_loop(self, link: Link, msg: "Message", kind: int, delay: Any,
+                        backoff: bool) -> None:
+        if kind == TOUCH:
+            conn = link.conn
+            if conn is not None and not conn.closed:
+                conn.touch(msg.id)
+            return
+        if link.outstanding:
+            link.outstanding.pop(msg.id, None)
+        if kind == FIN:
+            self.finish(link, msg)
+        else:
+            self.requeue(link, msg, delay, backoff)
+        self.schedule_flush()
+
+    def finish(self, link: Link, m: "Message") -> None:
+        """FIN a handed-over message (``m.responded`` set by the caller)."""
+        link.rdy.in_flight -= 1
+        link.fins.append(m.id)
+        self.oks += 1
+        self.mark(link)
+
+    def requeue(self, link: Link, m: "Message", delay: Any, backoff: bool) -> None:
+        """REQ a handed-over message (``m.responded`` set by the caller); ``delay`` None or
+        negative: the default policy."""
+        link.rdy.in_flight -= 1
+        self.requeue_arrived(link, m, delay, backoff)
+
+    def requeue_arrived(self, link: Link, m: "Message", delay: Any, backoff: bool) -> None:
+        """REQ a message that is not (or no longer) in flight."""
+        if delay is None or delay < 0:
+            delay = min(self.requeue_delay_ms * m.attempts, self.max_requeue_delay_ms)
+        link.reqs.append((m.id, int(delay)))
+        if backoff:
+            self.fails += 1
+        if self.dedup is not None:
+            self.dedup.forget(m)
+        self.mark(link)
+
+    def give_back(self, link: Link, ids: Sequence[bytes]) -> None:
+        """REQ at once, no backoff, nothing forgotten: messages that arrived while closing
+        and were never looked at."""
+        link.reqs.extend([(mid, 0) for mid in ids])
+        self.mark(link)
+
+    def finish_arrived(self, link: Link, m: "Message") -> None:
+        """FIN a message that was never handed over (a duplicate, a give-up)."""
+        link.fins.append(m.id)
+        self.mark(link)
+
+    def add_oks(self, n: int) -> None:
+        self.oks += n
+
+    def finish_many(self, msgs: Sequence["Message"]) -> None:
+        """FIN handed-over messages of any connections (the pull API's bulk answer); the
+        bookkeeping is per run of messages of one connection, not per message."""
+        last: Link | None = None
+        n = 0
+        pop: Any = None
+        fin: Any = None
+        for m in msgs:
+            link: Link = m.responder  # type: ignore[assignment]
+            if link is not last:
+                if last is not None:
+                    last.rdy.in_flight -= n
+                    self.mark(last)
+                last, n = link, 0
+                pop, fin = link.outstanding.pop, link.fins.append
+            pop(m.id, None)
+            fin(m.id)
+            n += 1
+        if last is not None:
+            last.rdy.in_flight -= n
+            self.mark(last)
+        self.oks += len(msgs)
+        self.flush()
+
+    def requeue_many(self, msgs: Sequence["Message"], delay: Any, backoff: bool) -> None:
+        for m in msgs:
+            link: Link = m.responder  # type: ignore[assignment]
+            link.outstanding.pop(m.id, None)
+            self.requeue(link, m, delay, backoff)
+        self.flush()
+
+    def finish_blocks(self, blocks: Sequence["MessageBlock"]) -> None:
+        for b in blocks:
+            link: Link = b.responder  # type: ignore[assignment]
+            link.rdy.in_flight -= len(b)
+            link.fin_blocks.append(b)
+            self.mark(link)
+        self.oks += sum(map(len, blocks))
+        self.flush()
+
+    def requeue_blocks(self, blocks: Sequence["MessageBlock"], delay: Any,
+                       backoff: bool, flush: bool = True) -> None:
+        for b in blocks:
+            link: Link = b.responder  # type: ignore[assignment]
+            link.rdy.in_flight -= len(b)
+            if delay is None or delay < 0:
+                cap, per_try = self.max_requeue_delay_ms, self.requeue_delay_ms
+                link.reqs.extend([(mid, min(per_try * a, cap))
+                                  for mid, a in zip(b.ids(), b.attempts())])
+            else:
+                link.reqs.extend([(mid, int(delay)) for mid in b.ids()])
+            if backoff:
+                self.fails += 1
+            self.mark(link)
+        if flush:
+            self.flush()
+
+    def requeue_outstanding(self, links: Sequence[Link], blocks: Sequence["MessageBlock"]
+                            ) -> int:
+        """Closing: REQ at once (no backoff) every handed-over message of ``links`` not
+        answered yet, and every message of ``blocks``; returns how many."""
+        unanswered: list[Message] = []
+        for link in links:
+            for m in list(link.outstanding.values()):
+                if not m.responded:
+                    m.responded = True
+                    link.rdy.in_flight -= 1
+                    link.reqs.append((m.id, 0))
+                    unanswered.append(m)
+            link.outstanding.clear()
+            self.mark(link)
+        self.requeue_blocks(blocks, 0, False, flush=False)
+        if unanswered and self.dedup is not None:
+            # never handled: a deduplicator that outlives this consumer must not take their
+            # redelivery for a duplicate (and finish it unhandled)
+            self.dedup.forget_many(unanswered)
+        return len(unanswered) + sum(map(len, blocks))
+
+    def forget_link(self, link: Link) -> int:
+        """The connection closed: drop what it would have sent; returns how many handed
+        messages were unanswered (nsqd redelivers them after their timeout)."""
+        lost = len(link.outstanding)
+        link.outstanding.clear()
+        link.fins.clear()
+        link.fin_blocks.clear()
+        link.reqs.clear()
+        return lost
+
+    def mark(self, link: Link) -> None:
+        if not link.dirty:
+            link.dirty = True
+            self._dirty.append(link)
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.bridge.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send queued FIN/REQ (one buffer append per connection) and feed the backoff
+        policy one result."""
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.dirty = False
+            fins, reqs, fin_blocks = link.fins, link.reqs, link.fin_blocks
+            if not fins and not reqs and not fin_blocks:
+                continue
+            link.fins = []
+            link.reqs = []
+            link.fin_blocks = []
+            n_fin = len(fins) + (sum(map(len, fin_blocks)) if fin_blocks else 0)
+            conn = link.conn
+            # counted by what the connection took: once its socket is closed (or close()
+            # wrote its last buffer) it refuses, and those answers are dropped, not sent
+            if conn is None or not conn.writable:
+                self.dropped_responses += n_fin + len(reqs)
+                continue
+            if fins:
+                conn.fin_many(fins)
+            if fin_blocks:
+                conn.fin_blocks(fin_blocks)
+            for mid, delay in reqs:
+                conn.req(mid, delay)
+            self.finished += n_fin
+            self.requeued += len(reqs)
+            st = link.rdy
+            st.finished += n_fin
+            st.requeued += len(reqs)
+        fails, oks = self.fails, self.oks
+        if fails or oks:
+            self.fails = self.oks = 0
+            if self.on_result is not None:
+                self.on_result(not fails)

@@ -1,0 +1,343 @@
+"""The connection pool of a consumer: direct nsqd addresses and lookupd discovery,
+connect + SUB, the RDY commands of the policy applied to sockets, per-connection close.
+
+* Direct addresses are connected at start and reconnected with exponential backoff and
+  jitter (tenacity) when they drop; ``connect_to`` (pynsq's ``connect_to_nsqd``) connects
+  once; discovered producers are connected at each lookupd poll that lists them, and a
+  dropped one makes the poller poll early.
+* A subscribed connection is added to the :class:`~nsq_spark.rdy.RdyPolicy`; a periodic
+  tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered to it.
+* Every read chunk is counted (``messages_received``, the policy's arrival rule) and
+  passed to ``on_messages(link, messages)`` / ``on_blocks(link, blocks)``.
+* Closing is two steps the owner orders: :meth:`Pool.stop_deliveries` (no more connects,
+  RDY 0 and CLS, read on until quiet) and :meth:`Pool.close_all`.
+
+The pool is handed its collaborators (policy, ledger, loop bridge, task group, callbacks)
+and never imports its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
+
+from ..conn import Connection
+from ..errors import ConnectionClosedError
+from ..lookupd import LookupdPoller, Producer, producer_address
+from .answers import Link
+
+if TYPE_CHECKING:
+    from .._loop import LoopBridge, TaskGroup
+    from ..addresses import Address
+    from ..config import ConnectionConfig
+    from ..message import Message
+    from ..protocol import MessageBlock
+    from ..rdy import ConnRdy, RdyPolicy
+    from .answers import Answers
+
+# a child of the Reader's historical logger: its level and handlers still apply
+log = logging.getLogger("nsq_spark.reader.pool")
+
+__all__ = ["Pool", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
+
+# Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
+# most CLOSE_QUIET_MAX), so that a message nsqd sent after it is requeued (see
+# Pool._until_quiet).
+CLOSE_QUIET = 0.02
+CLOSE_QUIET_MAX = 0.5
+
+
+class Pool:
+    def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
+                 policy: "RdyPolicy", answers: "Answers", bridge: "LoopBridge",
+                 tasks: "TaskGroup", name: str, direct: Sequence["Address"],
+                 make_poller: Callable[[Callable[[set[Producer]], Any]], LookupdPoller] | None,
+                 rdy_redistribute_interval: float, reconnect_initial: float,
+                 reconnect_max: float,
+                 on_messages: Callable[[Link, list["Message"]], None],
+                 on_blocks: Callable[[Link, list["MessageBlock"]], None],
+                 on_link_lost: Callable[[Link], int]) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.config = config
+        self.policy = policy
+        self.answers = answers
+        self.bridge = bridge
+        self.tasks = tasks
+        self.name = name
+        self.direct = [(a.host, a.port) for a in direct]
+        self._direct_keys = {producer_address(hp) for hp in self.direct}
+        self.make_poller = make_poller
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.reconnect_initial = reconnect_initial
+        self.reconnect_max = reconnect_max
+        self.on_messages = on_messages
+        self.on_blocks = on_blocks
+        self.on_link_lost = on_link_lost
+        self.blocks = False  # deliver MessageBlocks (set before start)
+        self.closing = False
+        self.links: dict[str, Link] = {}
+        self.messages_received = 0
+        self.poller: LookupdPoller | None = None
+        self._redist: Any = None
+
+    # -- starting and connecting (loop thread) ------------------------------------------
+
+    def start(self) -> None:
+        from tornado.ioloop import PeriodicCallback
+        self._redist = PeriodicCallback(self._tick, self.rdy_redistribute_interval * 1000)
+        self._redist.start()
+        for host, port in self.direct:
+            self.tasks.spawn(self._keep_connected(host, port, first=True), "connect")
+        if self.make_poller is not None:
+            self.poller = self.make_poller(self._on_producers)
+            self.poller.start()
+
+    def connect_to(self, host: str, port: int) -> None:
+        self.tasks.spawn(self._connect_once(host, port), "connect")
+
+    def query_lookupd(self) -> None:
+        if self.poller is not None:
+            self.poller.trigger()
+
+    def subscribed(self) -> list[Link]:
+        return [s for s in list(self.links.values()) if s.conn is not None and s.subscribed]
+
+    def _on_producers(self, producers: set[Producer]) -> None:
+        if self.closing:
+            return
+        for host, port in producers:
+            if producer_address((host, port)) not in self.links:
+                self.tasks.spawn(self._connect_quietly(host, port), "connect")
+
+    async def _connect_quietly(self, host: str, port: int) -> None:
+        try:
+            await self._connect_once(host, port)
+        except Exception as exc:  # the next lookupd poll tries again
+            log.warning("[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
+                        "poll): %s", self.name, host, port, exc)
+
+    async def _keep_connected(self, host: str, port: int, first: bool = False) -> None:
+        """Connect to a direct nsqd address, retrying with exponential backoff and jitter."""
+        addr = producer_address((host, port))
+        if not first:
+            await asyncio.sleep(self.reconnect_initial)
+        retrying = AsyncRetrying(
+            wait=(wait_exponential(multiplier=self.reconnect_initial, max=self.reconnect_max)
+                  + wait_random(0, self.reconnect_initial)),
+            retry=retry_if_exception_type(Exception),
+            stop=lambda state: self.closing,
+            before_sleep=lambda state: log.warning(
+                "[%s] cannot connect to nsqd %s (attempt %d), retrying in %.1fs: %s",
+                self.name, addr, state.attempt_number,
+                state.next_action.sleep if state.next_action else 0.0,
+                state.outcome.exception() if state.outcome else None),
+            reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if self.closing:
+                        return
+                    await self._connect_once(host, port)
+        except Exception as exc:  # only when closing
+            log.debug("[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
+
+    async def _connect_once(self, host: str, port: int) -> None:
+        address = producer_address((host, port))
+        if address in self.links or self.closing:
+            return
+        link = Link(self.answers, host, port, address)
+        self.links[address] = link
+        if self.blocks:
+            conn = Connection(host, port, self.config,
+                              on_blocks=functools.partial(self._deliver_blocks, link),
+                              on_close=functools.partial(self._on_conn_close, link),
+                              responder=link)
+        else:
+            conn = Connection(host, port, self.config,
+                              on_messages=functools.partial(self._deliver, link),
+                              on_close=functools.partial(self._on_conn_close, link),
+                              responder=link)
+        link.conn = conn
+        log.info("[%s] connecting to nsqd %s", self.name, address)
+        try:
+            await conn.connect()
+            await asyncio.wait_for(conn.subscribe(self.topic, self.channel),
+                                   self.config.response_timeout)
+        except BaseException:
+            if self.links.get(address) is link:
+                del self.links[address]
+            link.conn = None
+            conn.abort()
+            raise
+        if self.closing or conn.closed:
+            if self.links.get(address) is link:
+                del self.links[address]
+            if not conn.closed:
+                await conn.close()
+            if self.closing:
+                return
+            raise ConnectionClosedError(f"nsqd at {address} closed the connection right "
+                                        "after SUB")  # the caller retries
+        policy = self.policy
+        if conn.max_rdy_count < policy.max_in_flight:
+            log.info("[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
+                     self.name, address, conn.max_rdy_count, policy.max_in_flight)
+        st, cmds = policy.add(address, max(1, conn.max_rdy_count), self.bridge.time(),
+                              handle=link)
+        link.rdy = st
+        link.subscribed = True
+        self.apply(cmds)
+        log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
+                 conn.max_rdy_count)
+
+    # -- deliveries: once per read chunk ------------------------------------------------
+
+    def _deliver(self, link: Link, conn: Connection, msgs: list["Message"]) -> None:
+        n = len(msgs)
+        self.messages_received += n
+        cmds = self.policy.on_arrival(link.rdy, n, self.bridge.time())
+        if cmds:
+            self.apply(cmds)
+        self.on_messages(link, msgs)
+
+    def _deliver_blocks(self, link: Link, conn: Connection,
+                        blocks: list["MessageBlock"]) -> None:
+        n = sum(map(len, blocks))
+        self.messages_received += n
+        cmds = self.policy.on_arrival(link.rdy, n, self.bridge.time())
+        if cmds:
+            self.apply(cmds)
+        self.on_blocks(link, blocks)
+
+    def _on_conn_close(self, link: Link, conn: Connection, exc: BaseException | None) -> None:
+        address = link.address
+        if self.links.get(address) is link:
+            del self.links[address]
+        if link.subscribed:
+            self.apply(self.policy.remove(address))
+        # What it delivered and we did not answer yet: nsqd redelivers it after its
+        # msg_timeout (if it still has it: a kill -9 can lose in-flight state), and our
+        # answers would be refused now (message ids belong to the connection). Messages
+        # already handed out stay so (pull queue, running handlers): handled at least once
+        # beats dropped; their answers are counted in dropped_responses.
+        lost = self.answers.forget_link(link) + self.on_link_lost(link)
+        if self.closing or not link.subscribed:
+            # never subscribed: _connect_once failed and its caller (the reconnect loop or
+            # the next lookupd poll) retries; another loop here would double them each time
+            return
+        log.warning("[%s] connection to nsqd %s closed%s%s", self.name, address,
+                    f": {exc}" if exc else "",
+                    f" ({lost} messages were unanswered; nsqd redelivers them after their "
+                    "timeout)" if lost else "")
+        if address in self._direct_keys:
+            self.tasks.spawn(self._keep_connected(link.host, link.port), "connect")
+        elif self.poller is not None:
+            self.poller.trigger()
+
+    # -- RDY ----------------------------------------------------------------------------
+
+    def apply(self, cmds: Iterable[tuple["ConnRdy", int]] | None) -> None:
+        """Send the policy's RDY commands."""
+        if not cmds:
+            return
+        for st, n in cmds:
+            conn = st.handle.conn
+            if conn is not None and conn.state == "subscribed":
+                try:
+                    conn.send_rdy(n)
+                except Exception as exc:
+                    # called from the delivery callback too: a refused RDY must never keep
+                    # the chunk already decoded from being dispatched
+                    self._rdy_refused(st, conn, n, exc)
+
+    def _rdy_refused(self, st: "ConnRdy", conn: Connection, n: int, exc: Exception) -> None:
+        limit = max(0, min(n, conn.max_rdy_count))
+        log.error("[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
+                  self.name, conn.address, n, exc, limit,
+                  "; this connection gets no messages until nsqd's --max-rdy-count is "
+                  "raised above 0" if limit == 0 else "")
+        st.max_rdy_count = max(1, conn.max_rdy_count)  # the policy caps to it from now on
+        try:
+            conn.send_rdy(limit)
+        except Exception:
+            log.exception("[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
+
+    def _tick(self) -> None:
+        if not self.closing:
+            self.apply(self.policy.tick(self.bridge.time()))
+
+    def connection_stats(self) -> dict[str, dict[str, Any]]:
+        """Per connection: state, RDY, in flight, answers, messages, last message age."""
+        out = {}
+        now = self.bridge.time() if self.bridge.usable else None
+        for address, link in list(self.links.items()):
+            st = link.rdy if link.subscribed else None
+            c = link.conn
+            out[address] = {
+                "state": c.state if c is not None else "connecting",
+                "rdy": st.rdy if st else 0,
+                "in_flight": st.in_flight if st else 0,
+                "finished": st.finished if st else 0,
+                "requeued": st.requeued if st else 0,
+                "messages": c.messages_received if c is not None else 0,
+                "max_rdy_count": st.max_rdy_count if st else None,
+                # backoff is reader-wide (as in go-nsq/pynsq); shown per connection too
+                "backoff": self.policy.mode,
+                "last_message_age": (round(now - st.last_msg_at, 3)
+                                     if st and now is not None else None),
+            }
+        return out
+
+    def lookupd_stats(self) -> dict[str, Any] | None:
+        poller = self.poller
+        return {"polls": poller.polls, "failing": dict(poller.failures)} if poller else None
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def stop_deliveries(self) -> list[Link]:
+        """No more connects or polls; RDY 0 and CLS on every subscribed connection, then
+        read on until they are quiet. Returns the subscribed links."""
+        self.closing = True
+        if self._redist is not None:
+            self._redist.stop()
+        if self.poller is not None:
+            await self.poller.stop()
+        self.tasks.cancel("connect")  # pending connects and reconnect loops
+        links = self.subscribed()
+        cls = []
+        for link in links:
+            conn = link.conn
+            assert conn is not None
+            if conn.state == "subscribed":
+                conn.send_rdy(0)
+                cls.append(conn.send_cls())
+        if cls:
+            await asyncio.wait(cls, timeout=self.config.close_timeout)
+            await self._until_quiet([link.conn for link in links if link.conn is not None])
+        return links
+
+    async def _until_quiet(self, conns: list[Connection]) -> None:
+        """After CLOSE_WAIT: read on until the connections are quiet for CLOSE_QUIET s.
+
+        nsqd's message pump may have taken a message from the channel just before our
+        RDY 0 and send it after CLOSE_WAIT. Received while closing, it is requeued at once
+        (the intake gate); received after the socket closed, nsqd would keep it in flight
+        until its msg_timeout."""
+        time_ = self.bridge.time
+        deadline = time_() + CLOSE_QUIET_MAX
+        while True:
+            now = time_()
+            wait = max((c.last_recv for c in conns), default=0.0) + CLOSE_QUIET - now
+            if wait <= 0 or now >= deadline:
+                return
+            await asyncio.sleep(min(wait, deadline - now))
+
+    async def close_all(self) -> None:
+        closing = [s.conn.close() for s in list(self.links.values()) if s.conn is not None]
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)

@@ -1,0 +1,598 @@
+"""The Reader: a full-spec NSQ consumer, pynsq-compatible, batch-oriented.
+
+Three ways to consume:
+
+* **handler** (pynsq's way): ``Reader(topic, channel, message_handler=f, ...)`` then
+  :func:`run`. ``f(message)`` may return True (FIN), False (REQ), None (FIN, see below), or
+  an awaitable; it may be a coroutine function; it may call ``message.enable_async()`` and
+  answer later, from any thread.
+* **batch handler**: ``Reader(..., batch_handler=g)``: ``g(messages)`` gets every message
+  of a read chunk at once (a list), for bulk writes downstream. True/None finishes, False
+  requeues every message ``g`` did not answer itself; it may be a coroutine function.
+* **pull**: no handler. ``reader.get_batch()`` / ``reader.iter_batches()`` run the IO loop
+  on a daemon thread and hand out lists of messages; the caller answers them with
+  ``reader.finish(msgs)`` / ``reader.requeue(msgs)`` (or per message). Nothing is
+  finished automatically in pull mode. ``reader.get_blocks()`` hands out the same messages
+  as :class:`~nsq_spark.protocol.MessageBlock` s instead (no object per message: the
+  bytes received and the frame offsets), answered with ``finish_blocks`` /
+  ``requeue_blocks``; the first pull call chooses between the two for the Reader's life.
+
+In flight means what the guide and pynsq mean: a message is in flight from the moment it
+is handed to a handler (or queued for a puller) until it is answered, and
+:meth:`Reader.is_starved` follows from it: the guide's batching pattern (buffer with
+``enable_async()``, finish the buffer when ``reader.is_starved()``) gets batches of about
+85 % of the connection's RDY.
+
+Where pynsq and go-nsq differ, the choice made here:
+
+* a handler returning None finishes the message (go-nsq: no error means success; pynsq
+  raises on it and leaves the message to time out);
+* the default requeue delay is ``requeue_delay * attempts`` seconds (pynsq), capped by
+  ``max_requeue_delay`` (go-nsq, 15 min);
+* backoff is go-nsq's exponential one (see :mod:`nsq_spark.backoff`), ``max_backoff_duration=0``
+  turns it off;
+* every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
+  addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
+  are found again by an early lookupd poll;
+* closing answers everything: RDY 0 and CLS, in-flight handlers get ``drain_timeout``
+  seconds to finish, what is still unanswered (and everything pulled but not answered) is
+  requeued at once, so nsqd never has to time a message out.
+
+The Reader is a facade: it validates, keeps pynsq's signature and hooks, wires the parts
+and orders closing. The parts are handed their collaborators and never import it:
+:mod:`~nsq_spark.consumer.pool` (connections, RDY), :mod:`~nsq_spark.consumer.intake`
+(the gate every delivery passes), :mod:`~nsq_spark.consumer.answers` (FIN/REQ/TOUCH, in
+flight), :mod:`~nsq_spark.consumer.handlers` (strategies), :mod:`~nsq_spark.consumer.pull`,
+:mod:`~nsq_spark.consumer.backoff_timer`, :mod:`~nsq_spark.consumer.run`, and
+:mod:`nsq_spark._loop` (threads <-> loop).
+
+Speed: the connection hands over every message of a read chunk at once; policies run
+once per chunk; the per-message path is "count it in flight, call the handler, record the
+result, queue a FIN", and FINs of a chunk go out in one write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
+from ..addresses import parse_address_list, parse_http_address, split_list
+from ..backoff import Backoff
+from ..config import ConnectionConfig
+from ..conn import Connection
+from ..errors import NSQError
+from ..lookupd import LookupdPoller, Producer
+from ..message import Message
+from ..protocol import MessageBlock, check_channel, check_topic
+from ..rdy import RdyPolicy
+from . import handlers
+from .answers import FIN, REQ, Answers, Link
+from .backoff_timer import BackoffTimer
+from .intake import DedupGate, Intake
+from .pool import Pool
+from .pull import PullQueue
+from .run import register
+
+log = logging.getLogger("nsq_spark.reader")
+
+__all__ = ["Reader"]
+
+MessageHandler = Callable[[Message], Any]
+BatchHandler = Callable[[list[Message]], Any]
+
+
+class Reader:
+    r"""Consumes ``topic``/``channel`` from nsqd instances given directly and/or found
+    through nsqlookupd. Accepts pynsq 0.9's arguments with their meanings.
+
+    Args:
+        topic, channel: what to subscribe to (validated like nsqd does).
+        message_handler: ``f(message)`` per message (see the module doc); may be set later
+            with :meth:`set_message_handler` (pynsq), before :func:`run`.
+        name: used in log lines (default ``topic:channel``).
+        nsqd_tcp_addresses: ``host:port`` strings (a list, or one comma-separated string)
+            to connect to directly; reconnected with exponential backoff and jitter.
+        lookupd_http_addresses: nsqlookupd HTTP addresses (``host:port`` or URLs) to poll.
+        max_tries: messages delivered more often than this go to :meth:`giving_up`, then
+            are finished (requeued if it raises); 0 means never give up.
+        max_in_flight: the most messages in flight over all connections, spread evenly;
+            0 starts paused (see :meth:`set_max_in_flight`).
+        lookupd_poll_interval: seconds between lookupd polls.
+        low_rdy_idle_timeout: seconds without a message after which a connection gives
+            its RDY up, when ``max_in_flight`` is below the number of connections.
+        max_backoff_duration: the longest backoff window in seconds; 0 turns backoff off.
+        lookupd_poll_jitter: fraction (0..1) of the poll interval added at random.
+        lookupd_connect_timeout, lookupd_request_timeout: seconds, per lookupd request.
+        batch_handler: ``g(messages)`` per read chunk instead of ``message_handler``.
+        dedup: a Deduplicator (:mod:`nsq_spark.dedup`): messages it has seen are finished
+            without reaching the handler; a failed (requeued) message is erased from it so
+            its redelivery is handled.
+        dedup_key: the key function, or ``"id"`` / ``"body"``; default: the
+            deduplicator's own ``key_func`` (its ``key=`` option), else
+            :func:`nsq_spark.dedup.by_message_id`.
+        max_requeue_delay: cap, in seconds, of the default requeue delay.
+        backoff_multiplier: seconds of the first backoff window (doubling per level).
+        rdy_redistribute_interval: seconds between RDY redistribution rounds.
+        reconnect_initial, reconnect_max: seconds, the exponential reconnect backoff of
+            direct nsqd addresses (plus up to ``reconnect_initial`` of jitter).
+        drain_timeout: seconds :meth:`close` lets in-flight handlers finish before it
+            requeues what is still unanswered.
+        \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
+            pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
+            ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
+            ``msg_timeout`` and ``requeue_delay`` in seconds, ``output_buffer_timeout``
+            in milliseconds.
+    """
+
+    def __init__(
+            self,
+            topic: str,
+            channel: str,
+            message_handler: MessageHandler | None = None,
+            name: str | None = None,
+            nsqd_tcp_addresses: Sequence[str] | str | None = None,
+            lookupd_http_addresses: Sequence[str] | str | None = None,
+            max_tries: int = 5,
+            max_in_flight: int = 1,
+            lookupd_poll_interval: float = 60,
+            low_rdy_idle_timeout: float = 10,
+            max_backoff_duration: float = 128,
+            lookupd_poll_jitter: float = 0.3,
+            lookupd_connect_timeout: float = 1,
+            lookupd_request_timeout: float = 2,
+            *,
+            batch_handler: BatchHandler | None = None,
+            dedup: Any = None,
+            dedup_key: Any = None,
+            max_requeue_delay: float = 15 * 60,
+            backoff_multiplier: float = 1.0,
+            rdy_redistribute_interval: float = 5.0,
+            reconnect_initial: float = 1.0,
+            reconnect_max: float = 60.0,
+            drain_timeout: float = 5.0,
+            **connection_options: Any) -> None:
+        self.topic = check_topic(topic)
+        self.channel = check_channel(channel)
+        self.name = name or f"{self.topic}:{self.channel}"
+        direct = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
+        self.nsqd_tcp_addresses = [str(a) for a in direct]
+        self.lookupd_http_addresses = [str(a).strip() for a in split_list(
+            lookupd_http_addresses, "lookupd_http_addresses")]
+        for a in self.lookupd_http_addresses:
+            parse_http_address(a, "lookupd_http_addresses")
+        if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
+            raise ValueError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
+                             "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
+        _check_options(max_tries=max_tries, lookupd_poll_interval=lookupd_poll_interval,
+                       rdy_redistribute_interval=rdy_redistribute_interval,
+                       reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
+                       max_requeue_delay=max_requeue_delay, drain_timeout=drain_timeout)
+        self.max_tries = max_tries
+        self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
+        self.lookupd_connect_timeout = lookupd_connect_timeout
+        self.lookupd_request_timeout = lookupd_request_timeout
+        self.rdy_redistribute_interval = rdy_redistribute_interval
+        self.reconnect_initial, self.reconnect_max = reconnect_initial, reconnect_max
+        self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        self.max_backoff_duration = max_backoff_duration
+        self.max_requeue_delay_ms = round(max_requeue_delay * 1000)
+        self.drain_timeout = drain_timeout
+        self.config = ConnectionConfig.from_options(**connection_options)
+        self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
+        make_poller = None
+        if self.lookupd_http_addresses:
+            def make_poller(on_producers: Callable[[set[Producer]], Any]) -> LookupdPoller:
+                return LookupdPoller(
+                    self.lookupd_http_addresses, self.topic, on_producers,
+                    lookupd_poll_interval, lookupd_poll_jitter, lookupd_connect_timeout,
+                    lookupd_request_timeout, name=self.name)
+            make_poller(lambda p: None)  # validates poll/jitter/timeouts now, not on the loop
+
+        self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
+        self._dedup_key = dedup_gate.key if dedup_gate is not None else None
+
+        if message_handler is not None and batch_handler is not None:
+            raise ValueError("give message_handler or batch_handler, not both")
+        if batch_handler is not None and not callable(batch_handler):
+            raise TypeError("batch_handler must be callable")
+        self.message_handler: MessageHandler | None = None
+        self.batch_handler: BatchHandler | None = batch_handler
+
+        # the parts
+        self._bridge = LoopBridge(f"[{self.name}] the Reader is closed; these messages will "
+                                  "be redelivered by nsqd after their timeout")
+        self._tasks = TaskGroup(self.name)
+        self._policy = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
+        self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
+        self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
+                                self.max_requeue_delay_ms, dedup=dedup_gate)
+        self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
+                              self.name, dedup_gate)
+        self._pull = PullQueue(self._answers)
+        self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
+                          policy=self._policy, answers=self._answers, bridge=self._bridge,
+                          tasks=self._tasks, name=self.name, direct=direct,
+                          make_poller=make_poller,
+                          rdy_redistribute_interval=rdy_redistribute_interval,
+                          reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
+                          on_messages=self._on_messages, on_blocks=self._on_blocks,
+                          on_link_lost=self._pull.drop_link)
+        self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
+                                           self._bridge, self.name)
+        self._answers.on_result = self._backoff_timer.record
+        self._strategy: handlers.Strategy = handlers.not_started
+
+        self._mode: str | None = None  # "handler", "pull"
+        self._started = False
+        self._closing = False
+        self._closed = False
+        self._closed_event: asyncio.Event | None = None
+        self._close_future: Any = None
+        self._thread: Any = None
+        self._start_lock = threading.Lock()  # two threads' first get_batch: one loop
+        register(self)
+        if message_handler is not None:
+            self.set_message_handler(message_handler)
+        elif batch_handler is not None:
+            self._schedule_start()
+
+    # ------------------------------------------------------------------------------------
+    # pynsq-compatible surface
+
+    def set_message_handler(self, message_handler: MessageHandler) -> None:
+        """Set the per-message handler (pynsq); the Reader starts on the current IO loop."""
+        if not callable(message_handler):
+            raise TypeError("message_handler must be callable")
+        if self._mode == "pull":
+            raise NSQError(f"[{self.name}] this Reader is already in pull mode "
+                           "(get_batch was called); make another Reader for a handler")
+        self.message_handler = message_handler
+        self._schedule_start()
+
+    def process_message(self, message: Message) -> Any:
+        """Runs the handler for one message (pynsq: override to change how it is called)."""
+        assert self.message_handler is not None
+        return self.message_handler(message)
+
+    def preprocess_message(self, message: Message) -> Message:
+        """pynsq hook: transform a message before validation (default: unchanged)."""
+        return message
+
+    def validate_message(self, message: Message) -> bool:
+        """pynsq hook: False finishes the message without handling it (default: True)."""
+        return True
+
+    def giving_up(self, message: Message) -> None:
+        """Called for a message delivered more than ``max_tries`` times, before it is
+        finished. Override it to keep the message somewhere (default: a warning log); if it
+        raises, the message is requeued instead (as in pynsq) and comes back here."""
+        log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
+                    self.name, message.id.decode("ascii", "replace"), message.attempts,
+                    self.max_tries, message.body[:200])
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._policy.max_in_flight
+
+    @property
+    def total_rdy(self) -> int:
+        return self._policy.total_rdy
+
+    @property
+    def conns(self) -> dict[str, Connection]:
+        """``address -> Connection`` of the subscribed connections (pynsq)."""
+        return {s.address: s.conn for s in self._pool.subscribed() if s.conn is not None}
+
+    def is_starved(self) -> bool:
+        """True when some connection has at least 85 % of its RDY count in flight (handed
+        to the application, not answered): a batching handler should process what it
+        buffered, because nsqd sends no more on that connection until messages are
+        answered (the guide's definition)."""
+        return self._policy.is_starved()
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change ``max_in_flight`` at runtime (any thread); 0 pauses the Reader."""
+        if not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) \
+                or max_in_flight < 0:
+            raise ValueError(f"max_in_flight must be an int >= 0, got {max_in_flight!r}")
+        if not self._bridge.bound:
+            self._policy.set_max_in_flight(max_in_flight)  # no connection yet
+            return
+        self._call_on_loop(lambda: self._pool.apply(self._policy.set_max_in_flight(max_in_flight)))
+
+    def connect_to_nsqd(self, host: str, port: int) -> None:
+        """Connect to one more nsqd (pynsq); not reconnected if it drops."""
+        self._call_on_loop(lambda: self._pool.connect_to(host, int(port)))
+
+    def query_lookupd(self) -> None:
+        """Poll the lookupds now (pynsq)."""
+        if self._pool.poller is not None:
+            self._call_on_loop(self._pool.query_lookupd)
+
+    def _call_on_loop(self, fn: Callable[[], Any]) -> None:
+        if not self._bridge.bound:
+            raise NSQError(f"[{self.name}] the Reader is not running yet (call nsq_spark.run(), "
+                           "or use the pull API)")
+        self._bridge.call(fn)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the Reader runs on (None before it starts)."""
+        return self._bridge.loop
+
+    # ------------------------------------------------------------------------------------
+    # starting
+
+    def _schedule_start(self) -> None:
+        # pynsq's way: on the current IO loop, once it runs (nsq.run())
+        if not self._started and self._mode != "pull":
+            current_ioloop().add_callback(self._start_handler_mode)
+
+    def _start_handler_mode(self) -> None:
+        if self._started or self._closing or self._mode == "pull":
+            return
+        if self.message_handler is None and self.batch_handler is None:
+            return
+        self._started = True
+        self._mode = "handler"
+        self._bind()
+        self._strategy = self._choose_strategy()
+        self._pool.start()
+
+    def _bind(self) -> None:
+        self._bridge.bind()
+        self._closed_event = asyncio.Event()
+        log.info("[%s] starting reader for %s/%s (max_in_flight %d)", self.name, self.topic,
+                 self.channel, self._policy.max_in_flight)
+
+    def _choose_strategy(self) -> handlers.Strategy:
+        """Once, not per message; pynsq's subclass hooks cost only when overridden."""
+        cls = type(self)
+        return handlers.choose(
+            message_handler=self.message_handler, batch_handler=self.batch_handler,
+            process=(self.process_message
+                     if cls.process_message is not Reader.process_message else None),
+            preprocess=(self.preprocess_message
+                        if cls.preprocess_message is not Reader.preprocess_message else None),
+            validate=(self.validate_message
+                      if cls.validate_message is not Reader.validate_message else None),
+            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
+
+    # ------------------------------------------------------------------------------------
+    # deliveries (loop thread, once per read chunk)
+
+    def _on_messages(self, link: Link, msgs: list[Message]) -> None:
+        msgs = self._intake.messages(link, msgs)
+        if msgs:
+            self._strategy(link, msgs)
+        else:
+            self._answers.flush()
+
+    def _on_blocks(self, link: Link, blocks: list[MessageBlock]) -> None:
+        self._pull.put_blocks(link, self._intake.blocks(link, blocks))
+
+    # ------------------------------------------------------------------------------------
+    # pull API
+
+    def _ensure_pull(self, blocks: bool = False) -> None:
+        if self._mode == "pull" and self._thread is not None and self._pool.blocks == blocks:
+            return
+        with self._start_lock:
+            self._start_pull(blocks)
+
+    def _start_pull(self, blocks: bool) -> None:
+        if self._mode == "handler" or self.message_handler is not None \
+                or self.batch_handler is not None:
+            raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks are for "
+                           "Readers without a message_handler or batch_handler")
+        if self._closing:
+            raise NSQError(f"[{self.name}] the Reader is closed")
+        if self._thread is not None:
+            if self._pool.blocks == blocks:
+                return  # another thread started it meanwhile
+            has = "MessageBlocks (get_blocks)" if self._pool.blocks else "messages (get_batch)"
+            raise NSQError(f"[{self.name}] this Reader hands out {has}, not both messages "
+                           "and MessageBlocks: use one Reader for each")
+        if blocks and self._dedup is not None:
+            raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
+                           "get_blocks hands out raw blocks (deduplicate their ids "
+                           "downstream, as the Spark connector does)")
+        self._mode = "pull"
+        self._pool.blocks = blocks
+        self._started = True
+        self._strategy = self._pull.put_messages
+
+        def setup() -> None:
+            self._bind()
+            self._pool.start()
+
+        async def main() -> None:
+            assert self._closed_event is not None
+            await self._closed_event.wait()
+
+        def on_exit() -> None:
+            self._closed = True
+            self._pull.stop()
+
+        self._thread = start_loop_thread(setup, main, f"nsq-reader[{self.name}]", on_exit)
+
+    def start(self, blocks: bool = False) -> "Reader":
+        """Start a pull-mode Reader's background loop now (get_batch also does; with
+        ``blocks=True``, for get_blocks)."""
+        self._ensure_pull(blocks)
+        return self
+
+    def get_batch(self, max_messages: int = 1000, timeout: float = 1.0) -> list[Message]:
+        """Up to ``max_messages`` messages, waiting at most ``timeout`` seconds for the
+        first; ``[]`` if none came. Every returned message must be answered (``finish`` or
+        ``requeue``, here or per message); nsqd sends no more than ``max_in_flight``
+        unanswered messages."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        self._ensure_pull()
+        return self._pull.get_messages(max_messages, timeout)
+
+    def get_blocks(self, max_messages: int = 10000, timeout: float = 1.0
+                   ) -> list[MessageBlock]:
+        """Like :meth:`get_batch`, but the messages come as MessageBlocks (no object per
+        message), ``max_messages`` in all at most; ``[]`` if none came within ``timeout``
+        seconds. Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        self._ensure_pull(blocks=True)
+        return self._pull.get_blocks(max_messages, timeout)
+
+    def iter_batches(self, max_messages: int = 1000, timeout: float = 1.0
+                     ) -> Iterator[list[Message]]:
+        """Yield non-empty batches until none came for ``timeout`` seconds, or the Reader
+        closed. Answer each batch before (or while) asking for the next."""
+        while True:
+            batch = self.get_batch(max_messages, timeout)
+            if not batch:
+                return
+            yield batch
+
+    def finish(self, messages: Iterable[Message]) -> None:
+        """FIN many messages at once (any thread)."""
+        self._answers.bulk(messages, FIN, None, True)
+
+    def requeue(self, messages: Iterable[Message], delay_ms: int | None = None,
+                backoff: bool = True) -> None:
+        """REQ many messages at once (any thread) after ``delay_ms`` MILLISECONDS (unlike
+        :meth:`Message.requeue`, whose pynsq ``delay`` is in seconds); None: the default
+        policy (``requeue_delay * attempts`` seconds, capped by ``max_requeue_delay``)."""
+        self._answers.bulk(messages, REQ, delay_ms, backoff)
+
+    def finish_blocks(self, blocks: Iterable[MessageBlock]) -> None:
+        """FIN every message of ``blocks`` (any thread)."""
+        self._answers.bulk_blocks(blocks, FIN, None, True, self._pull.answered_blocks)
+
+    def requeue_blocks(self, blocks: Iterable[MessageBlock], delay_ms: int | None = None,
+                       backoff: bool = True) -> None:
+        """REQ every message of ``blocks`` (any thread) after ``delay_ms`` milliseconds;
+        None: the default policy, per message, as :meth:`requeue`."""
+        self._answers.bulk_blocks(blocks, REQ, delay_ms, backoff, self._pull.answered_blocks)
+
+    # ------------------------------------------------------------------------------------
+    # stats
+
+    # counters (read from any thread)
+    messages_received = property(lambda self: self._pool.messages_received)
+    finished = property(lambda self: self._answers.finished)
+    requeued = property(lambda self: self._answers.requeued)
+    given_up = property(lambda self: self._intake.given_up)
+    duplicates = property(lambda self: self._dedup.duplicates if self._dedup else 0)
+    dropped_responses = property(lambda self: self._answers.dropped_responses)
+
+    def stats(self) -> dict[str, Any]:
+        """Per connection RDY, in flight, finished, requeued; totals; backoff state."""
+        return self._bridge.result(self._stats, timeout=2.0)
+
+    def _stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "topic": self.topic, "channel": self.channel,
+            "mode": self._mode, "max_in_flight": self._policy.max_in_flight,
+            "total_rdy": self._policy.total_rdy, "in_flight": self._policy.in_flight,
+            "rdy_mode": self._policy.mode, "backoff": self._backoff.state(),
+            "messages_received": self.messages_received, "finished": self.finished,
+            "requeued": self.requeued, "given_up": self.given_up,
+            "duplicates": self.duplicates, "dropped_responses": self.dropped_responses,
+            "pull_queued": self._pull.queued, "connections": self._pool.connection_stats(),
+            "lookupd": self._pool.lookupd_stats(),
+        }
+
+    # ------------------------------------------------------------------------------------
+    # closing
+
+    def close(self, timeout: float | None = None) -> Any:
+        """Stop consuming and answer everything (see the module doc).
+
+        From a thread other than the loop's (pull mode, scripts) it blocks until done (at
+        most ``timeout`` seconds, default ``drain_timeout`` plus 10). On the loop thread
+        (handler mode, e.g. inside a handler) it starts closing and returns a Future."""
+        bridge = self._bridge
+        if not bridge.bound or not self._started:
+            self._closing = self._closed = True
+            self._pull.stop()
+            return None
+        if bridge.on_loop_thread():
+            if self._close_future is None:
+                self._close_future = asyncio.ensure_future(self._aclose())
+            return self._close_future
+        if not bridge.usable:
+            return None
+        wait = self.drain_timeout + 10 if timeout is None else timeout
+        if not bridge.run_coroutine(self.aclose(), wait):
+            log.warning("[%s] close did not finish within %.1fs", self.name, wait)
+        if self._thread is not None:
+            self._thread.join(wait)
+        return None
+
+    async def aclose(self) -> None:
+        """Close from a coroutine on the Reader's loop (or use :meth:`close`)."""
+        if self._close_future is None:
+            self._close_future = asyncio.ensure_future(self._aclose())
+        await asyncio.shield(self._close_future)
+
+    async def _aclose(self) -> None:
+        answers = self._answers
+        self._closing = self._intake.closing = True
+        log.info("[%s] closing (%d connections)", self.name, len(self._pool.links))
+        self._pull.stop()
+        self._backoff_timer.stop()
+        # 1. stop deliveries: RDY 0 and CLS (nsqd answers CLOSE_WAIT and sends no more)
+        links = await self._pool.stop_deliveries()
+        # 2. let in-flight handlers finish (handler mode); pulled messages are not waited for
+        if self._mode == "handler":
+            deadline = time.monotonic() + self.drain_timeout
+            while any(s.outstanding for s in links) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        answers.drain_cross_thread()  # answers already on their way from other threads
+        # 3. requeue whatever is still unanswered, at once
+        n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
+        if n_req:
+            log.info("[%s] requeued %d unanswered messages on close", self.name, n_req)
+        answers.flush()
+        # 4. answers given from other threads up to now (bulk ones arrive as loop callbacks,
+        # single ones through the ledger's queue): let the callbacks run, drain, flush, and
+        # only then close the sockets (Connection.close still sends what is queued)
+        await asyncio.sleep(0)
+        answers.drain_cross_thread()
+        answers.flush()
+        await self._pool.close_all()
+        self._closed = True
+        self._pull.stop()
+        if self._closed_event is not None:
+            self._closed_event.set()
+        log.info("[%s] closed", self.name)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<Reader {self.name} mode={self._mode} conns={len(self._pool.links)} "
+                f"max_in_flight={self._policy.max_in_flight}>")
+
+
+def _check_options(*, max_tries: Any, max_requeue_delay: Any, drain_timeout: Any,
+                   **positive_seconds: Any) -> None:
+    if not isinstance(max_tries, int) or max_tries < 0:
+        raise ValueError(f"max_tries must be an int >= 0 (0: never give up), got {max_tries!r}")
+    for label, value in positive_seconds.items():
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
+    if not isinstance(max_requeue_delay, (int, float)) or max_requeue_delay < 0:
+        raise ValueError(f"max_requeue_delay must be >= 0 seconds, got {max_requeue_delay!r}")
+    if not isinstance(drain_timeout, (int, float)) or drain_timeout < 0:
+        raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
