@@ -24,9 +24,12 @@ setup: $(VENV)/.installed
 	scripts/install-services
 	scripts/install-docker
 
-# with-docker runs pytest with a private Docker engine for the docker tier (tests/docker),
-# stopped and removed afterwards; without one the tier is skipped with the reason.
+# mypy checks the package's types first (py.typed is shipped, so users' checkers read
+# them). with-docker runs pytest with a private Docker engine for the docker tier
+# (tests/docker), stopped and removed afterwards; without one the tier is skipped with the
+# reason.
 test: setup
+	$(PY) -m mypy -p nsq_spark
 	scripts/with-docker $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
