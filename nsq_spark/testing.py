@@ -604,8 +604,8 @@ def _nsqadmin_args(http_port: int, lookupd_http: list[str], nsqd_http: list[str]
     return [f"--http-address=127.0.0.1:{http_port}", *sources]
 
 
-class _NsqdApi:
-    """Addresses and stats of an nsqd, however it runs."""
+class _LoopbackPorts:
+    """The TCP and HTTP addresses of a server on 127.0.0.1, however it runs."""
 
     tcp_port: int
     http_port: int
@@ -617,6 +617,10 @@ class _NsqdApi:
     @property
     def http_address(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+
+class _NsqdApi(_LoopbackPorts):
+    """Addresses and stats of an nsqd, however it runs."""
 
     def stats(self, topic: str | None = None) -> dict[str, Any]:
         """nsqd's ``/stats`` as JSON (optionally for one topic)."""
@@ -626,19 +630,8 @@ class _NsqdApi:
         return json.loads(_http_get(url))
 
 
-class _LookupdApi:
+class _LookupdApi(_LoopbackPorts):
     """Addresses and registrations of an nsqlookupd, however it runs."""
-
-    tcp_port: int
-    http_port: int
-
-    @property
-    def tcp_address(self) -> str:
-        return f"127.0.0.1:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
 
     def nodes(self) -> list[dict[str, Any]]:
         """The producers this lookupd knows (``/nodes``)."""
