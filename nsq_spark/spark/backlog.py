@@ -8,7 +8,7 @@ uses ``nsqdHttpAddresses`` if given.
 
 The channel: a channel that does not exist has no depth, and nsqd copies a topic's
 messages only into the channels that exist. So the driver creates the query's channel
-(``POST /channel/create``, which creates the topic too) on every nsqd it knows, once per
+(``POST /topic/create`` and ``/channel/create``) on every nsqd it knows, once per
 nsqd and reader -- at query start and on every nsqd that appears later -- so that what
 is published after the query starts waits on the channel and shows in its ``depth``.
 
@@ -99,12 +99,15 @@ def lookup_nsqd_http(lookupd_http_addresses: list[str], topic: str) -> set[str]:
 
 
 def create_channel(http_address: str, topic: str, channel: str) -> None:
-    """``POST /channel/create`` on one nsqd (creates the topic as well); raises on error."""
-    q = urllib.parse.urlencode({"topic": topic, "channel": channel})
-    req = urllib.request.Request(f"http://{http_address}/channel/create?{q}", data=b"",
-                                 method="POST")
-    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
-        resp.read()
+    """``POST /topic/create`` then ``/channel/create`` on one nsqd (both are no-ops when
+    it exists; nsqd answers 404 to the second without the first); raises on error."""
+    for path, args in (("topic", {"topic": topic}),
+                       ("channel", {"topic": topic, "channel": channel})):
+        req = urllib.request.Request(
+            f"http://{http_address}/{path}/create?{urllib.parse.urlencode(args)}", data=b"",
+            method="POST")
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
+            resp.read()
 
 
 def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:

@@ -121,8 +121,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.spool_path = normalize_spool_path(self.opts.spool_path)
         self._nsqds = _nsqds(self.opts)
         self._started = False
-        self._markers: dict[str, str] = {}  # query token -> marker written by this driver
-        self._committed: tuple[str, int] | None = None  # (query, batch) Spark committed
+        self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
         self._available_now = False
         self._an_target: int | None = None
         self._an_fetched = 0
@@ -182,14 +181,14 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = self.opts.max_messages_per_trigger
         self._start()
         batch = int(start["batch"])
-        # Spark asks for the next batch only after the sink committed this one
-        self._committed = (start["query"], batch)
         if self._available_now and batch > 0 and batch not in self._an_counted:
             # what the previous batch really fetched (tasks may fetch less than planned)
             self._an_counted.add(batch)
             rows = self._rows_of(start["query"], batch) or 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
+        # Spark asks for the next batch only after the sink committed this one
+        self._tidy(start["query"], batch)
         backlog = self._backlog()
         if backlog is None:
             # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
@@ -214,9 +213,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         batch = int(end["batch"])
         query = end["query"]
-        marker = self._markers.get(query)
-        if marker is None:
-            marker = self._markers[query] = self._spool(query).write_marker()
+        marker = self._spool(query).write_marker(batch)
         shares = split_shares(int(end.get("size", 0)), self.opts.num_partitions)
         return [NSQPartition(query, batch, i, s, marker) for i, s in enumerate(shares)]
 
@@ -233,22 +230,18 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("commit %s: could not delete the spool under %s: %s",
                         end, self.spool_path, exc)
 
+    def _tidy(self, query: str, batch: int) -> None:
+        if batch <= 0 or self._tidied == (query, batch):
+            return
+        self._tidied = (query, batch)
+        try:
+            self._spool(query).tidy(batch)
+        except Exception as exc:  # the data is safe; stale spool only costs space
+            log.warning("could not delete the spool of committed batches under %s: %s",
+                        self.spool_path, exc)
+
     def stop(self) -> None:
-        """Clean stop: drop the spool of what Spark committed, the marker, and the
-        query's directory when nothing else is in it. A batch Spark did not commit keeps
-        its spool: a restart from the checkpoint replays it."""
-        queries = set(self._markers)
-        if self._committed is not None:
-            queries.add(self._committed[0])
-        for query in queries:
-            spool = self._spool(query)
-            try:
-                if self._committed is not None and self._committed[0] == query:
-                    spool.delete_upto(self._committed[1])
-                spool.finish(self._markers.get(query))
-            except Exception as exc:  # the data is safe; stale spool only costs space
-                log.warning("stop: could not clean the spool of query %s under %s: %s",
-                            query, self.spool_path, exc)
+        pass
 
     # -- executors -----------------------------------------------------------------------
 

@@ -179,7 +179,7 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     is the driver's shared-spool marker: a task that cannot see it fails (SpoolError).
     """
     if marker is not None:
-        spool.check_marker(marker)
+        spool.check_marker(batch, marker)
     timer = _Timer()
     part = spool.partition(batch, index)
     done = part.completion()

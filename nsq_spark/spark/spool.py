@@ -39,12 +39,15 @@ attempt finds the same directory:
 5. When the share is reached, or no message came for ``idleTimeout``, or
    ``maxFetchPeriod`` has passed, the task writes ``_COMPLETE`` (same no-replace rule;
    if another attempt wrote one first, the task follows that one).
-6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``; a clean
-   ``stop()`` deletes the batches Spark has committed (those before the last
-   ``latestOffset`` start) and the query's directory if it is then empty.
+6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
+   asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
+   the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
+   not outlive the next trigger, and the query's directory goes when it is empty (an
+   idle query leaves nothing). A batch Spark did not commit keeps its spool, so that a
+   restart from the checkpoint replays it.
 
-The spool must be *shared*: when the driver plans the query's first batch it writes a
-marker ``<query token>/_driver-<token>``, and every fetch task checks that it sees it,
+The spool must be *shared*: when the driver plans a batch it writes a marker
+``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
 failing with :class:`SpoolError` ("the spool must be shared storage reachable from every
 executor") if not -- a per-node local disk would otherwise lose the spool of a node that
 dies and make replays fetch anew.
@@ -84,7 +87,7 @@ FLUSH_INTERVAL = 2.0
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 COMPLETE = "_COMPLETE"
-MARKER_PREFIX = "_driver-"
+MARKER = "_DRIVER"
 
 
 class SpoolError(RuntimeError):
@@ -297,42 +300,41 @@ class Spool:
 
     # -- the shared-storage marker ----------------------------------------------------------
 
-    def write_marker(self) -> str:
-        """Driver, when it plans this query's first batch: a marker file every fetch task
-        must see (:meth:`check_marker`); returns its name."""
-        name = f"{MARKER_PREFIX}{uuid.uuid4().hex}"
-        self.fs.makedirs(self.query_dir())
-        self.fs.create_exclusive(self.fs.join(self.query, name), b"nsq-spark spool marker")
-        return name
+    def write_marker(self, batch: int) -> str:
+        """Driver, when it plans ``batch``: a marker file in the batch's directory that
+        every fetch task of the batch must see (:meth:`check_marker`); returns its name.
+        It goes away with the batch's spool."""
+        self.fs.makedirs(self.batch_dir(batch))
+        # False: already there (a batch planned again after a restart); fine either way
+        self.fs.create_exclusive(f"{self.batch_dir(batch)}/{MARKER}", b"nsq-spark driver")
+        return MARKER
 
-    def check_marker(self, name: str) -> None:
+    def check_marker(self, batch: int, name: str = "") -> None:
         """Executor: the driver's marker must be visible here, or the spool is not shared."""
-        path = self.fs.join(self.query, name)
+        path = f"{self.batch_dir(batch)}/{name or MARKER}"
         try:
             seen = self.fs.exists(path)
         except Exception as exc:
             raise SpoolError(f"option 'spoolPath': cannot read {self.spool_path!r} from this "
                              f"executor (host {socket.gethostname()}): {exc}; the spool must "
-                             "be shared storage reachable, with its credentials, from the "
-                             "driver and every executor") from exc
+                             "be shared storage reachable from every executor, with its "
+                             "credentials (spark.executorEnv.*)") from exc
         if not seen:
             raise SpoolError(
                 f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
-                f"the marker {path!r} the driver wrote at query start, so {self.spool_path!r} "
-                "is not the same storage here as on the driver. The spool must be shared "
-                "storage reachable from every executor (HDFS, S3, GCS, or a network "
-                "filesystem mounted at the same path everywhere), not a local disk")
+                f"the marker {path!r} the driver wrote when it planned the batch, so "
+                f"{self.spool_path!r} is not the same storage here as on the driver. The "
+                "spool must be shared storage reachable from every executor (HDFS, S3, GCS, "
+                "or a network filesystem mounted at the same path everywhere), not a local "
+                "disk")
 
-    def finish(self, marker: str | None) -> None:
-        """Driver, at a clean stop: remove the marker, and the query's directory if
-        nothing else is left in it."""
-        names = self.fs.listdir(self.query_dir())
-        # this driver's marker, and any a crashed driver of the same query left
-        for name in names:
-            if name.startswith(MARKER_PREFIX) or name == marker:
-                self.fs.remove(self.fs.join(self.query, name))
+    def tidy(self, committed: int) -> int:
+        """Driver: delete the spool of batches <= ``committed`` (Spark committed them),
+        and the query's directory once nothing is left in it; how many batches."""
+        n = self.delete_upto(committed)
         if not self.fs.listdir(self.query_dir()):
             self.fs.rmtree(self.query_dir())
+        return n
 
     def batches(self) -> list[int]:
         out = []

@@ -427,20 +427,21 @@ def test_a_task_that_cannot_see_the_driver_marker_fails_saying_shared(tmp_path):
     from nsq_spark.spark.spool import SpoolError
 
     driver = Spool(str(tmp_path / "driver-disk"), "q9")
-    marker = driver.write_marker()
+    marker = driver.write_marker(1)
     executor = Spool(str(tmp_path / "executor-disk"), "q9")  # another node's local disk
     with pytest.raises(SpoolError, match="shared storage reachable from every executor"):
         list(fetch_stream_partition(read_opts(tmp_path), executor, 1, 0, 1,
                                     lambda _: pytest.fail("must not fetch"), marker=marker))
-    driver.check_marker(marker)  # the driver's own view is fine
+    driver.check_marker(1, marker)  # the driver's own view is fine
 
 
-def test_a_clean_stop_leaves_no_empty_query_directory(tmp_path):
+def test_committed_batches_leave_no_directory_behind(tmp_path):
     spool = Spool(str(tmp_path), "q10")
     spool.check_writable()
     assert os.listdir(tmp_path) == []  # the start-up probe leaves nothing behind
-    marker = spool.write_marker()
+    spool.write_marker(1)
     spool.partition(1, 0).complete(0, 0)
-    spool.delete_upto(1)
-    spool.finish(marker)
+    spool.write_marker(2)
+    assert spool.tidy(1) == 1 and spool.batches() == [2]  # batch 2 is not committed yet
+    assert spool.tidy(2) == 1
     assert os.listdir(tmp_path) == []
