@@ -398,7 +398,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
                 "option 'maxAttempts' needs somewhere to put the messages over it: set "
                 "'deadLetterPath' (a directory or pyarrow filesystem URI) or 'spoolPath' "
                 "(they then go under <spoolPath>/_dead_letter)")
-        dead_letter = spool.rstrip("/") + "/_dead_letter"
+        base, sep, query = spool.partition("?")  # keep a URI's options (endpoint_override=)
+        dead_letter = base.rstrip("/") + "/_dead_letter" + sep + query
     return ReadOptions(
         topic=topic, channel=channel, nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
