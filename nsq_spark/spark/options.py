@@ -3,7 +3,9 @@
 Spark hands data source options over case-insensitively (a plain dict whose keys may
 arrive lower-cased), so every lookup here ignores case. Options use camelCase like
 Spark's Kafka source. Every problem is reported at query start, in one error that names
-the option and says how to fix it.
+the option and says how to fix it: an unknown option names the closest known one
+(``difflib``), an option that only works with another one (``NEEDS``) says which.
+Addresses follow the one address rule (:mod:`nsq_spark.addresses`).
 
 Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 
@@ -15,8 +17,9 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``lookupdHttpAddresses``   comma-separated ``host:port`` of nsqlookupd HTTP listeners.
                            Exactly one of the two.
 ``nsqdHttpAddresses``      optional, with ``nsqdTcpAddresses``: the same nsqds' HTTP
-                           listeners, used by the driver to read the channel's depth from
-                           ``/stats`` so that no micro-batch starts when nothing is queued.
+                           listeners, used by the driver to create the channel at query
+                           start and to read its depth from ``/stats`` so that no
+                           micro-batch starts when nothing is queued.
                            With lookupd the HTTP ports come from lookupd. Without either,
                            every trigger starts a batch that ends after ``idleTimeout``.
 ``maxInFlight``            messages in flight per fetch task (default 2500, nsqd's default
