@@ -14,7 +14,9 @@ is published after the query starts waits on the channel and shows in its ``dept
 
 The backlog of one nsqd is the channel's ``depth`` (memory + disk queue, excluding
 in-flight and deferred messages, which come back to ``depth`` when they time out or
-their delay ends); before the channel exists, the topic's depth.
+their delay ends) plus the topic's ``depth``: messages nsqd has not yet copied into the
+channels, which a channel created a moment ago gets over the next seconds (nsqd copies a
+disk-queued backlog gradually; the channel's depth alone would be a fraction of it).
 
 Reachability (:func:`check_reachable`): at query start, and for every batch read, the
 driver must reach at least one nsqd (a V2 handshake on a TCP address, an HTTP answer
@@ -123,10 +125,14 @@ def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
     for t in topics:
         if t.get("topic_name") != topic:
             continue
+        # the topic's own depth is what nsqd has not yet copied into its channels: it
+        # goes to this channel too (it exists, or its SUB creates it). Right after the
+        # channel was created that is most of a disk-queued backlog.
+        depth = int(t.get("depth", 0))
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
-                return int(c.get("depth", 0))
-        return int(t.get("depth", 0))
+                return depth + int(c.get("depth", 0))
+        return depth
     return 0
 
 
