@@ -32,6 +32,7 @@ import json
 import logging
 import socket
 import struct
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 
 HTTP_TIMEOUT = 2.0
 TCP_TIMEOUT = 3.0
+# Seconds Trigger.AvailableNow waits at most for nsqd to copy a topic's queue into a
+# channel created a moment ago before it measures the backlog.
+SETTLE_TIMEOUT = 15.0
 
 T = TypeVar("T")
 
@@ -112,8 +116,9 @@ def create_channel(http_address: str, topic: str, channel: str) -> None:
             resp.read()
 
 
-def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
-    """The channel's backlog on one nsqd; None if that nsqd did not answer."""
+def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
+    """``(topic depth, channel depth)`` on one nsqd; None if that nsqd did not answer.
+    The topic's depth is what nsqd has not yet copied into its channels."""
     url = (f"http://{http_address}/stats?format=json&include_clients=false"
            f"&topic={urllib.parse.quote(topic)}")
     try:
@@ -125,15 +130,18 @@ def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
     for t in topics:
         if t.get("topic_name") != topic:
             continue
-        # the topic's own depth is what nsqd has not yet copied into its channels: it
-        # goes to this channel too (it exists, or its SUB creates it). Right after the
-        # channel was created that is most of a disk-queued backlog.
-        depth = int(t.get("depth", 0))
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
-                return depth + int(c.get("depth", 0))
-        return depth
-    return 0
+                return int(t.get("depth", 0)), int(c.get("depth", 0))
+        return int(t.get("depth", 0)), 0
+    return 0, 0
+
+
+def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
+    """The channel's backlog on one nsqd (topic depth included: it goes to this channel
+    too, which exists or is created by its SUB); None if that nsqd did not answer."""
+    depths = nsqd_depths(http_address, topic, channel)
+    return None if depths is None else sum(depths)
 
 
 def probe_nsqd_tcp(address: str) -> None:
@@ -256,6 +264,27 @@ class Nsqds:
         return sum(d for d in depths if d is not None)
 
 
+    def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
+        """The backlog once nsqd has copied the topic's queue into the channels (at most
+        ``timeout`` seconds): while it copies, a message or two is in neither count, and
+        ``Trigger.AvailableNow`` would stop short of them. A channel created a moment ago
+        on a disk-queued backlog is the case this waits for."""
+        if not self.can_measure:
+            return None
+        deadline = time.monotonic() + timeout
+        while True:
+            targets, _ = self._targets()
+            if not targets:
+                return 0
+            self.ensure_channel(targets)
+            with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+                depths = [d for d in pool.map(
+                    lambda a: nsqd_depths(a, self.topic, self.channel), targets) if d]
+            if not any(t for t, _ in depths) or time.monotonic() >= deadline:
+                return sum(t + c for t, c in depths)
+            time.sleep(0.2)
+
+
 def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
             lookupd_http_addresses: list[str]) -> int | None:
     """Messages waiting on the channel across nsqds; None when nothing could be asked."""
@@ -263,4 +292,4 @@ def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
 
 
 __all__ = ["Nsqds", "backlog", "create_channel", "lookup", "lookup_nsqd_http", "nsqd_depth",
-           "probe_nsqd_tcp"]
+           "nsqd_depths", "probe_nsqd_tcp"]

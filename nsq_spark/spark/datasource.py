@@ -161,7 +161,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
         self._start()
-        self._an_target = self._backlog()
+        self._an_target = self._nsqds.settled_backlog()
         self._an_fetched = 0
         self._an_counted = set()
         self._an_empty = 0
