@@ -104,7 +104,10 @@ def test_stream_available_now_reads_everything_once(spark, nsq_cluster, tmp_path
     assert q.exception() is None
     batches = [p for p in q.recentProgress if p["numInputRows"]]
     assert len(batches) >= 3  # the read limit split the 6000 messages
-    assert all(p["numInputRows"] <= 2500 for p in q.recentProgress)
+    # the read limit is a target: a task spools what nsqd sent before its lowered RDY
+    # took effect rather than requeue it, at most maxInFlight per task (2 tasks)
+    sizes = [p["numInputRows"] for p in q.recentProgress]
+    assert all(n <= 2500 + 2 * 300 for n in sizes), sizes
     out = spark.read.parquet(str(tmp_path / "out"))
     rows = out.collect()
     assert collections.Counter(bodies_of(rows)) == collections.Counter(published)
