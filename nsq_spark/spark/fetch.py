@@ -477,17 +477,12 @@ class _DeadLetterSplit:
                     dead.column("id").to_pylist()[:10])
 
 
-def _wait_subscribed(reader: Any, timeout: float) -> bool:
-    """Wait (bounded) until the Reader has at least one subscribed connection."""
+def _subscribed(reader: Any) -> bool:
+    """Whether the Reader has at least one subscribed connection."""
     stats = getattr(reader, "stats", None)
-    if stats is None:  # a stand-in reader without stats: nothing to wait for
+    if stats is None:  # a stand-in reader without stats
         return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(c.get("state") == "subscribed" for c in stats()["connections"].values()):
-            return True
-        time.sleep(0.01)
-    return False
+    return any(c.get("state") == "subscribed" for c in stats()["connections"].values())
 
 
 def fetch_batch_partition(opts: ReadOptions, share: int,
@@ -509,21 +504,27 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
         remaining = share
         deadline = time.monotonic() + opts.max_fetch_period
         # idleTimeout means "no message while subscribed": on a loaded machine connecting
-        # alone can take longer than a short idleTimeout
-        if not _wait_subscribed(reader, min(FIRST_WAIT, opts.max_fetch_period)):
-            from nsq_spark.errors import ConnectError
-
-            where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses
-                     else f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
-            raise ConnectError(f"the batch read could not subscribe to {opts.topic}/"
-                               f"{opts.channel} on any nsqd of {where} within "
-                               f"{min(FIRST_WAIT, opts.max_fetch_period):.0f} s from host "
-                               f"{os.uname().nodename}: check that they are reachable from "
-                               "the executors")
+        # alone can take longer than a short idleTimeout, so the first wait (which also
+        # starts the Reader) is FIRST_WAIT; nothing then and no subscription is an error
+        first = True
         while remaining > 0 and time.monotonic() < deadline:
-            wait = min(opts.idle_timeout, max(0.0, deadline - time.monotonic()))
+            wait = opts.idle_timeout
+            if first:
+                wait = max(wait, FIRST_WAIT)
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
             got = reader.get_blocks(max_messages=min(opts.spool_chunk_size, remaining),
                                     timeout=wait)
+            if first and not got and not _subscribed(reader):
+                from nsq_spark.errors import ConnectError
+
+                where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}"
+                         if opts.nsqd_tcp_addresses else
+                         f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
+                raise ConnectError(f"the batch read could not subscribe to {opts.topic}/"
+                                   f"{opts.channel} on any nsqd of {where} within "
+                                   f"{wait:.0f} s from host {os.uname().nodename}: check "
+                                   "that they are reachable from the executors")
+            first = False
             if not got:
                 break
             if dedup is not None:
