@@ -445,3 +445,19 @@ def test_committed_batches_leave_no_directory_behind(tmp_path):
     assert spool.tidy(1) == 1 and spool.batches() == [2]  # batch 2 is not committed yet
     assert spool.tidy(2) == 1
     assert os.listdir(tmp_path) == []
+
+
+# -- the one lookupd parser, as the driver and the sink use it ------------------------------
+
+
+def test_lookupd_records_carry_the_http_port():
+    from nsq_spark.lookupd import parse_lookup_response, parse_producer_records
+
+    body = ('{"channels":["a"],"producers":[{"broadcast_address":"10.0.0.1","tcp_port":4150,'
+            '"http_port":4151},{"broadcast_address":"::1","tcp_port":4250,"http_port":4251},'
+            '{"broadcast_address":"h","tcp_port":4350}]}')
+    recs = parse_producer_records(body)
+    assert [r.http_address for r in recs] == ["10.0.0.1:4151", "[::1]:4251", None]
+    assert parse_lookup_response(body) == [("10.0.0.1", 4150), ("::1", 4250), ("h", 4350)]
+    old = '{"status_code":200,"data":{"producers":[{"address":"h","tcp_port":1,"http_port":2}]}}'
+    assert [r.http_address for r in parse_producer_records(old)] == ["h:2"]
