@@ -16,6 +16,7 @@ import collections
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,9 +109,13 @@ def workdir():
 def _install_wheel(workdir: Path) -> Path:
     """Build the wheel of this checkout and install it (no deps) into its own directory;
     returns a python wrapper whose sys.path has that install first."""
-    dist, site = workdir / "dist", workdir / "site"
+    dist, site, src = workdir / "dist", workdir / "site", workdir / "src"
+    # from a clean copy: a build/ left in the checkout could carry stale modules into
+    # the wheel, and the build leaves build/ and *.egg-info behind
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
-                    str(REPO)], check=True, timeout=180)
+                    str(src)], check=True, timeout=180)
     wheel = glob.glob(str(dist / "*.whl"))[0]
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(site), wheel], check=True, timeout=120)
@@ -120,7 +125,7 @@ def _install_wheel(workdir: Path) -> Path:
     return wrapper
 
 
-def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, workdir):
+def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, workdir, monkeypatch):
     import pyarrow.dataset as ds
 
     import pyspark
@@ -147,7 +152,8 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, workdir):
         _wait_http(f"http://127.0.0.1:{s3_port}/moto-api/", 60)
         from pyarrow import fs as pafs
 
-        os.environ.update(S3_ENV)
+        for k, v in S3_ENV.items():  # this process creates the bucket
+            monkeypatch.setenv(k, v)
         pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{s3_port}", scheme="http",
                           region="us-east-1", allow_bucket_creation=True).create_dir("spool")
         spool = (f"s3://spool/nsq?endpoint_override=127.0.0.1:{s3_port}&scheme=http"
