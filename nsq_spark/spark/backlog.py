@@ -33,7 +33,6 @@ import logging
 import socket
 import struct
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
