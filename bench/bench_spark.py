@@ -342,6 +342,10 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
     if tup_s is not None:
         results["ratio_to_tuples_ceiling"] = round(tup_s / nsq_s, 3)
     results["left_on_nsqd"] = left
+    # redeliveries nsqd made during the query (a fetch task stopping at its share used to
+    # requeue what its Reader still held)
+    results["nsqd_requeues"] = sum(c["requeue_count"] for t in depth["topics"]
+                                   for c in t["channels"])
     tasks = [json.load(open(p)) for p in glob.glob(f"{timings_dir}/*.json")]
     for key in ("fetch", "open", "close", "convert", "spool", "spool_write", "handover",
                 "dedup", "cpu"):

@@ -15,6 +15,8 @@ is the alternative when state in the query is not wanted.
 """
 
 import argparse
+import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -33,6 +35,10 @@ def main() -> None:
                     help="drain what is queued now, then stop (for scheduled jobs)")
     args = ap.parse_args()
 
+    # Spark's Python workers run PYSPARK_PYTHON ("python3" if unset), which must have
+    # nsq-spark installed: default to this interpreter (a venv works without activating
+    # it). On a cluster, point it at a Python with the package on every worker.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = SparkSession.builder.appName("nsq-to-parquet").getOrCreate()
     events = (spark.readStream.format("nsq")  # found by pyspark_nsq, no register call
               .option("topic", args.topic).option("channel", args.channel)

@@ -10,6 +10,8 @@ source with ``Trigger.AvailableNow`` (examples/nsq_to_parquet.py --available-now
 """
 
 import argparse
+import os
+import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -23,6 +25,10 @@ def main() -> None:
     ap.add_argument("--max-messages", type=int, default=100_000)
     args = ap.parse_args()
 
+    # Spark's Python workers run PYSPARK_PYTHON ("python3" if unset), which must have
+    # nsq-spark installed: default to this interpreter (a venv works without activating
+    # it). On a cluster, point it at a Python with the package on every worker.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = SparkSession.builder.appName("nsq-batch").getOrCreate()
     df = (spark.read.format("nsq")
           .option("topic", args.topic).option("channel", args.channel)

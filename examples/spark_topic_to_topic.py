@@ -11,6 +11,8 @@ published again, so consumers of the target topic should deduplicate if it matte
 """
 
 import argparse
+import os
+import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -26,6 +28,10 @@ def main() -> None:
     ap.add_argument("--spool", required=True)
     args = ap.parse_args()
 
+    # Spark's Python workers run PYSPARK_PYTHON ("python3" if unset), which must have
+    # nsq-spark installed: default to this interpreter (a venv works without activating
+    # it). On a cluster, point it at a Python with the package on every worker.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = SparkSession.builder.appName("nsq-topic-to-topic").getOrCreate()
     src = (spark.readStream.format("nsq")
            .option("topic", args.source).option("channel", "to_" + args.target)

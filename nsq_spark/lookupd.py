@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import random
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
@@ -33,8 +33,9 @@ from .errors import NSQError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LookupdError", "LookupdPoller", "Producer", "lookup_url", "parse_lookup_response",
-           "next_poll_delay", "producer_address"]
+__all__ = ["LookupdError", "LookupdPoller", "Producer", "ProducerInfo", "lookup_url",
+           "lookup_sync", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
+           "producer_address"]
 
 #: ``(broadcast_address, tcp_port)``: how producers are told apart and united.
 Producer = tuple[str, int]
@@ -76,10 +77,35 @@ def producer_address(producer: Producer) -> str:
     return f"{host}:{port}"
 
 
-def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Producer]:
-    """The producers in a ``/lookup`` answer (nsqlookupd >= 1.0, or the older form with a
-    ``data`` envelope). Raises :class:`LookupdError` if the answer is not a lookup
-    response at all; single malformed producer entries are skipped with a warning."""
+class ProducerInfo(NamedTuple):
+    """One nsqd as a lookupd lists it: where to connect (TCP) and where its HTTP API is."""
+
+    host: str
+    tcp_port: int
+    http_port: int | None
+
+    @property
+    def producer(self) -> Producer:
+        return (self.host, self.tcp_port)
+
+    @property
+    def http_address(self) -> str | None:
+        """``host:http_port`` (IPv6 in brackets), or None if lookupd did not say."""
+        return None if self.http_port is None else producer_address((self.host, self.http_port))
+
+
+def _port(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        return None
+    return value
+
+
+def parse_producer_records(body: bytes | str, source: str = "lookupd") -> list[ProducerInfo]:
+    """The producers in a ``/lookup`` (or ``/nodes``) answer, nsqlookupd >= 1.0 or the
+    older form with a ``data`` envelope. Raises :class:`LookupdError` if the answer is
+    not such a response at all; single malformed producer entries are skipped with a
+    warning. The one parser of lookupd answers: discovery, the Spark driver and the Spark
+    sink all use it."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -91,20 +117,49 @@ def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Pr
     if not isinstance(producers, list):
         raise LookupdError(f"{source} answered JSON without a 'producers' list: "
                            f"{_preview(body)}; is this address an nsqlookupd HTTP port?")
-    out: list[Producer] = []
+    out: list[ProducerInfo] = []
     for p in producers:
         if not isinstance(p, dict):
             log.warning("%s: skipping a producer that is not an object: %r", source, p)
             continue
         host = p.get("broadcast_address") or p.get("address")
-        port = p.get("tcp_port")
-        if (not isinstance(host, str) or not host or isinstance(port, bool)
-                or not isinstance(port, int) or not 0 < port < 65536):
+        port = _port(p.get("tcp_port"))
+        if not isinstance(host, str) or not host or port is None:
             log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
                         source, p)
             continue
-        out.append((host, port))
+        out.append(ProducerInfo(host, port, _port(p.get("http_port"))))
     return out
+
+
+def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Producer]:
+    """The ``(broadcast_address, tcp_port)`` of every producer in a ``/lookup`` answer
+    (see :func:`parse_producer_records`)."""
+    return [r.producer for r in parse_producer_records(body, source)]
+
+
+def lookup_sync(address: str, topic: str, timeout: float = 2.0,
+                path: str = "/lookup") -> list[ProducerInfo]:
+    """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request:
+    the producers; ``[]`` for a topic the lookupd does not know. Raises ``OSError`` for
+    transport errors and :class:`LookupdError` for an answer that is not a lookup
+    response. For code without an event loop (the Spark driver and sink)."""
+    import urllib.error
+    import urllib.request
+
+    url = lookup_url(address, topic)
+    if path != "/lookup":
+        scheme, netloc, _, _, _ = urlsplit(url)
+        url = urlunsplit((scheme, netloc, path, "", ""))
+    req = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404 and b"TOPIC_NOT_FOUND" in (exc.read() or b""):
+            return []
+        raise
+    return parse_producer_records(body, url)
 
 
 def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = None) -> float:

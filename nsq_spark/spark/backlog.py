@@ -1,25 +1,73 @@
-"""How many messages wait on the channel: the driver asks nsqd's HTTP ``/stats``.
+"""The driver's view of the nsqds: which nsqds carry the topic, whether any can be
+reached, the channel created on each, and how many messages wait on the channel.
 
-With ``lookupdHttpAddresses`` the nsqds holding the topic come from every lookupd's
-``/lookup?topic=``; with ``nsqdTcpAddresses`` the driver needs ``nsqdHttpAddresses``.
+Discovery: with ``lookupdHttpAddresses`` the nsqds holding the topic (and their HTTP
+ports) come from every lookupd's ``/lookup?topic=`` (parsed by the one lookupd parser,
+:func:`nsq_spark.lookupd.parse_producer_records`); with ``nsqdTcpAddresses`` the driver
+uses ``nsqdHttpAddresses`` if given.
+
+The channel: a channel that does not exist has no depth, and nsqd copies a topic's
+messages only into the channels that exist. So the driver creates the query's channel
+(``POST /topic/create`` and ``/channel/create``) on every nsqd it knows, once per
+nsqd and reader -- at query start and on every nsqd that appears later -- so that what
+is published after the query starts waits on the channel and shows in its ``depth``.
+
 The backlog of one nsqd is the channel's ``depth`` (memory + disk queue, excluding
 in-flight and deferred messages, which come back to ``depth`` when they time out or
-their delay ends); before the channel exists, the topic's depth (nsqd hands those
-messages to the channel when it is created).
+their delay ends) plus the topic's ``depth``: messages nsqd has not yet copied into the
+channels, which a channel created a moment ago gets over the next seconds (nsqd copies a
+disk-queued backlog gradually; the channel's depth alone would be a fraction of it).
+
+Reachability (:func:`check_reachable`): at query start, and for every batch read, the
+driver must reach at least one nsqd (a V2 handshake on a TCP address, an HTTP answer
+from a listed or discovered nsqd) and, with lookupd, at least one lookupd must answer.
+Otherwise :class:`~nsq_spark.errors.ConnectError` names every address tried and what
+each answered, after at most ``HTTP_TIMEOUT`` / ``TCP_TIMEOUT`` per address (all asked
+at once).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import urllib.error
+import socket
+import struct
+import time
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, TypeVar
+
+from nsq_spark.addresses import parse_address
+from nsq_spark.errors import ConnectError
+from nsq_spark.lookupd import LookupdError, lookup_sync
 
 log = logging.getLogger(__name__)
 
 HTTP_TIMEOUT = 2.0
+TCP_TIMEOUT = 3.0
+# Seconds Trigger.AvailableNow waits at most for nsqd to copy a topic's queue into a
+# channel created a moment ago before it measures the backlog.
+SETTLE_TIMEOUT = 15.0
+
+T = TypeVar("T")
+
+
+def _each(fn: Callable[[str], T], addresses: Iterable[str]) -> list[tuple[str, T | None, str]]:
+    """``fn`` on every address at once: ``(address, result or None, error text)``."""
+    addresses = list(addresses)
+    if not addresses:
+        return []
+
+    def call(a: str) -> tuple[str, T | None, str]:
+        try:
+            return a, fn(a), ""
+        except (OSError, ValueError, LookupdError, ConnectError) as exc:
+            return a, None, f"{type(exc).__name__}: {exc}"
+
+    with ThreadPoolExecutor(max_workers=min(8, len(addresses))) as pool:
+        return list(pool.map(call, addresses))
 
 
 def _get_json(url: str) -> dict:
@@ -27,31 +75,49 @@ def _get_json(url: str) -> dict:
         return json.loads(resp.read())
 
 
+@dataclass
+class Lookup:
+    """What the lookupds said about a topic."""
+
+    nsqd_http: set[str] = field(default_factory=set)  # host:http_port of each producer
+    answered: list[str] = field(default_factory=list)  # lookupds that answered
+    failed: dict[str, str] = field(default_factory=dict)  # lookupd -> error
+
+
+def lookup(lookupd_http_addresses: list[str], topic: str) -> Lookup:
+    """Ask every lookupd (at once) for the producers of ``topic``."""
+    out = Lookup()
+    for addr, producers, err in _each(lambda a: lookup_sync(a, topic, HTTP_TIMEOUT),
+                                      lookupd_http_addresses):
+        if producers is None:
+            log.warning("lookupd %s: /lookup failed: %s", addr, err)
+            out.failed[addr] = err
+            continue
+        out.answered.append(addr)
+        out.nsqd_http.update(p.http_address for p in producers if p.http_address)
+    return out
+
+
 def lookup_nsqd_http(lookupd_http_addresses: list[str], topic: str) -> set[str]:
     """``host:http_port`` of every nsqd any reachable lookupd lists for ``topic``."""
-    found: set[str] = set()
-    for addr in lookupd_http_addresses:
-        url = f"http://{addr}/lookup?topic={urllib.parse.quote(topic)}"
-        try:
-            doc = _get_json(url)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:  # topic unknown to this lookupd
-                continue
-            log.warning("lookupd %s: /lookup failed: %s", addr, exc)
-            continue
-        except (OSError, ValueError) as exc:
-            log.warning("lookupd %s: /lookup failed: %s", addr, exc)
-            continue
-        # nsqlookupd v1.x answers {"channels": [...], "producers": [...]}; older ones
-        # wrapped it in {"data": ...}
-        producers = doc.get("producers", doc.get("data", {}).get("producers", []))
-        for p in producers:
-            found.add(f"{p['broadcast_address']}:{p['http_port']}")
-    return found
+    return lookup(lookupd_http_addresses, topic).nsqd_http
 
 
-def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
-    """The channel's backlog on one nsqd; None if that nsqd did not answer."""
+def create_channel(http_address: str, topic: str, channel: str) -> None:
+    """``POST /topic/create`` then ``/channel/create`` on one nsqd (both are no-ops when
+    it exists; nsqd answers 404 to the second without the first); raises on error."""
+    for path, args in (("topic", {"topic": topic}),
+                       ("channel", {"topic": topic, "channel": channel})):
+        req = urllib.request.Request(
+            f"http://{http_address}/{path}/create?{urllib.parse.urlencode(args)}", data=b"",
+            method="POST")
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
+            resp.read()
+
+
+def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
+    """``(topic depth, channel depth)`` on one nsqd; None if that nsqd did not answer.
+    The topic's depth is what nsqd has not yet copied into its channels."""
     url = (f"http://{http_address}/stats?format=json&include_clients=false"
            f"&topic={urllib.parse.quote(topic)}")
     try:
@@ -65,25 +131,164 @@ def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
             continue
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
-                return int(c.get("depth", 0))
-        return int(t.get("depth", 0))
-    return 0
+                return int(t.get("depth", 0)), int(c.get("depth", 0))
+        return int(t.get("depth", 0)), 0
+    return 0, 0
+
+
+def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
+    """The channel's backlog on one nsqd (topic depth included: it goes to this channel
+    too, which exists or is created by its SUB); None if that nsqd did not answer."""
+    depths = nsqd_depths(http_address, topic, channel)
+    return None if depths is None else sum(depths)
+
+
+def probe_nsqd_tcp(address: str) -> None:
+    """A V2 handshake (magic, ``IDENTIFY {}``) with one nsqd TCP address; raises
+    ConnectError saying what answered instead (e.g. an HTTP port)."""
+    from nsq_spark.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2, identify
+
+    addr = parse_address(address, "nsqdTcpAddresses")
+    with socket.create_connection((addr.host, addr.port), timeout=TCP_TIMEOUT) as sock:
+        sock.sendall(MAGIC_V2 + identify({}))
+        head = b""
+        while len(head) < 8:
+            got = sock.recv(8 - len(head))
+            if not got:
+                raise ConnectError(f"{address} closed the connection during the NSQ "
+                                   "handshake; is it an nsqd TCP port?")
+            head += got
+    size, frame_type = struct.unpack(">ii", head)
+    if head.startswith(b"HTTP") or not 4 <= size <= 1 << 20 or \
+            frame_type not in (FRAME_TYPE_RESPONSE, FRAME_TYPE_ERROR):
+        raise ConnectError(f"{address} does not speak the NSQ TCP protocol (answered "
+                           f"{head!r}); is it nsqd's HTTP port instead of its TCP port "
+                           "(4150 by default)?")
+
+
+def _fail(what: str, tried: dict[str, str], fix: str) -> ConnectError:
+    detail = "; ".join(f"{a}: {e}" for a, e in tried.items())
+    return ConnectError(f"{what} ({detail}); {fix}")
+
+
+class Nsqds:
+    """The driver's handle on the nsqds of one reading query (see the module doc)."""
+
+    def __init__(self, topic: str, channel: str, nsqd_tcp_addresses: list[str],
+                 nsqd_http_addresses: list[str], lookupd_http_addresses: list[str]) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.nsqd_tcp = list(nsqd_tcp_addresses)
+        self.nsqd_http = list(nsqd_http_addresses)
+        self.lookupd_http = list(lookupd_http_addresses)
+        self._channel_on: set[str] = set()  # nsqd HTTP addresses where the channel exists
+
+    @property
+    def can_measure(self) -> bool:
+        return bool(self.lookupd_http or self.nsqd_http)
+
+    def _targets(self) -> tuple[list[str], Lookup | None]:
+        if self.lookupd_http:
+            found = lookup(self.lookupd_http, self.topic)
+            return sorted(found.nsqd_http), found
+        return list(self.nsqd_http), None
+
+    def ensure_channel(self, targets: list[str]) -> dict[str, str]:
+        """Create the channel on the nsqds of ``targets`` not done yet; the failures."""
+        todo = [a for a in targets if a not in self._channel_on]
+        failed: dict[str, str] = {}
+        for addr, ok, err in _each(lambda a: create_channel(a, self.topic, self.channel), todo):
+            if err:
+                log.warning("nsqd %s: could not create channel %s/%s: %s", addr, self.topic,
+                            self.channel, err)
+                failed[addr] = err
+            else:
+                log.info("nsqd %s: channel %s/%s ready", addr, self.topic, self.channel)
+                self._channel_on.add(addr)
+        return failed
+
+    def check_reachable(self, require_producer: bool) -> None:
+        """At query start / for a batch read: raise ConnectError naming every address
+        tried unless at least one nsqd answers (and, with lookupd, one lookupd). With
+        ``require_producer`` a topic no lookupd knows a producer for is an error too.
+        Creates the channel on every nsqd found."""
+        if self.nsqd_tcp:
+            probes = _each(probe_nsqd_tcp, self.nsqd_tcp)
+            bad = {a: e for a, _, e in probes if e}
+            if len(bad) == len(probes):
+                raise _fail(f"no nsqd answered at nsqdTcpAddresses {self.nsqd_tcp}", bad,
+                            "check that nsqd runs there and that these are its TCP ports "
+                            "(4150 by default), reachable from the driver and executors")
+            for a, e in bad.items():
+                log.warning("nsqd %s unreachable at query start: %s", a, e)
+            if self.nsqd_http:
+                failed = self.ensure_channel(self.nsqd_http)
+                if len(failed) == len(self.nsqd_http):
+                    raise _fail(f"no nsqd answered at nsqdHttpAddresses {self.nsqd_http}",
+                                failed, "these must be the same nsqds' HTTP ports "
+                                "(4151 by default)")
+            return
+        found = lookup(self.lookupd_http, self.topic)
+        if not found.answered:
+            raise _fail(f"no nsqlookupd answered at lookupdHttpAddresses {self.lookupd_http}",
+                        found.failed, "check that nsqlookupd runs there and that these are "
+                        "its HTTP ports (4161 by default)")
+        if not found.nsqd_http:
+            if require_producer:
+                raise ConnectError(
+                    f"no nsqd carries topic {self.topic!r} according to nsqlookupd "
+                    f"{found.answered}: nothing to read; publish to the topic first, or "
+                    "check that nsqd runs with --lookupd-tcp-address")
+            log.warning("no nsqd carries topic %r yet according to %s; the query waits "
+                        "for one", self.topic, found.answered)
+            return
+        failed = self.ensure_channel(sorted(found.nsqd_http))
+        if len(failed) == len(found.nsqd_http):
+            raise _fail(f"no nsqd that lookupd {found.answered} lists for topic "
+                        f"{self.topic!r} answered", failed, "check that the nsqds' "
+                        "broadcast addresses and HTTP ports are reachable from the driver")
+
+    def backlog(self) -> int | None:
+        """Messages waiting on the channel across nsqds; None when nothing can be asked.
+        Creates the channel on nsqds seen for the first time."""
+        if not self.can_measure:
+            return None
+        targets, _ = self._targets()
+        if not targets:
+            return 0  # no nsqd has the topic yet
+        self.ensure_channel(targets)
+        with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+            depths = list(pool.map(lambda a: nsqd_depth(a, self.topic, self.channel),
+                                   targets))
+        return sum(d for d in depths if d is not None)
+
+
+    def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
+        """The backlog once nsqd has copied the topic's queue into the channels (at most
+        ``timeout`` seconds): while it copies, a message or two is in neither count, and
+        ``Trigger.AvailableNow`` would stop short of them. A channel created a moment ago
+        on a disk-queued backlog is the case this waits for."""
+        if not self.can_measure:
+            return None
+        deadline = time.monotonic() + timeout
+        while True:
+            targets, _ = self._targets()
+            if not targets:
+                return 0
+            self.ensure_channel(targets)
+            with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+                depths = [d for d in pool.map(
+                    lambda a: nsqd_depths(a, self.topic, self.channel), targets) if d]
+            if not any(t for t, _ in depths) or time.monotonic() >= deadline:
+                return sum(t + c for t, c in depths)
+            time.sleep(0.2)
 
 
 def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
             lookupd_http_addresses: list[str]) -> int | None:
     """Messages waiting on the channel across nsqds; None when nothing could be asked."""
-    if lookupd_http_addresses:
-        targets = sorted(lookup_nsqd_http(lookupd_http_addresses, topic))
-        if not targets:
-            return 0  # no nsqd has the topic yet
-    else:
-        targets = list(nsqd_http_addresses)
-    if not targets:
-        return None
-    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-        depths = list(pool.map(lambda a: nsqd_depth(a, topic, channel), targets))
-    known = [d for d in depths if d is not None]
-    if not known:
-        return 0
-    return sum(known)
+    return Nsqds(topic, channel, [], nsqd_http_addresses, lookupd_http_addresses).backlog()
+
+
+__all__ = ["Nsqds", "backlog", "create_channel", "lookup", "lookup_nsqd_http", "nsqd_depth",
+           "nsqd_depths", "probe_nsqd_tcp"]

@@ -10,8 +10,13 @@ Driver side of the source. Offsets are micro-batch numbers chosen here::
 splits ``size`` over ``numPartitions`` fetch tasks; ``read`` runs on executors
 (:mod:`nsq_spark.spark.fetch`, protocol in :mod:`nsq_spark.spark.spool`).
 
-A batch starts only when nsqd reports a backlog on the channel (``/stats`` depth, through
-lookupd or ``nsqdHttpAddresses``); with neither, every trigger starts one. The size is
+At query start the driver checks that an nsqd can be reached (:mod:`.backlog`; a
+``ConnectError`` naming every address tried otherwise) and creates the channel on every
+nsqd it knows, and on every nsqd that appears later, so that a new channel gets what is
+published after the query starts. A batch starts only when nsqd reports a backlog on the
+channel (``/stats`` depth, through lookupd or ``nsqdHttpAddresses``); with neither, every
+trigger starts one. After the start, an unreachable nsqd or lookupd is a transient fault:
+logged, and retried at the next trigger, as Spark's Kafka source keeps polling brokers. The size is
 the backlog, capped by the read limit (``maxMessagesPerTrigger``). Under
 ``Trigger.AvailableNow`` the backlog measured at query start is the target: batches run
 until that many messages were planned or the channel is empty.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
                                     DataSourceStreamArrowWriter, DataSourceStreamReader,
@@ -74,15 +79,24 @@ class NSQDataSource(DataSource):
 class NSQPartition(InputPartition):
     """One fetch task: (query, batch, index) decides its spool directory."""
 
-    def __init__(self, query: str, batch: int, index: int, share: int | None) -> None:
+    def __init__(self, query: str, batch: int, index: int, share: int | None,
+                 marker: str | None = None) -> None:
         self.query = query
         self.batch = batch
         self.index = index
         self.share = share
+        self.marker = marker  # the driver's shared-spool marker the task must see
 
     def __repr__(self) -> str:
         return (f"NSQPartition(query={self.query!r}, batch={self.batch}, index={self.index}, "
-                f"share={self.share})")
+                f"share={self.share}, marker={self.marker!r})")
+
+
+def _nsqds(opts: Any) -> Any:
+    from .backlog import Nsqds
+
+    return Nsqds(opts.topic, opts.channel, opts.nsqd_tcp_addresses, opts.nsqd_http_addresses,
+                 opts.lookupd_http_addresses)
 
 
 def split_shares(size: int, n: int) -> list[int | None]:
@@ -95,7 +109,7 @@ def split_shares(size: int, n: int) -> list[int | None]:
 
 
 class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         from .spool import normalize_spool_path
 
         self.opts = parse_read_options(options, streaming=True)
@@ -105,6 +119,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             check_dedup_spec(self.opts.dedup)
         self.spool_path = normalize_spool_path(self.opts.spool_path)
+        self._nsqds = _nsqds(self.opts)
+        self._started = False
+        self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
         self._available_now = False
         self._an_target: int | None = None
         self._an_fetched = 0
@@ -120,12 +137,16 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Spool(self.spool_path, query)
 
     def _backlog(self) -> int | None:
-        from .backlog import backlog
+        return self._nsqds.backlog()
 
-        o = self.opts
-        if not o.lookupd_http_addresses and not o.nsqd_http_addresses:
-            return None
-        return backlog(o.topic, o.channel, o.nsqd_http_addresses, o.lookupd_http_addresses)
+    def _start(self) -> None:
+        """Once per query run: an nsqd must be reachable (else ConnectError naming the
+        addresses); the channel is created on every nsqd known, so that messages
+        published from now on wait on it. Later outages are transient: logged, and the
+        query goes on (like Spark's Kafka source, which keeps polling)."""
+        if not self._started:
+            self._nsqds.check_reachable(require_producer=self._available_now)
+            self._started = True
 
     def initialOffset(self) -> dict:
         query = uuid.uuid4().hex
@@ -139,9 +160,10 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
-        self._an_target = self._backlog()
+        self._start()
+        self._an_target = self._nsqds.settled_backlog()
         self._an_fetched = 0
-        self._an_counted: set[int] = set()
+        self._an_counted = set()
         self._an_empty = 0
         log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
 
@@ -157,6 +179,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = limit.max_rows
         elif limit is None and self.opts.max_messages_per_trigger:  # old signature
             cap = self.opts.max_messages_per_trigger
+        self._start()
         batch = int(start["batch"])
         if self._available_now and batch > 0 and batch not in self._an_counted:
             # what the previous batch really fetched (tasks may fetch less than planned)
@@ -164,6 +187,8 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             rows = self._rows_of(start["query"], batch) or 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
+        # Spark asks for the next batch only after the sink committed this one
+        self._tidy(start["query"], batch)
         backlog = self._backlog()
         if backlog is None:
             # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
@@ -187,8 +212,10 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if int(end["batch"]) <= int(start["batch"]):
             return []
         batch = int(end["batch"])
+        query = end["query"]
+        marker = self._spool(query).write_marker(batch)
         shares = split_shares(int(end.get("size", 0)), self.opts.num_partitions)
-        return [NSQPartition(end["query"], batch, i, s) for i, s in enumerate(shares)]
+        return [NSQPartition(query, batch, i, s, marker) for i, s in enumerate(shares)]
 
     def commit(self, end: dict) -> None:
         spool = self._spool(end["query"])
@@ -203,6 +230,16 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("commit %s: could not delete the spool under %s: %s",
                         end, self.spool_path, exc)
 
+    def _tidy(self, query: str, batch: int) -> None:
+        if batch <= 0 or self._tidied == (query, batch):
+            return
+        self._tidied = (query, batch)
+        try:
+            self._spool(query).tidy(batch)
+        except Exception as exc:  # the data is safe; stale spool only costs space
+            log.warning("could not delete the spool of committed batches under %s: %s",
+                        self.spool_path, exc)
+
     def stop(self) -> None:
         pass
 
@@ -213,7 +250,8 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         assert isinstance(partition, NSQPartition)
         return fetch_stream_partition(self.opts, self._spool(partition.query),
-                                      partition.batch, partition.index, partition.share)
+                                      partition.batch, partition.index, partition.share,
+                                      marker=getattr(partition, "marker", None))
 
 
 class NSQBatchReader(DataSourceReader):
@@ -222,7 +260,7 @@ class NSQBatchReader(DataSourceReader):
     Reading consumes: every message read is FINished and gone from the channel.
     """
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = parse_read_options(options, streaming=False)
         if self.opts.dedup:
             from .fetch import check_dedup_spec
@@ -230,6 +268,8 @@ class NSQBatchReader(DataSourceReader):
             check_dedup_spec(self.opts.dedup)
 
     def partitions(self) -> Sequence[InputPartition]:
+        # fail here, on the driver, within seconds, rather than return 0 rows
+        _nsqds(self.opts).check_reachable(require_producer=True)
         shares = split_shares(self.opts.max_messages, self.opts.num_partitions)
         return [NSQPartition("batch-read", 0, i, s) for i, s in enumerate(shares)]
 
@@ -257,7 +297,7 @@ def _publish(options: Any, iterator: Iterator[Any]) -> _PublishCommitMessage:
 class NSQWriter(DataSourceArrowWriter):
     """``df.write.format("nsq")``: publish the ``body`` column (see :mod:`.sink`)."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         parse_write_options(self.options)  # fail at job start on bad options
 
@@ -272,7 +312,7 @@ class NSQWriter(DataSourceArrowWriter):
 class NSQStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("nsq")``: publish each micro-batch (at-least-once)."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         parse_write_options(self.options)
 

@@ -170,11 +170,16 @@ def check_dedup_spec(spec: str) -> None:
 def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: int,
                            share: int | None,
                            reader_factory: ReaderFactory = default_reader_factory,
+                           marker: str | None = None,
                            ) -> Iterator["pa.RecordBatch"]:
     """Rows of micro-batch ``batch``, partition ``index``: replayed or fetched.
 
-    ``share`` caps the messages of this partition (None: until idle or maxFetchPeriod).
+    ``share`` is this partition's target (None: until idle or maxFetchPeriod); what the
+    task holds when it reaches it is spooled too, so it may end a little above. ``marker``
+    is the driver's shared-spool marker: a task that cannot see it fails (SpoolError).
     """
+    if marker is not None:
+        spool.check_marker(batch, marker)
     timer = _Timer()
     part = spool.partition(batch, index)
     done = part.completion()
@@ -229,7 +234,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     import pyarrow as pa
 
     dedup = _Dedup(opts.dedup) if opts.dedup else None
+    dead_letters = _DeadLetterSplit(opts, f"batch{batch}-part{index}")
     chunk_size = opts.spool_chunk_size
+    target = remaining  # this run's share: nothing more is asked of nsqd than this
     if remaining is not None and remaining < opts.max_in_flight:
         # a small share: take no more in flight than it, so that the other tasks of the
         # batch get their part instead of waiting while this one holds everything
@@ -244,10 +251,24 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     max_jobs = max(1, opts.max_in_flight // chunk_size - 1)
     writer = ThreadPoolExecutor(max_workers=max_jobs, thread_name_prefix="nsq-spool")
 
-    def write(k: int, rb: "pa.RecordBatch") -> None:
+    def write(k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None") -> None:
         t = perf()
+        if dead is not None:
+            dead_letters.write(dead)
         part.write_chunk(k, rb)
         timer.spool_write += perf() - t
+
+    finished = [0]  # messages FINished by this run
+    paused = [False]  # the end was reached: RDY stays 0
+
+    def limit_in_flight(n: int) -> None:
+        """Before FINishing ``n`` more: what nsqd may still send is the share less what
+        was FINished, so nothing beyond the share arrives to be requeued at the end."""
+        if target is None or paused[0]:
+            return
+        left = max(0, target - finished[0] - n)
+        if left < opts.max_in_flight:
+            _set_max_in_flight(reader, left)
 
     def settle(job: tuple) -> Iterator["pa.RecordBatch"]:
         """Chunk durable -> FIN -> hand over."""
@@ -263,7 +284,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             raise
         timer.spool += perf() - t
         t = perf()
+        limit_in_flight(n)
         reader.finish_blocks(blocks)
+        finished[0] += n
         timer.fetch += perf() - t
         if dedup is not None:
             t = perf()
@@ -305,6 +328,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         pending_n = 0  # messages in pending
         first_at = 0.0
         idle = False
+        drained = False
         while True:
             while jobs and jobs[0][0].done():
                 # a chunk in the writers is durable: FIN it now, so that nsqd refills the
@@ -315,6 +339,17 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             if remaining is not None:
                 want = min(want, remaining - pending_n)
             stop = idle or now >= deadline or (remaining is not None and want <= 0)
+            if stop and not drained:
+                # take what the Reader still holds (and what nsqd sent before RDY 0) into
+                # the last chunk instead of requeueing it on close: the share is a
+                # target, and a requeue here would be a redelivery for every task
+                drained = paused[0] = True
+                got = _drain(reader)
+                if got:
+                    if not pending:
+                        first_at = time.monotonic()
+                    pending.extend(got)
+                    pending_n += sum(map(len, got))
             if not stop and want > 0 and (not pending or now - first_at < FLUSH_INTERVAL):
                 t = perf()
                 idle_wait = opts.idle_timeout
@@ -354,11 +389,12 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 rb, keep, drop = dedup.batch(pending, opts.topic, opts.channel)
             else:
                 rb, keep, drop = blocks_to_batch(pending, opts.topic, opts.channel), [], []
+            rb, dead = dead_letters.split(rb)
             timer.convert += perf() - t
             while len(jobs) >= max_jobs:  # the window is full: wait for the oldest chunk
                 yield from settle(jobs.popleft())
-            jobs.append((writer.submit(write, chunk_no, rb), pending, pending_n, keep, drop,
-                         rb))
+            jobs.append((writer.submit(write, chunk_no, rb, dead), pending, pending_n, keep,
+                         drop, rb))
             chunk_no += 1
             rows += rb.num_rows
             if remaining is not None:
@@ -385,16 +421,68 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                  timer.convert, timer.spool, timer.spool_write, timer.handover, timer.dedup)
 
 
-def _wait_subscribed(reader: Any, timeout: float) -> None:
-    """Wait (bounded) until the Reader has at least one subscribed connection."""
+# Seconds the end of a fetch waits for messages nsqd sent before it saw RDY 0 (nsqd
+# flushes its output buffer after at most READ_OUTPUT_BUFFER_TIMEOUT, 25 ms).
+DRAIN_WAIT = 0.1
+
+
+def _set_max_in_flight(reader: Any, n: int) -> None:
+    if hasattr(reader, "set_max_in_flight"):  # test stand-ins may not have it
+        reader.set_max_in_flight(n)
+
+
+def _drain(reader: Any) -> list:
+    """Pause the Reader (RDY 0) and take every block it holds or still receives."""
+    out: list = []
+    _set_max_in_flight(reader, 0)
+    wait = DRAIN_WAIT
+    while True:
+        got = reader.get_blocks(max_messages=1_000_000, timeout=wait)
+        if not got:
+            return out
+        out.extend(got)
+        wait = DRAIN_WAIT / 2
+
+
+class _DeadLetterSplit:
+    """``maxAttempts``: rows delivered more often than it are taken out of the result
+    and written to ``deadLetterPath`` (before the FIN), counted and logged."""
+
+    def __init__(self, opts: ReadOptions, label: str) -> None:
+        from .spool import DeadLetters
+
+        self.max_attempts = opts.max_attempts
+        self.store = (DeadLetters(opts.dead_letter_path)
+                      if self.max_attempts and opts.dead_letter_path else None)
+        self.label = f"{opts.topic}.{opts.channel}-{label}"
+        self.count = 0
+
+    def split(self, rb: "pa.RecordBatch") -> tuple["pa.RecordBatch", "pa.RecordBatch | None"]:
+        if not self.max_attempts or rb.num_rows == 0:
+            return rb, None
+        import pyarrow.compute as pc
+
+        over = pc.greater(rb.column("attempts"), self.max_attempts)
+        if not pc.any(over).as_py():
+            return rb, None
+        return rb.filter(pc.invert(over)), rb.filter(over)
+
+    def write(self, dead: "pa.RecordBatch") -> None:
+        if self.store is None:  # pragma: no cover - options require a path
+            raise RuntimeError("maxAttempts without a dead-letter path")
+        path = self.store.write(dead, self.label)
+        self.count += dead.num_rows
+        log.warning("%d messages delivered more than maxAttempts=%d times went to the "
+                    "dead-letter file %s (ids %s)", dead.num_rows, self.max_attempts, path,
+                    dead.column("id").to_pylist()[:10])
+
+
+def _subscribed(reader: Any) -> bool:
+    """Whether the Reader has at least one subscribed connection."""
     stats = getattr(reader, "stats", None)
-    if stats is None:  # a stand-in reader without stats: nothing to wait for
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(c.get("state") == "subscribed" for c in stats()["connections"].values()):
-            return
-        time.sleep(0.01)
+    if stats is None:  # a stand-in reader without stats
+        return True
+    return any(c.get("state") == "subscribed" for c in stats()["connections"].values())
 
 
 def fetch_batch_partition(opts: ReadOptions, share: int,
@@ -408,6 +496,7 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
     replayable read.
     """
     dedup = _Dedup(opts.dedup) if opts.dedup else None
+    dead_letters = _DeadLetterSplit(opts, f"read-{uuid.uuid4().hex[:8]}")
     if share < opts.max_in_flight:
         opts = dataclasses.replace(opts, max_in_flight=share)
     reader = reader_factory(opts)
@@ -415,18 +504,36 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
         remaining = share
         deadline = time.monotonic() + opts.max_fetch_period
         # idleTimeout means "no message while subscribed": on a loaded machine connecting
-        # alone can take longer than a short idleTimeout
-        _wait_subscribed(reader, min(FIRST_WAIT, opts.max_fetch_period))
+        # alone can take longer than a short idleTimeout, so the first wait (which also
+        # starts the Reader) is FIRST_WAIT; nothing then and no subscription is an error
+        first = True
         while remaining > 0 and time.monotonic() < deadline:
-            wait = min(opts.idle_timeout, max(0.0, deadline - time.monotonic()))
+            wait = opts.idle_timeout
+            if first:
+                wait = max(wait, FIRST_WAIT)
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
             got = reader.get_blocks(max_messages=min(opts.spool_chunk_size, remaining),
                                     timeout=wait)
+            if first and not got and not _subscribed(reader):
+                from nsq_spark.errors import ConnectError
+
+                where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}"
+                         if opts.nsqd_tcp_addresses else
+                         f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
+                raise ConnectError(f"the batch read could not subscribe to {opts.topic}/"
+                                   f"{opts.channel} on any nsqd of {where} within "
+                                   f"{wait:.0f} s from host {os.uname().nodename}: check "
+                                   "that they are reachable from the executors")
+            first = False
             if not got:
                 break
             if dedup is not None:
                 rb, keep, _ = dedup.batch(got, opts.topic, opts.channel)
             else:
                 rb, keep = blocks_to_batch(got, opts.topic, opts.channel), []
+            rb, dead = dead_letters.split(rb)
+            if dead is not None:
+                dead_letters.write(dead)
             try:
                 if rb.num_rows:
                     yield rb
@@ -434,9 +541,12 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
                 # Spark stopped early (e.g. a LIMIT): give the messages back
                 reader.requeue_blocks(got, delay_ms=0)
                 raise
+            n = sum(map(len, got))
+            if remaining - n < opts.max_in_flight:  # ask nsqd for no more than is left
+                _set_max_in_flight(reader, max(0, remaining - n))
             reader.finish_blocks(got)
             if dedup is not None:
                 dedup.mark(keep)
-            remaining -= sum(map(len, got))
+            remaining -= n
     finally:
         reader.close()

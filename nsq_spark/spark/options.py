@@ -3,7 +3,9 @@
 Spark hands data source options over case-insensitively (a plain dict whose keys may
 arrive lower-cased), so every lookup here ignores case. Options use camelCase like
 Spark's Kafka source. Every problem is reported at query start, in one error that names
-the option and says how to fix it.
+the option and says how to fix it: an unknown option names the closest known one
+(``difflib``), an option that only works with another one (``NEEDS``) says which.
+Addresses follow the one address rule (:mod:`nsq_spark.addresses`).
 
 Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 
@@ -15,8 +17,9 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``lookupdHttpAddresses``   comma-separated ``host:port`` of nsqlookupd HTTP listeners.
                            Exactly one of the two.
 ``nsqdHttpAddresses``      optional, with ``nsqdTcpAddresses``: the same nsqds' HTTP
-                           listeners, used by the driver to read the channel's depth from
-                           ``/stats`` so that no micro-batch starts when nothing is queued.
+                           listeners, used by the driver to create the channel at query
+                           start and to read its depth from ``/stats`` so that no
+                           micro-batch starts when nothing is queued.
                            With lookupd the HTTP ports come from lookupd. Without either,
                            every trigger starts a batch that ends after ``idleTimeout``.
 ``maxInFlight``            messages in flight per fetch task (default 2500, nsqd's default
@@ -40,8 +43,13 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``spoolChunkSize``         messages per spool chunk file (default ``maxInFlight // 2``, so
                            that one half of the in-flight window arrives while the other is
                            written and FINished).
-``maxAttempts``            give up on (FIN and log) a message delivered more often than this
-                           (default 0: never; the connector never drops a message by itself).
+``maxAttempts``            a message delivered more often than this goes to the dead-letter
+                           directory instead of the result (default 0: never). It is written
+                           there durably before its FIN, counted and logged (WARNING).
+``deadLetterPath``         where messages over ``maxAttempts`` go: a directory or pyarrow
+                           filesystem URI (default ``<spoolPath>/_dead_letter``), one Arrow
+                           IPC file per chunk, with the source's schema. Kept until you
+                           delete it.
 ``maxMessages``            batch read only: stop after this many messages in total
                            (default 100000).
 ``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
@@ -81,6 +89,53 @@ __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options"
 
 class NSQOptionError(ValueError):
     """An option of the ``nsq`` data source is missing or wrong; the message names it."""
+
+
+# Options of each direction, as documented above. ``nsq.<name>`` passes any
+# ConnectionConfig keyword through.
+CONNECTION_OPTIONS = ("tlsV1", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsInsecure",
+                      "authSecret", "snappy", "deflate", "deflateLevel", "msgTimeout",
+                      "heartbeatInterval", "userAgent")
+READ_OPTIONS = ("topic", "channel", "nsqdTcpAddresses", "lookupdHttpAddresses",
+                "nsqdHttpAddresses", "maxInFlight", "numPartitions", "maxMessagesPerTrigger",
+                "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
+                "deadLetterPath", "maxMessages", "dedup") + CONNECTION_OPTIONS
+WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
+                 "maxBatchBytes", "retries", "publishTimeout") + CONNECTION_OPTIONS
+# Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
+# ``.save(path)``, refused with its own message when reading) and ``checkpointLocation``
+# (a writeStream's ``.option("checkpointLocation", ...)`` reaches the sink's options too).
+SPARK_OPTIONS = ("path", "checkpointLocation")
+# An option that means something only together with another one.
+NEEDS = {"tlsInsecure": "tlsV1", "tlsCaFile": "tlsV1", "tlsCertFile": "tlsV1",
+         "tlsKeyFile": "tlsV1", "deflateLevel": "deflate"}
+
+
+def check_known(options: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
+    """Unknown option -> NSQOptionError naming the closest known one (options arrive
+    lower-cased from Spark, so the comparison ignores case)."""
+    import difflib
+
+    by_lower = {k.lower(): k for k in known + SPARK_OPTIONS}
+    for key in options:
+        low = str(key).lower()
+        if low in by_lower or (low.startswith("nsq.") and len(low) > 4):
+            continue
+        close = difflib.get_close_matches(low, list(by_lower), n=1, cutoff=0.6)
+        hint = (f"did you mean '{by_lower[close[0]]}'?" if close else
+                f"known options: {', '.join(known)}")
+        raise NSQOptionError(f"unknown option '{key}' for {what}; {hint} (connection "
+                             "settings without an option of their own go as "
+                             "nsq.<snake_case_name>)")
+
+
+def check_needs(opts: "_Opts") -> None:
+    """Options that do nothing without another one fail instead of being ignored."""
+    for name, needed in NEEDS.items():
+        if opts.get(name) is not None and not opts.bool(needed):
+            raise NSQOptionError(f"option '{name}' only takes effect with "
+                                 f"'{needed}' = true; set .option(\"{needed}\", \"true\") or "
+                                 f"remove '{name}'")
 
 
 class _Opts:
@@ -148,20 +203,24 @@ class _Opts:
         raise NSQOptionError(f"option '{name}' must be true or false, not {raw!r}")
 
 
-def _addresses(opts: _Opts, name: str) -> list[str]:
+def _addresses(opts: _Opts, name: str, http: bool = False) -> list[str]:
+    """A comma-separated address list, by the one address rule (:mod:`nsq_spark.addresses`)."""
+    from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
+    from nsq_spark.errors import InvalidAddressError
+
     raw = opts.get(name)
     if raw is None:
         return []
-    out = []
-    for part in raw.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise NSQOptionError(f"option '{name}': {part!r} is not host:port "
-                                 f"(expected e.g. 127.0.0.1:4150,127.0.0.1:4250)")
-        out.append(part)
+    param = f"option '{name}'"
+    try:
+        if http:  # lookupd: host:port or an http(s):// URL, kept as given
+            out = [e.strip() for e in split_list(raw, param) if isinstance(e, str)]
+            for entry in out:
+                parse_http_address(entry, param, "127.0.0.1:4161")
+        else:
+            out = [str(a) for a in parse_address_list(raw, param)]
+    except InvalidAddressError as exc:
+        raise NSQOptionError(str(exc)) from None
     if not out:
         raise NSQOptionError(f"option '{name}' is empty; give comma-separated host:port")
     return out
@@ -214,8 +273,8 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
             conn[key] = -1 if value == -1 else value / 1000
     if opts.get("userAgent"):
         conn["user_agent"] = opts.get("userAgent")
-    for key, value in opts.prefixed("nsq.").items():
-        conn[key] = _coerce(value)
+    for key, raw in opts.prefixed("nsq.").items():
+        conn[key] = _coerce(raw)
     try:  # the executors would fail on the first connect; say it at query start instead
         from nsq_spark.config import ConnectionConfig
 
@@ -260,12 +319,14 @@ class ReadOptions:
     max_messages: int
     dedup: str | None
     connection: dict[str, Any] = field(default_factory=dict)
+    dead_letter_path: str | None = None
 
     def reader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
         kwargs: dict[str, Any] = dict(
             topic=self.topic, channel=self.channel, max_in_flight=self.max_in_flight,
-            max_tries=self.max_attempts,
+            # maxAttempts is applied by the fetch task (dead-letter, not give-up-and-FIN)
+            max_tries=0,
             **{"output_buffer_size": READ_OUTPUT_BUFFER_SIZE,
                "output_buffer_timeout": READ_OUTPUT_BUFFER_TIMEOUT, **self.connection})
         if self.nsqd_tcp_addresses:
@@ -287,7 +348,7 @@ READ_OUTPUT_BUFFER_TIMEOUT = 25
 
 def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:
     nsqd = _addresses(opts, "nsqdTcpAddresses")
-    lookupd = _addresses(opts, "lookupdHttpAddresses")
+    lookupd = _addresses(opts, "lookupdHttpAddresses", http=True)
     if nsqd and lookupd:
         raise NSQOptionError("options 'nsqdTcpAddresses' and 'lookupdHttpAddresses' are "
                              "exclusive: give exactly one of them")
@@ -299,7 +360,9 @@ def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:
 
 def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOptions:
     """Validate reading options; raises NSQOptionError naming the first bad option."""
+    check_known(options, READ_OPTIONS, "reading (spark.read/readStream.format(\"nsq\"))")
     opts = _Opts(options)
+    check_needs(opts)
     topic = opts.require("topic", "the NSQ topic to read")
     _check_name("topic", topic)
     channel = opts.require("channel", "the NSQ channel to consume from")
@@ -327,6 +390,19 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         raise NSQOptionError(f"option 'spoolChunkSize' ({chunk}) must not exceed "
                              f"'maxInFlight' ({max_in_flight}): nsqd sends no more than "
                              "maxInFlight messages before they are FINished")
+    max_attempts = opts.int("maxAttempts", 0, minimum=0) or 0
+    dead_letter = opts.get("deadLetterPath")
+    if dead_letter is not None and not max_attempts:
+        raise NSQOptionError("option 'deadLetterPath' only takes effect with 'maxAttempts' "
+                             "> 0; set maxAttempts or remove deadLetterPath")
+    if max_attempts and dead_letter is None:
+        if spool is None:
+            raise NSQOptionError(
+                "option 'maxAttempts' needs somewhere to put the messages over it: set "
+                "'deadLetterPath' (a directory or pyarrow filesystem URI) or 'spoolPath' "
+                "(they then go under <spoolPath>/_dead_letter)")
+        base, sep, query = spool.partition("?")  # keep a URI's options (endpoint_override=)
+        dead_letter = base.rstrip("/") + "/_dead_letter" + sep + query
     return ReadOptions(
         topic=topic, channel=channel, nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
@@ -337,7 +413,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         idle_timeout=opts.seconds("idleTimeout", 1.0),
         spool_path=spool,
         spool_chunk_size=chunk,
-        max_attempts=opts.int("maxAttempts", 0, minimum=0) or 0,
+        max_attempts=max_attempts,
+        dead_letter_path=dead_letter,
         max_messages=opts.int("maxMessages", 100_000) or 100_000,
         dedup=opts.get("dedup"),
         connection=_connection_options(opts),
@@ -358,7 +435,9 @@ class WriteOptions:
 
 def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     """Validate writing options; raises NSQOptionError naming the first bad option."""
+    check_known(options, WRITE_OPTIONS, "writing (df.write/writeStream.format(\"nsq\"))")
     opts = _Opts(options)
+    check_needs(opts)
     topic = opts.get("topic")
     if topic is not None:
         _check_name("topic", topic)

@@ -173,4 +173,4 @@ def _TS_TYPE() -> "pa.DataType":
 
 
 def _as_bytes(value: object) -> bytes:
-    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[arg-type]
+    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[arg-type,call-overload]

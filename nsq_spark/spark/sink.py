@@ -13,9 +13,7 @@ and awaited per Arrow batch; the Producer does the retries (``max_tries``).
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -40,21 +38,22 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
     """nsqd TCP addresses to publish to: given, or every nsqd the lookupds know."""
     if opts.nsqd_tcp_addresses:
         return list(opts.nsqd_tcp_addresses)
+    from nsq_spark.lookupd import LookupdError, lookup_sync, producer_address
+
     found: set[str] = set()
     for addr in opts.lookupd_http_addresses:
         try:
-            with urllib.request.urlopen(f"http://{addr}/nodes", timeout=5) as resp:
-                doc = json.loads(resp.read())
-        except (OSError, ValueError) as exc:
+            producers = lookup_sync(addr, "", timeout=5, path="/nodes")
+        except (OSError, LookupdError) as exc:
             log.warning("lookupd %s: /nodes failed: %s", addr, exc)
             continue
-        producers = doc.get("producers", doc.get("data", {}).get("producers", []))
-        for p in producers:
-            found.add(f"{p['broadcast_address']}:{p['tcp_port']}")
+        found.update(producer_address(p.producer) for p in producers)
     if not found:
-        raise ConnectionError(f"no nsqd found through lookupdHttpAddresses "
-                              f"{opts.lookupd_http_addresses}: check that nsqlookupd is up "
-                              "and nsqd registered with it, or give nsqdTcpAddresses")
+        from nsq_spark.errors import ConnectError
+
+        raise ConnectError(f"no nsqd found through lookupdHttpAddresses "
+                           f"{opts.lookupd_http_addresses}: check that nsqlookupd is up "
+                           "and nsqd registered with it, or give nsqdTcpAddresses")
     return sorted(found)
 
 

@@ -39,7 +39,18 @@ attempt finds the same directory:
 5. When the share is reached, or no message came for ``idleTimeout``, or
    ``maxFetchPeriod`` has passed, the task writes ``_COMPLETE`` (same no-replace rule;
    if another attempt wrote one first, the task follows that one).
-6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``.
+6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
+   asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
+   the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
+   not outlive the next trigger, and the query's directory goes when it is empty (an
+   idle query leaves nothing). A batch Spark did not commit keeps its spool, so that a
+   restart from the checkpoint replays it.
+
+The spool must be *shared*: when the driver plans a batch it writes a marker
+``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
+failing with :class:`SpoolError` ("the spool must be shared storage reachable from every
+executor") if not -- a per-node local disk would otherwise lose the spool of a node that
+dies and make replays fetch anew.
 
 What this guarantees: nothing is FINished before it is durable, and a batch that Spark
 runs again reads the same rows once its partitions are complete. What it cannot rule out:
@@ -60,6 +71,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
@@ -75,6 +87,7 @@ FLUSH_INTERVAL = 2.0
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 COMPLETE = "_COMPLETE"
+MARKER = "_DRIVER"
 
 
 class SpoolError(RuntimeError):
@@ -270,22 +283,58 @@ class Spool:
         return PartitionSpool(self.fs, f"{self.batch_dir(batch)}/part-{index:05d}")
 
     def check_writable(self) -> None:
-        """Fail early (on the driver, at query start) when spoolPath is unusable."""
-        probe = self.fs.join(self.query, f"_probe-{uuid.uuid4().hex}")
+        """Fail early (on the driver, at query start) when spoolPath is unusable. The probe
+        goes to the spool's root and is removed: nothing is left behind."""
+        probe = self.fs.join(f"_probe-{uuid.uuid4().hex}")
         try:
-            self.fs.makedirs(self.query_dir())
+            self.fs.makedirs(self.fs.root)
             if not self.fs.create_exclusive(probe, b"probe"):
                 raise SpoolError("probe file collision")
-            if self.fs.local:
-                os.unlink(probe)
-            else:
-                self.fs.fs.delete_file(probe)
+            self.fs.remove(probe)
         except SpoolError:
             raise
         except Exception as exc:
             raise SpoolError(f"option 'spoolPath': cannot write to {self.spool_path!r} "
                              f"({exc}); it must be a writable directory reachable from the "
                              "driver and every executor") from exc
+
+    # -- the shared-storage marker ----------------------------------------------------------
+
+    def write_marker(self, batch: int) -> str:
+        """Driver, when it plans ``batch``: a marker file in the batch's directory that
+        every fetch task of the batch must see (:meth:`check_marker`); returns its name.
+        It goes away with the batch's spool."""
+        self.fs.makedirs(self.batch_dir(batch))
+        # False: already there (a batch planned again after a restart); fine either way
+        self.fs.create_exclusive(f"{self.batch_dir(batch)}/{MARKER}", b"nsq-spark driver")
+        return MARKER
+
+    def check_marker(self, batch: int, name: str = "") -> None:
+        """Executor: the driver's marker must be visible here, or the spool is not shared."""
+        path = f"{self.batch_dir(batch)}/{name or MARKER}"
+        try:
+            seen = self.fs.exists(path)
+        except Exception as exc:
+            raise SpoolError(f"option 'spoolPath': cannot read {self.spool_path!r} from this "
+                             f"executor (host {socket.gethostname()}): {exc}; the spool must "
+                             "be shared storage reachable from every executor, with its "
+                             "credentials (spark.executorEnv.*)") from exc
+        if not seen:
+            raise SpoolError(
+                f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
+                f"the marker {path!r} the driver wrote when it planned the batch, so "
+                f"{self.spool_path!r} is not the same storage here as on the driver. The "
+                "spool must be shared storage reachable from every executor (HDFS, S3, GCS, "
+                "or a network filesystem mounted at the same path everywhere), not a local "
+                "disk")
+
+    def tidy(self, committed: int) -> int:
+        """Driver: delete the spool of batches <= ``committed`` (Spark committed them),
+        and the query's directory once nothing is left in it; how many batches."""
+        n = self.delete_upto(committed)
+        if not self.fs.listdir(self.query_dir()):
+            self.fs.rmtree(self.query_dir())
+        return n
 
     def batches(self) -> list[int]:
         out = []
@@ -396,3 +445,27 @@ class PartitionSpool:
         winner = self.completion()
         assert winner is not None
         return winner
+
+
+class DeadLetters:
+    """Messages delivered more often than ``maxAttempts``: written durably (one Arrow IPC
+    file per write, the source's schema) under ``deadLetterPath`` before they are
+    FINished, so that none is dropped without a trace. Picklable."""
+
+    def __init__(self, path: str) -> None:
+        self.path = normalize_spool_path(path)
+        self._fs: _FS | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "_fs": None}
+
+    def write(self, batch: "pa.RecordBatch", label: str) -> str:
+        """Durably write ``batch``; returns the file's path."""
+        if self._fs is None:
+            self._fs = _FS(self.path)
+        fs = self._fs
+        fs.makedirs(fs.root)
+        path = fs.join(f"{label}-{uuid.uuid4().hex}.arrow")
+        if not fs.create_exclusive(path, _ipc_bytes(batch)):  # pragma: no cover - uuid
+            raise SpoolError(f"dead-letter file {path} exists")
+        return path

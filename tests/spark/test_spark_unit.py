@@ -129,16 +129,26 @@ class StandInReader:
     them as nsqd would and decodes them into a real MessageBlock); records FIN/REQ in the
     shared ``log``."""
 
-    def __init__(self, queue: list[Message], log: list, fail_after_gets: int | None = None):
+    def __init__(self, queue: list[Message], log: list, fail_after_gets: int | None = None,
+                 max_in_flight: int | None = None):
         self.queue, self.log, self.gets = queue, log, 0
         self.fail_after_gets = fail_after_gets
         self.closed = False
+        # nsqd's rule when given: no more un-answered messages than max_in_flight
+        self.max_in_flight, self.outstanding = max_in_flight, 0
+
+    def set_max_in_flight(self, n):
+        self.log.append(("MIF", n))
+        self.max_in_flight = n
 
     def get_blocks(self, max_messages=1000, timeout=1.0):
         if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
             raise ConnectionError("stand-in: task dies here")
         self.gets += 1
+        if self.max_in_flight is not None:
+            max_messages = min(max_messages, max(0, self.max_in_flight - self.outstanding))
         out, self.queue[:] = self.queue[:max_messages], self.queue[max_messages:]
+        self.outstanding += len(out)
         if not out:
             return []
         frames = b"".join(encode_message_frame(m.id, m.body, m.timestamp, m.attempts)
@@ -149,9 +159,11 @@ class StandInReader:
 
     def finish_blocks(self, blocks):
         self.log.append(("FIN", [i for b in blocks for i in b.ids()]))
+        self.outstanding -= sum(map(len, blocks))
 
     def requeue_blocks(self, blocks, delay_ms=None):
         self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
+        self.outstanding -= sum(map(len, blocks))
         self.queue[:0] = [m for b in blocks for m in b.messages()]
 
     def is_starved(self):
@@ -216,8 +228,8 @@ def test_fetch_resumes_after_a_dead_attempt(tmp_path):
                                     lambda _: StandInReader(queue, log, fail_after_gets=2)))
     # two chunks of 2 were written and FINished; the retry continues after them
     assert spool.partition(3, 1).chunk_count() == 2
-    first = bodies(fetch_stream_partition(o, spool, 3, 1, 8,
-                                          lambda _: StandInReader(queue, log)))
+    first = bodies(fetch_stream_partition(
+        o, spool, 3, 1, 8, lambda ro: StandInReader(queue, log, max_in_flight=ro.max_in_flight)))
     assert first == [b"body-%d" % i for i in range(8)]  # share of 8 honoured across attempts
     assert [m.body for m in queue] == [b"body-8"]
     assert bodies(fetch_stream_partition(o, spool, 3, 1, 8, None)) == first
@@ -300,3 +312,152 @@ def test_unwritable_spool_path_is_reported():
 
     with pytest.raises(SpoolError, match="spoolPath"):
         Spool("/proc/nsq-spark-cannot-write-here", "q").check_writable()
+
+
+# -- no requeue at a share boundary; maxAttempts to the dead letters -----------------------
+
+
+def test_a_task_asks_for_no_more_than_its_share_and_requeues_nothing(tmp_path):
+    """Before each FIN the task lowers max_in_flight to what is left of its share, so nsqd
+    (here: the stand-in's in-flight rule) never sends more, and nothing is requeued."""
+    o = read_opts(tmp_path)
+    queue, log = make_messages(20), []
+    got = bodies(fetch_stream_partition(
+        o, Spool(str(tmp_path), "q6"), 1, 0, 7,
+        lambda ro: StandInReader(queue, log, max_in_flight=ro.max_in_flight)))
+    assert got == [b"body-%d" % i for i in range(7)]
+    assert not [e for e in log if e[0] == "REQ"]
+    assert len(queue) == 13
+    # the cap only ever went down, to 0 at the end
+    caps = [n for what, n in log if what == "MIF"]
+    assert caps == sorted(caps, reverse=True) and caps[-1] == 0
+
+
+def test_what_a_task_holds_at_the_end_is_spooled_not_requeued(tmp_path):
+    """A Reader that delivered beyond the share (nsqd had sent them before the lower RDY
+    arrived): the extra messages go into the last chunk; nothing is requeued."""
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q7")
+    queue, log = make_messages(5), []
+
+    class Eager(StandInReader):
+        def get_blocks(self, max_messages=1000, timeout=1.0):
+            # hands out everything it has, whatever was asked
+            return super().get_blocks(1000, timeout)
+
+    got = bodies(fetch_stream_partition(o, spool, 1, 0, 3, lambda _: Eager(queue, log)))
+    assert got == [b"body-%d" % i for i in range(5)]
+    assert not [e for e in log if e[0] == "REQ"]
+    assert spool.partition(1, 0).completion().rows == 5
+
+
+def test_max_attempts_sends_messages_to_the_dead_letters_not_the_void(tmp_path):
+    import glob
+
+    import pyarrow as pa
+
+    o = read_opts(tmp_path, maxAttempts="2")
+    assert o.dead_letter_path == str(tmp_path) + "/_dead_letter"
+    msgs = make_messages(6)
+    for m in msgs[::2]:
+        m.attempts = 3  # delivered more often than maxAttempts
+    queue, log = list(msgs), []
+    got = bodies(fetch_stream_partition(o, Spool(str(tmp_path), "q8"), 1, 0, None,
+                                        lambda _: StandInReader(queue, log)))
+    assert got == [b"body-1", b"body-3", b"body-5"]
+    files = glob.glob(str(tmp_path / "_dead_letter" / "*.arrow"))
+    dead = sorted(b for f in files for rb in pa.ipc.open_file(pa.OSFile(f)).read_all()
+                  .to_batches() for b in rb.column("body").to_pylist())
+    assert dead == [b"body-0", b"body-2", b"body-4"]
+    # every message was FINished: the dead ones after they were written
+    assert sorted(i for what, ids in log if what == "FIN" for i in ids) == \
+        sorted(m.id for m in msgs)
+
+
+def test_max_attempts_needs_a_place_for_dead_letters():
+    with pytest.raises(NSQOptionError, match="'maxAttempts'.*deadLetterPath"):
+        parse_read_options(opts(spoolPath=None, maxAttempts="3"), streaming=False)
+    with pytest.raises(NSQOptionError, match="'deadLetterPath'.*maxAttempts"):
+        parse_read_options(opts(deadLetterPath="/tmp/dl"), streaming=True)
+
+
+# -- options: misspelled, and options that need another ------------------------------------
+
+
+@pytest.mark.parametrize("key, closest", [
+    ("maxMesages", "maxMessages"), ("maxInFlite", "maxInFlight"), ("spoolpth", "spoolPath"),
+    ("MAXINFLITE", "maxInFlight"), ("lookupdHttpAddress", "lookupdHttpAddresses"),
+])
+def test_a_misspelled_option_fails_naming_the_closest(key, closest):
+    with pytest.raises(NSQOptionError, match=f"unknown option '{key}'.*did you mean '{closest}'"):
+        parse_read_options(opts(**{key: "1"}), streaming=True)
+
+
+def test_spark_keys_and_nsq_prefix_are_accepted():
+    parse_read_options(opts(path="/x", **{"nsq.output_buffer_timeout": "5"}), streaming=True)
+    parse_write_options({"nsqdTcpAddresses": "127.0.0.1:1", "checkpointLocation": "/c",
+                         "path": "p"})
+    with pytest.raises(NSQOptionError, match="unknown option 'batchsise'.*'batchSize'"):
+        parse_write_options({"nsqdTcpAddresses": "127.0.0.1:1", "batchsise": "3"})
+    with pytest.raises(NSQOptionError, match="unknown option 'spoolPath'"):
+        parse_write_options({"nsqdTcpAddresses": "127.0.0.1:1", "spoolPath": "/s"})
+
+
+@pytest.mark.parametrize("key, needs", [
+    ("tlsInsecure", "tlsV1"), ("tlsCaFile", "tlsV1"), ("deflateLevel", "deflate"),
+])
+def test_an_option_without_the_one_it_needs_fails(key, needs):
+    with pytest.raises(NSQOptionError, match=f"'{key}' only takes effect with '{needs}'"):
+        parse_read_options(opts(**{key: "true" if key == "tlsInsecure" else "3"}),
+                           streaming=True)
+
+
+def test_addresses_follow_the_one_rule():
+    o = parse_read_options(opts(nsqdTcpAddresses="[::1]:4150, 127.0.0.1:4250"),
+                           streaming=True)
+    assert o.nsqd_tcp_addresses == ["[::1]:4150", "127.0.0.1:4250"]
+    with pytest.raises(NSQOptionError, match="option 'nsqdTcpAddresses'.*http"):
+        parse_read_options(opts(nsqdTcpAddresses="http://127.0.0.1:4150"), streaming=True)
+
+
+# -- the shared-spool marker ---------------------------------------------------------------
+
+
+def test_a_task_that_cannot_see_the_driver_marker_fails_saying_shared(tmp_path):
+    from nsq_spark.spark.spool import SpoolError
+
+    driver = Spool(str(tmp_path / "driver-disk"), "q9")
+    marker = driver.write_marker(1)
+    executor = Spool(str(tmp_path / "executor-disk"), "q9")  # another node's local disk
+    with pytest.raises(SpoolError, match="shared storage reachable from every executor"):
+        list(fetch_stream_partition(read_opts(tmp_path), executor, 1, 0, 1,
+                                    lambda _: pytest.fail("must not fetch"), marker=marker))
+    driver.check_marker(1, marker)  # the driver's own view is fine
+
+
+def test_committed_batches_leave_no_directory_behind(tmp_path):
+    spool = Spool(str(tmp_path), "q10")
+    spool.check_writable()
+    assert os.listdir(tmp_path) == []  # the start-up probe leaves nothing behind
+    spool.write_marker(1)
+    spool.partition(1, 0).complete(0, 0)
+    spool.write_marker(2)
+    assert spool.tidy(1) == 1 and spool.batches() == [2]  # batch 2 is not committed yet
+    assert spool.tidy(2) == 1
+    assert os.listdir(tmp_path) == []
+
+
+# -- the one lookupd parser, as the driver and the sink use it ------------------------------
+
+
+def test_lookupd_records_carry_the_http_port():
+    from nsq_spark.lookupd import parse_lookup_response, parse_producer_records
+
+    body = ('{"channels":["a"],"producers":[{"broadcast_address":"10.0.0.1","tcp_port":4150,'
+            '"http_port":4151},{"broadcast_address":"::1","tcp_port":4250,"http_port":4251},'
+            '{"broadcast_address":"h","tcp_port":4350}]}')
+    recs = parse_producer_records(body)
+    assert [r.http_address for r in recs] == ["10.0.0.1:4151", "[::1]:4251", None]
+    assert parse_lookup_response(body) == [("10.0.0.1", 4150), ("::1", 4250), ("h", 4350)]
+    old = '{"status_code":200,"data":{"producers":[{"address":"h","tcp_port":1,"http_port":2}]}}'
+    assert [r.http_address for r in parse_producer_records(old)] == ["h:2"]
