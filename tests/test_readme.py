@@ -15,9 +15,9 @@ An HTML comment on the line above a block says how to treat it:
   it gets SIGINT once it has printed one of the messages the test published before it
   started, and must then exit 0.
 
-Blocks without a language (the layout tree) are not code. Blocks of the sections that
-other parts of the project own and that need a Spark session are listed below with the
-reason; they are skipped by section, so their text stays theirs.
+Blocks without a language (the layout tree) are not code. The Spark connector's blocks
+are fragments (they need a Spark session and a cluster's storage); tests/spark and
+tests/cluster run the connector itself.
 """
 
 from __future__ import annotations
@@ -40,14 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 RUN_TIMEOUT = 60.0       # seconds one block may run
 INTERRUPT_AFTER = 20.0   # a "runs until interrupted" block must print within this
-
-# README sections whose Python blocks need a Spark session (``spark``, ``df``); the Spark
-# tests (tests/spark) run the connector itself.
-SPARK_SECTIONS = {
-    "Spark connector": "needs a Spark session (`spark`) and a cluster's paths; "
-                       "tests/spark runs the connector",
-    "Running on a cluster": "needs a Spark cluster; tests/spark runs the connector",
-}
 
 _MARKER = re.compile(r"^\s*<!--\s*(fragment:\s*(?P<reason>.*?)|(?P<interrupt>runs until "
                      r"interrupted))\s*-->\s*$")
@@ -121,7 +113,7 @@ def test_every_readme_fragment_says_why_and_most_blocks_run():
     for b in BLOCKS:
         if b.fragment is not None:
             assert len(b.fragment) > 10, f"README line {b.line}: say why it is a fragment"
-    runnable = [b for b in BLOCKS if b.fragment is None and b.section not in SPARK_SECTIONS]
+    runnable = [b for b in BLOCKS if b.fragment is None]
     assert len(runnable) >= 8
 
 
@@ -180,12 +172,11 @@ def _command(block: Block, code: str, workdir: Path) -> list[str]:
 @pytest.mark.nsqd
 @pytest.mark.timeout(120)
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+@pytest.mark.parametrize("block", [
+    pytest.param(b, id=b.id, marks=[pytest.mark.skip(
+        reason=f"README line {b.line} is a fragment: {b.fragment}")] if b.fragment else [])
+    for b in BLOCKS])
 def test_readme_block_runs(block: Block, nsq_cluster, request, tmp_path):
-    if block.fragment is not None:
-        pytest.skip(f"README line {block.line} is a fragment: {block.fragment}")
-    if block.section in SPARK_SECTIONS:
-        pytest.skip(f"README line {block.line}: {SPARK_SECTIONS[block.section]}")
     code = _substitute(block.code, _addresses(block, nsq_cluster, request))
     # something to consume, on every topic the README's consumers read
     published = [b"readme-%d" % i for i in range(5)]
