@@ -35,10 +35,29 @@ def _child_servers() -> list[str]:
     return found
 
 
+# servers leaked in xdist workers, reported to the controller (make test runs two workers)
+_LEAKED_IN_WORKERS: list[str] = []
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any test leaked a server process: the harness must reap them all."""
+    """Fail the run if any test leaked a server process: the harness must reap them all.
+    An xdist worker hands its finding to the controller, which fails the run."""
     leaked = _child_servers()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["leaked_servers"] = leaked
+        return
+    leaked += _LEAKED_IN_WORKERS
     if leaked:
         print(f"\nLEAKED server processes at the end of the test session: {', '.join(leaked)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """xdist's controller: collect what a finished worker found leaked."""
+    output = getattr(node, "workeroutput", None) or {}
+    worker = getattr(getattr(node, "gateway", None), "id", "?")
+    _LEAKED_IN_WORKERS.extend(f"{name} in worker {worker}"
+                              for name in output.get("leaked_servers", []))
