@@ -1,12 +1,20 @@
 """Test certificates made with the openssl CLI: a CA, a server certificate for 127.0.0.1
-(SAN IP), and a client certificate. No tests here."""
+(SAN IP), and a client certificate; and a small HTTP auth server of the kind nsqd's
+``--auth-http-address`` names. No tests here."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import shutil
 import subprocess
-from dataclasses import dataclass
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -45,3 +53,48 @@ def make_certs(d: Path) -> Certs:
     return Certs(ca=d / "ca.pem", server_cert=d / "server.pem", server_key=d / "server.key",
                  client_cert=d / "client.pem", client_key=d / "client.key",
                  other_ca=d / "other-ca.pem")
+
+
+@dataclass
+class AuthServer:
+    """A running auth server: ``address`` for nsqd's ``--auth-http-address``, ``seen``
+    the query of every request nsqd made."""
+
+    address: str
+    seen: list[dict[str, str]] = field(default_factory=list)
+
+
+@contextmanager
+def auth_server(grants: Mapping[str, dict[str, Any]]) -> Iterator[AuthServer]:
+    """Serve nsqd's auth protocol on 127.0.0.1: a secret in ``grants`` gets its JSON answer
+    (``ttl``, ``identity``, ``authorizations``), any other secret a 403."""
+    seen: list[dict[str, str]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            query = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+            seen.append(query)
+            grant = grants.get(query.get("secret", ""))
+            if grant is None:
+                self.send_response(403)
+                self.end_headers()
+                self.wfile.write(b'{"message":"NOT_AUTHORIZED"}')
+                return
+            data = json.dumps(grant).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield AuthServer(f"127.0.0.1:{server.server_address[1]}", seen)
+    finally:
+        server.shutdown()
+        server.server_close()

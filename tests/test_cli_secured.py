@@ -4,18 +4,14 @@ the command line, not stdout/stderr, even at debug log level."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import subprocess
 import sys
-import threading
-import urllib.parse
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
-from conn_tls_helpers import Certs, make_certs
+from conn_tls_helpers import Certs, auth_server, make_certs
 from nsq_spark.testing import NSQCluster
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
@@ -24,25 +20,9 @@ SECRET = "cli-secret-7f3a9c"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class _AuthServer(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        query = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
-        if query.get("secret") != SECRET:
-            self.send_response(403)
-            self.end_headers()
-            self.wfile.write(b'{"message":"NOT_AUTHORIZED"}')
-            return
-        data = json.dumps({"ttl": 60, "identity": "cli", "authorizations": [
-            {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+# everything on every topic and channel, for this secret only
+GRANTS = {SECRET: {"ttl": 60, "identity": "cli", "authorizations": [
+    {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]}}
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +32,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture(scope="module")
 def secured_nsqd(certs: Certs) -> Iterator[NSQCluster]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with NSQCluster(nsqd=1, lookupd=0, tls_cert=str(certs.server_cert),
-                        tls_key=str(certs.server_key), tls_required="tcp-https",
-                        auth_http_address=f"127.0.0.1:{server.server_address[1]}") as cluster:
-            yield cluster
-    finally:
-        server.shutdown()
-        server.server_close()
+    with auth_server(GRANTS) as auth, \
+            NSQCluster(nsqd=1, lookupd=0, tls_cert=str(certs.server_cert),
+                       tls_key=str(certs.server_key), tls_required="tcp-https",
+                       auth_http_address=auth.address) as cluster:
+        yield cluster
 
 
 def run_cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None):

@@ -4,19 +4,15 @@ snappy and deflate (1 byte to 1 MiB), AUTH against a small HTTP auth server."""
 from __future__ import annotations
 
 import asyncio
-import http.server
-import json
 import socket
-import threading
-import urllib.parse
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from conn_helpers import run, wait_for
-from conn_tls_helpers import Certs, make_certs
+from conn_tls_helpers import AuthServer, Certs, auth_server, make_certs
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.conn import Connection
@@ -268,51 +264,28 @@ def test_compression_refused_by_nsqd_falls_back_to_plain() -> None:
 
 # -- AUTH ---------------------------------------------------------------------------------------
 
-class _AuthHandler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:  # noqa: N802
-        q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
-        type(self).seen.append(q)
-        secret = q.get("secret")
-        if secret == "good-secret":
-            body: dict[str, Any] = {"ttl": 60, "identity": "tester", "identity_url": "",
-                                    "authorizations": [{"topic": ".*", "channels": [".*"],
-                                                        "permissions": ["subscribe", "publish"]}]}
-        elif secret == "limited-secret":
-            body = {"ttl": 60, "identity": "limited", "authorizations": [
-                {"topic": "^allowed.*", "channels": [".*"], "permissions": ["publish"]}]}
-        else:
-            self.send_response(403)
-            self.end_headers()
-            self.wfile.write(b'{"message":"NOT_AUTHORIZED"}')
-            return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+AUTH_GRANTS = {
+    "good-secret": {"ttl": 60, "identity": "tester", "identity_url": "",
+                    "authorizations": [{"topic": ".*", "channels": [".*"],
+                                        "permissions": ["subscribe", "publish"]}]},
+    "limited-secret": {"ttl": 60, "identity": "limited", "authorizations": [
+        {"topic": "^allowed.*", "channels": [".*"], "permissions": ["publish"]}]},
+}
 
 
 @pytest.fixture(scope="module")
-def auth_nsqd() -> Iterator[NSQCluster]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AuthHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with NSQCluster(nsqd=1, lookupd=0,
-                        auth_http_address=f"127.0.0.1:{server.server_address[1]}") as cluster:
-            yield cluster
-    finally:
-        server.shutdown()
-        server.server_close()
+def auth() -> Iterator[AuthServer]:
+    with auth_server(AUTH_GRANTS) as server:
+        yield server
 
 
-def test_auth_allowed(auth_nsqd: NSQCluster) -> None:
+@pytest.fixture(scope="module")
+def auth_nsqd(auth: AuthServer) -> Iterator[NSQCluster]:
+    with NSQCluster(nsqd=1, lookupd=0, auth_http_address=auth.address) as cluster:
+        yield cluster
+
+
+def test_auth_allowed(auth_nsqd: NSQCluster, auth: AuthServer) -> None:
     addr = auth_nsqd.nsqd_tcp_addresses[0]
     cfg = ConnectionConfig(auth_secret="good-secret")
     pub, sub, got = run(_roundtrip(addr, addr, cfg, cfg, [b"secret stuff"]))
@@ -320,7 +293,7 @@ def test_auth_allowed(auth_nsqd: NSQCluster) -> None:
     assert sub.auth_response["permission_count"] == 1  # one authorization entry
     assert sorted(m.body for m in got) == [b"secret stuff"] * 2
     assert "good-secret" not in repr(cfg)
-    assert any(q.get("secret") == "good-secret" for q in _AuthHandler.seen)
+    assert any(q.get("secret") == "good-secret" for q in auth.seen)
 
 
 def test_auth_refused(auth_nsqd: NSQCluster) -> None:
