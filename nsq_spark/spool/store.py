@@ -2,14 +2,8 @@
 safely between processes. No sockets, no retries: the drain (:mod:`.drain`) reads batches
 from it and acknowledges them.
 
-On-disk layout (``spool_dir``)::
-
-    <time_ns>-<pid>-<n>-<rand>.seg       a segment: header + framed records, append-only
-    <time_ns>-<pid>-<n>-<rand>.seg.ack   how far that segment is acknowledged (a watermark)
-    .<name>.tmp                          a segment being created (renamed once locked)
-    corrupt/                             segments with a damaged tail, after their intact
-                                         prefix was delivered (kept for inspection)
-    rejected/                            messages nsqd refused for good (bad topic, too big)
+The on-disk layout (segments, ``.ack`` watermarks, ``corrupt/``, ``rejected/``) is
+documented once, for users, in :mod:`nsq_spark.publish_spool`.
 
 Every :meth:`SegmentStore.append` is one ``pwrite(2)`` of whole records (format in
 :mod:`.format`), synced per the fsync policy. Every segment is owned by exactly one
