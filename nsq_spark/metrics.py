@@ -157,20 +157,15 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
     def values(stats: dict[str, Any], name: str) -> list[str]:
         return [name, str(stats.get("topic", "")), str(stats.get("channel", ""))]
 
-    for key, (metric, doc) in _READER_COUNTERS.items():
-        present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
-        if present:
-            counter = CounterMetricFamily(metric, doc, labels=labels)
-            for n, s in present:
-                counter.add_metric(values(s, n), s[key])
-            yield counter
-    for key, (metric, doc) in _READER_GAUGES.items():
-        present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
-        if present:
-            gauge = GaugeMetricFamily(metric, doc, labels=labels)
-            for n, s in present:
-                gauge.add_metric(values(s, n), s[key])
-            yield gauge
+    for family, table in ((CounterMetricFamily, _READER_COUNTERS),
+                          (GaugeMetricFamily, _READER_GAUGES)):
+        for key, (metric, doc) in table.items():
+            present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
+            if present:
+                out = family(metric, doc, labels=labels)
+                for n, s in present:
+                    out.add_metric(values(s, n), s[key])
+                yield out
     if not readers:
         return
     backoff = GaugeMetricFamily("nsq_reader_backoff_level",
