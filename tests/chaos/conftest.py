@@ -1,0 +1,7 @@
+"""The chaos tier: a real toxiproxy-server (``nsq_spark.testing_chaos``) between the
+Reader / Producer and a real nsqd. Without the binary the tier skips with the install
+command (scripts/install-toxiproxy), except under CI=1, where it fails."""
+
+from __future__ import annotations
+
+from nsq_spark.testing_chaos import toxiproxy, toxiproxy_server  # noqa: F401 - fixtures
