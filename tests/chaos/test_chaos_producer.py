@@ -1,0 +1,182 @@
+"""A Producer behind a real Toxiproxy (TCP, and one HTTP case): resets, fragments with
+latency, a black-holed connection. Every publish call must either succeed or raise a
+typed error (:class:`nsq_spark.errors.NSQError`); the test publishes again what failed,
+as an application would. Then a Reader straight on nsqd (around the proxy) must find
+exactly the published set: nothing lost, nothing made up (a retried publish whose first
+attempt did reach nsqd may be stored twice: counted and printed)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections import Counter
+from typing import Callable, Sequence
+
+import pytest
+
+from chaos_helpers import C, T, assert_zero_loss, bodies, consume, create_channel
+from nsq_spark.errors import NSQError
+from nsq_spark.producer import Producer
+from nsq_spark.reader import Reader
+from nsq_spark.testing_chaos import inject_periodically
+
+pytestmark = [pytest.mark.chaos, pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(60)]
+
+PRODUCER = dict(max_tries=3, retry_wait=0.02, retry_max_wait=0.2, retry_deadline=3.0,
+                publish_timeout=2.0)
+
+
+class Outcome:
+    """Failures seen by the application: typed ones by class name, anything else kept
+    whole (an untyped error escaping the Producer is a bug)."""
+
+    def __init__(self) -> None:
+        self.typed: Counter[str] = Counter()
+        self.untyped: list[BaseException] = []
+
+    def record(self, exc: BaseException) -> None:
+        if isinstance(exc, NSQError):
+            self.typed[type(exc).__name__] += 1
+        else:
+            self.untyped.append(exc)
+
+    def check(self) -> None:
+        assert not self.untyped, ("publishing raised errors that are not NSQError: "
+                                  f"{[repr(e) for e in self.untyped[:5]]}")
+
+
+def publish_until_accepted(call: Callable[[], object], outcome: Outcome,
+                           deadline: float) -> None:
+    """Call until it succeeds; every failure is recorded, then the call is repeated."""
+    while True:
+        try:
+            call()
+            return
+        except Exception as exc:  # noqa: BLE001 - classified by Outcome
+            outcome.record(exc)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still failing at the deadline: {exc!r}") from exc
+            time.sleep(0.02)
+
+
+def publish_blocking(producer: Producer, sent: Sequence[bytes], outcome: Outcome,
+                     pause: float, budget: float = 30.0) -> None:
+    """The first third one PUB at a time, the rest in MPUBs of 20."""
+    deadline = time.monotonic() + budget
+    third = len(sent) // 3
+    for body in sent[:third]:
+        publish_until_accepted(lambda: producer.publish(T, body), outcome, deadline)
+        time.sleep(pause)
+    for i in range(third, len(sent), 20):
+        chunk = list(sent[i:i + 20])
+        publish_until_accepted(lambda: producer.mpublish(T, chunk), outcome, deadline)
+        time.sleep(pause * 5)
+
+
+def read_back(cluster, sent: Sequence[bytes], what: str, outcome: Outcome,
+              **figures: object) -> None:
+    """A Reader straight on nsqd must find exactly the published set."""
+    with Reader(T, C, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses, max_in_flight=500,
+                msg_timeout=5) as reader:
+        counts = consume(reader, set(sent), cluster, timeout=30)
+    assert_zero_loss(set(sent), counts, what, cluster,
+                     publish_errors=dict(outcome.typed) or 0, **figures)
+    outcome.check()
+
+
+def test_blocking_producer_loses_nothing_when_its_connection_is_reset_again_and_again(
+        nsq_cluster, toxiproxy):
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(3000, "pub-reset")
+    outcome = Outcome()
+    with Producer(proxy.listen, **PRODUCER) as producer, \
+            inject_periodically(proxy, "reset_peer", every=0.2, hold=0.05, count=12,
+                                streams=("downstream", "upstream"), timeout=0) as faults:
+        publish_blocking(producer, sent, outcome, pause=0.002)
+        retries = producer.stats()["retries"]
+    assert faults.injected >= 6, f"only {faults.injected} resets during the publishing"
+    read_back(nsq_cluster, sent, "producer (blocking), reset_peer", outcome,
+              resets=faults.injected, retried_inside=retries)
+
+
+def test_futures_producer_loses_nothing_when_its_connection_is_reset_again_and_again(
+        nsq_cluster, toxiproxy):
+    """publish_async keeps many PUBs in flight on one pipelined connection: a reset fails
+    some of them at once; their bodies go out again in the next wave."""
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(4000, "pub-async")
+    outcome = Outcome()
+    deadline = time.monotonic() + 30
+    with Producer(proxy.listen, **PRODUCER) as producer, \
+            inject_periodically(proxy, "reset_peer", every=0.2, hold=0.05, count=12,
+                                streams=("downstream", "upstream"), timeout=0) as faults:
+        pending = list(sent)
+        while pending and time.monotonic() < deadline:
+            retry: list[bytes] = []
+            for i in range(0, len(pending), 100):
+                wave = pending[i:i + 100]
+                futures = {producer.publish_async(T, b): b for b in wave}
+                for fut in concurrent.futures.as_completed(futures, timeout=20):
+                    exc = fut.exception()
+                    if exc is not None:
+                        outcome.record(exc)
+                        retry.append(futures[fut])
+                time.sleep(0.03)
+            pending = retry
+        assert not pending, f"{len(pending)} bodies still failing at the deadline"
+        retries = producer.stats()["retries"]
+    assert faults.injected >= 4, f"only {faults.injected} resets during the publishing"
+    read_back(nsq_cluster, sent, "producer (futures), reset_peer", outcome,
+              resets=faults.injected, retried_inside=retries)
+
+
+def test_producer_loses_nothing_through_fragments_and_jittered_latency(
+        nsq_cluster, toxiproxy):
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(1500, "pub-slicer")
+    outcome = Outcome()
+    with proxy.toxic("slicer", "upstream", average_size=4, size_variation=3, delay=10), \
+            proxy.toxic("slicer", "downstream", average_size=4, size_variation=3, delay=10), \
+            proxy.toxic("latency", "downstream", latency=5, jitter=4), \
+            Producer(proxy.listen, **PRODUCER) as producer:
+        publish_blocking(producer, sent, outcome, pause=0)
+    read_back(nsq_cluster, sent, "producer, slicer 1-7 bytes + latency 5+-4 ms", outcome)
+    assert not outcome.typed, f"fragments alone made publishes fail: {dict(outcome.typed)}"
+
+
+def test_producer_recovers_from_a_black_holed_connection(nsq_cluster, toxiproxy):
+    """A stall longer than two heartbeats: publishes time out, nsqd drops the silent
+    connection, and once the stall is removed publishing goes on. The Producer may absorb
+    the stall in its own retries or raise a typed error; either way it must be seen."""
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(1500, "pub-stall")
+    outcome = Outcome()
+    with Producer(proxy.listen, heartbeat_interval=1, connect_timeout=1,
+                  **{**PRODUCER, "publish_timeout": 1.0}) as producer, \
+            inject_periodically(proxy, "timeout", every=0, hold=3.0, count=1,
+                                start_after=0.3, streams=("downstream", "upstream"),
+                                timeout=0) as faults:
+        publish_blocking(producer, sent, outcome, pause=0.003)
+        retries = producer.stats()["retries"]
+    assert faults.injected == 1
+    read_back(nsq_cluster, sent, "producer, a stall of 3 s", outcome, retried_inside=retries)
+    assert outcome.typed or retries, "no publish noticed the stall: the fault did not bite"
+
+
+def test_http_producer_loses_nothing_when_its_connections_are_reset(nsq_cluster, toxiproxy):
+    proxy = toxiproxy.create_proxy("nsqd_http", upstream=nsq_cluster.nsqd_http_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(1200, "pub-http")
+    outcome = Outcome()
+    with Producer(nsqd_http_addresses=proxy.listen, **PRODUCER) as producer, \
+            inject_periodically(proxy, "reset_peer", every=0.15, hold=0.05, count=10,
+                                streams=("downstream", "upstream"), timeout=0) as faults:
+        publish_blocking(producer, sent, outcome, pause=0.002)
+        retries = producer.stats()["retries"]
+    assert faults.injected >= 4, f"only {faults.injected} resets during the publishing"
+    read_back(nsq_cluster, sent, "producer (HTTP), reset_peer", outcome,
+              resets=faults.injected, retried_inside=retries)
