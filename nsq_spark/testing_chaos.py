@@ -227,6 +227,10 @@ class Proxy:
         """Add a toxic to the live proxy (existing connections too); returns its name.
         ``attributes`` are the toxic's own (``latency=50, jitter=20``; ``timeout=0``;
         ``average_size=4, size_variation=3``; ``bytes=10000``)."""
+        return self._add_toxic(type, stream, toxicity, name, attributes)
+
+    def _add_toxic(self, type: str, stream: str, toxicity: float, name: str | None,
+                   attributes: dict[str, int]) -> str:
         if type not in TOXIC_TYPES:
             raise ToxiproxyError(f"toxic type {type!r} is not one of {sorted(TOXIC_TYPES)}")
         if stream not in STREAMS:
@@ -247,7 +251,7 @@ class Proxy:
     def toxic(self, type: str, stream: str = "downstream", toxicity: float = 1.0,
               **attributes: int) -> Iterator[str]:
         """The toxic for the duration of the ``with`` block."""
-        name = self.add_toxic(type, stream, toxicity, **attributes)
+        name = self._add_toxic(type, stream, toxicity, None, attributes)
         try:
             yield name
         finally:
@@ -271,7 +275,9 @@ class Toxiproxy:
         self.created: list[Proxy] = []
 
     def version(self) -> str:
-        return str(self._api.request("GET", "/version"))
+        """The server's version, e.g. ``"2.12.0"``."""
+        answer = self._api.request("GET", "/version")
+        return str(answer["version"] if isinstance(answer, dict) else answer)
 
     def create_proxy(self, name: str, upstream: str, listen: str = "127.0.0.1:0") -> Proxy:
         """A new enabled proxy to ``upstream``; by default on a free loopback port (the
@@ -374,7 +380,7 @@ def inject_periodically(proxy: Proxy, type: str, *, every: float, hold: float, c
             names: list[str] = []
             try:
                 for stream in streams:
-                    names.append(proxy.add_toxic(type, stream, **attributes))
+                    names.append(proxy._add_toxic(type, stream, 1.0, None, attributes))
                 done.injected += 1
                 stop.wait(hold)
             except ToxiproxyError as exc:
