@@ -4,4 +4,7 @@ command (scripts/install-toxiproxy), except under CI=1, where it fails."""
 
 from __future__ import annotations
 
-from nsq_spark.testing_chaos import toxiproxy, toxiproxy_server  # noqa: F401 - fixtures
+# the fixtures, made visible to every test in this directory
+from nsq_spark.testing_chaos import toxiproxy, toxiproxy_server  # noqa: F401
+
+__all__ = ["toxiproxy", "toxiproxy_server"]

@@ -180,3 +180,23 @@ def test_http_producer_loses_nothing_when_its_connections_are_reset(nsq_cluster,
     assert faults.injected >= 4, f"only {faults.injected} resets during the publishing"
     read_back(nsq_cluster, sent, "producer (HTTP), reset_peer", outcome,
               resets=faults.injected, retried_inside=retries)
+
+
+def test_spooling_producer_delivers_everything_through_resets(nsq_cluster, toxiproxy,
+                                                              tmp_path):
+    """With spool_dir no publish call fails (the message is durable in the spool first);
+    the drain thread keeps sending through the resets until nsqd took everything."""
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    create_channel(nsq_cluster.nsqd_http_addresses[0])
+    sent = bodies(3000, "pub-spool")
+    outcome = Outcome()
+    with Producer(proxy.listen, spool_dir=tmp_path / "spool", spool_fsync="never",
+                  batch_size=100) as producer, \
+            inject_periodically(proxy, "reset_peer", every=0.2, hold=0.05, count=12,
+                                streams=("downstream", "upstream"), timeout=0) as faults:
+        publish_blocking(producer, sent, outcome, pause=0.002)
+        flushed = producer.flush(timeout=30)
+    assert flushed, "the spool still held messages 30 s after the last publish"
+    assert not outcome.typed, f"a spooling producer raised: {dict(outcome.typed)}"
+    read_back(nsq_cluster, sent, "producer (spool), reset_peer", outcome,
+              resets=faults.injected)

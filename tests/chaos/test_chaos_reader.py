@@ -6,10 +6,14 @@ drained (every message finished). Duplicates are allowed, counted and printed.""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import Counter
+
 import pytest
 
 from chaos_helpers import (C, T, PacedPublisher, assert_zero_loss, bodies, consume,
-                           create_channel)
+                           create_channel, drained)
 from nsq_spark.reader import Reader
 from nsq_spark.testing_chaos import inject_periodically
 
@@ -53,21 +57,24 @@ def test_reader_loses_nothing_through_latency_with_jitter(nsq_cluster, toxiproxy
                      nsq_cluster)
 
 
+@pytest.mark.parametrize("compression", ["none", "snappy", "deflate"])
 def test_reader_loses_nothing_when_every_frame_arrives_in_1_to_7_byte_fragments(
-        nsq_cluster, toxiproxy):
+        nsq_cluster, toxiproxy, compression):
     proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
     http = nsq_cluster.nsqd_http_addresses[0]
     create_channel(http)
-    sent = bodies(3000, "slicer")
+    sent = bodies(2000 if compression == "none" else 1000, "slicer")
+    codec = {} if compression == "none" else {compression: True}
     # average 4 +- 3 bytes: every chunk of the stream is cut into 1..7 byte pieces, both
     # ways (nsqd reads our FIN/RDY in pieces too); 10 us between pieces so that they
     # reach the socket one by one instead of coalesced
     with proxy.toxic("slicer", "downstream", average_size=4, size_variation=3, delay=10), \
             proxy.toxic("slicer", "upstream", average_size=4, size_variation=3, delay=10), \
-            reader_through(proxy, msg_timeout=5) as reader, \
+            reader_through(proxy, msg_timeout=5, **codec) as reader, \
             PacedPublisher(http, sent, chunk=100, interval=0.03):
         counts = consume(reader, set(sent), nsq_cluster, timeout=40)
-    assert_zero_loss(set(sent), counts, "reader, slicer 1-7 bytes", nsq_cluster)
+    assert_zero_loss(set(sent), counts, f"reader, slicer 1-7 bytes, {compression}",
+                     nsq_cluster)
 
 
 def test_reader_recovers_from_a_black_holed_connection(nsq_cluster, toxiproxy):
@@ -105,3 +112,38 @@ def test_reader_loses_nothing_when_connections_are_cut_mid_frame(nsq_cluster, to
     assert faults.injected >= 5
     assert_zero_loss(set(sent), counts, "reader, limit_data 20011 bytes", nsq_cluster,
                      cuts=faults.injected)
+
+
+def test_reader_with_a_handler_loses_nothing_when_its_connection_is_reset(
+        nsq_cluster, toxiproxy):
+    """The same resets with the pynsq-style push API: a handler on the event loop,
+    FIN by returning True."""
+    proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
+    http = nsq_cluster.nsqd_http_addresses[0]
+    create_channel(http)
+    sent = bodies(4000, "push")
+    want = set(sent)
+    counts: Counter[bytes] = Counter()
+
+    def handler(message) -> bool:
+        counts[message.body] += 1
+        return True
+
+    async def consume_with_handler() -> None:
+        reader = Reader(T, C, handler, nsqd_tcp_addresses=[proxy.listen], **READER)
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.3)
+                if want <= counts.keys() and await asyncio.to_thread(drained, nsq_cluster):
+                    break
+        finally:
+            await reader.aclose()
+
+    with inject_periodically(proxy, "reset_peer", every=0.25, hold=0.05, count=15,
+                             streams=("downstream", "upstream"), timeout=0) as faults, \
+            PacedPublisher(http, sent, chunk=100, interval=0.08):
+        asyncio.run(consume_with_handler())
+    assert faults.injected >= 10, f"only {faults.injected} resets injected"
+    assert_zero_loss(want, counts, "reader (handler), reset_peer", nsq_cluster,
+                     resets=faults.injected)
