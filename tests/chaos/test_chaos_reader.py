@@ -38,7 +38,7 @@ def test_reader_loses_nothing_when_its_connection_is_reset_again_and_again(
                                 streams=("downstream", "upstream"), timeout=0) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.08):
         counts = consume(reader, set(sent), nsq_cluster, timeout=40)
-    assert faults.injected >= 10, f"only {faults.injected} resets injected"
+    assert faults.injected >= 5, f"only {faults.injected} resets during the flow"
     assert_zero_loss(set(sent), counts, "reader, reset_peer", nsq_cluster,
                      resets=faults.injected)
 
@@ -97,21 +97,26 @@ def test_reader_recovers_from_a_black_holed_connection(nsq_cluster, toxiproxy):
     assert_zero_loss(set(sent), counts, "reader, a stall of 3.5 s", nsq_cluster)
 
 
-def test_reader_loses_nothing_when_connections_are_cut_mid_frame(nsq_cluster, toxiproxy):
+@pytest.mark.parametrize("compression", ["none", "deflate"])
+def test_reader_loses_nothing_when_connections_are_cut_mid_frame(nsq_cluster, toxiproxy,
+                                                                 compression):
     """limit_data closes a connection after so many bytes: mostly in the middle of a
-    frame. While it is in place every new connection is cut again."""
+    frame (with deflate, in the middle of the compressed stream, whose state a new
+    connection starts afresh). While it is in place every new connection is cut again."""
     proxy = toxiproxy.create_proxy("nsqd_tcp", upstream=nsq_cluster.nsqd_tcp_addresses[0])
     http = nsq_cluster.nsqd_http_addresses[0]
     create_channel(http)
     sent = bodies(3000, "limit")
-    with reader_through(proxy) as reader, \
+    codec = {} if compression == "none" else {compression: True}
+    limit = 20_011 if compression == "none" else 3_001  # deflate sends far fewer bytes
+    with reader_through(proxy, **codec) as reader, \
             inject_periodically(proxy, "limit_data", every=0.3, hold=0.5, count=8,
-                                bytes=20_011) as faults, \
+                                bytes=limit) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.06):
         counts = consume(reader, set(sent), nsq_cluster, timeout=40)
-    assert faults.injected >= 5
-    assert_zero_loss(set(sent), counts, "reader, limit_data 20011 bytes", nsq_cluster,
-                     cuts=faults.injected)
+    assert faults.injected >= 2, f"only {faults.injected} cuts during the flow"
+    assert_zero_loss(set(sent), counts, f"reader, limit_data {limit} bytes, {compression}",
+                     nsq_cluster, cuts=faults.injected)
 
 
 def test_reader_with_a_handler_loses_nothing_when_its_connection_is_reset(
@@ -144,6 +149,6 @@ def test_reader_with_a_handler_loses_nothing_when_its_connection_is_reset(
                              streams=("downstream", "upstream"), timeout=0) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.08):
         asyncio.run(consume_with_handler())
-    assert faults.injected >= 10, f"only {faults.injected} resets injected"
+    assert faults.injected >= 5, f"only {faults.injected} resets during the flow"
     assert_zero_loss(want, counts, "reader (handler), reset_peer", nsq_cluster,
                      resets=faults.injected)
