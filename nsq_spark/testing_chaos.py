@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
+from .addresses import parse_address
 from .install import InstallError
 from .testing import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
 
@@ -269,9 +270,9 @@ class Toxiproxy:
     """A client of one toxiproxy-server's API (``host:port``)."""
 
     def __init__(self, api_address: str, timeout: float = 5.0) -> None:
-        host, _, port = api_address.rpartition(":")
-        self.api_address = api_address
-        self._api = _Api(host, int(port), timeout)
+        address = parse_address(api_address, "api_address", "127.0.0.1:8474")
+        self.api_address = str(address)
+        self._api = _Api(address.host, address.port, timeout)
         self.created: list[Proxy] = []
 
     def version(self) -> str:

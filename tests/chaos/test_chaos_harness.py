@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from nsq_spark.errors import InvalidAddressError
 from nsq_spark.install import InstallError
-from nsq_spark.testing_chaos import (BINARY_NAME, TOXIPROXY_VERSION, ToxiproxyError,
-                                     cache_binary, ensure_toxiproxy, find_toxiproxy,
-                                     inject_periodically, main)
+from nsq_spark.testing_chaos import (BINARY_NAME, TOXIPROXY_VERSION, Toxiproxy,
+                                     ToxiproxyError, cache_binary, ensure_toxiproxy,
+                                     find_toxiproxy, inject_periodically, main)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +34,12 @@ def test_the_cache_is_per_user_and_per_version(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_binary() == (tmp_path / "nsq-spark" / f"toxiproxy-v{TOXIPROXY_VERSION}"
                               / "bin" / BINARY_NAME)
+
+
+@pytest.mark.unit
+def test_a_bad_api_address_is_a_typed_error_naming_the_parameter():
+    with pytest.raises(InvalidAddressError, match="api_address"):
+        Toxiproxy("127.0.0.1")
 
 
 @pytest.mark.unit
