@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
 from .addresses import parse_address
+from .errors import ConfigError
 from .install import InstallError
 from .testing import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
 
@@ -369,8 +370,11 @@ def inject_periodically(proxy: Proxy, type: str, *, every: float, hold: float, c
     every stream in ``streams``, keep it ``hold`` seconds, remove it, wait ``every``
     seconds. Leaving the block stops the schedule and removes a toxic still in place;
     an API error stops it too and is raised there."""
-    if count < 1 or every < 0 or hold < 0:
-        raise ValueError("inject_periodically needs count >= 1, every >= 0, hold >= 0")
+    for param, value, least in (("count", count, 1), ("every", every, 0), ("hold", hold, 0),
+                                ("start_after", start_after, 0)):
+        if value < least:
+            raise ConfigError(f"inject_periodically {param}={value!r}: give a number >= "
+                              f"{least} (count bounds the faults, the others are seconds)")
     stop = threading.Event()
     done = FaultLog()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nsq_spark.errors import InvalidAddressError
+from nsq_spark.errors import ConfigError, InvalidAddressError
 from nsq_spark.install import InstallError
 from nsq_spark.testing_chaos import (BINARY_NAME, TOXIPROXY_VERSION, Toxiproxy,
                                      ToxiproxyError, cache_binary, ensure_toxiproxy,
@@ -40,6 +40,17 @@ def test_the_cache_is_per_user_and_per_version(monkeypatch, tmp_path):
 def test_a_bad_api_address_is_a_typed_error_naming_the_parameter():
     with pytest.raises(InvalidAddressError, match="api_address"):
         Toxiproxy("127.0.0.1")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", [{"count": 0}, {"every": -1}, {"hold": -0.5},
+                                 {"start_after": -1}])
+def test_a_fault_schedule_must_be_bounded(bad):
+    schedule = {"every": 0.1, "hold": 0.1, "count": 3, **bad}
+    param = next(iter(bad))
+    with pytest.raises(ConfigError, match=f"inject_periodically {param}="):
+        with inject_periodically(None, "latency", **schedule):  # type: ignore[arg-type]
+            pass
 
 
 @pytest.mark.unit
