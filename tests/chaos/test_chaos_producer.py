@@ -60,7 +60,7 @@ def publish_until_accepted(call: Callable[[], object], outcome: Outcome,
 
 
 def publish_blocking(producer: Producer, sent: Sequence[bytes], outcome: Outcome,
-                     pause: float, budget: float = 30.0) -> None:
+                     pause: float, budget: float = 25.0) -> None:
     """The first third one PUB at a time, the rest in MPUBs of 20."""
     deadline = time.monotonic() + budget
     third = len(sent) // 3
@@ -78,7 +78,7 @@ def read_back(cluster, sent: Sequence[bytes], what: str, outcome: Outcome,
     """A Reader straight on nsqd must find exactly the published set."""
     with Reader(T, C, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses, max_in_flight=500,
                 msg_timeout=5) as reader:
-        counts = consume(reader, set(sent), cluster, timeout=30)
+        counts = consume(reader, set(sent), cluster, timeout=25)
     assert_zero_loss(set(sent), counts, what, cluster,
                      publish_errors=dict(outcome.typed) or 0, **figures)
     outcome.check()
@@ -108,7 +108,7 @@ def test_futures_producer_loses_nothing_when_its_connection_is_reset_again_and_a
     create_channel(nsq_cluster.nsqd_http_addresses[0])
     sent = bodies(4000, "pub-async")
     outcome = Outcome()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 25
     with Producer(proxy.listen, **PRODUCER) as producer, \
             inject_periodically(proxy, "reset_peer", every=0.2, hold=0.05, count=12,
                                 streams=("downstream", "upstream"), timeout=0) as faults:
@@ -141,7 +141,7 @@ def test_futures_producer_loses_nothing_through_fragments_and_mid_command_cuts(
     create_channel(nsq_cluster.nsqd_http_addresses[0])
     sent = bodies(3000, "pub-cut")
     outcome = Outcome()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 25
     with proxy.toxic("slicer", "upstream", average_size=4, size_variation=3, delay=1), \
             proxy.toxic("slicer", "downstream", average_size=2, size_variation=1, delay=1), \
             Producer(proxy.listen, **PRODUCER) as producer, \

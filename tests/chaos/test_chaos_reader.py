@@ -37,7 +37,7 @@ def test_reader_loses_nothing_when_its_connection_is_reset_again_and_again(
             inject_periodically(proxy, "reset_peer", every=0.25, hold=0.05, count=15,
                                 streams=("downstream", "upstream"), timeout=0) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.08):
-        counts = consume(reader, set(sent), nsq_cluster, timeout=40)
+        counts = consume(reader, set(sent), nsq_cluster, timeout=25)
     assert faults.injected >= 5, f"only {faults.injected} resets during the flow"
     assert_zero_loss(set(sent), counts, "reader, reset_peer", nsq_cluster,
                      resets=faults.injected)
@@ -52,7 +52,7 @@ def test_reader_loses_nothing_through_latency_with_jitter(nsq_cluster, toxiproxy
             proxy.toxic("latency", "upstream", latency=20, jitter=15), \
             reader_through(proxy, msg_timeout=5) as reader, \
             PacedPublisher(http, sent, chunk=100, interval=0.05):
-        counts = consume(reader, set(sent), nsq_cluster, timeout=40)
+        counts = consume(reader, set(sent), nsq_cluster, timeout=25)
     assert_zero_loss(set(sent), counts, "reader, latency 40+-30 ms down, 20+-15 ms up",
                      nsq_cluster)
 
@@ -72,7 +72,7 @@ def test_reader_loses_nothing_when_every_frame_arrives_in_1_to_7_byte_fragments(
             proxy.toxic("slicer", "upstream", average_size=4, size_variation=3, delay=10), \
             reader_through(proxy, msg_timeout=5, **codec) as reader, \
             PacedPublisher(http, sent, chunk=100, interval=0.03):
-        counts = consume(reader, set(sent), nsq_cluster, timeout=40)
+        counts = consume(reader, set(sent), nsq_cluster, timeout=25)
     assert_zero_loss(set(sent), counts, f"reader, slicer 1-7 bytes, {compression}",
                      nsq_cluster)
 
@@ -92,7 +92,7 @@ def test_reader_recovers_from_a_black_holed_connection(nsq_cluster, toxiproxy):
                                 start_after=0.5, streams=("downstream", "upstream"),
                                 timeout=0) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.2):
-        counts = consume(reader, set(sent), nsq_cluster, timeout=40)
+        counts = consume(reader, set(sent), nsq_cluster, timeout=25)
     assert faults.injected == 1
     assert_zero_loss(set(sent), counts, "reader, a stall of 3.5 s", nsq_cluster)
 
@@ -113,7 +113,7 @@ def test_reader_loses_nothing_when_connections_are_cut_mid_frame(nsq_cluster, to
             inject_periodically(proxy, "limit_data", every=0.3, hold=0.5, count=8,
                                 bytes=limit) as faults, \
             PacedPublisher(http, sent, chunk=100, interval=0.06):
-        counts = consume(reader, set(sent), nsq_cluster, timeout=40)
+        counts = consume(reader, set(sent), nsq_cluster, timeout=25)
     assert faults.injected >= 2, f"only {faults.injected} cuts during the flow"
     assert_zero_loss(set(sent), counts, f"reader, limit_data {limit} bytes, {compression}",
                      nsq_cluster, cuts=faults.injected)
@@ -137,7 +137,7 @@ def test_reader_with_a_handler_loses_nothing_when_its_connection_is_reset(
     async def consume_with_handler() -> None:
         reader = Reader(T, C, handler, nsqd_tcp_addresses=[proxy.listen], **READER)
         try:
-            deadline = time.monotonic() + 40
+            deadline = time.monotonic() + 25
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.3)
                 if want <= counts.keys() and await asyncio.to_thread(drained, nsq_cluster):
