@@ -91,16 +91,13 @@ class AsyncConn(EventedMixin):
         self.requeue_delay = self.config.requeue_delay
         self.callback_queue: list[Any] = []  # pynsq's Writer keeps its callbacks here
         self.conn: Connection | None = None
+        self.address = self.id  # the Responder protocol's name (IPv6 in brackets once open)
 
     # -- pynsq's identity and state -----------------------------------------------------
 
     @property
     def id(self) -> str:
         return str(self)
-
-    @property
-    def address(self) -> str:  # the Responder protocol's name for it
-        return self.conn.address if self.conn is not None else f"{self.host}:{self.port}"
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -133,6 +130,7 @@ class AsyncConn(EventedMixin):
                                on_messages=self._on_messages, on_close=self._on_close,
                                on_response=self._on_response, on_error=self._on_error,
                                on_heartbeat=self._on_heartbeat, responder=self)
+        self.address = self.conn.address
         IOLoop.current().add_callback(self._start)
 
     def _start(self) -> None:
