@@ -220,7 +220,8 @@ class Reader:
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
                           on_messages=self._on_messages, on_blocks=self._on_blocks,
-                          on_link_lost=self._pull.drop_link)
+                          on_link_lost=self._pull.drop_link, on_heartbeat=self.heartbeat,
+                          disabled=_overridden(self, "disabled"))
         self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
                                            self._bridge, self.name)
         self._answers.on_result = self._backoff_timer.record
@@ -267,12 +268,20 @@ class Reader:
         return True
 
     def giving_up(self, message: Message) -> None:
-        """Called for a message delivered more than ``max_tries`` times, before it is
-        finished. Override it to keep the message somewhere (default: a warning log); if it
-        raises, the message is requeued instead (as in pynsq) and comes back here."""
+        """pynsq hook for a message delivered more than ``max_tries`` times, before it is
+        finished (default: a warning log); if it raises, the message is requeued instead."""
         log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
                     self.name, message.id.decode("ascii", "replace"), message.attempts,
                     self.max_tries, message.body[:200])
+
+    def heartbeat(self, conn: Connection) -> None:
+        """pynsq hook: called after every heartbeat of a connection (already answered)."""
+
+    @classmethod
+    def disabled(cls) -> bool:
+        """pynsq hook (deprecated there: prefer ``set_max_in_flight(0)``): while it returns
+        True, every connection is held at RDY 0 (checked at each RDY change and tick)."""
+        return False
 
     @property
     def max_in_flight(self) -> int:
@@ -351,15 +360,11 @@ class Reader:
 
     def _choose_strategy(self) -> handlers.Strategy:
         """Once, not per message; pynsq's subclass hooks cost only when overridden."""
-        cls = type(self)
         return handlers.choose(
             message_handler=self.message_handler, batch_handler=self.batch_handler,
-            process=(self.process_message
-                     if cls.process_message is not Reader.process_message else None),
-            preprocess=(self.preprocess_message
-                        if cls.preprocess_message is not Reader.preprocess_message else None),
-            validate=(self.validate_message
-                      if cls.validate_message is not Reader.validate_message else None),
+            process=_overridden(self, "process_message"),
+            preprocess=_overridden(self, "preprocess_message"),
+            validate=_overridden(self, "validate_message"),
             answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
 
     # ------------------------------------------------------------------------------------
@@ -493,17 +498,7 @@ class Reader:
         return self._bridge.result(self._stats, timeout=2.0)
 
     def _stats(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "topic": self.topic, "channel": self.channel,
-            "mode": self._mode, "max_in_flight": self._policy.max_in_flight,
-            "total_rdy": self._policy.total_rdy, "in_flight": self._policy.in_flight,
-            "rdy_mode": self._policy.mode, "backoff": self._backoff.state(),
-            "messages_received": self.messages_received, "finished": self.finished,
-            "requeued": self.requeued, "given_up": self.given_up,
-            "duplicates": self.duplicates, "dropped_responses": self.dropped_responses,
-            "pull_queued": self._pull.queued, "connections": self._pool.connection_stats(),
-            "lookupd": self._pool.lookupd_stats(),
-        }
+        return _stats_of(self)
 
     # ------------------------------------------------------------------------------------
     # closing
@@ -583,6 +578,28 @@ class Reader:
     def __repr__(self) -> str:
         return (f"<Reader {self.name} mode={self._mode} conns={len(self._pool.links)} "
                 f"max_in_flight={self._policy.max_in_flight}>")
+
+
+def _stats_of(r: Reader) -> dict[str, Any]:
+    """Reader.stats() (on the loop thread)."""
+    return {
+        "name": r.name, "topic": r.topic, "channel": r.channel,
+        "mode": r._mode, "max_in_flight": r._policy.max_in_flight,
+        "total_rdy": r._policy.total_rdy, "in_flight": r._policy.in_flight,
+        "rdy_mode": r._policy.mode, "backoff": r._backoff.state(),
+        "messages_received": r.messages_received, "finished": r.finished,
+        "requeued": r.requeued, "given_up": r.given_up,
+        "duplicates": r.duplicates, "dropped_responses": r.dropped_responses,
+        "pull_queued": r._pull.queued, "connections": r._pool.connection_stats(),
+        "lookupd": r._pool.lookupd_stats(),
+    }
+
+
+def _overridden(reader: Reader, name: str) -> Callable[..., Any] | None:
+    """``reader.<name>`` if a subclass overrides Reader's, else None (so that an hook
+    nobody overrides costs nothing per message)."""
+    owner = next(c for c in type(reader).__mro__ if name in vars(c))
+    return None if owner is Reader else getattr(reader, name)
 
 
 def _check_options(*, max_tries: Any, max_requeue_delay: Any, drain_timeout: Any,
