@@ -220,7 +220,8 @@ class Reader:
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
                           on_messages=self._on_messages, on_blocks=self._on_blocks,
-                          on_link_lost=self._pull.drop_link, on_heartbeat=self.heartbeat,
+                          on_link_lost=self._pull.drop_link,
+                          on_heartbeat=_overridden(self, "heartbeat"),
                           disabled=_overridden(self, "disabled"))
         self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
                                            self._bridge, self.name)
