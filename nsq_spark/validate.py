@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -142,15 +142,15 @@ def flag(value: Any, param: str, *, none: str | None = None,
     raise error(f"{param}={value!r} ({type(value).__name__}): give True or False{alt}")
 
 
-def defer_ms(value: Any, param: str = "defer_ms") -> int | None:
-    """A DPUB deferral: None (PUB), or an int of milliseconds from 0 to
-    :data:`MAX_DEFER_MS` (nsqd refuses more than its ``--max-req-timeout``)."""
+def defer_ms(value: Any, param: str = "defer_ms", *, optional: bool = True) -> Any:
+    """A DPUB deferral: an int of milliseconds from 0 to :data:`MAX_DEFER_MS` (nsqd
+    refuses more than its ``--max-req-timeout``), or with ``optional`` None (a PUB)."""
     return integer(value, param, lo=0, hi=MAX_DEFER_MS, unit="milliseconds",
-                   none="publish at once",
+                   none="publish at once" if optional else None,
                    hint="nsqd refuses more than its --max-req-timeout (1 h by default)")
 
 
-def bodies(value: Any, param: str = "bodies") -> list[Any] | tuple[Any, ...]:
+def bodies(value: Any, param: str = "bodies") -> Sequence[Any]:
     """The message bodies of an MPUB as a list (each body is checked by the body rule
     of :mod:`nsq_spark.protocol` when encoded). A single ``bytes`` or ``str``, None or a
     non-iterable raises :class:`~nsq_spark.errors.InvalidBodyError` naming ``param``."""

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Sequence
 
-from . import protocol
+from . import protocol, validate
 from .errors import ConfigError, NSQError
 from .producer import Producer
 
@@ -73,8 +73,8 @@ class Writer(Producer):
 
     def mpub(self, topic: str, msg: bytes | Sequence[bytes],
              callback: Callable[..., Any] | None = None) -> None:
-        bodies: list[Any] = [msg] if isinstance(msg, (bytes, bytearray, memoryview)) \
-            else list(msg)
+        bodies: Sequence[Any] = [msg] if isinstance(msg, (bytes, bytearray, memoryview)) \
+            else validate.bodies(msg, "msg")
         datas = self._encode_mpub(topic, bodies)
         futs = [self._on_loop_future(d) for d in datas]
         if len(futs) == 1:
@@ -94,6 +94,7 @@ class Writer(Producer):
 
     def dpub(self, topic: str, delay_ms: int, msg: bytes,
              callback: Callable[..., Any] | None = None) -> None:
-        self._callback(self._on_loop_future(protocol.dpub(topic, int(delay_ms), msg,
+        delay_ms = validate.defer_ms(delay_ms, "delay_ms", optional=False)
+        self._callback(self._on_loop_future(protocol.dpub(topic, delay_ms, msg,
                                                           self.max_msg_size)), callback,
                        f"DPUB {topic}")
