@@ -53,15 +53,16 @@ def _fmt(bound: float) -> str:
 
 
 def _expectation(kind: str, lo: float | None, hi: float | None, lo_open: bool,
-                 special: Mapping[Any, str], none: str | None, unit: str) -> str:
+                 hi_open: bool, special: Mapping[Any, str], none: str | None,
+                 unit: str) -> str:
     what = kind + (f" of {unit}" if unit else "")
-    if lo is not None and hi is not None and not lo_open:
+    if lo is not None and hi is not None and not lo_open and not hi_open:
         what += f" from {_fmt(lo)} to {_fmt(hi)}"
     else:
         if lo is not None:
             what += f" {'>' if lo_open else '>='} {_fmt(lo)}"
         if hi is not None:
-            what += f"{' and' if lo is not None else ''} <= {_fmt(hi)}"
+            what += f"{' and' if lo is not None else ''} {'<' if hi_open else '<='} {_fmt(hi)}"
     extras = [f"{v!r} ({meaning})" for v, meaning in special.items()]
     if none is not None:
         extras.append(f"None ({none})")
@@ -69,12 +70,13 @@ def _expectation(kind: str, lo: float | None, hi: float | None, lo_open: bool,
 
 
 def number(value: Any, param: str, *, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False, is_int: bool = False, unit: str = "",
+           lo_open: bool = False, hi_open: bool = False, is_int: bool = False, unit: str = "",
            special: Mapping[Any, str] | None = None, none: str | None = None,
            hint: str = "", error: type[ConfigError] = ConfigError) -> Any:
     """``value`` if it is a number by the module's rule, else ``error`` naming ``param``.
 
-    ``lo``/``hi``: inclusive bounds (``lo_open``: ``lo`` itself refused); ``is_int``:
+    ``lo``/``hi``: inclusive bounds (``lo_open``/``hi_open``: the bound itself refused);
+    ``is_int``:
     an ``int`` only; ``special``: values allowed outside the range, with their meaning
     (``{-1: "off"}``); ``none``: None is allowed and means this; ``hint``: appended to
     the message (e.g. "did you give milliseconds?").
@@ -88,7 +90,7 @@ def number(value: Any, param: str, *, lo: float | None = None, hi: float | None 
         return value
     finite = ok_type and math.isfinite(value)
     in_range = finite and (lo is None or (value > lo if lo_open else value >= lo)) \
-        and (hi is None or value <= hi)
+        and (hi is None or (value < hi if hi_open else value <= hi))
     if in_range:
         return value
     kind = "an int" if is_int else "a finite number"
@@ -98,7 +100,7 @@ def number(value: Any, param: str, *, lo: float | None = None, hi: float | None 
     elif not finite:
         why = " (not finite)"
     raise error(f"{param}={value!r}{why}: give "
-                f"{_expectation(kind, lo, hi, lo_open, special, none, unit)}"
+                f"{_expectation(kind, lo, hi, lo_open, hi_open, special, none, unit)}"
                 f"{'; ' + hint if hint else ''}")
 
 
