@@ -174,8 +174,8 @@ class ConnectionConfig:
         hb = self.heartbeat_interval
         hint = (f"did you give milliseconds? {hb!r} ms is heartbeat_interval={hb / 1000:g}"
                 if _is_number(hb) and 1000 <= hb <= 60000 else "")
-        v.number(hb, "heartbeat_interval", lo=1, hi=60, unit="seconds, as in pynsq",
-                 special={-1: "off"}, hint=hint)
+        v.number(hb, "heartbeat_interval", lo=1, hi=60, unit="seconds", special={-1: "off"},
+                 hint=hint or "heartbeat_interval is in seconds, as in pynsq")
         v.integer(self.deflate_level, "deflate_level", lo=1, hi=9)
         v.integer(self.sample_rate, "sample_rate", lo=0, hi=99, unit="percent",
                   hint="0 sends every message")

@@ -106,8 +106,6 @@ def _redacted_repr(self: Any) -> str:
     return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
-# The largest value of an integer option unless it says otherwise (Spark's LongType).
-MAX_INT = 2 ** 63 - 1
 # MPUB counts and sizes are 32-bit; nsqd counts attempts in 16 bits.
 MAX_INT32, MAX_ATTEMPTS = 2 ** 31 - 1, 65535
 # A fetch task keeps up to maxInFlight messages in memory; numPartitions tasks a batch.
@@ -185,7 +183,7 @@ class _Opts:
         return value
 
     def int(self, name: str, default: int | None, minimum: int = 1,
-            maximum: int = MAX_INT, **rule: Any) -> int | None:
+            maximum: int | None = None, **rule: Any) -> int | None:
         """An integer option in ``minimum..maximum`` (``rule``: more of
         :func:`nsq_spark.validate.integer`, e.g. ``special={-1: "off"}``)."""
         raw = self.get(name)
