@@ -12,6 +12,12 @@ Units follow pynsq, so that ``import nsq_spark as nsq`` is a drop-in: every opti
 seconds (int or float) except ``output_buffer_timeout``, which is in milliseconds as in
 pynsq. Seconds are converted to the milliseconds nsqd wants once, when IDENTIFY is built
 (:attr:`ConnectionConfig.heartbeat_interval_ms`, :attr:`ConnectionConfig.msg_timeout_ms`).
+
+Every option is checked at construction by the one number rule (:mod:`nsq_spark.validate`:
+the right type -- a bool is not a number, a str is not one either --, finite, in range), and
+so are the Reader's and the Producer's own numbers (:func:`check_reader_options`,
+:func:`check_producer_options`): a bad value is a ConfigError naming the option, never a
+connection that nsqd refuses for ever. ``auth_secret`` is never in a ``repr``.
 """
 
 from __future__ import annotations
