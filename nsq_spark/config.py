@@ -202,7 +202,8 @@ class ConnectionConfig:
                   unit="milliseconds (as in pynsq)",
                   special={-1: "off", 0: "nsqd's default"}, none="nsqd's default")
         if self.tls_options is not None and not isinstance(self.tls_options, (dict, ssl.SSLContext)):
-            raise ConfigError("tls_options must be a dict of pynsq TLS options or an ssl.SSLContext")
+            raise ConfigError(f"tls_options ({type(self.tls_options).__name__}): give a dict "
+                              "of pynsq TLS options or an ssl.SSLContext")
         secret = self.auth_secret
         if secret is not None and not isinstance(secret, (str, bytes)):
             # the value is not shown: it may be a secret of the wrong type
@@ -288,25 +289,19 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
     """The Reader's numeric arguments, looked up by name in ``arguments`` (the Reader
     passes its ``locals()``; see :class:`nsq_spark.Reader`); ConfigError naming the first
     bad one."""
-    a = arguments
-    max_tries, max_in_flight = a["max_tries"], a["max_in_flight"]
-    lookupd_poll_interval, lookupd_poll_jitter = a["lookupd_poll_interval"], a["lookupd_poll_jitter"]
-    low_rdy_idle_timeout, max_backoff_duration = a["low_rdy_idle_timeout"], a["max_backoff_duration"]
-    max_requeue_delay, drain_timeout = a["max_requeue_delay"], a["drain_timeout"]
-    v = validate
-    v.integer(max_tries, "max_tries", lo=0, hi=MAX_ATTEMPTS, hint="0 never gives up")
-    v.integer(max_in_flight, "max_in_flight", lo=0, hi=_INT32_MAX, hint="0 starts paused")
-    v.seconds(lookupd_poll_interval, "lookupd_poll_interval")
-    v.number(lookupd_poll_jitter, "lookupd_poll_jitter", lo=0, hi=1,
+    a, v = arguments, validate
+    v.integer(a["max_tries"], "max_tries", lo=0, hi=MAX_ATTEMPTS, hint="0 never gives up")
+    v.integer(a["max_in_flight"], "max_in_flight", lo=0, hi=_INT32_MAX, hint="0 starts paused")
+    v.number(a["lookupd_poll_jitter"], "lookupd_poll_jitter", lo=0, hi=1,
              hint="a fraction of lookupd_poll_interval")
-    for name in ("lookupd_connect_timeout", "lookupd_request_timeout", "backoff_multiplier",
-                 "rdy_redistribute_interval", "reconnect_initial", "reconnect_max"):
+    for name in ("lookupd_poll_interval", "lookupd_connect_timeout", "lookupd_request_timeout",
+                 "backoff_multiplier", "rdy_redistribute_interval", "reconnect_initial",
+                 "reconnect_max"):
         v.seconds(a[name], name)
-    v.seconds(low_rdy_idle_timeout, "low_rdy_idle_timeout", lo_open=False)
-    v.seconds(max_backoff_duration, "max_backoff_duration", lo_open=False,
+    v.seconds(a["max_backoff_duration"], "max_backoff_duration", lo_open=False,
               hint="0 turns backoff off")
-    v.seconds(max_requeue_delay, "max_requeue_delay", lo_open=False)
-    v.seconds(drain_timeout, "drain_timeout", lo_open=False)
+    for name in ("low_rdy_idle_timeout", "max_requeue_delay", "drain_timeout"):
+        v.seconds(a[name], name, lo_open=False)
 
 
 def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,

@@ -39,7 +39,7 @@ class Writer(Producer):
                               "message); use Producer(..., spool_dir=...)")
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
-        self.reconnect_interval = reconnect_interval
+        self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
 
     def _on_loop_future(self, data: bytes) -> "asyncio.Future[bytes]":
         try:
