@@ -37,9 +37,9 @@ class Writer(Producer):
             raise ConfigError("spool_dir is an option of nsq_spark.Producer, not of Writer "
                               "(whose pub() answers through a callback once nsqd has the "
                               "message); use Producer(..., spool_dir=...)")
+        self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
-        self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
 
     def _on_loop_future(self, data: bytes) -> "asyncio.Future[bytes]":
         try:

@@ -252,6 +252,7 @@ PRODUCER_ROWS = [
     row("Producer", "msg_timeout", msg_timeout=NAN),
     row("Writer", "max_tries", max_tries="5"),
     row("Writer", "publish_timeout", publish_timeout=INF),
+    row("Writer", "reconnect_interval", reconnect_interval=NAN),
 ]
 
 PUBLISH_ROWS = [
