@@ -20,7 +20,7 @@ from nsq_spark import validate
 from nsq_spark.addresses import Address, parse_address
 from nsq_spark.cli import main as cli_main
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.dedup import BloomFilter, OppositeBloomFilter, from_spec
+from nsq_spark.dedup import BloomFilter, OppositeBloomFilter, RedisBloomFilter, from_spec
 from nsq_spark.dedup.stores import MemcachedDeduplicator, RedisDeduplicator
 from nsq_spark.errors import ConfigError, InvalidAddressError, InvalidBodyError
 from nsq_spark.lookupd import lookup_url
@@ -88,6 +88,8 @@ TARGETS: dict[str, Callable[..., Any]] = {
     "BloomFilter": lambda *a, **kw: BloomFilter(*a, **kw),
     "size_for": lambda *a: OppositeBloomFilter.size_for(*a),
     "RedisDeduplicator": lambda **kw: RedisDeduplicator("redis://127.0.0.1:1/0", **kw),
+    # checked before the first command: nothing listens on port 1, nothing is asked
+    "RedisBloomFilter": lambda **kw: RedisBloomFilter("redis://127.0.0.1:1/0", **kw),
     "MemcachedDeduplicator": lambda *a, **kw: MemcachedDeduplicator(*(a or (NOWHERE,)), **kw),
     "from_spec": from_spec,
     "lookup_url": lambda address: lookup_url(address, "t"),
@@ -306,6 +308,10 @@ DEDUP_ROWS = [
     row("BloomFilter", "capacity", 10.0),
     row("BloomFilter", "capacity", 10 ** 13, 1e-9, named="MAX_MEMORY_BYTES"),
     row("BloomFilter", "max_erased", 100, max_erased=-1),
+    row("RedisBloomFilter", "capacity", capacity=0),
+    row("RedisBloomFilter", "error_rate", error_rate=INF),
+    row("RedisBloomFilter", "erase_ttl", erase_ttl=1.5),
+    row("RedisBloomFilter", "module", module="yes"),
     row("RedisDeduplicator", "ttl", ttl=1.5),
     row("RedisDeduplicator", "ttl", ttl=True),
     row("RedisDeduplicator", "ttl", ttl=0),

@@ -261,6 +261,9 @@ class RedisBloomFilter(PicklableBySpec):
         self.spec: str | None = None  # set by from_spec, for pickling into Spark tasks
         self._key = f"{{{name}}}"
         self._erased_prefix = f"{{{name}}}:erased:".encode()
+        if module != "auto" and not isinstance(module, bool):
+            raise ConfigError(f"module={module!r}: give 'auto', True (require RedisBloom) or "
+                              "False (the bit-array fallback)")
         if module == "auto":
             module = self.server_has_module(client)
         elif module and not self.server_has_module(client):
