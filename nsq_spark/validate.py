@@ -48,6 +48,7 @@ MAX_DEFER_MS = (2 ** 63 - 1) // 1_000_000
 #: What a secret looks like in a repr.
 REDACTED = "***"
 
+
 def _fmt(bound: float) -> str:
     return f"{bound:g}" if isinstance(bound, float) else str(bound)
 
@@ -76,10 +77,10 @@ def number(value: Any, param: str, *, lo: float | None = None, hi: float | None 
     """``value`` if it is a number by the module's rule, else ``error`` naming ``param``.
 
     ``lo``/``hi``: inclusive bounds (``lo_open``/``hi_open``: the bound itself refused);
-    ``is_int``:
-    an ``int`` only; ``special``: values allowed outside the range, with their meaning
-    (``{-1: "off"}``); ``none``: None is allowed and means this; ``hint``: appended to
-    the message (e.g. "did you give milliseconds?").
+    ``is_int``: an ``int`` only; ``special``: values allowed outside the range, with
+    their meaning (``{-1: "off"}``); ``none``: None is allowed and means this; ``hint``:
+    appended to the message (e.g. "did you give milliseconds?"); ``error``: the
+    ConfigError subclass raised (the Spark options raise NSQOptionError).
     """
     special = special or {}
     if value is None and none is not None:
@@ -88,7 +89,8 @@ def number(value: Any, param: str, *, lo: float | None = None, hi: float | None 
         and not isinstance(value, bool)
     if ok_type and value in special:
         return value
-    finite = ok_type and math.isfinite(value)
+    # an int is finite however large (math.isfinite would overflow converting it)
+    finite = ok_type and (isinstance(value, int) or math.isfinite(value))
     in_range = finite and (lo is None or (value > lo if lo_open else value >= lo)) \
         and (hi is None or (value < hi if hi_open else value <= hi))
     if in_range:

@@ -171,6 +171,7 @@ CONNECTION_ROWS = [
     row("ConnectionConfig", "connect_timeout", timeout=-1),
     row("ConnectionConfig", "connect_timeout", timeout="5"),
     row("ConnectionConfig", "close_timeout", close_timeout=1e12),
+    row("ConnectionConfig", "close_timeout", close_timeout=10 ** 400),
     row("ConnectionConfig", "heartbeat_interval", heartbeat_interval=NAN),
     row("ConnectionConfig", "heartbeat_interval", heartbeat_interval=True),
     row("ConnectionConfig", "heartbeat_interval", heartbeat_interval=30000),
@@ -204,6 +205,7 @@ READER_ROWS = [
     row("Reader", "max_in_flight", max_in_flight=1.5),
     row("Reader", "max_in_flight", max_in_flight=True),
     row("Reader", "max_in_flight", max_in_flight="5"),
+    row("Reader", "max_in_flight", max_in_flight=10 ** 400),
     row("Reader", "max_tries", max_tries="5"),
     row("Reader", "max_tries", max_tries=-1),
     row("Reader", "max_tries", max_tries=5.0),
@@ -476,12 +478,13 @@ def test_a_bool_is_never_a_number(option, value):
         ConnectionConfig.from_options(**{option: value})
 
 
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers()),
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(),
+                 st.integers(10 ** 300, 10 ** 400)),
        st.floats(-1e6, 1e6), st.floats(0, 1e6), st.booleans())
 def test_number_accepts_exactly_the_finite_values_in_range(value, lo, width, lo_open):
     hi = lo + width
-    expected = math.isfinite(value) and (value > lo if lo_open else value >= lo) \
-        and value <= hi
+    finite = isinstance(value, int) or math.isfinite(value)
+    expected = finite and (value > lo if lo_open else value >= lo) and value <= hi
     try:
         got = validate.number(value, "p", lo=lo, hi=hi, lo_open=lo_open)
     except ConfigError as exc:
