@@ -53,10 +53,9 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
-from . import protocol
+from . import protocol, validate
 from ._loop import LoopThread
 from .addresses import Address, parse_address_list, parse_http_address, split_list
-from . import validate
 from .config import ConnectionConfig, check_producer_options
 from .errors import ConfigError, InvalidBodyError, NSQError, NSQTimeoutError
 from .errors import is_transient as is_transient  # re-export: the one classification
