@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from tornado.ioloop import IOLoop
 
-from . import protocol
+from . import protocol, validate
 from .errors import ConfigError, NSQError, SendError
 from .producer import Producer
 
@@ -63,9 +63,9 @@ class Writer(Producer):
             raise ConfigError("spool_dir is an option of nsq_spark.Producer, not of Writer "
                               "(whose pub() answers through a callback once nsqd has the "
                               "message); use Producer(..., spool_dir=...)")
+        self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
-        self.reconnect_interval = reconnect_interval
         self.conn_kwargs = dict(kwargs)
 
     # -- the three calls ------------------------------------------------------------------
@@ -82,7 +82,8 @@ class Writer(Producer):
         ``max_mpub_bytes`` is sent as several MPUBs; the callback is called once, with
         ``b"OK"`` when all were acknowledged, else with the first error."""
         def encode() -> list[bytes]:
-            bodies = [msg] if isinstance(msg, (bytes, bytearray, memoryview, str)) else msg
+            bodies = [msg] if isinstance(msg, (bytes, bytearray, memoryview, str)) \
+                else validate.bodies(msg, "msg")
             return self._encode_mpub(topic, [_encoded(b) for b in bodies])
         return self._publish(f"MPUB {topic}", callback, encode)
 
@@ -90,7 +91,8 @@ class Writer(Producer):
              callback: Callback | None = None) -> "asyncio.Future[bytes]":
         """DPUB: nsqd delivers the message after ``delay_ms`` milliseconds."""
         return self._publish(f"DPUB {topic}", callback, lambda: [
-            protocol.dpub(topic, delay_ms, _encoded(msg), self.max_msg_size)])
+            protocol.dpub(topic, validate.defer_ms(delay_ms, "delay_ms", optional=False),
+                          _encoded(msg), self.max_msg_size)])
 
     # -- one path for all three -------------------------------------------------------------
 
@@ -102,8 +104,9 @@ class Writer(Producer):
             loop = IOLoop.current().asyncio_loop  # type: ignore[attr-defined]
         result: asyncio.Future[bytes] = loop.create_future()
         try:
+            datas = encode()  # bad arguments are named before the loop is looked at
             self._bind_running_loop()
-            futs = [self._command_future(data) for data in encode()]
+            futs = [self._command_future(data) for data in datas]
         except Exception as exc:
             # nothing was sent: as pynsq, the callback hears it before pub() returns
             if isinstance(exc, RuntimeError) and not isinstance(exc, NSQError):

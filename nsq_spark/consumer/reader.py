@@ -60,11 +60,11 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
-from ..addresses import parse_address_list, parse_http_address, split_list
+from ..addresses import parse_address_list, parse_http_address_list
 from ..backoff import Backoff
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, check_reader_options
 from ..conn import Connection
-from ..errors import NSQError
+from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, Producer
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
@@ -160,17 +160,12 @@ class Reader:
         self.name = name or f"{self.topic}:{self.channel}"
         direct = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
         self.nsqd_tcp_addresses = [str(a) for a in direct]
-        self.lookupd_http_addresses = [str(a).strip() for a in split_list(
-            lookupd_http_addresses, "lookupd_http_addresses")]
-        for a in self.lookupd_http_addresses:
-            parse_http_address(a, "lookupd_http_addresses")
+        self.lookupd_http_addresses = parse_http_address_list(
+            lookupd_http_addresses, "lookupd_http_addresses", "127.0.0.1:4161")
         if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
-            raise ValueError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
+            raise ConfigError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
                              "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
-        _check_options(max_tries=max_tries, lookupd_poll_interval=lookupd_poll_interval,
-                       rdy_redistribute_interval=rdy_redistribute_interval,
-                       reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
-                       max_requeue_delay=max_requeue_delay, drain_timeout=drain_timeout)
+        check_reader_options(locals())  # every number argument, by the one rule
         self.max_tries = max_tries
         self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
         self.lookupd_connect_timeout = lookupd_connect_timeout
@@ -601,16 +596,3 @@ def _overridden(reader: Reader, name: str) -> Callable[..., Any] | None:
     nobody overrides costs nothing per message)."""
     owner = next(c for c in type(reader).__mro__ if name in vars(c))
     return None if owner is Reader else getattr(reader, name)
-
-
-def _check_options(*, max_tries: Any, max_requeue_delay: Any, drain_timeout: Any,
-                   **positive_seconds: Any) -> None:
-    if not isinstance(max_tries, int) or max_tries < 0:
-        raise ValueError(f"max_tries must be an int >= 0 (0: never give up), got {max_tries!r}")
-    for label, value in positive_seconds.items():
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
-    if not isinstance(max_requeue_delay, (int, float)) or max_requeue_delay < 0:
-        raise ValueError(f"max_requeue_delay must be >= 0 seconds, got {max_requeue_delay!r}")
-    if not isinstance(drain_timeout, (int, float)) or drain_timeout < 0:
-        raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
