@@ -302,7 +302,7 @@ def test_iterating_from_another_loop_or_mixing_pull_ways_is_a_typed_error(nsq_cl
         await asyncio.to_thread(t.join, 5)
         assert len(errors) == 1 and isinstance(errors[0], NSQError)
         assert "another event loop" in str(errors[0])
-        with pytest.raises(NSQError, match="one Reader for each"):
+        with pytest.raises(NSQError, match="one Reader per way"):
             r.get_batch(timeout=0)
         with pytest.raises(NSQError, match="already pulled"):
             r.set_message_handler(lambda m: True)

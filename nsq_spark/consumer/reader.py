@@ -400,8 +400,8 @@ class Reader:
         if self._started:
             if self._pool.blocks == blocks and (self._mode == "async") == here:
                 return  # another thread started it meanwhile
-            raise NSQError(f"[{self.name}] this Reader is already pulled another way: use one "
-                           "Reader for each of get_batch, get_blocks and async for")
+            raise NSQError(f"[{self.name}] pulled one way only (get_batch, MessageBlocks by "
+                           "get_blocks, or async for: the first call's): one Reader per way")
         if blocks and self._dedup is not None:
             raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
                            "get_blocks hands out raw blocks (deduplicate their ids "
