@@ -31,10 +31,11 @@ The contract:
   the cancelled loop body is the caller's, like any pulled message: close requeues it if
   it was not answered.
 
-Deliberate differences: ansq hands out one message per ``await`` and requires an
-explicit answer, like here; pynsq has no asyncio iteration. ``iter_batches`` (the
-thread API) ends after ``timeout`` idle seconds; ``batches`` runs until close, as an
-``async for`` over a stream is expected to.
+Compared with peers: ansq (``async for message in reader.messages()``) also leaves the
+answer to the caller, but as a coroutine (``await message.fin()``); here answers are plain
+calls, queued and written once per loop turn, as everywhere in this Reader. pynsq has no
+asyncio iteration. Unlike ``iter_batches`` (the thread API), which ends after ``timeout``
+idle seconds, ``batches`` runs until close, as an ``async for`` over a stream should.
 
 The part is handed the pull queue, the Reader's loop bridge and a ``start`` callable (the
 Reader's: start on the running loop, or refuse); it never imports the Reader.

@@ -33,7 +33,10 @@ __all__ = ["PullQueue", "iter_batches", "check_max_messages"]
 class PullQueue:
     def __init__(self, answers: "Answers") -> None:
         self.answers = answers
-        self.cond = threading.Condition()
+        # a plain Lock: ``with self._lock`` is a C call, ``with self.cond`` two Python
+        # calls (take_one runs once per message)
+        self._lock = threading.Lock()
+        self.cond = threading.Condition(self._lock)
         self._q: deque[Any] = deque()  # lists of messages, or MessageBlocks
         self._head = 0  # messages of _q[0] already taken one at a time (take_one)
         self.queued = 0  # messages in _q (not counting those)
@@ -152,7 +155,7 @@ class PullQueue:
 
     def take_one(self) -> "Message | None":
         """The next queued message, or None (no waiting; messages mode only)."""
-        with self.cond:
+        with self._lock:
             if not self.queued:
                 return None
             head = self._q[0]
