@@ -1,6 +1,6 @@
 """The Reader: a full-spec NSQ consumer, pynsq-compatible, batch-oriented.
 
-Three ways to consume:
+Four ways to consume:
 
 * **handler** (pynsq's way): ``Reader(topic, channel, message_handler=f, ...)`` then
   :func:`run`. ``f(message)`` may return True (FIN), False (REQ), None (FIN, see below), or
