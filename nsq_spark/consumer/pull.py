@@ -33,10 +33,7 @@ __all__ = ["PullQueue", "iter_batches", "check_max_messages"]
 class PullQueue:
     def __init__(self, answers: "Answers") -> None:
         self.answers = answers
-        # a plain Lock: ``with self._lock`` is a C call, ``with self.cond`` two Python
-        # calls (take_one runs once per message)
-        self._lock = threading.Lock()
-        self.cond = threading.Condition(self._lock)
+        self.cond = threading.Condition()
         self._q: deque[Any] = deque()  # lists of messages, or MessageBlocks
         self._head = 0  # messages of _q[0] already taken one at a time (take_one)
         self.queued = 0  # messages in _q (not counting those)
@@ -154,18 +151,22 @@ class PullQueue:
             return out
 
     def take_one(self) -> "Message | None":
-        """The next queued message, or None (no waiting; messages mode only)."""
-        with self._lock:
-            if not self.queued:
-                return None
-            head = self._q[0]
-            m: Message = head[self._head]
-            self._head += 1
-            if self._head == len(head):
-                self._q.popleft()
-                self._head = 0
-            self.queued -= 1
-            return m
+        """The next queued message, or None (no waiting; messages only).
+
+        Without the lock: for the asyncio iterators, on the loop thread, which is the only
+        thread that puts or takes then (the Reader refuses thread pullers in that mode).
+        The lock cost more than the rest of a message's way to the loop body (1.4 us of
+        2.6 us here)."""
+        if not self.queued:
+            return None
+        head = self._q[0]
+        m: Message = head[self._head]
+        self._head += 1
+        if self._head == len(head):
+            self._q.popleft()
+            self._head = 0
+        self.queued -= 1
+        return m
 
     def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
         with self.cond:
