@@ -310,6 +310,14 @@ def test_iterating_from_another_loop_or_mixing_pull_ways_is_a_typed_error(nsq_cl
         await r.aclose()
         assert [x async for x in r] == []  # a closed Reader: the iteration is over
 
+        p = Reader(T, "pulled", nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+        p.start()  # pull mode: its loop on a thread
+        try:
+            with pytest.raises(NSQError, match="one Reader per way"):
+                await p.__aiter__().__anext__()
+        finally:
+            await asyncio.to_thread(p.close)
+
     run_async(main())
 
 

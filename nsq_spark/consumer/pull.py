@@ -8,7 +8,7 @@ over, so it is counted in flight at once (the puller holds it from then on, as f
 and ``is_starved()`` are concerned) and stays so until answered. Blocks queued or handed
 out and not answered are remembered here, so that ``close()`` requeues them (a Message
 is remembered by its connection's ``outstanding`` instead). One lock (a Condition) guards
-it all; nothing here knows the Reader.
+it all, but :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
 
 :func:`iter_batches` is the pull API's blocking iterator over any ``get_batch``.
 """
@@ -20,12 +20,12 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     from ..message import Message
     from ..protocol import MessageBlock
     from .answers import Answers, Link
-
-from ..errors import ConfigError
 
 __all__ = ["PullQueue", "iter_batches", "check_max_messages"]
 

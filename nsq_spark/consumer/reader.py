@@ -385,7 +385,7 @@ class Reader:
     # pull API
 
     def _ensure_pull(self, blocks: bool = False, here: bool = False) -> None:
-        if self._mode == "pull" and self._thread is not None and self._pool.blocks == blocks:
+        if self._thread is not None and not here and self._pool.blocks == blocks:
             return
         with self._start_lock:
             self._start_pull(blocks, here)
