@@ -25,7 +25,7 @@ import nsq_spark.consumer.pool as pool_module
 from nsq_spark.consumer.pull import PullQueue
 from nsq_spark.errors import ConfigError, NSQError
 from nsq_spark.reader import Reader
-from reader_helpers import assert_drained, channel_stats, mpub
+from reader_helpers import assert_drained, await_for, channel_stats, mpub
 from test_consumer_reader import FakeConn
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -190,17 +190,20 @@ def test_close_ends_the_iteration_and_requeues_what_was_buffered(nsq_cluster):
         # task ends both of them cleanly
         r2 = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=200)
 
-        async def drain(it: Any, answer: Any) -> int:
-            count = 0
+        counts = [0, 0]
+
+        async def drain(i: int, it: Any, answer: Any) -> str:
             async for x in it:
                 answer(x)
-                count += len(x) if isinstance(x, list) else 1
-            return count
-        a = asyncio.ensure_future(drain(r2.__aiter__(), lambda m: m.finish()))
-        b = asyncio.ensure_future(drain(r2.batches(1000, 0.05), r2.finish))
-        await asyncio.sleep(1.0)  # long enough to take all 90 left
+                counts[i] += len(x) if isinstance(x, list) else 1
+            return "ended"
+        a = asyncio.ensure_future(drain(0, r2.__aiter__(), lambda m: m.finish()))
+        b = asyncio.ensure_future(drain(1, r2.batches(1000, 0.05), r2.finish))
+        await await_for(lambda: sum(counts) == n - 10, 10, "the 90 left")
+        await asyncio.sleep(0.1)
+        assert not a.done() and not b.done()  # both waiting for more
         await r2.aclose()
-        counts = await asyncio.wait_for(asyncio.gather(a, b), 5)
+        assert await asyncio.wait_for(asyncio.gather(a, b), 5) == ["ended", "ended"]
         assert sum(counts) == n - 10
 
     run_async(main())
@@ -222,7 +225,8 @@ def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
                 handed.append(batch)
 
         task = asyncio.ensure_future(consume())
-        await asyncio.sleep(1.0)  # all 20 arrived; the batch waits for more
+        await await_for(lambda: r.stats()["pull_queued"] == n, 10, "20 buffered")
+        await asyncio.sleep(0.1)  # the batch waits for more
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -237,12 +241,16 @@ def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
         r.finish(keep)
         await asyncio.to_thread(mpub, nsq_cluster.nsqd_http_addresses[0], T, [b"x"])
 
+        holding: list[Any] = []
+
         async def hold() -> None:
             async for m in r:
+                holding.append(m)
                 await asyncio.sleep(30)  # cancelled here, m unanswered
 
         task = asyncio.ensure_future(hold())
-        await asyncio.sleep(0.5)
+        await await_for(lambda: holding, 10, "the message x handed out")
+        assert [m.body for m in holding] == [b"x"]
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -267,8 +275,11 @@ def test_unanswered_messages_are_never_finished_and_close_requeues_them(nsq_clus
         for _ in range(4):  # looked at, never answered: the pull API's rule
             await asyncio.wait_for(it.__anext__(), 5)
             seen += 1
-        await asyncio.sleep(0.3)
-        c = await nsqd_stats(nsq_cluster)
+        for _ in range(100):  # until nsqd sent all it may (RDY reaches 10 after RDY 1)
+            c = await nsqd_stats(nsq_cluster)
+            if c["in_flight_count"] == 10:
+                break
+            await asyncio.sleep(0.05)
         assert c["in_flight_count"] == 10  # 4 handed out + 6 buffered, nothing finished
         assert r.finished == 0
         await r.aclose()
