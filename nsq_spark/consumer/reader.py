@@ -1,6 +1,6 @@
 """The Reader: a full-spec NSQ consumer, pynsq-compatible, batch-oriented.
 
-Three ways to consume:
+Four ways to consume:
 
 * **handler** (pynsq's way): ``Reader(topic, channel, message_handler=f, ...)`` then
   :func:`run`. ``f(message)`` may return True (FIN), False (REQ), None (FIN, see below), or
@@ -16,6 +16,9 @@ Three ways to consume:
   as :class:`~nsq_spark.protocol.MessageBlock` s instead (no object per message: the
   bytes received and the frame offsets), answered with ``finish_blocks`` /
   ``requeue_blocks``; the first pull call chooses between the two for the Reader's life.
+* **asyncio iteration**: no handler, no thread. ``async for message in reader`` and
+  ``async for batch in reader.batches(n, timeout)`` on the running loop, answered like
+  pulled messages (see :mod:`nsq_spark.consumer.aiter`).
 
 In flight means what the guide and pynsq mean: a message is in flight from the moment it
 is handed to a handler (or queued for a puller) until it is answered, and
@@ -43,7 +46,8 @@ and orders closing. The parts are handed their collaborators and never import it
 :mod:`~nsq_spark.consumer.pool` (connections, RDY), :mod:`~nsq_spark.consumer.intake`
 (the gate every delivery passes), :mod:`~nsq_spark.consumer.answers` (FIN/REQ/TOUCH, in
 flight), :mod:`~nsq_spark.consumer.handlers` (strategies), :mod:`~nsq_spark.consumer.pull`,
-:mod:`~nsq_spark.consumer.backoff_timer`, :mod:`~nsq_spark.consumer.run`, and
+:mod:`~nsq_spark.consumer.aiter`, :mod:`~nsq_spark.consumer.backoff_timer`,
+:mod:`~nsq_spark.consumer.run`, and
 :mod:`nsq_spark._loop` (threads <-> loop).
 
 Speed: the connection hands over every message of a read chunk at once; policies run
@@ -57,7 +61,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from ..addresses import parse_address_list, parse_http_address_list
@@ -69,7 +73,8 @@ from ..lookupd import LookupdPoller, Producer
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..rdy import RdyPolicy
-from . import handlers
+from . import handlers, pull
+from .aiter import AsyncIteration
 from .answers import FIN, REQ, Answers, Link
 from .backoff_timer import BackoffTimer
 from .intake import DedupGate, Intake
@@ -208,6 +213,8 @@ class Reader:
         self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
                               self.name, dedup_gate)
         self._pull = PullQueue(self._answers)
+        self._aiter = AsyncIteration(self._pull, self._bridge,
+                                     lambda: self._ensure_pull(here=True), self.name)
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
                           policy=self._policy, answers=self._answers, bridge=self._bridge,
                           tasks=self._tasks, name=self.name, direct=direct,
@@ -227,7 +234,7 @@ class Reader:
         self._started = False
         self._closing = False
         self._closed = False
-        self._closed_event: asyncio.Event | None = None
+        self._closed_event = asyncio.Event()  # binds to no loop until waited on
         self._close_future: Any = None
         self._thread: Any = None
         self._start_lock = threading.Lock()  # two threads' first get_batch: one loop
@@ -244,9 +251,9 @@ class Reader:
         """Set the per-message handler (pynsq); the Reader starts on the current IO loop."""
         if not callable(message_handler):
             raise TypeError("message_handler must be callable")
-        if self._mode == "pull":
-            raise NSQError(f"[{self.name}] this Reader is already in pull mode "
-                           "(get_batch was called); make another Reader for a handler")
+        if self._mode in ("pull", "async"):
+            raise NSQError(f"[{self.name}] this Reader is already pulled (get_batch or async "
+                           "for); make another Reader for a handler")
         self.message_handler = message_handler
         self._schedule_start()
 
@@ -344,15 +351,14 @@ class Reader:
             return
         self._started = True
         self._mode = "handler"
-        self._bind()
         self._strategy = self._choose_strategy()
-        self._pool.start()
+        self._start_here()
 
-    def _bind(self) -> None:
+    def _start_here(self) -> None:
         self._bridge.bind()
-        self._closed_event = asyncio.Event()
         log.info("[%s] starting reader for %s/%s (max_in_flight %d)", self.name, self.topic,
                  self.channel, self._policy.max_in_flight)
+        self._pool.start()
 
     def _choose_strategy(self) -> handlers.Strategy:
         """Once, not per message; pynsq's subclass hooks cost only when overridden."""
@@ -379,47 +385,44 @@ class Reader:
     # ------------------------------------------------------------------------------------
     # pull API
 
-    def _ensure_pull(self, blocks: bool = False) -> None:
-        if self._mode == "pull" and self._thread is not None and self._pool.blocks == blocks:
+    def _ensure_pull(self, blocks: bool = False, here: bool = False) -> None:
+        if self._thread is not None and not here and self._pool.blocks == blocks:
             return
         with self._start_lock:
-            self._start_pull(blocks)
+            self._start_pull(blocks, here)
 
-    def _start_pull(self, blocks: bool) -> None:
+    def _start_pull(self, blocks: bool, here: bool = False) -> None:
         if self._mode == "handler" or self.message_handler is not None \
                 or self.batch_handler is not None:
-            raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks are for "
-                           "Readers without a message_handler or batch_handler")
+            raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks/async for are "
+                           "for Readers without a message_handler or batch_handler")
         if self._closing:
             raise NSQError(f"[{self.name}] the Reader is closed")
-        if self._thread is not None:
-            if self._pool.blocks == blocks:
+        if self._started:
+            if self._pool.blocks == blocks and (self._mode == "async") == here:
                 return  # another thread started it meanwhile
-            has = "MessageBlocks (get_blocks)" if self._pool.blocks else "messages (get_batch)"
-            raise NSQError(f"[{self.name}] this Reader hands out {has}, not both messages "
-                           "and MessageBlocks: use one Reader for each")
+            raise NSQError(f"[{self.name}] pulled one way only (get_batch, MessageBlocks by "
+                           "get_blocks, or async for: the first call's): one Reader per way")
         if blocks and self._dedup is not None:
             raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
                            "get_blocks hands out raw blocks (deduplicate their ids "
                            "downstream, as the Spark connector does)")
-        self._mode = "pull"
+        self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
         self._strategy = self._pull.put_messages
+        if here:  # asyncio iteration: on the caller's running loop, no thread
+            self._start_here()
+        else:
+            self._thread = start_loop_thread(self._start_here, self._until_closed,
+                                             f"nsq-reader[{self.name}]", self._on_thread_exit)
 
-        def setup() -> None:
-            self._bind()
-            self._pool.start()
+    async def _until_closed(self) -> None:
+        await self._closed_event.wait()
 
-        async def main() -> None:
-            assert self._closed_event is not None
-            await self._closed_event.wait()
-
-        def on_exit() -> None:
-            self._closed = True
-            self._pull.stop()
-
-        self._thread = start_loop_thread(setup, main, f"nsq-reader[{self.name}]", on_exit)
+    def _on_thread_exit(self) -> None:
+        self._closed = True
+        self._pull.stop()
 
     def start(self, blocks: bool = False) -> "Reader":
         """Start a pull-mode Reader's background loop now (get_batch also does; with
@@ -432,8 +435,7 @@ class Reader:
         first; ``[]`` if none came. Every returned message must be answered (``finish`` or
         ``requeue``, here or per message); nsqd sends no more than ``max_in_flight``
         unanswered messages."""
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        pull.check_max_messages(max_messages)
         self._ensure_pull()
         return self._pull.get_messages(max_messages, timeout)
 
@@ -442,8 +444,7 @@ class Reader:
         """Like :meth:`get_batch`, but the messages come as MessageBlocks (no object per
         message), ``max_messages`` in all at most; ``[]`` if none came within ``timeout``
         seconds. Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        pull.check_max_messages(max_messages)
         self._ensure_pull(blocks=True)
         return self._pull.get_blocks(max_messages, timeout)
 
@@ -451,11 +452,15 @@ class Reader:
                      ) -> Iterator[list[Message]]:
         """Yield non-empty batches until none came for ``timeout`` seconds, or the Reader
         closed. Answer each batch before (or while) asking for the next."""
-        while True:
-            batch = self.get_batch(max_messages, timeout)
-            if not batch:
-                return
-            yield batch
+        return pull.iter_batches(self.get_batch, max_messages, timeout)
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """``async for message in reader`` on the running loop (:mod:`~.aiter`)."""
+        return self._aiter.messages()
+
+    def batches(self, max_messages: int = 1000, timeout: float = 1.0) -> AsyncIterator[list[Message]]:
+        """``async for batch in reader.batches(...)``: lists, see :mod:`~.aiter`."""
+        return self._aiter.batches(max_messages, timeout)
 
     def finish(self, messages: Iterable[Message]) -> None:
         """FIN many messages at once (any thread)."""
@@ -511,6 +516,7 @@ class Reader:
             self._pull.stop()
             return None
         if bridge.on_loop_thread():
+            self._pull.stop()  # at once: iterators hand nothing more out
             if self._close_future is None:
                 self._close_future = asyncio.ensure_future(self._aclose())
             return self._close_future
@@ -557,8 +563,7 @@ class Reader:
         await self._pool.close_all()
         self._closed = True
         self._pull.stop()
-        if self._closed_event is not None:
-            self._closed_event.set()
+        self._closed_event.set()
         log.info("[%s] closed", self.name)
 
     @property
