@@ -10,6 +10,21 @@ one event-loop turn into a single socket write. The blocking twin,
 :class:`~nsq_spark.sync_conn.SyncConnection`, drives the same handshake and is re-exported
 here.
 
+Deadlines are totals, so a server that drips one byte at a time cannot stretch them: the TCP
+connect takes at most ``connect_timeout``, the whole handshake after it (IDENTIFY, TLS,
+compression, AUTH) at most ``response_timeout``, and every command that nsqd answers (SUB,
+PUB, MPUB, DPUB, CLS) must be answered within ``response_timeout`` of the previous answer
+(or of being sent, when none was outstanding); else the connection is closed with
+NSQTimeoutError (answers are matched in order: after a missing one they would be out of
+step), failing every outstanding command with it. One timer per connection, not per
+command.
+
+nsqd refuses an oversize body on its size prefix, writes ``E_BAD_MESSAGE`` and closes while
+we are still sending the body, so our write meets a reset. tornado then closes the socket
+with the error frame maybe still unread in the kernel: before the socket is closed after a
+reset, what already arrived is read and its frames handled, so the command gets
+BadMessageError (permanent) rather than a lost connection (retried).
+
 It holds no consumer policy (RDY distribution, backoff, attempts): the Reader decides, the
 connection carries out. All methods except the Responder ones must be called on the
 connection's event loop thread::
@@ -26,6 +41,7 @@ connection's event loop thread::
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import ssl
 from collections import deque
@@ -151,6 +167,9 @@ class Connection(NegotiatedAttributes):
         self._close_reason: BaseException | None = None
         self._closing_by_us = False
         self._writes_done = False  # close() wrote its last buffer: fin/req refuse
+        self._answer_timer: asyncio.TimerHandle | None = None
+        self._progress_at = 0.0    # loop time of the last answer (or of the first command)
+        self._last_words = b""     # read after a reset, just before the socket was closed
 
     def __repr__(self) -> str:
         return f"<Connection {self.address} {self.state}>"
@@ -182,6 +201,7 @@ class Connection(NegotiatedAttributes):
                                "running and listening there?") from exc
         self._stream = stream
         stream.set_nodelay(True)
+        self._keep_last_words(stream)
         try:
             await self._handshake()
         except BaseException as exc:
@@ -226,14 +246,19 @@ class Connection(NegotiatedAttributes):
         return exc
 
     async def _handshake(self) -> None:
-        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream."""
-        assert self._stream is not None
+        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream, all of
+        it within ``response_timeout``: each wait gets only the time that is left."""
+        assert self._stream is not None and self._aloop is not None
         hs = Handshake(self.config, self.host, self.port, self._decoder)
         self._write_now(hs.initial_bytes())
-        timeout = self.config.response_timeout
+        total = self.config.response_timeout
+        deadline = self._aloop.time() + total
         while True:
             n = hs.read_size
+            timeout = deadline - self._aloop.time()
             try:
+                if timeout <= 0:
+                    raise asyncio.TimeoutError
                 if n is not None:
                     data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
                 elif self._codec is not None and self._codec.has_pending_output:
@@ -244,7 +269,7 @@ class Connection(NegotiatedAttributes):
                     assert self._codec is not None
                     data = self._codec.decompress(raw, self.config.max_frame_size)
             except asyncio.TimeoutError:
-                raise hs.timed_out(timeout) from None
+                raise hs.timed_out(total) from None
             except StreamClosedError as exc:
                 raise hs.connection_lost(exc.real_error) from exc
             except (ssl.SSLError, ConnectionError) as exc:
@@ -253,7 +278,8 @@ class Connection(NegotiatedAttributes):
                 if isinstance(action, SendBytes):
                     self._write_now(action.data)
                 elif isinstance(action, StartTLS):
-                    await self._upgrade_tls(action.server_hostname)
+                    await self._upgrade_tls(action.server_hostname,
+                                            max(0.001, deadline - self._aloop.time()))
                 elif isinstance(action, InstallCodec):
                     self._codec = make_codec(action.kind, action.level)
                 else:
@@ -261,7 +287,7 @@ class Connection(NegotiatedAttributes):
                     self._early.extend(action.frames)
                     return
 
-    async def _upgrade_tls(self, server_hostname: str) -> None:
+    async def _upgrade_tls(self, server_hostname: str, timeout: float) -> None:
         assert self._stream is not None
         cfg = self.config
         try:
@@ -273,12 +299,40 @@ class Connection(NegotiatedAttributes):
         try:
             self._stream = await asyncio.wait_for(
                 plain.start_tls(False, ssl_options=ctx, server_hostname=server_hostname),
-                cfg.response_timeout)
+                timeout)
         except asyncio.TimeoutError:
-            raise TLSError(f"TLS handshake with nsqd at {self.address} timed out") from None
+            raise NSQTimeoutError(f"TLS handshake with nsqd at {self.address} did not finish "
+                                  f"within the handshake's response_timeout="
+                                  f"{cfg.response_timeout}s") from None
         except (ssl.SSLError, StreamClosedError, OSError) as exc:
             raise self._translate(exc, "during the TLS handshake") from exc
         self._stream.set_nodelay(True)
+        self._keep_last_words(self._stream)
+
+    def _keep_last_words(self, stream: IOStream) -> None:
+        """Make ``stream``, when tornado closes it after a reset, first read what already
+        arrived (nsqd's error frame before it closed: see the module docstring)."""
+        close_fd = stream.close_fd
+
+        def read_then_close() -> None:
+            error = stream.error
+            sock = stream.socket
+            if sock is not None and isinstance(error, OSError) \
+                    and error.errno in (errno.ECONNRESET, errno.EPIPE):
+                parts: list[bytes] = []
+                try:
+                    while sum(map(len, parts)) < (1 << 20):  # an error frame is small
+                        chunk = sock.recv(65536)  # non-blocking: what is there, no more
+                        if not chunk:
+                            break
+                        parts.append(chunk)
+                except (OSError, ValueError):
+                    pass
+                self._last_words += b"".join(parts)
+            close_fd()
+
+        # an instance attribute: tornado calls self.close_fd() from close()
+        setattr(stream, "close_fd", read_then_close)
 
     def _write_now(self, data: bytes) -> None:
         assert self._stream is not None
@@ -349,6 +403,8 @@ class Connection(NegotiatedAttributes):
     def _close_cause(self, e: StreamClosedError) -> BaseException | None:
         if self._closing_by_us:
             return None
+        if self._last_words and self._close_reason is None:
+            self._hear_last_words()
         if self._close_reason is not None:
             return self._close_reason
         partial = self._decoder.buffered + (self._codec.buffered if self._codec else 0)
@@ -359,7 +415,23 @@ class Connection(NegotiatedAttributes):
                 f"({partial} bytes of an incomplete frame received){real}")
         return ConnectionClosedError(f"nsqd at {self.address} closed the connection{real}")
 
+    def _hear_last_words(self) -> None:
+        """The frames read after a reset: an error frame among them is why nsqd closed."""
+        data, self._last_words = self._last_words, b""
+        try:
+            if self._codec is not None:
+                out = [self._codec.decompress(data, self.config.max_frame_size)]
+                while self._codec.has_pending_output and len(out) < 4:
+                    out.append(self._codec.decompress(b"", self.config.max_frame_size))
+                data = b"".join(out)
+            _, others = self._decoder.feed(data)
+        except Exception as exc:  # noqa: BLE001 - garbage at the end: the reset explains it
+            log.debug("[%s] unreadable bytes before the reset: %s", self.address, exc)
+            return
+        self._handle_frames(others)
+
     def _handle_frames(self, frames: Iterable[tuple[int, bytes]]) -> None:
+        answered = False
         for ftype, data in frames:
             if ftype == 0:
                 if data == _HEARTBEAT:
@@ -368,6 +440,7 @@ class Connection(NegotiatedAttributes):
                         self._callback(self.on_heartbeat, self)
                 elif self._pending:
                     fut = self._pending.popleft()
+                    answered = True
                     if not fut.done():
                         fut.set_result(data)
                 elif self.on_response is not None:
@@ -381,6 +454,7 @@ class Connection(NegotiatedAttributes):
                     self._close_reason = exc
                     if self._pending:
                         fut = self._pending.popleft()
+                        answered = True
                         if not fut.done():
                             fut.set_exception(exc)
                             fut.exception()  # mark retrieved; an awaiting caller still gets it
@@ -388,6 +462,8 @@ class Connection(NegotiatedAttributes):
                     log.warning("[%s] %s", self.address, exc)
                 if self.on_error is not None:
                     self._callback(self.on_error, self, exc)
+        if answered and self._aloop is not None:
+            self._progress_at = self._aloop.time()
 
     def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -407,6 +483,31 @@ class Connection(NegotiatedAttributes):
                 f"{hb:g}s); closing the connection"))
             return
         self._watchdog = self._aloop.call_later(hb, self._check_heartbeat)
+
+    def _await_answer(self) -> None:
+        """A command that nsqd answers is about to be queued: time its answer."""
+        if not self._pending:
+            loop = self._aloop
+            assert loop is not None
+            self._progress_at = loop.time()
+            if self._answer_timer is None:
+                self._answer_timer = loop.call_at(
+                    self._progress_at + self.config.response_timeout, self._check_answers)
+
+    def _check_answers(self) -> None:
+        self._answer_timer = None
+        loop = self._aloop
+        if self.state is ConnState.CLOSED or loop is None or not self._pending:
+            return
+        timeout = self.config.response_timeout
+        due = self._progress_at + timeout
+        if loop.time() >= due:
+            self.abort(NSQTimeoutError(
+                f"nsqd at {self.address} did not answer a command within response_timeout="
+                f"{timeout}s; closing the connection (raise response_timeout if nsqd is "
+                "that slow)"))
+            return
+        self._answer_timer = loop.call_at(due, self._check_answers)
 
     # -- writes (coalesced: one socket write per loop turn) --------------------------------
 
@@ -446,6 +547,7 @@ class Connection(NegotiatedAttributes):
             fut.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return fut
+        self._await_answer()
         self._pending.append(fut)
         self._send(data)
         return fut
@@ -458,6 +560,7 @@ class Connection(NegotiatedAttributes):
             waiter.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return
+        self._await_answer()
         self._pending.append(waiter)
         self._send(data)
 
@@ -633,6 +736,18 @@ class Connection(NegotiatedAttributes):
         if self._read_task is None:
             self._on_stream_closed(exc)
 
+    def _unanswered(self, exc: BaseException | None) -> BaseException:
+        """What a command still waiting when the connection closed gets. nsqd's fatal
+        error frame went to the command it answered; the ones queued behind it were not
+        refused, only cut off (another attempt may succeed)."""
+        if exc is None:
+            return ConnectionClosedError(f"connection to nsqd at {self.address} closed "
+                                         "before it answered")
+        if isinstance(exc, NSQServerError):
+            return ConnectionClosedError(f"nsqd at {self.address} closed the connection "
+                                         f"after {exc.code} for an earlier command")
+        return exc
+
     async def wait_closed(self) -> None:
         """Wait until the connection is closed (by either side)."""
         if self._closed_fut is not None:
@@ -645,13 +760,15 @@ class Connection(NegotiatedAttributes):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._answer_timer is not None:
+            self._answer_timer.cancel()
+            self._answer_timer = None
         if self._stream is not None and not self._stream.closed():
             self._stream.close()
         pending, self._pending = self._pending, deque()
         for fut in pending:
             if not fut.done():
-                fut.set_exception(exc if exc is not None else ConnectionClosedError(
-                    f"connection to nsqd at {self.address} closed before it answered"))
+                fut.set_exception(self._unanswered(exc))
                 fut.exception()  # mark retrieved: the owner may have stopped caring
         self._wbuf = []
         if exc is not None:

@@ -122,13 +122,23 @@ class Producer:
         strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
             ``"failover"`` uses the first healthy one in the given order.
         max_tries: attempts per publish for transient failures (1 = no retry); default
-            5, or 1 with ``spool_dir`` (the spool itself retries without end, so its inner
-            producer fails fast).
+            None: no count, retried until ``retry_deadline`` (so an nsqd restart of a few
+            seconds costs no error); 1 with ``spool_dir`` (the spool itself retries without
+            end, so its inner producer fails fast).
         retry_wait: base of the exponential backoff between attempts, seconds (jittered).
         retry_max_wait: cap of one backoff wait, seconds.
-        retry_deadline: give up retrying after this many seconds in total.
-        publish_timeout: seconds a blocking call waits for its answer (None: for ever; the
-            retries are bounded anyway).
+        retry_deadline: the retry budget: no new attempt starts later than this many
+            seconds after the first failure, and no wait sleeps past it.
+        publish_timeout: the total wall time of one publish call, in every mode (blocking
+            TCP or HTTP, ``publish_async``'s future, ``apublish``): connecting, every
+            attempt and every wait between attempts included; it caps ``retry_deadline``
+            for that call. Past it the call (or future) raises NSQTimeoutError naming this
+            option. None: bounded by ``retry_deadline`` and ``response_timeout`` only.
+            Timeouts of the connection options apply inside it: ``connect_timeout`` per
+            TCP connect, ``response_timeout`` for the whole handshake and per answer (a
+            server that drips bytes cannot stretch either; a silent or dripping nsqd costs
+            one ``response_timeout``, then the connection is dropped and the publish
+            retried).
         max_msg_size: if set, bodies over this many bytes raise InvalidBodyError before
             anything is sent (nsqd itself answers E_BAD_MESSAGE and closes the connection).
         max_mpub_bytes: an mpublish whose MPUB body would exceed this is split into several
@@ -213,11 +223,11 @@ class Producer:
                               "e.g. Producer('127.0.0.1:4150'))")
         if strategy not in ("round_robin", "failover"):
             raise ConfigError(f"strategy must be 'round_robin' or 'failover', not {strategy!r}")
-        if max_tries is None:
-            max_tries = 5
-        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
-            raise ConfigError(f"max_tries={max_tries!r}: give an int >= 1 (1 = no retry)")
-        self.max_tries: int = max_tries
+        if max_tries is not None and (isinstance(max_tries, bool)
+                                      or not isinstance(max_tries, int) or max_tries < 1):
+            raise ConfigError(f"max_tries={max_tries!r}: give an int >= 1 (1 = no retry), "
+                              "or None (retry until retry_deadline)")
+        self.max_tries: int | None = max_tries
         if not isinstance(blocking_connections, int) or blocking_connections < 1:
             raise ConfigError(f"blocking_connections={blocking_connections!r}: give an "
                               "int >= 1")
@@ -241,11 +251,12 @@ class Producer:
         self._io: LoopThread | None = None      # the IO thread, when the futures API runs
         self._tcp = PipelinedPool(
             self._addr, self.config, strategy=strategy, retry=self._retry, stats=self._stats,
-            loop=self._current_loop, stopped=lambda: self._closed)
+            loop=self._current_loop, stopped=lambda: self._closed, timeout=publish_timeout)
         self._blocking = BlockingPool(
             self._addr, self.config, strategy=strategy,
             connections_per_nsqd=blocking_connections, retry=self._retry,
-            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed)
+            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed,
+            timeout=publish_timeout)
 
     def _init_spool(self, spool_dir: str | os.PathLike[str], tcp: Any,
                     spool: dict[str, Any], inner: dict[str, Any], retry_max_wait: float) -> None:
@@ -487,15 +498,27 @@ class Producer:
         return _all_of([self._submit(d) for d in datas])
 
     def _wait(self, fut: concurrent.futures.Future[Any]) -> Any:
+        # the future itself ends at publish_timeout (_bounded); the margin lets its own
+        # error, which names the last failure, arrive first
+        timeout = None if self.publish_timeout is None else self.publish_timeout + 1.0
         try:
-            return fut.result(self.publish_timeout)
+            return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise NSQTimeoutError(f"no answer from nsqd within publish_timeout="
-                                  f"{self.publish_timeout}s") from None
+            fut.cancel()
+            raise _publish_timed_out(self.publish_timeout) from None
 
     def _threaded(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
         loop = self._ensure_thread_loop()
-        return asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(self._bounded(coro), loop)
+
+    async def _bounded(self, coro: Awaitable[Any]) -> Any:
+        """``coro`` within publish_timeout (the HTTP path; the TCP pool has its own)."""
+        if self.publish_timeout is None:
+            return await coro
+        try:
+            return await asyncio.wait_for(coro, self.publish_timeout)
+        except asyncio.TimeoutError:
+            raise _publish_timed_out(self.publish_timeout) from None
 
     def _submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
         if self._closed:
@@ -519,7 +542,7 @@ class Producer:
         if self._http is not None:
             protocol._check_body(body, self.max_msg_size)
             protocol.check_topic(topic)
-            await self._http.pub(topic, body, defer_ms)
+            await self._bounded(self._http.pub(topic, body, defer_ms))
             return
         await self._command(self._encode_pub(topic, body, defer_ms))
 
@@ -535,7 +558,7 @@ class Producer:
             return
         datas = self._encode_mpub(topic, bodies)
         if self._http is not None:
-            await self._http.mpub(topic, datas)
+            await self._bounded(self._http.mpub(topic, datas))
             return
         if len(datas) == 1:
             await self._command(datas[0])
@@ -702,6 +725,11 @@ class Producer:
             await self.aclose()
         else:
             await asyncio.to_thread(self.close)
+
+
+def _publish_timed_out(timeout: float | None) -> NSQTimeoutError:
+    return NSQTimeoutError(f"publish did not complete within publish_timeout={timeout}s "
+                           "(retries included; raise publish_timeout to wait longer)")
 
 
 def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Future[Any]:
