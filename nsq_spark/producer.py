@@ -122,23 +122,16 @@ class Producer:
         strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
             ``"failover"`` uses the first healthy one in the given order.
         max_tries: attempts per publish for transient failures (1 = no retry); default
-            None: no count, retried until ``retry_deadline`` (so an nsqd restart of a few
-            seconds costs no error); 1 with ``spool_dir`` (the spool itself retries without
-            end, so its inner producer fails fast).
+            None: no count, ``retry_deadline`` is the budget (an nsqd restart costs no
+            error); 1 with ``spool_dir`` (the spool retries without end itself).
         retry_wait: base of the exponential backoff between attempts, seconds (jittered).
         retry_max_wait: cap of one backoff wait, seconds.
-        retry_deadline: the retry budget: no new attempt starts later than this many
-            seconds after the first failure, and no wait sleeps past it.
-        publish_timeout: the total wall time of one publish call, in every mode (blocking
-            TCP or HTTP, ``publish_async``'s future, ``apublish``): connecting, every
-            attempt and every wait between attempts included; it caps ``retry_deadline``
-            for that call. Past it the call (or future) raises NSQTimeoutError naming this
-            option. None: bounded by ``retry_deadline`` and ``response_timeout`` only.
-            Timeouts of the connection options apply inside it: ``connect_timeout`` per
-            TCP connect, ``response_timeout`` for the whole handshake and per answer (a
-            server that drips bytes cannot stretch either; a silent or dripping nsqd costs
-            one ``response_timeout``, then the connection is dropped and the publish
-            retried).
+        retry_deadline: seconds of retrying after the first failure (no wait sleeps past).
+        publish_timeout: the total wall time of one publish call in every mode (blocking,
+            ``publish_async``'s future, ``apublish``; TCP or HTTP), retries included: it
+            caps ``retry_deadline``; past it, NSQTimeoutError naming this option (None:
+            ``retry_deadline`` bounds it). Inside it ``connect_timeout`` bounds each TCP
+            connect, ``response_timeout`` each whole handshake and each answer.
         max_msg_size: if set, bodies over this many bytes raise InvalidBodyError before
             anything is sent (nsqd itself answers E_BAD_MESSAGE and closes the connection).
         max_mpub_bytes: an mpublish whose MPUB body would exceed this is split into several
@@ -509,16 +502,7 @@ class Producer:
 
     def _threaded(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
         loop = self._ensure_thread_loop()
-        return asyncio.run_coroutine_threadsafe(self._bounded(coro), loop)
-
-    async def _bounded(self, coro: Awaitable[Any]) -> Any:
-        """``coro`` within publish_timeout (the HTTP path; the TCP pool has its own)."""
-        if self.publish_timeout is None:
-            return await coro
-        try:
-            return await asyncio.wait_for(coro, self.publish_timeout)
-        except asyncio.TimeoutError:
-            raise _publish_timed_out(self.publish_timeout) from None
+        return asyncio.run_coroutine_threadsafe(_within(coro, self.publish_timeout), loop)
 
     def _submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
         if self._closed:
@@ -542,7 +526,7 @@ class Producer:
         if self._http is not None:
             protocol._check_body(body, self.max_msg_size)
             protocol.check_topic(topic)
-            await self._bounded(self._http.pub(topic, body, defer_ms))
+            await _within(self._http.pub(topic, body, defer_ms), self.publish_timeout)
             return
         await self._command(self._encode_pub(topic, body, defer_ms))
 
@@ -558,7 +542,7 @@ class Producer:
             return
         datas = self._encode_mpub(topic, bodies)
         if self._http is not None:
-            await self._bounded(self._http.mpub(topic, datas))
+            await _within(self._http.mpub(topic, datas), self.publish_timeout)
             return
         if len(datas) == 1:
             await self._command(datas[0])
@@ -725,6 +709,16 @@ class Producer:
             await self.aclose()
         else:
             await asyncio.to_thread(self.close)
+
+
+async def _within(coro: Awaitable[Any], timeout: float | None) -> Any:
+    """``coro`` within publish_timeout (the HTTP path; the TCP pools bound themselves)."""
+    if timeout is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except asyncio.TimeoutError:
+        raise _publish_timed_out(timeout) from None
 
 
 def _publish_timed_out(timeout: float | None) -> NSQTimeoutError:
