@@ -33,10 +33,12 @@ order). With several nsqd, commands go round-robin to the connected ones
 (``strategy="failover"``). Failures are classified by the one rule,
 :func:`nsq_spark.errors.is_transient`: a transient one (connection lost, nsqd unreachable
 or exiting, timeout) is retried on a connection that works with the one retry policy
-(:class:`nsq_spark.publish.retry.RetryPolicy`: bounded attempts, exponential backoff
-with jitter); a permanent one (bad topic, body too big, refused AUTH) is raised at once.
-A retried publish whose first attempt reached nsqd before the connection broke may be
-stored twice: NSQ is at-least-once, and so is publishing.
+(:class:`nsq_spark.publish.retry.RetryPolicy`: until ``retry_deadline``, exponential
+backoff with jitter); a permanent one (bad topic, body too big, refused AUTH or TLS
+certificate, a malformed answer) is raised at once. ``publish_timeout`` bounds a whole
+call, retries included, in every mode. A retried publish whose first attempt reached nsqd
+before the connection broke may be stored twice: NSQ is at-least-once, and so is
+publishing.
 
 ``stats()`` counts messages and bytes (not commands), retries and errors, per nsqd too;
 an nsqd going down is logged once (WARNING) and its return once (INFO), see

@@ -146,6 +146,8 @@ def test_publish_against_a_dripping_nsqd_ends_at_publish_timeout(drip_answers: A
                 run(main(), 30)
         assert done() >= 2.0
         assert drip_answers.accepted >= 2     # it did retry within its time
+        time.sleep(0.5)                       # a retry under way when the time ran out ends
+        assert p.stats()["errors"] == 1 and p.stats()["messages"] == 0
     finally:
         p.close()
 

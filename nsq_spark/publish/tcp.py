@@ -357,9 +357,11 @@ class PipelinedPool:
                     key, conn = await self._get_connection()
                     result = await conn.command(data)
         except BaseException:
-            self.stats.failed(data)
+            if given_up is None or not given_up():  # else counted when the caller gave up
+                self.stats.failed(data)
             raise
-        self.stats.acked_on_loop(data, key)
+        if given_up is None or not given_up():
+            self.stats.acked_on_loop(data, key)
         return result
 
     def _on_retry(self, _: Any) -> None:
