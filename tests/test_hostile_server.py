@@ -149,12 +149,13 @@ _CHILD = textwrap.dedent('''
         error = None
         if client == "connection":
             async def main():
+                ended = []  # the bomb ends the handshake, or the read loop after it
                 conn = Connection("127.0.0.1", server.port, on_messages=lambda c, m: None,
-                                  **options)
+                                  on_close=lambda c, e: ended.append(e), **options)
                 try:
                     await conn.connect()
                     await asyncio.wait_for(conn.wait_closed(), 20)
-                    return conn._close_reason
+                    return ended[0]
                 except errors.NSQError as exc:
                     return exc
             error = asyncio.run(main())
