@@ -22,6 +22,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 setup: $(VENV)/.installed
 	scripts/install-nsq >/dev/null
 	scripts/install-services
+	scripts/install-toxiproxy >/dev/null
 	scripts/install-docker
 
 # mypy checks the package's types first (py.typed is shipped, so users' checkers read

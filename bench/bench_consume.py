@@ -12,6 +12,10 @@ clock runs from before the consumer connects until its N-th message was handled:
 * ``pull``        nsq_spark pull API: ``get_batch`` + bulk ``finish`` from the main thread
 * ``blocks``      nsq_spark block pull API: ``get_blocks`` + ``finish_blocks`` (no object
                   per message; what the Spark source uses)
+* ``aiter``       nsq_spark asyncio iteration: ``async for message in reader`` +
+                  ``message.finish()``, on the main thread's loop (no thread)
+* ``abatches``    nsq_spark asyncio iteration by batches: ``reader.batches(1000, 0.01)`` +
+                  bulk ``finish``
 
 Our consumers also report the CPU time of their process per message (all threads: the
 IO loop's and the caller's).
@@ -99,6 +103,9 @@ def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
         r.close()
         return {"messages": count, "seconds": dt, "cpu_us_per_msg": 1e6 * cpu / max(1, count)}
 
+    if kind in ("aiter", "abatches"):
+        return asyncio.run(_iterate(kind, addr, topic, channel, n, t0, cpu0))
+
     async def main() -> dict:
         done = asyncio.Event()
         count = [0]
@@ -127,6 +134,32 @@ def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
                 "cpu_us_per_msg": 1e6 * cpu / max(1, count[0])}
 
     return asyncio.run(main())
+
+
+async def _iterate(kind: str, addr: str, topic: str, channel: str, n: int, t0: float,
+                   cpu0: float) -> dict:
+    from nsq_spark import Reader
+
+    r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT)
+    count = 0
+    # bounded: a stalled consumer stops the run instead of hanging it
+    async with asyncio.timeout(300):
+        if kind == "aiter":
+            async for m in r:
+                m.finish()
+                count += 1
+                if count == n:
+                    break
+        else:  # batches of at most 1000 (below max_in_flight: they fill, see consumer.aiter)
+            async for batch in r.batches(1000, timeout=0.01):
+                r.finish(batch)
+                count += len(batch)
+                if count >= n:
+                    break
+    dt = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    await r.aclose()
+    return {"messages": count, "seconds": dt, "cpu_us_per_msg": 1e6 * cpu / max(1, count)}
 
 
 def child_main(argv: list[str]) -> None:
@@ -192,7 +225,7 @@ def run_child(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000, help="messages per consumer")
-    ap.add_argument("--kinds", default="pynsq,go-nsq,msg,batch,pull,blocks")
+    ap.add_argument("--kinds", default="pynsq,go-nsq,msg,batch,pull,blocks,aiter,abatches")
     ap.add_argument("--rss", action="store_true",
                     help="also run batch, pull and blocks on 10x the messages (peak RSS)")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "ADDR", "TOPIC", "CHANNEL", "N"),

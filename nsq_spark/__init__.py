@@ -1,7 +1,10 @@
 """nsq_spark: a fast, full-spec NSQ client for Python, with a PySpark connector.
 
-``import nsq_spark as nsq`` is meant as a drop-in upgrade for pynsq's Reader API:
-``nsq.Reader``, ``nsq.Message``, ``nsq.run()``; ``nsq.Producer`` publishes.
+``import nsq_spark as nsq`` is a drop-in for pynsq 0.9.1: every name of pynsq's
+``nsq.__all__`` is here (``Reader``, ``Writer``, ``run``, ``Message``, ``Error``,
+``AsyncConn``, ``SyncConn``, ``BackoffTimer``, ``LegacyReader``, the protocol helpers and
+``FRAME_TYPE_*``), and ``nsq.protocol`` is :mod:`nsq_spark.protocol`. ``nsq.Producer``
+is our publishing API.
 
 Names are imported on first use, so ``import nsq_spark`` stays cheap (Spark executors
 import it for every task) and the optional parts (Spark, dedup backends) load only when
@@ -26,6 +29,14 @@ if TYPE_CHECKING:
     from nsq_spark.writer import Writer
     from nsq_spark.publish_spool import SpoolingProducer
     from nsq_spark.reader import Reader, run
+    from nsq_spark.compat.async_conn import AsyncConn
+    from nsq_spark.compat.sync import SyncConn
+    from nsq_spark.compat.backoff_timer import BackoffTimer
+    from nsq_spark.compat.legacy_reader import LegacyReader
+    from nsq_spark.protocol import (FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE,
+                                    decode_message, finish, identify, mpub, nop, pub, ready,
+                                    requeue, subscribe, touch, unpack_response,
+                                    valid_channel_name, valid_topic_name)
 
 __version__ = "0.1.0.dev0"
 
@@ -40,14 +51,28 @@ _EXPORTS = {
     "Connection": "nsq_spark.conn",
     "ConnectionConfig": "nsq_spark.config",
     "NSQError": "nsq_spark.errors",
+    # the rest of pynsq 0.9.1's nsq.__all__
+    "AsyncConn": "nsq_spark.compat.async_conn",
+    "SyncConn": "nsq_spark.compat.sync",
+    "BackoffTimer": "nsq_spark.compat.backoff_timer",
+    "LegacyReader": "nsq_spark.compat.legacy_reader",
+    **{name: "nsq_spark.protocol" for name in (
+        "unpack_response", "decode_message", "identify", "subscribe", "ready", "finish",
+        "touch", "requeue", "nop", "pub", "mpub", "valid_topic_name", "valid_channel_name",
+        "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE")},
 }
 # pynsq's name for the base error (callbacks check ``isinstance(data, nsq.Error)``)
 _ALIASES = {"Error": ("nsq_spark.errors", "NSQError")}
 
 __all__ = ["__version__", *_EXPORTS, *_ALIASES]
 
+# submodules pynsq programs reach as attributes (``nsq.protocol.Error``)
+_SUBMODULES = frozenset({"protocol"})
+
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"nsq_spark.{name}")
     module, attr = _ALIASES.get(name) or (_EXPORTS.get(name), name)
     if module is None:
         raise AttributeError(f"module 'nsq_spark' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from nsq_spark.errors import InvalidAddressError
 
 __all__ = ["Address", "parse_address", "parse_address_list", "parse_http_address",
-           "split_list"]
+           "parse_http_address_list", "split_list"]
 
 # a DNS name or an IPv4 address: letters, digits, dots, dashes, underscores
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})?")
@@ -117,16 +117,32 @@ def parse_address_list(value: object, param: str, example: str = "127.0.0.1:4150
 
 def parse_http_address(value: object, param: str = "lookupd_http_addresses",
                        example: str = "127.0.0.1:4161") -> tuple[str, Address, str]:
-    """A lookupd / nsqd HTTP address: ``host:port`` or an ``http(s)://host:port[/path]``
-    URL. Returns ``(scheme, address, path)``."""
+    """A lookupd / nsqd HTTP address: ``host:port``, ``host:port/path`` or an
+    ``http(s)://host:port[/path]`` URL. Returns ``(scheme, address, path)``."""
     if not isinstance(value, str):
         raise _bad(param, value, f"expected a string, got {type(value).__name__}", example)
     text = value.strip()
     if "://" not in text:
-        return "http", parse_address(text, param, example), ""
+        if "/" not in text:
+            return "http", parse_address(text, param, example), ""
+        text = "http://" + text  # host:port/path, as pynsq takes it
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https"):
         raise _bad(param, value, f"scheme {parts.scheme!r}; only http and https", example)
     if parts.query or parts.fragment:
         raise _bad(param, value, "a query or fragment", example)
     return parts.scheme, parse_address(parts.netloc, param, example), parts.path.rstrip("/")
+
+
+def parse_http_address_list(value: object, param: str = "lookupd_http_addresses",
+                            example: str = "127.0.0.1:4161") -> list[str]:
+    """Every entry of ``value`` (see :func:`split_list`) checked by
+    :func:`parse_http_address` and kept as given (stripped; a URL keeps its scheme and
+    path), duplicates once, in the given order."""
+    out: list[str] = []
+    for entry in split_list(value, param):
+        parse_http_address(entry, param, example)
+        text = str(entry).strip()  # a str: parse_http_address checked it
+        if text not in out:
+            out.append(text)
+    return out

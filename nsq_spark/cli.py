@@ -46,6 +46,11 @@ import threading
 import time
 from typing import IO, Any, Iterator, Sequence
 
+# standard library only below them (the parser works before the dependencies exist)
+from nsq_spark import validate
+from nsq_spark.errors import ConfigError
+from nsq_spark.validate import MAX_SECONDS
+
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SPOOLED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -60,6 +65,24 @@ def _add(p: argparse.ArgumentParser | argparse._ArgumentGroup, *names: str, **kw
         if n.startswith("--") and len(n) > 3:
             aliases.append(n[1:])
     p.add_argument(*aliases, **kw)
+
+
+def _number(kind: type, option: str, **rule: Any) -> Any:
+    """An argparse ``type`` that parses ``kind`` (int or float) and applies the one number
+    rule (:func:`nsq_spark.validate.number`: finite, in range), naming the option."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option} {text!r}: give {'an integer' if kind is int else 'a number'}"
+            ) from None
+        try:
+            return validate.number(value, option, is_int=kind is int, **rule)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = kind.__name__  # argparse's "invalid int value" wording
+    return parse
 
 
 def _parse_fsync(value: str) -> str | int:
@@ -147,16 +170,20 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
                    help="files to read (default, or '-': stdin)")
     _add(p, "--delimiter", type=_delimiter, default=b"\n",
          help="message separator, one byte (default: newline; escapes like \\t work)")
-    _add(p, "--batch-size", type=int, default=1000, help="messages per MPUB (default 1000)")
-    _add(p, "--rate", type=float, default=0,
+    _add(p, "--batch-size", type=_number(int, "--batch-size", lo=1, hi=2 ** 31 - 1),
+         default=1000, help="messages per MPUB (default 1000)")
+    _add(p, "--rate", type=_number(float, "--rate", lo=0, unit="messages per second"),
+         default=0,
          help="at most this many messages per second (default: no limit)")
     _add(p, "--spool-dir", help="durable spool directory: messages are written there before "
          "they are sent, and kept until nsqd acknowledges them")
     _add(p, "--spool-fsync", type=_parse_fsync, default="always",
          help="'always' (sync every batch, default), 'never', or an interval in ms")
-    _add(p, "--spool-max-bytes", type=int, default=1 << 30,
+    _add(p, "--spool-max-bytes", type=_number(int, "--spool-max-bytes", lo=1, unit="bytes"),
+         default=1 << 30,
          help="size bound of the spool directory (default 1 GiB); publishing waits when full")
-    _add(p, "--flush-timeout", type=float, default=30.0,
+    _add(p, "--flush-timeout", type=_number(float, "--flush-timeout", lo=0, hi=MAX_SECONDS,
+                                             unit="seconds"), default=30.0,
          help="with --spool-dir: seconds to wait at the end for nsqd to acknowledge "
          "everything (default 30; what is left is sent by the next run)")
     _add(p, "--message-id-digest", action="store_true",
@@ -180,11 +207,13 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(t, "--lookupd-http-address", action="append", default=[],
          dest="lookupd_http_addresses", metavar="HOST:PORT",
          help="nsqlookupd HTTP address (repeatable)")
-    t.add_argument("-n", "--n", type=int, default=0, dest="count",
+    t.add_argument("-n", "--n", type=_number(int, "-n", lo=0), default=0, dest="count",
                    help="exit after this many messages (default 0: run until interrupted)")
-    _add(t, "--max-in-flight", type=int, default=200, help="max in flight (default 200)")
+    _add(t, "--max-in-flight", type=_number(int, "--max-in-flight", lo=1, hi=2 ** 31 - 1),
+         default=200, help="max in flight (default 200)")
     _add(t, "--print-topic", action="store_true", help="prefix each line with 'topic | '")
-    _add(t, "--idle-exit", type=float, default=0,
+    _add(t, "--idle-exit", type=_number(float, "--idle-exit", lo=0, hi=MAX_SECONDS,
+                                         unit="seconds"), default=0,
          help="exit after this many seconds without a message (default 0: never); exit "
          f"status 1 if no nsqd was ever connected (a first connection is given at least "
          f"{CONNECT_GRACE:g} s)")
@@ -360,8 +389,6 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
     from nsq_spark.protocol import check_topic
 
     check_topic(args.topic)
-    if args.batch_size < 1:
-        raise ValueError("--batch-size must be at least 1")
     connection_options = _connection_options(args)
     if not args.spool_dir and args.message_id_digest:
         raise ValueError("--message-id-digest needs --spool-dir (the digest is added "

@@ -12,16 +12,25 @@ Units follow pynsq, so that ``import nsq_spark as nsq`` is a drop-in: every opti
 seconds (int or float) except ``output_buffer_timeout``, which is in milliseconds as in
 pynsq. Seconds are converted to the milliseconds nsqd wants once, when IDENTIFY is built
 (:attr:`ConnectionConfig.heartbeat_interval_ms`, :attr:`ConnectionConfig.msg_timeout_ms`).
+
+Every option is checked at construction by the one number rule (:mod:`nsq_spark.validate`:
+the right type -- a bool is not a number, a str is not one either --, finite, in range), and
+so are the Reader's and the Producer's own numbers (:func:`check_reader_options`,
+:func:`check_producer_options`): a bad value is a ConfigError naming the option, never a
+connection that nsqd refuses for ever. ``auth_secret`` is never in a ``repr``.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import socket
 import ssl
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping
 
+from . import validate
+from .validate import MAX_SECONDS
 from .errors import ConfigError
 
 try:
@@ -30,6 +39,7 @@ except ImportError:  # pragma: no cover
     _VERSION = "0"
 
 DEFAULT_USER_AGENT = f"nsq_spark/{_VERSION}"
+_INT32_MAX = 2 ** 31 - 1
 
 # pynsq spellings and other accepted aliases -> our field names
 _ALIASES = {
@@ -152,42 +162,56 @@ class ConnectionConfig:
         return type(self).from_options(**current)
 
     def validate(self) -> None:
-        def bad(msg: str) -> ConfigError:
-            return ConfigError(msg)
-
-        hb = self.heartbeat_interval
-        if (not _is_number(hb) or not (hb == -1 or 1 <= hb <= 60)):
-            hint = (f" (did you give milliseconds? {hb!r} ms is heartbeat_interval={hb / 1000:g})"
-                    if _is_number(hb) and 1000 <= hb <= 60000 else "")
-            raise bad(f"heartbeat_interval is in seconds, as in pynsq: -1 (off) or 1..60, not "
-                      f"{hb!r}{hint}")
-        if not isinstance(self.deflate_level, int) or not 1 <= self.deflate_level <= 9:
-            raise bad(f"deflate_level must be 1..9, not {self.deflate_level!r}")
-        if not isinstance(self.sample_rate, int) or not 0 <= self.sample_rate <= 99:
-            raise bad(f"sample_rate must be 0..99 (percent), not {self.sample_rate!r}")
-        if self.snappy and self.deflate:
-            raise bad("choose one of snappy and deflate: nsqd refuses both at once")
-        mt = self.msg_timeout
-        if mt is not None and (not _is_number(mt) or mt < 1):
-            raise bad(f"msg_timeout is in seconds, as in pynsq: None or >= 1, not {mt!r}")
-        if not _is_number(self.requeue_delay) or self.requeue_delay < 0:
-            raise bad(f"requeue_delay is in seconds, as in pynsq: >= 0, not {self.requeue_delay!r}")
-        for name in ("output_buffer_size", "output_buffer_timeout"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < -1):
-                raise bad(f"{name} must be None, -1 (off) or a non-negative int, not {v!r}")
+        """Check every option by the one rule (:mod:`nsq_spark.validate`): right type,
+        finite, in range; raises ConfigError naming the option and the fix."""
+        v = validate
         for name in ("connect_timeout", "response_timeout", "close_timeout"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise bad(f"{name} must be a positive number of seconds, not {v!r}")
+            v.seconds(getattr(self, name), name)
+        for name in ("client_id", "hostname", "tls_server_hostname"):
+            v.text(getattr(self, name), name, none="the default", nonempty=True)
+        v.text(self.user_agent, "user_agent", nonempty=True)
+        for name in ("feature_negotiation", "tls_v1", "tls_verify", "snappy", "deflate"):
+            v.flag(getattr(self, name), name)
+        v.flag(self.tls_check_hostname, "tls_check_hostname", none="same as tls_verify")
+        for name in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ConfigError(f"{name}={value!r}: give the path of a PEM file, or None")
+        hb = self.heartbeat_interval
+        hint = (f"did you give milliseconds? {hb!r} ms is heartbeat_interval={hb / 1000:g}"
+                if _is_number(hb) and 1000 <= hb <= 60000 else "")
+        v.number(hb, "heartbeat_interval", lo=1, hi=60, unit="seconds", special={-1: "off"},
+                 hint=hint or "heartbeat_interval is in seconds, as in pynsq")
+        v.integer(self.deflate_level, "deflate_level", lo=1, hi=9)
+        v.integer(self.sample_rate, "sample_rate", lo=0, hi=99, unit="percent",
+                  hint="0 sends every message")
+        if self.snappy and self.deflate:
+            raise ConfigError("choose one of snappy and deflate: nsqd refuses both at once")
+        mt = self.msg_timeout
+        v.seconds(mt, "msg_timeout", lo=1, lo_open=False, none="nsqd's --msg-timeout",
+                  hint="msg_timeout is in seconds, as in pynsq" + (
+                      f" (did you give milliseconds? {mt!r} ms is msg_timeout={mt / 1000:g})"
+                      if isinstance(mt, (int, float)) and 1000 <= mt <= MAX_SECONDS else ""))
+        v.seconds(self.requeue_delay, "requeue_delay", lo_open=False,
+                  hint="requeue_delay is in seconds, as in pynsq")
+        # nsqd: -1 disables, 0 is its default, else at least 64 bytes / 1 ms
+        v.integer(self.output_buffer_size, "output_buffer_size", lo=64, hi=_INT32_MAX,
+                  unit="bytes", special={-1: "off", 0: "nsqd's default"},
+                  none="nsqd's default")
+        v.integer(self.output_buffer_timeout, "output_buffer_timeout", lo=1, hi=_INT32_MAX,
+                  unit="milliseconds (as in pynsq)",
+                  special={-1: "off", 0: "nsqd's default"}, none="nsqd's default")
         if self.tls_options is not None and not isinstance(self.tls_options, (dict, ssl.SSLContext)):
-            raise bad("tls_options must be a dict of pynsq TLS options or an ssl.SSLContext")
-        if not isinstance(self.read_size, int) or not 4096 <= self.read_size <= 1 << 28:
-            raise bad(f"read_size must be an int from 4096 to 2**28, not {self.read_size!r}")
+            raise ConfigError(f"tls_options ({type(self.tls_options).__name__}): give a dict "
+                              "of pynsq TLS options or an ssl.SSLContext")
+        secret = self.auth_secret
+        if secret is not None and not isinstance(secret, (str, bytes)):
+            # the value is not shown: it may be a secret of the wrong type
+            raise ConfigError(f"auth_secret ({type(secret).__name__}): give the secret as "
+                              "str or bytes, or None")
+        v.integer(self.read_size, "read_size", lo=4096, hi=1 << 28, unit="bytes")
         # frames plus a read must fit the int32 offsets of MessageBlock (and of Arrow)
-        mfs = self.max_frame_size
-        if not isinstance(mfs, int) or not 64 <= mfs <= 1 << 30:
-            raise bad(f"max_frame_size must be an int from 64 to 2**30 bytes, not {mfs!r}")
+        v.integer(self.max_frame_size, "max_frame_size", lo=64, hi=1 << 30, unit="bytes")
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -250,3 +274,59 @@ class ConnectionConfig:
         if cert:
             ctx.load_cert_chain(cert, key)
         return ctx
+
+
+# -- the Reader's and the Producer's own numbers ------------------------------------------
+#
+# Bounded here, next to the connection options, so that every number a user gives is
+# checked by one rule (nsq_spark.validate) at construction; the facades call these first.
+
+#: nsqd counts a message's attempts in 16 bits.
+MAX_ATTEMPTS = 65535
+
+
+def check_reader_options(arguments: Mapping[str, Any]) -> None:
+    """The Reader's numeric arguments, looked up by name in ``arguments`` (the Reader
+    passes its ``locals()``; see :class:`nsq_spark.Reader`); ConfigError naming the first
+    bad one."""
+    a, v = arguments, validate
+    v.integer(a["max_tries"], "max_tries", lo=0, hi=MAX_ATTEMPTS, hint="0 never gives up")
+    v.integer(a["max_in_flight"], "max_in_flight", lo=0, hi=_INT32_MAX, hint="0 starts paused")
+    v.number(a["lookupd_poll_jitter"], "lookupd_poll_jitter", lo=0, hi=1,
+             hint="a fraction of lookupd_poll_interval")
+    for name in ("lookupd_poll_interval", "lookupd_connect_timeout", "lookupd_request_timeout",
+                 "backoff_multiplier", "rdy_redistribute_interval", "reconnect_initial",
+                 "reconnect_max"):
+        v.seconds(a[name], name)
+    v.seconds(a["max_backoff_duration"], "max_backoff_duration", lo_open=False,
+              hint="0 turns backoff off")
+    for name in ("low_rdy_idle_timeout", "max_requeue_delay", "drain_timeout"):
+        v.seconds(a[name], name, lo_open=False)
+
+
+def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
+                           retry_max_wait: Any, retry_deadline: Any, publish_timeout: Any,
+                           max_msg_size: Any, max_mpub_bytes: Any, blocking_connections: Any,
+                           spool_max_bytes: Any, spool_block_timeout: Any, batch_size: Any,
+                           batch_bytes: Any, rescan_interval: Any) -> None:
+    """The Producer's (and Writer's) arguments other than addresses, connection and
+    callbacks (see :class:`nsq_spark.Producer`); ConfigError naming the first bad one.
+    ``max_tries`` None means the mode's default."""
+    v = validate
+    if strategy not in ("round_robin", "failover"):
+        raise ConfigError(f"strategy={strategy!r}: give 'round_robin' or 'failover'")
+    v.integer(max_tries, "max_tries", lo=1, none="the default", hint="1 = no retry")
+    v.seconds(retry_wait, "retry_wait", lo_open=False)
+    v.seconds(retry_max_wait, "retry_max_wait", lo_open=False)
+    v.seconds(retry_deadline, "retry_deadline", none="no deadline")
+    v.seconds(publish_timeout, "publish_timeout", none="wait for ever")
+    v.integer(max_msg_size, "max_msg_size", lo=1, hi=_INT32_MAX, unit="bytes",
+              none="nsqd's limit only")
+    # 4 bytes of MPUB count + 4 of length + 1 byte of body: the smallest useful MPUB
+    v.integer(max_mpub_bytes, "max_mpub_bytes", lo=9, hi=_INT32_MAX, unit="bytes")
+    v.integer(blocking_connections, "blocking_connections", lo=1, hi=1024)
+    v.integer(spool_max_bytes, "spool_max_bytes", lo=1, unit="bytes")
+    v.seconds(spool_block_timeout, "spool_block_timeout", lo_open=False, none="wait for ever")
+    v.integer(batch_size, "batch_size", lo=1, hi=_INT32_MAX)
+    v.integer(batch_bytes, "batch_bytes", lo=9, hi=_INT32_MAX, unit="bytes")
+    v.seconds(rescan_interval, "rescan_interval")

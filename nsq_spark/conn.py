@@ -601,9 +601,11 @@ class Connection(NegotiatedAttributes):
                 await asyncio.wait_for(asyncio.shield(self.send_cls()), timeout)
             except Exception:
                 pass
-        if self._pending and self.state != ConnState.CLOSED:
-            remaining = max(0.0, deadline - self._aloop.time())  # type: ignore[union-attr]
-            await asyncio.wait(list(self._pending), timeout=remaining)
+        # outstanding answers, within close_timeout; the waiters may be any objects
+        # (command_into), so poll rather than wait on them; the rest fail when it closes
+        while self._pending and self.state != ConnState.CLOSED \
+                and self._aloop.time() < deadline:  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
         self._closing_by_us = True
         # answers (FIN/REQ) queued while we wait for the last write are still sent: flush
         # until nothing new was queued, within close_timeout

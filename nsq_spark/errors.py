@@ -11,22 +11,44 @@ from __future__ import annotations
 
 
 class NSQError(Exception):
-    """Base class of every error raised by nsq_spark."""
+    """Base class of every error raised by nsq_spark; also pynsq's ``nsq.Error`` /
+    ``nsq.protocol.Error``, so a pynsq callback's ``isinstance(data, nsq.Error)`` holds."""
+
+
+# -- pynsq's error classes (``nsq.protocol``): ours derive from them where they mean the same
+
+
+class SendError(NSQError):
+    """pynsq's ``SendError(msg, error=None)``: a command could not be sent (no open
+    connection, a write or TLS upgrade that failed). ``msg`` and ``error`` (the cause) are
+    kept as pynsq keeps them."""
+
+    def __init__(self, msg: str = "", error: BaseException | None = None) -> None:
+        self.msg = msg
+        self.error = error
+        super().__init__(msg if error is None else f"{msg} ({error})")
+
+
+class IntegrityError(NSQError):
+    """pynsq's ``IntegrityError``: what nsqd sent cannot be parsed."""
 
 
 # -- client-side validation ---------------------------------------------------------------
 
 
-class InvalidNameError(NSQError, ValueError):
-    """A topic or channel name that nsqd would refuse (checked before anything is sent)."""
+class InvalidNameError(NSQError, ValueError, AssertionError):
+    """A topic or channel name that nsqd would refuse (checked before anything is sent).
+    Also an AssertionError: pynsq asserts on names, and pynsq programs catch that."""
 
 
-class InvalidBodyError(NSQError, ValueError):
-    """A message body nsqd would refuse: empty, not bytes, or larger than the known limit."""
+class InvalidBodyError(NSQError, ValueError, AssertionError):
+    """A message body nsqd would refuse: empty, not bytes, or larger than the known limit.
+    Also an AssertionError, as pynsq's ``protocol.pub`` raises for a body that is not bytes."""
 
 
-class ConfigError(NSQError, ValueError):
-    """An unknown or out-of-range connection option."""
+class ConfigError(NSQError, ValueError, AssertionError):
+    """An unknown or out-of-range option. Also an AssertionError: pynsq checks every option
+    (unknown keywords included) with ``assert``, and pynsq programs and tests expect that."""
 
 
 class InvalidAddressError(ConfigError):
@@ -41,12 +63,12 @@ class AlreadyRespondedError(NSQError, RuntimeError):
 # -- wire / connection level --------------------------------------------------------------
 
 
-class ProtocolError(NSQError):
+class ProtocolError(IntegrityError):
     """Bytes on the wire that do not follow the NSQ V2 protocol (bad frame size, unknown
     frame type, truncated message, bad compressed stream). The connection cannot continue."""
 
 
-class ConnectError(NSQError, ConnectionError):
+class ConnectError(SendError, ConnectionError):
     """The TCP connection to nsqd could not be opened (refused, unreachable, timed out)."""
 
 
@@ -54,7 +76,7 @@ class ConnectionClosedError(NSQError, ConnectionError):
     """The connection closed while something was still expected from it."""
 
 
-class TLSError(NSQError):
+class TLSError(SendError):
     """The TLS upgrade failed or was refused (certificate, verification, server config)."""
 
 

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from .addresses import parse_http_address
 from .errors import NSQError
 
 log = logging.getLogger(__name__)
@@ -53,15 +54,13 @@ def lookup_url(address: str, topic: str) -> str:
     ``address`` may be ``host:port``, ``http(s)://host:port``, or carry its own path (then
     kept, pynsq-style) and query parameters (kept, ``topic`` replaced).
     """
-    if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"lookupd HTTP address must be a non-empty string like "
-                         f"'127.0.0.1:4161', got {address!r}")
-    address = address.strip()
+    address = address.strip() if isinstance(address, str) else address
+    # the one address rule (query parameters are allowed here, and kept)
+    parse_http_address(address.partition("?")[0] if isinstance(address, str) else address,
+                       "lookupd HTTP address", "127.0.0.1:4161")
     if "://" not in address:
         address = "http://" + address
     scheme, netloc, path, query, fragment = urlsplit(address)
-    if not netloc:
-        raise ValueError(f"lookupd HTTP address {address!r} has no host:port")
     if not path or path == "/":
         path = "/lookup"
     params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "topic"]

@@ -55,10 +55,10 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
-from . import protocol
+from . import protocol, validate
 from ._loop import LoopThread
 from .addresses import Address, parse_address_list, parse_http_address, split_list
-from .config import ConnectionConfig
+from .config import ConnectionConfig, check_producer_options
 from .errors import ConfigError, InvalidBodyError, NSQError, NSQTimeoutError
 from .errors import is_transient as is_transient  # re-export: the one classification
 from .publish.http import HttpPublisher
@@ -188,6 +188,13 @@ class Producer:
             spool_block_timeout=spool_block_timeout, message_id_digest=message_id_digest,
             batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval,
             on_corrupt=on_corrupt, on_rejected=on_rejected, producer_factory=producer_factory)
+        check_producer_options(  # every number, by the one rule (nsq_spark.validate)
+            strategy=strategy, max_tries=max_tries, retry_wait=retry_wait,
+            retry_max_wait=retry_max_wait, retry_deadline=retry_deadline,
+            publish_timeout=publish_timeout, max_msg_size=max_msg_size,
+            max_mpub_bytes=max_mpub_bytes, blocking_connections=blocking_connections,
+            spool_max_bytes=spool_max_bytes, spool_block_timeout=spool_block_timeout,
+            batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval)
         self._closed = False
         self._lock = threading.Lock()
         self._stats = PublishStats(log)
@@ -216,16 +223,7 @@ class Producer:
         if bool(tcp) == bool(http):
             raise ConfigError("give nsqd_tcp_addresses or nsqd_http_addresses (one of them, "
                               "e.g. Producer('127.0.0.1:4150'))")
-        if strategy not in ("round_robin", "failover"):
-            raise ConfigError(f"strategy must be 'round_robin' or 'failover', not {strategy!r}")
-        if max_tries is not None and (isinstance(max_tries, bool)
-                                      or not isinstance(max_tries, int) or max_tries < 1):
-            raise ConfigError(f"max_tries={max_tries!r}: give an int >= 1 (1 = no retry), "
-                              "or None (retry until retry_deadline)")
-        self.max_tries: int | None = max_tries
-        if not isinstance(blocking_connections, int) or blocking_connections < 1:
-            raise ConfigError(f"blocking_connections={blocking_connections!r}: give an "
-                              "int >= 1")
+        self.max_tries: int | None = max_tries  # None: retry_deadline is the budget
         self.config = ConnectionConfig.from_options(**connection_options)
         self._addr: dict[str, Address] = {str(a): a for a in tcp}
         self.nsqd_tcp_addresses = list(self._addr)
@@ -255,8 +253,6 @@ class Producer:
 
     def _init_spool(self, spool_dir: str | os.PathLike[str], tcp: Any,
                     spool: dict[str, Any], inner: dict[str, Any], retry_max_wait: float) -> None:
-        if spool["batch_size"] < 1:
-            raise ConfigError(f"batch_size={spool['batch_size']!r}: must be at least 1")
         factory = spool["producer_factory"]
         if factory is None:
             if tcp is None and not inner.get("nsqd_http_addresses"):
@@ -384,9 +380,6 @@ class Producer:
     def _spool_records(self, topic: str, bodies: Iterable[Any], defer_ms: int | None,
                        many: bool) -> list[tuple[str, bytes, int | None]]:
         protocol.check_topic(topic)
-        if defer_ms is not None and (isinstance(defer_ms, bool) or not isinstance(defer_ms, int)
-                                     or defer_ms < 0):
-            raise ConfigError(f"defer_ms={defer_ms!r}: give milliseconds as an int >= 0")
         if many:   # named as protocol.mpub names them
             records = [(topic, _body(b, self.max_msg_size, f"message body #{i}"), defer_ms)
                        for i, b in enumerate(bodies)]
@@ -411,6 +404,7 @@ class Producer:
         acknowledged it -- with ``spool_dir``, when it is in the spool. Raises
         InvalidNameError/InvalidBodyError for bad input, a typed NSQServerError for a
         refusal, ConnectError when no nsqd can be reached."""
+        defer_ms = validate.defer_ms(defer_ms)
         if self._spool is not None:
             self._spool_append(self._spool_records(topic, (body,), defer_ms, False))
             return
@@ -422,6 +416,7 @@ class Producer:
     def mpublish(self, topic: str, bodies: Iterable[bytes]) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all (with
         ``spool_dir``: when all are in the spool, with one write and one sync)."""
+        bodies = validate.bodies(bodies)
         if self._spool is not None:
             self._spool_append(self._spool_records(topic, bodies, None, True))
             return
@@ -470,6 +465,7 @@ class Producer:
         """Like publish, but returns a concurrent.futures.Future at once (pipelining).
         Bad input raises here. With ``spool_dir`` the future is settled once the message
         is in the spool (the append happens in this call)."""
+        defer_ms = validate.defer_ms(defer_ms)
         if self._spool is not None:
             records = self._spool_records(topic, (body,), defer_ms, False)
             return _done_future(lambda: self._spool_append(records))
@@ -482,6 +478,7 @@ class Producer:
     def mpublish_async(self, topic: str, bodies: Iterable[bytes]
                        ) -> concurrent.futures.Future[Any]:
         """Like mpublish, but returns a concurrent.futures.Future at once."""
+        bodies = validate.bodies(bodies)
         if self._spool is not None:
             records = self._spool_records(topic, bodies, None, True)
             return _done_future(lambda: self._spool_append(records))
@@ -517,6 +514,7 @@ class Producer:
     async def apublish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
         """Publish one message; returns when nsqd acknowledged it (with ``spool_dir``:
         when it is in the spool; the append runs in a worker thread)."""
+        defer_ms = validate.defer_ms(defer_ms)
         if self._spool is not None:
             records = self._spool_records(topic, (body,), defer_ms, False)
             await asyncio.to_thread(self._spool_append, records)
@@ -534,6 +532,7 @@ class Producer:
 
     async def ampublish(self, topic: str, bodies: Iterable[bytes]) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all."""
+        bodies = validate.bodies(bodies)
         if self._spool is not None:
             records = self._spool_records(topic, bodies, None, True)
             await asyncio.to_thread(self._spool_append, records)
@@ -557,6 +556,7 @@ class Producer:
         answer without a coroutine per call (the cheapest way to pipeline from asyncio).
         Transient failures are retried like apublish. With ``spool_dir`` the message is
         appended in this call and the future is already settled."""
+        defer_ms = validate.defer_ms(defer_ms)
         if self._spool is not None:
             return asyncio.wrap_future(self.publish_async(topic, body, defer_ms))
         if self._loop is None:

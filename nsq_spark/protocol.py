@@ -13,6 +13,14 @@ Wire format (https://nsq.io/clients/tcp_protocol_spec.html):
   the frame type is 0 (response), 1 (error) or 2 (message);
 * a message frame's data is ``timestamp:int64 ns | attempts:uint16 | id:16 bytes | body``.
 
+The command encoders take pynsq's argument names (``pub(topic, data)``, ``touch(id)``,
+``requeue(id, time_ms)``, ...) and pynsq's spellings exist beside ours (``subscribe`` =
+``sub``, ``ready`` = ``rdy``, ``finish`` = ``fin``, ``requeue`` = ``req``), so pynsq's
+``nsq.protocol`` works on this module: message ids may be str (UTF-8, as pynsq encodes
+them), ``unpack_response`` splits a frame, and pynsq's error classes are here (``Error``
+is :class:`~nsq_spark.errors.NSQError`, the base of every error of this library). Bad names
+and bodies raise InvalidNameError / InvalidBodyError, which are AssertionErrors as pynsq's are.
+
 Speed matters on the consumer path: :meth:`FrameDecoder.feed` decodes *all* complete frames
 of a chunk in one call, with one precompiled ``struct`` unpack per message frame, and builds
 the :class:`~nsq_spark.message.Message` objects directly. :meth:`FrameDecoder.feed_blocks`
@@ -31,7 +39,9 @@ from array import array
 from functools import lru_cache
 from typing import Any, Iterable, Iterator, Sequence
 
-from .errors import InvalidBodyError, InvalidNameError, ProtocolError
+from .errors import ConnectionClosedError, IntegrityError, InvalidBodyError, InvalidNameError
+from .errors import NSQError as Error
+from .errors import ProtocolError, SendError
 from .message import Message, Responder
 
 __all__ = [
@@ -42,6 +52,9 @@ __all__ = [
     "FrameDecoder", "MessageBlock", "decode_frames", "decode_message",
     "encode_frame", "encode_message_frame",
     "valid_topic_name", "valid_channel_name", "check_topic", "check_channel",
+    # pynsq's nsq.protocol names (same arguments, same bytes)
+    "subscribe", "ready", "finish", "requeue", "unpack_response",
+    "Error", "SendError", "ConnectionClosedError", "IntegrityError",
 ]
 
 MAGIC_V2 = b"  V2"
@@ -168,8 +181,9 @@ def _check_body(body: Any, max_size: int | None, what: str = "message body") -> 
 
 
 def identify(data: dict[str, Any]) -> bytes:
-    """IDENTIFY with a JSON body of client metadata and requested features."""
-    body = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    """IDENTIFY with a JSON body of client metadata and requested features (json.dumps'
+    default layout, byte for byte what pynsq sends)."""
+    body = json.dumps(data).encode("utf-8")
     return b"IDENTIFY\n" + _UINT32.pack(len(body)) + body
 
 
@@ -185,18 +199,18 @@ def sub(topic: str, channel: str) -> bytes:
     return b"SUB " + _topic(topic) + b" " + _channel_bytes(channel) + b"\n"
 
 
-def pub(topic: str, body: bytes, max_size: int | None = None) -> bytes:
-    """PUB one message."""
-    n = _check_body(body, max_size)
-    return b"PUB " + _topic(topic) + b"\n" + _UINT32.pack(n) + bytes(body)
+def pub(topic: str, data: bytes, max_size: int | None = None) -> bytes:
+    """PUB one message (``data``: the body, bytes)."""
+    n = _check_body(data, max_size)
+    return b"PUB " + _topic(topic) + b"\n" + _UINT32.pack(n) + bytes(data)
 
 
-def dpub(topic: str, defer_ms: int, body: bytes, max_size: int | None = None) -> bytes:
-    """DPUB: publish one message that nsqd delivers after ``defer_ms`` milliseconds."""
-    if not isinstance(defer_ms, int) or isinstance(defer_ms, bool) or defer_ms < 0:
-        raise ValueError(f"defer_ms must be a non-negative int of milliseconds, not {defer_ms!r}")
-    n = _check_body(body, max_size)
-    return (b"DPUB " + _topic(topic) + b" %d\n" % defer_ms + _UINT32.pack(n) + bytes(body))
+def dpub(topic: str, delay_ms: int, data: bytes, max_size: int | None = None) -> bytes:
+    """DPUB: publish one message that nsqd delivers after ``delay_ms`` milliseconds."""
+    if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
+        raise ValueError(f"delay_ms must be a non-negative int of milliseconds, not {delay_ms!r}")
+    n = _check_body(data, max_size)
+    return (b"DPUB " + _topic(topic) + b" %d\n" % delay_ms + _UINT32.pack(n) + bytes(data))
 
 
 _PACKED_LEN: dict[int, bytes] = {}  # body length -> its 4-byte prefix (MPUB hot path)
@@ -215,9 +229,10 @@ def _packed_lens(lens: list[int]) -> list[bytes]:
         return list(map(cache.__getitem__, lens))
 
 
-def mpub(topic: str, bodies: Iterable[bytes], max_size: int | None = None) -> bytes:
-    """MPUB several messages in one command (atomically stored by nsqd)."""
+def mpub(topic: str, data: Iterable[bytes], max_size: int | None = None) -> bytes:
+    """MPUB several messages (``data``: the bodies) in one command, stored atomically."""
     t = _topic(topic)
+    bodies = data
     if not isinstance(bodies, (list, tuple)):
         bodies = list(bodies)
     count = len(bodies)
@@ -249,14 +264,19 @@ def mpub(topic: str, bodies: Iterable[bytes], max_size: int | None = None) -> by
 
 def rdy(count: int) -> bytes:
     """RDY count: how many messages nsqd may have in flight to this connection."""
-    if not isinstance(count, int) or count < 0:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         raise ValueError(f"RDY count must be a non-negative int, not {count!r}")
     return b"RDY %d\n" % count
 
 
-def fin(message_id: bytes) -> bytes:
+def _id(message_id: bytes | str) -> bytes:
+    # pynsq programs pass ids as str too; pynsq sends them UTF-8 encoded
+    return message_id.encode("utf-8") if isinstance(message_id, str) else message_id
+
+
+def fin(message_id: bytes | str) -> bytes:
     """FIN message_id: the message was processed."""
-    return b"FIN " + message_id + b"\n"
+    return b"FIN " + _id(message_id) + b"\n"
 
 
 def fins(message_ids: Iterable[bytes]) -> bytes:
@@ -264,14 +284,47 @@ def fins(message_ids: Iterable[bytes]) -> bytes:
     return b"".join([b"FIN " + i + b"\n" for i in message_ids])
 
 
-def req(message_id: bytes, delay_ms: int = 0) -> bytes:
+def req(message_id: bytes | str, delay_ms: int = 0) -> bytes:
     """REQ message_id delay_ms: requeue for redelivery after the delay."""
-    return b"REQ " + message_id + b" %d\n" % delay_ms
+    return b"REQ " + _id(message_id) + b" %d\n" % delay_ms
 
 
-def touch(message_id: bytes) -> bytes:
-    """TOUCH message_id: reset the in-flight timeout."""
-    return b"TOUCH " + message_id + b"\n"
+def touch(id: bytes | str) -> bytes:
+    """TOUCH id: reset the in-flight timeout of that message."""
+    return b"TOUCH " + _id(id) + b"\n"
+
+
+# pynsq's spellings of the same commands, with pynsq's argument names
+
+
+def subscribe(topic: str, channel: str) -> bytes:
+    """pynsq's name for :func:`sub`."""
+    return sub(topic, channel)
+
+
+def ready(count: int) -> bytes:
+    """pynsq's name for :func:`rdy`."""
+    return rdy(count)
+
+
+def finish(id: bytes | str) -> bytes:
+    """pynsq's name for :func:`fin`."""
+    return fin(id)
+
+
+def requeue(id: bytes | str, time_ms: int = 0) -> bytes:
+    """pynsq's name for :func:`req` (``time_ms``: the requeue delay in milliseconds)."""
+    if not isinstance(time_ms, int) or isinstance(time_ms, bool) or time_ms < 0:
+        raise ValueError(f"requeue time_ms must be a non-negative int, not {time_ms!r}")
+    return req(id, time_ms)
+
+
+def unpack_response(data: bytes) -> tuple[int, bytes]:
+    """pynsq's frame split: ``(frame_type, payload)`` of one frame without its size prefix
+    (what a blocking reader got after reading ``size`` bytes)."""
+    if len(data) < 4:
+        raise ProtocolError(f"a frame needs a 4-byte frame type, got {len(data)} bytes")
+    return _SIZE.unpack_from(data, 0)[0], data[4:]
 
 
 def nop() -> bytes:

@@ -16,7 +16,8 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
-_SERVERS = {"nsqd", "nsqlookupd", "redis-server", "memcached", "nsqadmin"}
+_SERVERS = {"nsqd", "nsqlookupd", "redis-server", "memcached", "nsqadmin",
+            "toxiproxy-serve"}  # (comm is cut to 15 characters)
 
 
 def _child_servers() -> list[str]:

@@ -3,7 +3,8 @@ is told."""
 
 import pytest
 
-from nsq_spark.addresses import Address, parse_address, parse_address_list, parse_http_address
+from nsq_spark.addresses import (Address, parse_address, parse_address_list, parse_http_address,
+                                 parse_http_address_list)
 from nsq_spark.errors import ConfigError, InvalidAddressError
 
 pytestmark = pytest.mark.unit
@@ -61,3 +62,18 @@ def test_http_addresses_accept_urls():
     assert parse_http_address("https://h:4161/base/") == ("https", Address("h", 4161), "/base")
     with pytest.raises(InvalidAddressError, match="scheme 'ftp'"):
         parse_http_address("ftp://h:1")
+
+
+def test_http_addresses_accept_a_path_without_a_scheme_like_pynsq():
+    assert parse_http_address("h:4161/lookup") == ("http", Address("h", 4161), "/lookup")
+    with pytest.raises(InvalidAddressError, match="more than one ':'"):
+        parse_http_address("h:4161:1/lookup")
+
+
+def test_http_address_lists_are_checked_and_kept_as_given():
+    assert parse_http_address_list(" https://h:1/base/, h:2,h:2") == ["https://h:1/base/", "h:2"]
+    assert parse_http_address_list(None) == []
+    with pytest.raises(InvalidAddressError, match="lookupd_http_addresses: '127.0.0.1:-1'"):
+        parse_http_address_list(["h:1", "127.0.0.1:-1"])
+    with pytest.raises(InvalidAddressError, match="lookupd_http_addresses: 4161"):
+        parse_http_address_list([4161])

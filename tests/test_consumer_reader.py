@@ -31,7 +31,7 @@ class FakeConn:
     made: list["FakeConn"] = []
 
     def __init__(self, host: str, port: int, config: Any = None, *, on_messages=None,
-                 on_blocks=None, on_close=None, responder=None) -> None:
+                 on_blocks=None, on_close=None, on_heartbeat=None, responder=None) -> None:
         self.address = f"{host}:{port}"
         self.on_messages = on_messages
         self.on_close = on_close

@@ -404,6 +404,7 @@ def test_pynsq_style_writer_with_callbacks(nsqd: NSQCluster) -> None:
 
     topic = _topic()
     results: list[object] = []
+    errs: list[object] = []
 
     async def main() -> None:
         w = Writer(nsqd.nsqd_tcp_addresses)
@@ -414,17 +415,21 @@ def test_pynsq_style_writer_with_callbacks(nsqd: NSQCluster) -> None:
         w.mpub(topic, b"w6", callback=lambda conn, data: results.append(data))  # one body
         split = Writer(nsqd.nsqd_tcp_addresses, max_mpub_bytes=64)
         split.mpub(topic, [b"s" * 40] * 3, callback=lambda conn, data: results.append(data))
+        # pynsq: pub() never raises; a bad topic reaches the callback and the future
+        bad = w.pub("bad topic", b"x", callback=lambda conn, data: errs.append(data))
         with pytest.raises(errors.InvalidNameError):
-            w.pub("bad topic", b"x")
+            await bad
         await wait_for(lambda: len(results) == 5, 10)
         await w.aclose()
         await split.aclose()
 
     run(main())
     assert results == [b"OK"] * 5
+    assert len(errs) == 1 and isinstance(errs[0], errors.InvalidNameError)
     assert topic_message_count(nsqd.nsqd_http_addresses[0], topic) == 9
-    with pytest.raises(errors.NSQError, match="running event loop"):
-        Writer(nsqd.nsqd_tcp_addresses).pub(topic, b"outside a loop")
+    Writer(nsqd.nsqd_tcp_addresses).pub(topic, b"outside a loop",
+                                        callback=lambda conn, data: errs.append(data))
+    assert isinstance(errs[1], errors.SendError) and "running event loop" in str(errs[1])
 
 
 def test_writer_without_callback_logs_a_failed_publish(caplog) -> None:

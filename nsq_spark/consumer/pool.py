@@ -9,6 +9,10 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered to it.
 * Every read chunk is counted (``messages_received``, the policy's arrival rule) and
   passed to ``on_messages(link, messages)`` / ``on_blocks(link, blocks)``.
+* Two hooks of the owner (pynsq's Reader methods): ``on_heartbeat(conn)`` after every
+  heartbeat of a connection, and ``disabled()``: while it returns True every connection is
+  held at RDY 0 (checked at each RDY change and each tick); the RDY the policy wanted is
+  sent when it returns False again.
 * Closing is two steps the owner orders: :meth:`Pool.stop_deliveries` (no more connects,
   RDY 0 and CLS, read on until quiet) and :meth:`Pool.close_all`.
 
@@ -60,7 +64,9 @@ class Pool:
                  reconnect_max: float,
                  on_messages: Callable[[Link, list["Message"]], None],
                  on_blocks: Callable[[Link, list["MessageBlock"]], None],
-                 on_link_lost: Callable[[Link], int]) -> None:
+                 on_link_lost: Callable[[Link], int],
+                 on_heartbeat: Callable[[Connection], Any] | None = None,
+                 disabled: Callable[[], bool] | None = None) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
@@ -78,6 +84,9 @@ class Pool:
         self.on_messages = on_messages
         self.on_blocks = on_blocks
         self.on_link_lost = on_link_lost
+        self.on_heartbeat = on_heartbeat
+        self.disabled = disabled
+        self._held: dict["ConnRdy", int] = {}  # RDY held back while disabled()
         self.blocks = False  # deliver MessageBlocks (set before start)
         self.closing = False
         self.links: dict[str, Link] = {}
@@ -156,12 +165,12 @@ class Pool:
             conn = Connection(host, port, self.config,
                               on_blocks=functools.partial(self._deliver_blocks, link),
                               on_close=functools.partial(self._on_conn_close, link),
-                              responder=link)
+                              on_heartbeat=self.on_heartbeat, responder=link)
         else:
             conn = Connection(host, port, self.config,
                               on_messages=functools.partial(self._deliver, link),
                               on_close=functools.partial(self._on_conn_close, link),
-                              responder=link)
+                              on_heartbeat=self.on_heartbeat, responder=link)
         link.conn = conn
         log.info("[%s] connecting to nsqd %s", self.name, address)
         try:
@@ -245,8 +254,17 @@ class Pool:
         """Send the policy's RDY commands."""
         if not cmds:
             return
+        paused = self._is_disabled()
         for st, n in cmds:
             conn = st.handle.conn
+            if paused:  # remember what the policy wants; nsqd gets RDY 0 (once)
+                if n > 0:
+                    self._held[st] = n
+                else:
+                    self._held.pop(st, None)
+                n = 0
+                if conn is not None and conn.rdy_count == 0:
+                    continue
             if conn is not None and conn.state == "subscribed":
                 try:
                     conn.send_rdy(n)
@@ -267,9 +285,26 @@ class Pool:
         except Exception:
             log.exception("[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
 
+    def _is_disabled(self) -> bool:
+        if self.disabled is None:
+            return False
+        try:
+            return bool(self.disabled())
+        except Exception:
+            log.exception("[%s] disabled() raised; taken as False", self.name)
+            return False
+
     def _tick(self) -> None:
-        if not self.closing:
-            self.apply(self.policy.tick(self.bridge.time()))
+        if self.closing:
+            return
+        if self._is_disabled():
+            # disabled while connections have RDY: take it back (and remember it)
+            self.apply([(link.rdy, link.conn.rdy_count) for link in self.subscribed()
+                        if link.conn is not None and link.conn.rdy_count > 0])
+        elif self._held:
+            held, self._held = self._held, {}
+            self.apply([(st, n) for st, n in held.items() if st.handle.conn is not None])
+        self.apply(self.policy.tick(self.bridge.time()))
 
     def connection_stats(self) -> dict[str, dict[str, Any]]:
         """Per connection: state, RDY, in flight, answers, messages, last message age."""

@@ -1,12 +1,16 @@
-"""The pull queue: messages (or MessageBlocks) waiting for ``get_batch`` / ``get_blocks``.
+"""The pull queue: messages (or MessageBlocks) waiting for ``get_batch`` / ``get_blocks``,
+or for the asyncio iterators (:mod:`nsq_spark.consumer.aiter`).
 
 The loop thread puts what passed the intake gate (:meth:`PullQueue.put_messages`,
-:meth:`PullQueue.put_blocks`); the caller's thread takes it out. What is put is handed
+:meth:`PullQueue.put_blocks`); the caller's thread takes it out (the loop's own thread,
+for the asyncio iterators, which :attr:`PullQueue.on_put` wakes). What is put is handed
 over, so it is counted in flight at once (the puller holds it from then on, as far as nsqd
 and ``is_starved()`` are concerned) and stays so until answered. Blocks queued or handed
 out and not answered are remembered here, so that ``close()`` requeues them (a Message
 is remembered by its connection's ``outstanding`` instead). One lock (a Condition) guards
-it all; nothing here knows the Reader.
+it all, but :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
+
+:func:`iter_batches` is the pull API's blocking iterator over any ``get_batch``.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..message import Message
     from ..protocol import MessageBlock
     from .answers import Answers, Link
 
-__all__ = ["PullQueue"]
+__all__ = ["PullQueue", "iter_batches", "check_max_messages"]
 
 
 class PullQueue:
@@ -29,9 +35,16 @@ class PullQueue:
         self.answers = answers
         self.cond = threading.Condition()
         self._q: deque[Any] = deque()  # lists of messages, or MessageBlocks
-        self.queued = 0  # messages in _q
+        self._head = 0  # messages of _q[0] already taken one at a time (take_one)
+        self.queued = 0  # messages in _q (not counting those)
+        # time.monotonic() when the oldest message queued arrived (or an earlier one: a
+        # partial take keeps it): a batch's timeout runs from its first message's arrival
+        self.since = 0.0
         self.stopped = False  # closing or closed: getters return at once
         self._blocks_out: set[MessageBlock] = set()
+        # called on the loop thread after every put and on stop (the asyncio iterators'
+        # wake-up; None for threads, which wait on ``cond``)
+        self.on_put: Callable[[], None] | None = None
 
     # -- loop thread --------------------------------------------------------------------
 
@@ -41,10 +54,14 @@ class PullQueue:
         for m in msgs:
             out[m.id] = m
         with self.cond:
+            if not self.queued:
+                self.since = time.monotonic()
             self._q.append(msgs)
             self.queued += len(msgs)
             self.cond.notify()
         self.answers.flush()  # what the intake gate answered
+        if self.on_put is not None:
+            self.on_put()
 
     def put_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None:
         if not blocks:  # the intake gate kept them all back
@@ -53,11 +70,15 @@ class PullQueue:
         n = sum(map(len, blocks))
         link.rdy.in_flight += n
         with self.cond:
+            if not self.queued:
+                self.since = time.monotonic()
             self._blocks_out.update(blocks)
             self._q.extend(blocks)
             self.queued += n
             self.cond.notify()
         self.answers.flush()
+        if self.on_put is not None:
+            self.on_put()
 
     def drop_link(self, link: "Link") -> int:
         """Its connection closed: forget its blocks; returns how many messages they held."""
@@ -72,7 +93,7 @@ class PullQueue:
             blocks = [b for b in self._blocks_out if not b._responded]
             self._blocks_out.clear()
             self._q.clear()
-            self.queued = 0
+            self._head = self.queued = 0
         for b in blocks:
             b._responded = True
         return blocks
@@ -82,6 +103,8 @@ class PullQueue:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
+        if self.on_put is not None:
+            self.on_put()
 
     # -- the caller's thread ------------------------------------------------------------
 
@@ -106,6 +129,9 @@ class PullQueue:
             if not self._wait(timeout):
                 return []
             q = self._q
+            if self._head:  # take_one took the first messages of the head list
+                q[0] = q[0][self._head:]
+                self._head = 0
             if self.queued <= max_messages:
                 out: list[Message] = [m for b in q for m in b] if len(q) > 1 else q[0]
                 q.clear()
@@ -123,6 +149,24 @@ class PullQueue:
                     q[0] = b[need:]
             self.queued -= len(out)
             return out
+
+    def take_one(self) -> "Message | None":
+        """The next queued message, or None (no waiting; messages only).
+
+        Without the lock: for the asyncio iterators, on the loop thread, which is the only
+        thread that puts or takes then (the Reader refuses thread pullers in that mode).
+        The lock cost more than the rest of a message's way to the loop body (1.4 us of
+        2.6 us here)."""
+        if not self.queued:
+            return None
+        head = self._q[0]
+        m: Message = head[self._head]
+        self._head += 1
+        if self._head == len(head):
+            self._q.popleft()
+            self._head = 0
+        self.queued -= 1
+        return m
 
     def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
         with self.cond:
@@ -146,3 +190,22 @@ class PullQueue:
                     room = 0
             self.queued -= max_messages - room
             return out
+
+
+def iter_batches(get_batch: Callable[[int, float], list["Message"]], max_messages: int,
+                 timeout: float) -> Iterator[list["Message"]]:
+    """Non-empty batches of ``get_batch(max_messages, timeout)`` until one comes back empty
+    (nothing for ``timeout`` seconds, or the consumer closed)."""
+    while True:
+        batch = get_batch(max_messages, timeout)
+        if not batch:
+            return
+        yield batch
+
+
+def check_max_messages(max_messages: object) -> int:
+    """``max_messages`` of any pull call: an int >= 1, else ConfigError (a ValueError)."""
+    if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
+        raise ConfigError(f"max_messages must be an int >= 1 (the most messages one call "
+                          f"hands out), got {max_messages!r}")
+    return max_messages

@@ -1,6 +1,6 @@
 """The Reader: a full-spec NSQ consumer, pynsq-compatible, batch-oriented.
 
-Three ways to consume:
+Four ways to consume:
 
 * **handler** (pynsq's way): ``Reader(topic, channel, message_handler=f, ...)`` then
   :func:`run`. ``f(message)`` may return True (FIN), False (REQ), None (FIN, see below), or
@@ -16,6 +16,9 @@ Three ways to consume:
   as :class:`~nsq_spark.protocol.MessageBlock` s instead (no object per message: the
   bytes received and the frame offsets), answered with ``finish_blocks`` /
   ``requeue_blocks``; the first pull call chooses between the two for the Reader's life.
+* **asyncio iteration**: no handler, no thread. ``async for message in reader`` and
+  ``async for batch in reader.batches(n, timeout)`` on the running loop, answered like
+  pulled messages (see :mod:`nsq_spark.consumer.aiter`).
 
 In flight means what the guide and pynsq mean: a message is in flight from the moment it
 is handed to a handler (or queued for a puller) until it is answered, and
@@ -43,7 +46,8 @@ and orders closing. The parts are handed their collaborators and never import it
 :mod:`~nsq_spark.consumer.pool` (connections, RDY), :mod:`~nsq_spark.consumer.intake`
 (the gate every delivery passes), :mod:`~nsq_spark.consumer.answers` (FIN/REQ/TOUCH, in
 flight), :mod:`~nsq_spark.consumer.handlers` (strategies), :mod:`~nsq_spark.consumer.pull`,
-:mod:`~nsq_spark.consumer.backoff_timer`, :mod:`~nsq_spark.consumer.run`, and
+:mod:`~nsq_spark.consumer.aiter`, :mod:`~nsq_spark.consumer.backoff_timer`,
+:mod:`~nsq_spark.consumer.run`, and
 :mod:`nsq_spark._loop` (threads <-> loop).
 
 Speed: the connection hands over every message of a read chunk at once; policies run
@@ -57,19 +61,20 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
-from ..addresses import parse_address_list, parse_http_address, split_list
+from ..addresses import parse_address_list, parse_http_address_list
 from ..backoff import Backoff
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, check_reader_options
 from ..conn import Connection
-from ..errors import NSQError
+from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, Producer
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..rdy import RdyPolicy
-from . import handlers
+from . import handlers, pull
+from .aiter import AsyncIteration
 from .answers import FIN, REQ, Answers, Link
 from .backoff_timer import BackoffTimer
 from .intake import DedupGate, Intake
@@ -160,17 +165,12 @@ class Reader:
         self.name = name or f"{self.topic}:{self.channel}"
         direct = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
         self.nsqd_tcp_addresses = [str(a) for a in direct]
-        self.lookupd_http_addresses = [str(a).strip() for a in split_list(
-            lookupd_http_addresses, "lookupd_http_addresses")]
-        for a in self.lookupd_http_addresses:
-            parse_http_address(a, "lookupd_http_addresses")
+        self.lookupd_http_addresses = parse_http_address_list(
+            lookupd_http_addresses, "lookupd_http_addresses", "127.0.0.1:4161")
         if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
-            raise ValueError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
+            raise ConfigError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
                              "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
-        _check_options(max_tries=max_tries, lookupd_poll_interval=lookupd_poll_interval,
-                       rdy_redistribute_interval=rdy_redistribute_interval,
-                       reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
-                       max_requeue_delay=max_requeue_delay, drain_timeout=drain_timeout)
+        check_reader_options(locals())  # every number argument, by the one rule
         self.max_tries = max_tries
         self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
         self.lookupd_connect_timeout = lookupd_connect_timeout
@@ -213,6 +213,8 @@ class Reader:
         self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
                               self.name, dedup_gate)
         self._pull = PullQueue(self._answers)
+        self._aiter = AsyncIteration(self._pull, self._bridge,
+                                     lambda: self._ensure_pull(here=True), self.name)
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
                           policy=self._policy, answers=self._answers, bridge=self._bridge,
                           tasks=self._tasks, name=self.name, direct=direct,
@@ -220,7 +222,9 @@ class Reader:
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
                           on_messages=self._on_messages, on_blocks=self._on_blocks,
-                          on_link_lost=self._pull.drop_link)
+                          on_link_lost=self._pull.drop_link,
+                          on_heartbeat=_overridden(self, "heartbeat"),
+                          disabled=_overridden(self, "disabled"))
         self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
                                            self._bridge, self.name)
         self._answers.on_result = self._backoff_timer.record
@@ -230,7 +234,7 @@ class Reader:
         self._started = False
         self._closing = False
         self._closed = False
-        self._closed_event: asyncio.Event | None = None
+        self._closed_event = asyncio.Event()  # binds to no loop until waited on
         self._close_future: Any = None
         self._thread: Any = None
         self._start_lock = threading.Lock()  # two threads' first get_batch: one loop
@@ -247,9 +251,9 @@ class Reader:
         """Set the per-message handler (pynsq); the Reader starts on the current IO loop."""
         if not callable(message_handler):
             raise TypeError("message_handler must be callable")
-        if self._mode == "pull":
-            raise NSQError(f"[{self.name}] this Reader is already in pull mode "
-                           "(get_batch was called); make another Reader for a handler")
+        if self._mode in ("pull", "async"):
+            raise NSQError(f"[{self.name}] this Reader is already pulled (get_batch or async "
+                           "for); make another Reader for a handler")
         self.message_handler = message_handler
         self._schedule_start()
 
@@ -267,12 +271,20 @@ class Reader:
         return True
 
     def giving_up(self, message: Message) -> None:
-        """Called for a message delivered more than ``max_tries`` times, before it is
-        finished. Override it to keep the message somewhere (default: a warning log); if it
-        raises, the message is requeued instead (as in pynsq) and comes back here."""
+        """pynsq hook for a message delivered more than ``max_tries`` times, before it is
+        finished (default: a warning log); if it raises, the message is requeued instead."""
         log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
                     self.name, message.id.decode("ascii", "replace"), message.attempts,
                     self.max_tries, message.body[:200])
+
+    def heartbeat(self, conn: Connection) -> None:
+        """pynsq hook: called after every heartbeat of a connection (already answered)."""
+
+    @classmethod
+    def disabled(cls) -> bool:
+        """pynsq hook (deprecated there: prefer ``set_max_in_flight(0)``): while it returns
+        True, every connection is held at RDY 0 (checked at each RDY change and tick)."""
+        return False
 
     @property
     def max_in_flight(self) -> int:
@@ -339,27 +351,22 @@ class Reader:
             return
         self._started = True
         self._mode = "handler"
-        self._bind()
         self._strategy = self._choose_strategy()
-        self._pool.start()
+        self._start_here()
 
-    def _bind(self) -> None:
+    def _start_here(self) -> None:
         self._bridge.bind()
-        self._closed_event = asyncio.Event()
         log.info("[%s] starting reader for %s/%s (max_in_flight %d)", self.name, self.topic,
                  self.channel, self._policy.max_in_flight)
+        self._pool.start()
 
     def _choose_strategy(self) -> handlers.Strategy:
         """Once, not per message; pynsq's subclass hooks cost only when overridden."""
-        cls = type(self)
         return handlers.choose(
             message_handler=self.message_handler, batch_handler=self.batch_handler,
-            process=(self.process_message
-                     if cls.process_message is not Reader.process_message else None),
-            preprocess=(self.preprocess_message
-                        if cls.preprocess_message is not Reader.preprocess_message else None),
-            validate=(self.validate_message
-                      if cls.validate_message is not Reader.validate_message else None),
+            process=_overridden(self, "process_message"),
+            preprocess=_overridden(self, "preprocess_message"),
+            validate=_overridden(self, "validate_message"),
             answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
 
     # ------------------------------------------------------------------------------------
@@ -378,47 +385,44 @@ class Reader:
     # ------------------------------------------------------------------------------------
     # pull API
 
-    def _ensure_pull(self, blocks: bool = False) -> None:
-        if self._mode == "pull" and self._thread is not None and self._pool.blocks == blocks:
+    def _ensure_pull(self, blocks: bool = False, here: bool = False) -> None:
+        if self._thread is not None and not here and self._pool.blocks == blocks:
             return
         with self._start_lock:
-            self._start_pull(blocks)
+            self._start_pull(blocks, here)
 
-    def _start_pull(self, blocks: bool) -> None:
+    def _start_pull(self, blocks: bool, here: bool = False) -> None:
         if self._mode == "handler" or self.message_handler is not None \
                 or self.batch_handler is not None:
-            raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks are for "
-                           "Readers without a message_handler or batch_handler")
+            raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks/async for are "
+                           "for Readers without a message_handler or batch_handler")
         if self._closing:
             raise NSQError(f"[{self.name}] the Reader is closed")
-        if self._thread is not None:
-            if self._pool.blocks == blocks:
+        if self._started:
+            if self._pool.blocks == blocks and (self._mode == "async") == here:
                 return  # another thread started it meanwhile
-            has = "MessageBlocks (get_blocks)" if self._pool.blocks else "messages (get_batch)"
-            raise NSQError(f"[{self.name}] this Reader hands out {has}, not both messages "
-                           "and MessageBlocks: use one Reader for each")
+            raise NSQError(f"[{self.name}] pulled one way only (get_batch, MessageBlocks by "
+                           "get_blocks, or async for: the first call's): one Reader per way")
         if blocks and self._dedup is not None:
             raise NSQError(f"[{self.name}] dedup= works with get_batch and handlers; "
                            "get_blocks hands out raw blocks (deduplicate their ids "
                            "downstream, as the Spark connector does)")
-        self._mode = "pull"
+        self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
         self._strategy = self._pull.put_messages
+        if here:  # asyncio iteration: on the caller's running loop, no thread
+            self._start_here()
+        else:
+            self._thread = start_loop_thread(self._start_here, self._until_closed,
+                                             f"nsq-reader[{self.name}]", self._on_thread_exit)
 
-        def setup() -> None:
-            self._bind()
-            self._pool.start()
+    async def _until_closed(self) -> None:
+        await self._closed_event.wait()
 
-        async def main() -> None:
-            assert self._closed_event is not None
-            await self._closed_event.wait()
-
-        def on_exit() -> None:
-            self._closed = True
-            self._pull.stop()
-
-        self._thread = start_loop_thread(setup, main, f"nsq-reader[{self.name}]", on_exit)
+    def _on_thread_exit(self) -> None:
+        self._closed = True
+        self._pull.stop()
 
     def start(self, blocks: bool = False) -> "Reader":
         """Start a pull-mode Reader's background loop now (get_batch also does; with
@@ -431,8 +435,7 @@ class Reader:
         first; ``[]`` if none came. Every returned message must be answered (``finish`` or
         ``requeue``, here or per message); nsqd sends no more than ``max_in_flight``
         unanswered messages."""
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        pull.check_max_messages(max_messages)
         self._ensure_pull()
         return self._pull.get_messages(max_messages, timeout)
 
@@ -441,8 +444,7 @@ class Reader:
         """Like :meth:`get_batch`, but the messages come as MessageBlocks (no object per
         message), ``max_messages`` in all at most; ``[]`` if none came within ``timeout``
         seconds. Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        pull.check_max_messages(max_messages)
         self._ensure_pull(blocks=True)
         return self._pull.get_blocks(max_messages, timeout)
 
@@ -450,11 +452,15 @@ class Reader:
                      ) -> Iterator[list[Message]]:
         """Yield non-empty batches until none came for ``timeout`` seconds, or the Reader
         closed. Answer each batch before (or while) asking for the next."""
-        while True:
-            batch = self.get_batch(max_messages, timeout)
-            if not batch:
-                return
-            yield batch
+        return pull.iter_batches(self.get_batch, max_messages, timeout)
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """``async for message in reader`` on the running loop (:mod:`~.aiter`)."""
+        return self._aiter.messages()
+
+    def batches(self, max_messages: int = 1000, timeout: float = 1.0) -> AsyncIterator[list[Message]]:
+        """``async for batch in reader.batches(...)``: lists, see :mod:`~.aiter`."""
+        return self._aiter.batches(max_messages, timeout)
 
     def finish(self, messages: Iterable[Message]) -> None:
         """FIN many messages at once (any thread)."""
@@ -493,17 +499,7 @@ class Reader:
         return self._bridge.result(self._stats, timeout=2.0)
 
     def _stats(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "topic": self.topic, "channel": self.channel,
-            "mode": self._mode, "max_in_flight": self._policy.max_in_flight,
-            "total_rdy": self._policy.total_rdy, "in_flight": self._policy.in_flight,
-            "rdy_mode": self._policy.mode, "backoff": self._backoff.state(),
-            "messages_received": self.messages_received, "finished": self.finished,
-            "requeued": self.requeued, "given_up": self.given_up,
-            "duplicates": self.duplicates, "dropped_responses": self.dropped_responses,
-            "pull_queued": self._pull.queued, "connections": self._pool.connection_stats(),
-            "lookupd": self._pool.lookupd_stats(),
-        }
+        return _stats_of(self)
 
     # ------------------------------------------------------------------------------------
     # closing
@@ -520,6 +516,7 @@ class Reader:
             self._pull.stop()
             return None
         if bridge.on_loop_thread():
+            self._pull.stop()  # at once: iterators hand nothing more out
             if self._close_future is None:
                 self._close_future = asyncio.ensure_future(self._aclose())
             return self._close_future
@@ -566,8 +563,7 @@ class Reader:
         await self._pool.close_all()
         self._closed = True
         self._pull.stop()
-        if self._closed_event is not None:
-            self._closed_event.set()
+        self._closed_event.set()
         log.info("[%s] closed", self.name)
 
     @property
@@ -585,14 +581,23 @@ class Reader:
                 f"max_in_flight={self._policy.max_in_flight}>")
 
 
-def _check_options(*, max_tries: Any, max_requeue_delay: Any, drain_timeout: Any,
-                   **positive_seconds: Any) -> None:
-    if not isinstance(max_tries, int) or max_tries < 0:
-        raise ValueError(f"max_tries must be an int >= 0 (0: never give up), got {max_tries!r}")
-    for label, value in positive_seconds.items():
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{label} must be a positive number of seconds, got {value!r}")
-    if not isinstance(max_requeue_delay, (int, float)) or max_requeue_delay < 0:
-        raise ValueError(f"max_requeue_delay must be >= 0 seconds, got {max_requeue_delay!r}")
-    if not isinstance(drain_timeout, (int, float)) or drain_timeout < 0:
-        raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout!r}")
+def _stats_of(r: Reader) -> dict[str, Any]:
+    """Reader.stats() (on the loop thread)."""
+    return {
+        "name": r.name, "topic": r.topic, "channel": r.channel,
+        "mode": r._mode, "max_in_flight": r._policy.max_in_flight,
+        "total_rdy": r._policy.total_rdy, "in_flight": r._policy.in_flight,
+        "rdy_mode": r._policy.mode, "backoff": r._backoff.state(),
+        "messages_received": r.messages_received, "finished": r.finished,
+        "requeued": r.requeued, "given_up": r.given_up,
+        "duplicates": r.duplicates, "dropped_responses": r.dropped_responses,
+        "pull_queued": r._pull.queued, "connections": r._pool.connection_stats(),
+        "lookupd": r._pool.lookupd_stats(),
+    }
+
+
+def _overridden(reader: Reader, name: str) -> Callable[..., Any] | None:
+    """``reader.<name>`` if a subclass overrides Reader's, else None (so that an hook
+    nobody overrides costs nothing per message)."""
+    owner = next(c for c in type(reader).__mro__ if name in vars(c))
+    return None if owner is Reader else getattr(reader, name)

@@ -29,6 +29,9 @@ from collections import OrderedDict
 from hashlib import blake2b
 from typing import Any, Iterable
 
+from .. import validate
+from ..errors import ConfigError
+from ..validate import MAX_MEMORY_BYTES, MAX_SECONDS
 from ._redis import is_cluster
 from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
@@ -41,12 +44,11 @@ _MAX_REDIS_BITS = 2 ** 32  # a Redis string holds at most 512 MiB
 
 def bloom_parameters(capacity: int, error_rate: float) -> tuple[int, int]:
     """``(bits, hashes)`` for ``capacity`` keys at false-positive rate ``error_rate``."""
-    if not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"Bloom filter capacity must be a positive int (the number of keys it "
-                         f"must hold at error_rate), got {capacity!r}")
-    if not 0 < error_rate < 1:
-        raise ValueError(f"Bloom filter error_rate must be between 0 and 1, got {error_rate!r}; "
-                         "it is the probability that a unique message is dropped as a duplicate")
+    validate.integer(capacity, "Bloom filter capacity", lo=1, unit="keys",
+                     hint="the number of keys it must hold at error_rate")
+    validate.number(error_rate, "Bloom filter error_rate", lo=0, hi=1, lo_open=True,
+                    hi_open=True,
+                    hint="the probability that a unique message is dropped as a duplicate")
     ln2 = math.log(2)
     bits = max(8, math.ceil(-capacity * math.log(error_rate) / (ln2 * ln2)))
     hashes = max(1, round(bits / capacity * ln2))
@@ -84,8 +86,14 @@ class BloomFilter:
         self.capacity = capacity
         self.error_rate = error_rate
         self.bits, self.hashes = bloom_parameters(capacity, error_rate)
+        if self.bits // 8 > MAX_MEMORY_BYTES:
+            raise ConfigError(
+                f"BloomFilter(capacity={capacity}, error_rate={error_rate}) needs "
+                f"{self.bits // 8:,} bytes, over the in-process cap of {MAX_MEMORY_BYTES:,} "
+                "(nsq_spark.validate.MAX_MEMORY_BYTES): lower capacity, raise error_rate, or "
+                "use RedisBloomFilter / an exact store")
         self.key_func: KeyFunc = resolve_key(key)
-        self.max_erased = max_erased
+        self.max_erased = validate.integer(max_erased, "max_erased", lo=0, unit="keys")
         self.added = 0  # keys that were new when added (an estimate of the fill)
         self._buf = bytearray((self.bits + 7) // 8)
         self._rng = range(self.hashes)
@@ -247,10 +255,15 @@ class RedisBloomFilter(PicklableBySpec):
         self.error_rate = error_rate
         self.bits, self.hashes = bloom_parameters(capacity, error_rate)
         self.key_func: KeyFunc = resolve_key(key)
-        self.erase_ttl = int(erase_ttl)
+        self.erase_ttl = validate.integer(erase_ttl, "erase_ttl", lo=1, hi=MAX_SECONDS,
+                                          unit="seconds")
+        validate.text(name, "name", nonempty=True)
         self.spec: str | None = None  # set by from_spec, for pickling into Spark tasks
         self._key = f"{{{name}}}"
         self._erased_prefix = f"{{{name}}}:erased:".encode()
+        if module != "auto" and not isinstance(module, bool):
+            raise ConfigError(f"module={module!r}: give 'auto', True (require RedisBloom) or "
+                              "False (the bit-array fallback)")
         if module == "auto":
             module = self.server_has_module(client)
         elif module and not self.server_has_module(client):
@@ -265,7 +278,7 @@ class RedisBloomFilter(PicklableBySpec):
             self._reserve()
         else:
             if self.bits > _MAX_REDIS_BITS:
-                raise ValueError(f"Bloom filter of {self.bits} bits exceeds Redis's 2^32-bit string; "
+                raise ConfigError(f"Bloom filter of {self.bits} bits exceeds Redis's 2^32-bit string; "
                                  "lower capacity or raise error_rate, or use the RedisBloom module")
             self._script = client.register_script(_LUA_BITS)
             self._init_bits()

@@ -28,6 +28,9 @@ import threading
 from hashlib import blake2b
 from typing import Iterable
 
+from .. import validate
+from ..errors import ConfigError
+from ..validate import MAX_MEMORY_BYTES
 from .base import Key, KeyFunc, key_bytes, resolve_key
 
 __all__ = ["OppositeBloomFilter"]
@@ -61,13 +64,18 @@ class OppositeBloomFilter:
 
     def __init__(self, size: int, digest_size: int | None = 16, *,
                  key: str | KeyFunc | None = None) -> None:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"OppositeBloomFilter size must be a positive int (buckets), got "
-                             f"{size!r}; OppositeBloomFilter.size_for(rate, window, probability) "
-                             "computes one")
-        if digest_size is not None and not (1 <= digest_size <= 64):
-            raise ValueError(f"digest_size must be 1..64 bytes or None (store the keys "
-                             f"themselves), got {digest_size!r}")
+        validate.integer(size, "OppositeBloomFilter size", lo=1, unit="buckets",
+                         hint="OppositeBloomFilter.size_for(rate, window, probability) "
+                         "computes one")
+        validate.integer(digest_size, "digest_size", lo=1, hi=64, unit="bytes",
+                         none="store the keys themselves")
+        per_bucket = digest_size or 8  # key mode: one pointer a bucket, keys not counted
+        if size * per_bucket > MAX_MEMORY_BYTES:
+            raise ConfigError(
+                f"OppositeBloomFilter(size={size}, digest_size={digest_size}) needs "
+                f"{size * per_bucket:,} bytes, over the in-process cap of "
+                f"{MAX_MEMORY_BYTES:,} (nsq_spark.validate.MAX_MEMORY_BYTES): lower size or "
+                "digest_size, or use an exact store (RedisDeduplicator)")
         self.size = size
         self.digest_size = digest_size
         self.key_func: KeyFunc = resolve_key(key)
@@ -218,8 +226,8 @@ class OppositeBloomFilter:
         """Probability that a key is still remembered after ``inserts`` more keys went
         into ``size`` buckets: ``(1 - 1/size) ** inserts`` (each insert lands elsewhere
         with probability 1 - 1/N). Its complement is the chance it was overwritten."""
-        if size < 1 or inserts < 0:
-            raise ValueError("size must be >= 1 and inserts >= 0")
+        validate.integer(size, "size", lo=1, unit="buckets")
+        validate.number(inserts, "inserts", lo=0)
         if size == 1:
             return 1.0 if inserts == 0 else 0.0
         return math.exp(inserts * math.log1p(-1.0 / size))
@@ -228,8 +236,8 @@ class OppositeBloomFilter:
     def inserts_until_forgotten(size: int, probability: float) -> int:
         """The fewest later inserts after which a key has been overwritten with at least
         ``probability``: 459 for 100 buckets and 0.99."""
-        if not 0 < probability < 1:
-            raise ValueError(f"probability must be between 0 and 1 (exclusive), got {probability!r}")
+        validate.integer(size, "size", lo=1, unit="buckets")
+        validate.number(probability, "probability", lo=0, hi=1, lo_open=True, hi_open=True)
         if size == 1:
             return 1
         x = math.ceil(math.log1p(-probability) / math.log1p(-1.0 / size))
@@ -252,15 +260,24 @@ class OppositeBloomFilter:
         overwritten with 90% probability). Memory grows like ``rate * window /
         -ln(probability)``: redeliveries (which arrive within nsqd's ``msg_timeout``,
         60 s by default) are cheap to catch, hour-late publisher retries are not -- use an
-        exact store or a Bloom filter for those (see the README's table).
+        exact store or a Bloom filter for those (see the README's table). More than
+        :data:`~nsq_spark.validate.MAX_MEMORY_BYTES` buckets raise a ConfigError.
         """
-        if rate_per_second <= 0 or window_seconds <= 0:
-            raise ValueError("rate_per_second and window_seconds must be positive")
-        if not 0 < probability < 1:
-            raise ValueError(f"probability must be between 0 and 1 (exclusive), got {probability!r}"
-                             " -- the chance that a duplicate arriving window_seconds later is caught")
+        validate.number(rate_per_second, "size_for rate_per_second", lo=0, lo_open=True,
+                        unit="keys per second")
+        validate.seconds(window_seconds, "size_for window_seconds")
+        validate.number(probability, "size_for probability", lo=0, hi=1, lo_open=True,
+                        hi_open=True, hint="the chance that a duplicate arriving "
+                        "window_seconds later is caught")
         x = rate_per_second * window_seconds
-        n = math.ceil(1.0 / -math.expm1(math.log(probability) / x))
+        needed = 1.0 / -math.expm1(math.log(probability) / x)
+        if not needed <= MAX_MEMORY_BYTES:  # even at 1 byte a bucket: over the memory cap
+            raise ConfigError(
+                f"size_for(rate_per_second={rate_per_second}, window_seconds={window_seconds}, "
+                f"probability={probability}) needs {needed:.3g} buckets, over the in-process "
+                f"cap of {MAX_MEMORY_BYTES:,} bytes (nsq_spark.validate.MAX_MEMORY_BYTES); use "
+                "an exact store (RedisDeduplicator) for such windows")
+        n = math.ceil(needed)
         n = max(n, 1)
         while n > 1 and OppositeBloomFilter.probability_remembered(n - 1, round(x)) >= probability:
             n -= 1

@@ -35,6 +35,8 @@ import threading
 from typing import Any, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from .. import validate
+from ..errors import ConfigError
 from .base import Deduplicator
 
 __all__ = ["from_spec", "cached_from_spec"]
@@ -58,7 +60,7 @@ def _int(opts: dict[str, str], name: str, default: int | None) -> int | None:
     try:
         return int(v)
     except ValueError:
-        raise ValueError(f"dedup option {name}={v!r} must be an integer") from None
+        raise ConfigError(f"dedup option {name}={v!r} must be an integer") from None
 
 
 def _float(opts: dict[str, str], name: str, default: float | None) -> float | None:
@@ -68,21 +70,22 @@ def _float(opts: dict[str, str], name: str, default: float | None) -> float | No
     try:
         return float(v)
     except ValueError:
-        raise ValueError(f"dedup option {name}={v!r} must be a number") from None
+        raise ConfigError(f"dedup option {name}={v!r} must be a number") from None
 
 
 def _no_more(opts: dict[str, str], spec: str, allowed: str) -> None:
     if opts:
-        raise ValueError(f"unknown dedup option(s) {sorted(opts)} in {spec!r}; allowed here: {allowed}")
+        raise ConfigError(f"unknown dedup option(s) {sorted(opts)} in {spec!r}; allowed here: {allowed}")
 
 
 def from_spec(spec: str) -> Deduplicator:
     """A new deduplicator for ``spec`` (see the module doc for the forms). The shared
     ones remember ``spec`` so they pickle as it (rebuilt, reconnected, on unpickling)."""
+    shown = validate.redact_url(spec)  # errors are logged: no password in them
     if not isinstance(spec, str) or "://" not in spec:
-        raise ValueError(f"dedup spec must look like 'redis://host:6379/0?ttl=3600', "
+        raise ConfigError(f"dedup spec must look like 'redis://host:6379/0?ttl=3600', "
                          f"'memcached://host:11211?ttl=3600', 'redis-bloom://...', or "
-                         f"'memory://opposite?size=...'; got {spec!r}")
+                         f"'memory://opposite?size=...'; got {shown!r}")
     parts = urlsplit(spec.strip())
     scheme = parts.scheme.lower()
     opts: dict[str, str] = {}
@@ -109,20 +112,20 @@ def from_spec(spec: str) -> Deduplicator:
         elif module in _FALSE:
             module = False
         elif module != "auto":
-            raise ValueError(f"dedup option module={module!r}: use auto, true or false")
+            raise ConfigError(f"dedup option module={module!r}: use auto, true or false")
         base = parts._replace(scheme="rediss" if scheme.startswith("rediss") else "redis")
         d = RedisBloomFilter(_redis_client(base, opts), name, capacity, error_rate,  # type: ignore[arg-type]
                              key=key, module=module, erase_ttl=erase_ttl)
     elif scheme == "memcached":
         from .stores import MemcachedDeduplicator
         if not parts.hostname or parts.port is None:
-            raise ValueError(f"memcached dedup spec needs host:port, e.g. "
-                             f"'memcached://127.0.0.1:11211?ttl=3600'; got {spec!r}")
+            raise ConfigError(f"memcached dedup spec needs host:port, e.g. "
+                             f"'memcached://127.0.0.1:11211?ttl=3600'; got {shown!r}")
         ttl = _int(opts, "ttl", 3600)
         keep_days = _int(opts, "keep_days", None)
         prefix = opts.pop("prefix", "nsq-dedup")
         timeout = _float(opts, "timeout", 5.0)
-        _no_more(opts, spec, "ttl, keep_days, prefix, key, timeout")
+        _no_more(opts, shown, "ttl, keep_days, prefix, key, timeout")
         d = MemcachedDeduplicator((parts.hostname, parts.port), ttl, keep_days=keep_days,
                                   prefix=prefix, key=key, timeout=timeout)  # type: ignore[arg-type]
     elif scheme == "memory":
@@ -131,29 +134,30 @@ def from_spec(spec: str) -> Deduplicator:
             from .opposite import OppositeBloomFilter
             size = _int(opts, "size", None)
             ds_raw = opts.pop("digest_size", "16")
-            digest_size = None if ds_raw.lower() in ("none", "key", "") else int(ds_raw)
+            digest_size = None if ds_raw.lower() in ("none", "key", "") else \
+                _int({"digest_size": ds_raw}, "digest_size", None)
             rate, window = _float(opts, "rate", None), _float(opts, "window", None)
             prob = _float(opts, "probability", 0.9)
             if size is None:
                 if rate is None or window is None:
-                    raise ValueError(f"memory://opposite needs size=N, or rate=events/s and "
-                                     f"window=seconds (and probability=0.9); got {spec!r}")
+                    raise ConfigError(f"memory://opposite needs size=N, or rate=events/s and "
+                                     f"window=seconds (and probability=0.9); got {shown!r}")
                 size = OppositeBloomFilter.size_for(rate, window, prob)  # type: ignore[arg-type]
-            _no_more(opts, spec, "size, digest_size, rate, window, probability, key")
+            _no_more(opts, shown, "size, digest_size, rate, window, probability, key")
             d = OppositeBloomFilter(size, digest_size, key=key)
         elif kind == "bloom":
             from .bloom import BloomFilter
             bloom_capacity = _int(opts, "capacity", None)
             if bloom_capacity is None:
-                raise ValueError(f"memory://bloom needs capacity=N (and error_rate); got {spec!r}")
+                raise ConfigError(f"memory://bloom needs capacity=N (and error_rate); got {shown!r}")
             error_rate = _float(opts, "error_rate", 0.001)
-            _no_more(opts, spec, "capacity, error_rate, key")
+            _no_more(opts, shown, "capacity, error_rate, key")
             d = BloomFilter(bloom_capacity, error_rate, key=key)  # type: ignore[arg-type]
         else:
-            raise ValueError(f"unknown in-process structure {kind!r} in {spec!r}: "
+            raise ConfigError(f"unknown in-process structure {kind!r} in {shown!r}: "
                              "use memory://opposite or memory://bloom")
     else:
-        raise ValueError(f"unknown dedup scheme {scheme!r} in {spec!r}: use redis, rediss, unix, "
+        raise ConfigError(f"unknown dedup scheme {scheme!r} in {shown!r}: use redis, rediss, unix, "
                          "memcached, redis-bloom, rediss-bloom or memory")
     if getattr(d, "shared", False):
         d.spec = spec
@@ -167,7 +171,7 @@ def _redis_client(parts: Any, rest: dict[str, str]) -> Any:
     # redis-py would only fail at the first command on a misspelt one, so check now
     unknown = set(rest) - _redis_url_options()
     if unknown:
-        raise ValueError(f"bad Redis dedup spec: unknown option(s) {sorted(unknown)}; ours are "
+        raise ConfigError(f"bad Redis dedup spec: unknown option(s) {sorted(unknown)}; ours are "
                          "ttl, keep_days, prefix, key (redis-bloom: capacity, error_rate, name, "
                          "module, erase_ttl), the rest go to redis-py (socket_timeout, ...)")
     # by hand: urlunsplit drops the '//' of 'unix:///path' (empty host)
@@ -175,7 +179,7 @@ def _redis_client(parts: Any, rest: dict[str, str]) -> Any:
     try:
         return redis.Redis.from_url(url)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"bad Redis dedup spec {url!r}: {exc}") from None
+        raise ConfigError(f"bad Redis dedup spec {validate.redact_url(url)!r}: {exc}") from None
 
 
 def _redis_url_options() -> set[str]:

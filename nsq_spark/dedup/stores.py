@@ -25,7 +25,9 @@ import time
 from hashlib import blake2b
 from typing import Any, Callable, Iterable
 
+from nsq_spark import validate
 from nsq_spark.addresses import parse_address
+from nsq_spark.validate import MAX_SECONDS
 
 from ._redis import is_cluster as _is_cluster
 from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
@@ -89,13 +91,14 @@ def _day_name(day_start: int) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(day_start))
 
 
-def _check_window(ttl: int | None, keep_days: int | None) -> None:
+def _check_window(ttl: int | None, keep_days: int | None, prefix: Any) -> None:
+    validate.text(prefix, "prefix", nonempty=True)
     if keep_days is not None:
-        if not isinstance(keep_days, int) or keep_days < 1:
-            raise ValueError(f"keep_days must be a positive int (days of stores kept), got {keep_days!r}")
-    elif not isinstance(ttl, int) or ttl < 1:
-        raise ValueError(f"ttl must be a positive int number of seconds (how long a key is "
-                         f"remembered), got {ttl!r}")
+        validate.integer(keep_days, "keep_days", lo=1, hi=3650, unit="days",
+                         hint="days of stores kept")
+    else:
+        validate.integer(ttl, "ttl", lo=1, hi=MAX_SECONDS, unit="seconds",
+                         hint="how long a key is remembered")
 
 
 class RedisDeduplicator(PicklableBySpec):
@@ -121,7 +124,7 @@ class RedisDeduplicator(PicklableBySpec):
     def __init__(self, client: Any, ttl: int = 3600, *, keep_days: int | None = None,
                  prefix: str = "nsq-dedup", key: str | KeyFunc | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        _check_window(ttl, keep_days)
+        _check_window(ttl, keep_days, prefix)
         if isinstance(client, str):
             import redis
             client = redis.Redis.from_url(client)
@@ -258,7 +261,8 @@ class MemcachedDeduplicator(PicklableBySpec):
     def __init__(self, client: Any, ttl: int = 3600, *, keep_days: int | None = None,
                  prefix: str = "nsq-dedup", key: str | KeyFunc | None = None,
                  clock: Callable[[], float] = time.time, timeout: float = 5.0) -> None:
-        _check_window(ttl, keep_days)
+        _check_window(ttl, keep_days, prefix)
+        validate.seconds(timeout, "timeout")
         if isinstance(client, (str, tuple)):
             from pymemcache.client.base import PooledClient
             client = PooledClient(_mc_address(client), connect_timeout=timeout, timeout=timeout,

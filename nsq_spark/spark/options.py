@@ -5,7 +5,10 @@ arrive lower-cased), so every lookup here ignores case. Options use camelCase li
 Spark's Kafka source. Every problem is reported at query start, in one error that names
 the option and says how to fix it: an unknown option names the closest known one
 (``difflib``), an option that only works with another one (``NEEDS``) says which.
-Addresses follow the one address rule (:mod:`nsq_spark.addresses`).
+Addresses follow the one address rule (:mod:`nsq_spark.addresses`); numbers the one
+number rule (:mod:`nsq_spark.validate`: integers where an integer is meant, finite, in
+range, the option named in the error). The ``repr`` of the parsed options never shows
+the AUTH secret, nor a password or secret key inside a URI (``dedup``, ``spoolPath``).
 
 Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 
@@ -29,8 +32,8 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            10000-20000: a fetch task then spools and FINishes in chunks of
                            half that (fewer fsyncs, fewer and larger Arrow batches). The
                            cost: up to that many messages per task are redelivered after a
-                           crash, and kept in the task's memory.
-``numPartitions``          fetch tasks per micro-batch (default 2).
+                           crash, and kept in the task's memory. At most 1,000,000.
+``numPartitions``          fetch tasks per micro-batch (default 2, at most 10,000).
 ``maxMessagesPerTrigger``  cap on messages per micro-batch (Spark read limit
                            ``ReadMaxRows``); under ``Trigger.AvailableNow`` the backlog is
                            then drained in several batches.
@@ -46,6 +49,7 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``maxAttempts``            a message delivered more often than this goes to the dead-letter
                            directory instead of the result (default 0: never). It is written
                            there durably before its FIN, counted and logged (WARNING).
+                           At most 65535 (nsqd counts attempts in 16 bits).
 ``deadLetterPath``         where messages over ``maxAttempts`` go: a directory or pyarrow
                            filesystem URI (default ``<spoolPath>/_dead_letter``), one Arrow
                            IPC file per chunk, with the source's schema. Kept until you
@@ -79,18 +83,33 @@ nsqd's acknowledgements of one Arrow batch, default 60), plus the connection opt
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
+
+from nsq_spark import validate
+from nsq_spark.errors import ConfigError
+from nsq_spark.validate import MAX_SECONDS, redact_options
 
 __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
            "parse_write_options"]
 
 
-class NSQOptionError(ValueError):
-    """An option of the ``nsq`` data source is missing or wrong; the message names it."""
+class NSQOptionError(ConfigError):
+    """An option of the ``nsq`` data source is missing or wrong; the message names it.
+    (A :class:`~nsq_spark.errors.ConfigError`, hence also a ``ValueError``.)"""
 
 
+def _redacted_repr(self: Any) -> str:
+    """The options without secrets: the AUTH secret (``authSecret``, ``nsq.*secret*``),
+    passwords and secret keys inside URIs (``dedup``, ``spoolPath``, ...)."""
+    shown = redact_options({f.name: getattr(self, f.name) for f in fields(self)})
+    return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+# MPUB counts and sizes are 32-bit; nsqd counts attempts in 16 bits.
+MAX_INT32, MAX_ATTEMPTS = 2 ** 31 - 1, 65535
+# A fetch task keeps up to maxInFlight messages in memory; numPartitions tasks a batch.
+MAX_IN_FLIGHT, MAX_PARTITIONS = 1_000_000, 10_000
 # Options of each direction, as documented above. ``nsq.<name>`` passes any
 # ConnectionConfig keyword through.
 CONNECTION_OPTIONS = ("tlsV1", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsInsecure",
@@ -163,7 +182,10 @@ class _Opts:
                                  f".option(\"{name}\", ...)")
         return value
 
-    def int(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+    def int(self, name: str, default: int | None, minimum: int = 1,
+            maximum: int | None = None, **rule: Any) -> int | None:
+        """An integer option in ``minimum..maximum`` (``rule``: more of
+        :func:`nsq_spark.validate.integer`, e.g. ``special={-1: "off"}``)."""
         raw = self.get(name)
         if raw is None:
             return default
@@ -172,10 +194,8 @@ class _Opts:
         except ValueError:
             raise NSQOptionError(f"option '{name}' must be an integer >= {minimum}, "
                                  f"not {raw!r}") from None
-        if value < minimum:
-            raise NSQOptionError(f"option '{name}' must be an integer >= {minimum}, "
-                                 f"not {value}")
-        return value
+        return validate.integer(value, f"option '{name}'", lo=minimum, hi=maximum,
+                                error=NSQOptionError, **rule)  # type: ignore[no-any-return]
 
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)
@@ -186,10 +206,8 @@ class _Opts:
         except ValueError:
             raise NSQOptionError(f"option '{name}' must be a number of seconds > 0, "
                                  f"not {raw!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise NSQOptionError(f"option '{name}' must be a number of seconds > 0, "
-                                 f"not {raw!r}")
-        return value
+        return validate.seconds(value, f"option '{name}'",  # type: ignore[no-any-return]
+                                error=NSQOptionError)
 
     def bool(self, name: str, default: bool = False) -> bool:
         raw = self.get(name)
@@ -261,16 +279,19 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         conn["snappy"] = True
     if opts.bool("deflate"):
         conn["deflate"] = True
-        level = opts.int("deflateLevel", None)
+        level = opts.int("deflateLevel", None, maximum=9)
         if level is not None:
-            if level > 9:
-                raise NSQOptionError(f"option 'deflateLevel' must be 1-9, not {level}")
             conn["deflate_level"] = level
     # Spark options are in ms (Kafka-style); ConnectionConfig takes pynsq's seconds
-    for opt, key in (("msgTimeout", "msg_timeout"), ("heartbeatInterval", "heartbeat_interval")):
-        value = opts.int(opt, None)
-        if value is not None:
-            conn[key] = -1 if value == -1 else value / 1000
+    msg_timeout = opts.int("msgTimeout", None, 1000, MAX_SECONDS * 1000, unit="milliseconds",
+                           hint="the connection's msg_timeout, in ms here")
+    if msg_timeout is not None:
+        conn["msg_timeout"] = msg_timeout / 1000
+    heartbeat = opts.int("heartbeatInterval", None, 1000, 60_000, unit="milliseconds",
+                         special={-1: "off"},
+                         hint="the connection's heartbeat_interval, in ms here")
+    if heartbeat is not None:
+        conn["heartbeat_interval"] = -1 if heartbeat == -1 else heartbeat / 1000
     if opts.get("userAgent"):
         conn["user_agent"] = opts.get("userAgent")
     for key, raw in opts.prefixed("nsq.").items():
@@ -320,6 +341,8 @@ class ReadOptions:
     dedup: str | None
     connection: dict[str, Any] = field(default_factory=dict)
     dead_letter_path: str | None = None
+
+    __repr__ = _redacted_repr
 
     def reader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
@@ -382,7 +405,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
             "pyarrow filesystem URI such as hdfs://... or s3://...) that is durable and "
             "reachable from the driver and every executor; fetched messages are written "
             "there before they are FINished, so a re-executed batch replays them")
-    max_in_flight = opts.int("maxInFlight", 2500)
+    max_in_flight = opts.int("maxInFlight", 2500, maximum=MAX_IN_FLIGHT)
     assert max_in_flight is not None
     chunk = opts.int("spoolChunkSize", max(1, max_in_flight // 2))
     assert chunk is not None
@@ -390,7 +413,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         raise NSQOptionError(f"option 'spoolChunkSize' ({chunk}) must not exceed "
                              f"'maxInFlight' ({max_in_flight}): nsqd sends no more than "
                              "maxInFlight messages before they are FINished")
-    max_attempts = opts.int("maxAttempts", 0, minimum=0) or 0
+    max_attempts = opts.int("maxAttempts", 0, minimum=0, maximum=MAX_ATTEMPTS) or 0
     dead_letter = opts.get("deadLetterPath")
     if dead_letter is not None and not max_attempts:
         raise NSQOptionError("option 'deadLetterPath' only takes effect with 'maxAttempts' "
@@ -407,7 +430,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         topic=topic, channel=channel, nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
         max_in_flight=max_in_flight,
-        num_partitions=opts.int("numPartitions", 2) or 2,
+        num_partitions=opts.int("numPartitions", 2, maximum=MAX_PARTITIONS) or 2,
         max_messages_per_trigger=opts.int("maxMessagesPerTrigger", None),
         max_fetch_period=opts.seconds("maxFetchPeriod", 10.0),
         idle_timeout=opts.seconds("idleTimeout", 1.0),
@@ -432,6 +455,8 @@ class WriteOptions:
     publish_timeout: float
     connection: dict[str, Any] = field(default_factory=dict)
 
+    __repr__ = _redacted_repr
+
 
 def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     """Validate writing options; raises NSQOptionError naming the first bad option."""
@@ -444,8 +469,8 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     nsqd, lookupd = _address_pair(opts)
     return WriteOptions(
         topic=topic, nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
-        batch_size=opts.int("batchSize", 1000) or 1000,
-        max_batch_bytes=opts.int("maxBatchBytes", 4 * 1024 * 1024) or 4 * 1024 * 1024,
+        batch_size=opts.int("batchSize", 1000, maximum=MAX_INT32) or 1000,
+        max_batch_bytes=opts.int("maxBatchBytes", 4 << 20, 9, MAX_INT32) or 4 << 20,
         retries=opts.int("retries", 5) or 5,
         publish_timeout=opts.seconds("publishTimeout", 60.0),
         connection=_connection_options(opts),
