@@ -76,6 +76,7 @@ class _Request:
             return  # answered after publish_timeout: the caller was told already
         self.settled = True
         self.pool.stats.acked_on_loop(self.data, self.key)
+        self.data = b""  # the deadline FIFO may hold this object a while: not the body
         try:
             self.future.set_result(result)
         except concurrent.futures.InvalidStateError:  # cancelled by the caller
@@ -91,6 +92,7 @@ class _Request:
             return
         self.settled = True
         self.pool.stats.failed(self.data)
+        self.data = b""
         try:
             self.future.set_exception(exc)
         except concurrent.futures.InvalidStateError:
@@ -135,6 +137,7 @@ class _AsyncRequest:
         if self.future.done():
             return  # answered after publish_timeout (or cancelled)
         self.pool.stats.acked_on_loop(self.data, self.key)
+        self.data = b""  # the deadline FIFO may hold this object a while: not the body
         self.future.set_result(result)
 
     def set_exception(self, exc: BaseException) -> None:
@@ -152,6 +155,7 @@ class _AsyncRequest:
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.pool.stats.failed(self.data)
+            self.data = b""
             self.future.set_exception(exc)
 
     def _settle(self, task: "asyncio.Future[bytes]") -> None:
