@@ -10,6 +10,21 @@ one event-loop turn into a single socket write. The blocking twin,
 :class:`~nsq_spark.sync_conn.SyncConnection`, drives the same handshake and is re-exported
 here.
 
+Deadlines are totals, so a server that drips one byte at a time cannot stretch them: the TCP
+connect takes at most ``connect_timeout``, the whole handshake after it (IDENTIFY, TLS,
+compression, AUTH) at most ``response_timeout``, and every command that nsqd answers (SUB,
+PUB, MPUB, DPUB, CLS) must be answered within ``response_timeout`` of the previous answer
+(or of being sent, when none was outstanding); else the connection is closed with
+NSQTimeoutError (answers are matched in order: after a missing one they would be out of
+step), failing every outstanding command with it. One timer per connection, not per
+command.
+
+nsqd refuses an oversize body on its size prefix, writes ``E_BAD_MESSAGE`` and closes while
+we are still sending the body, so our write meets a reset. tornado then closes the socket
+with the error frame maybe still unread in the kernel: before the socket is closed after a
+reset, what already arrived is read and its frames handled, so the command gets
+BadMessageError (permanent) rather than a lost connection (retried).
+
 It holds no consumer policy (RDY distribution, backoff, attempts): the Reader decides, the
 connection carries out. All methods except the Responder ones must be called on the
 connection's event loop thread::
@@ -26,6 +41,7 @@ connection's event loop thread::
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import ssl
 from collections import deque
@@ -151,6 +167,8 @@ class Connection(NegotiatedAttributes):
         self._close_reason: BaseException | None = None
         self._closing_by_us = False
         self._writes_done = False  # close() wrote its last buffer: fin/req refuse
+        self._answers: _AnswerClock | None = None  # response_timeout of the commands
+        self._last_words = bytearray()  # read after a reset, just before the socket closed
 
     def __repr__(self) -> str:
         return f"<Connection {self.address} {self.state}>"
@@ -182,12 +200,16 @@ class Connection(NegotiatedAttributes):
                                "running and listening there?") from exc
         self._stream = stream
         stream.set_nodelay(True)
+        _keep_last_words(stream, self._last_words)
         try:
             await self._handshake()
         except BaseException as exc:
             self._fail_connect()
-            raise self._translate(exc, "during the handshake") from exc
+            raise _translate(self.address, cfg.response_timeout, exc,
+                             "during the handshake") from exc
         self.state = ConnState.CONNECTED
+        self._answers = _AnswerClock(self._aloop, cfg.response_timeout, self.address,
+                                     lambda: bool(self._pending), self.abort)
         self.last_recv = self._aloop.time()
         self._read_task = asyncio.ensure_future(self._read_loop())
         hb = cfg.heartbeat_interval_ms
@@ -207,33 +229,20 @@ class Connection(NegotiatedAttributes):
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
 
-    def _translate(self, exc: BaseException, when: str) -> BaseException:
-        if isinstance(exc, NSQError) or not isinstance(exc, Exception):
-            return exc
-        if isinstance(exc, asyncio.TimeoutError):
-            return NSQTimeoutError(f"nsqd at {self.address} did not answer within "
-                                   f"{self.config.response_timeout}s {when}")
-        if isinstance(exc, ssl.SSLError):
-            return TLSError(f"TLS with nsqd at {self.address} failed {when}: {exc} (check "
-                            "tls_ca_file / tls_cert_file, or the server's certificate)")
-        if isinstance(exc, StreamClosedError):
-            real = exc.real_error
-            if isinstance(real, ssl.SSLError):
-                return TLSError(f"TLS with nsqd at {self.address} failed {when}: {real} (check "
-                                "tls_ca_file / tls_cert_file, or the server's certificate)")
-            return ConnectionClosedError(f"nsqd at {self.address} closed the connection {when}"
-                                         + (f": {real}" if real else ""))
-        return exc
-
     async def _handshake(self) -> None:
-        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream."""
-        assert self._stream is not None
+        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream, all of
+        it within ``response_timeout``: each wait gets only the time that is left."""
+        assert self._stream is not None and self._aloop is not None
         hs = Handshake(self.config, self.host, self.port, self._decoder)
         self._write_now(hs.initial_bytes())
-        timeout = self.config.response_timeout
+        total = self.config.response_timeout
+        deadline = self._aloop.time() + total
         while True:
             n = hs.read_size
+            timeout = deadline - self._aloop.time()
             try:
+                if timeout <= 0:
+                    raise asyncio.TimeoutError
                 if n is not None:
                     data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
                 elif self._codec is not None and self._codec.has_pending_output:
@@ -244,7 +253,7 @@ class Connection(NegotiatedAttributes):
                     assert self._codec is not None
                     data = self._codec.decompress(raw, self.config.max_frame_size)
             except asyncio.TimeoutError:
-                raise hs.timed_out(timeout) from None
+                raise hs.timed_out(total) from None
             except StreamClosedError as exc:
                 raise hs.connection_lost(exc.real_error) from exc
             except (ssl.SSLError, ConnectionError) as exc:
@@ -253,32 +262,17 @@ class Connection(NegotiatedAttributes):
                 if isinstance(action, SendBytes):
                     self._write_now(action.data)
                 elif isinstance(action, StartTLS):
-                    await self._upgrade_tls(action.server_hostname)
+                    plain, self._stream = self._stream, None  # start_tls detaches it
+                    self._stream = await _start_tls(
+                        plain, self.config, action.server_hostname,
+                        max(0.001, deadline - self._aloop.time()), self.address)
+                    _keep_last_words(self._stream, self._last_words)
                 elif isinstance(action, InstallCodec):
                     self._codec = make_codec(action.kind, action.level)
                 else:
                     self._adopt(action.negotiated)
                     self._early.extend(action.frames)
                     return
-
-    async def _upgrade_tls(self, server_hostname: str) -> None:
-        assert self._stream is not None
-        cfg = self.config
-        try:
-            ctx = cfg.ssl_context()
-        except (OSError, ssl.SSLError) as exc:
-            raise TLSError(f"cannot set up TLS for {self.address}: {exc} (check tls_ca_file, "
-                           "tls_cert_file, tls_key_file)") from exc
-        plain, self._stream = self._stream, None  # start_tls detaches the plain stream
-        try:
-            self._stream = await asyncio.wait_for(
-                plain.start_tls(False, ssl_options=ctx, server_hostname=server_hostname),
-                cfg.response_timeout)
-        except asyncio.TimeoutError:
-            raise TLSError(f"TLS handshake with nsqd at {self.address} timed out") from None
-        except (ssl.SSLError, StreamClosedError, OSError) as exc:
-            raise self._translate(exc, "during the TLS handshake") from exc
-        self._stream.set_nodelay(True)
 
     def _write_now(self, data: bytes) -> None:
         assert self._stream is not None
@@ -349,6 +343,9 @@ class Connection(NegotiatedAttributes):
     def _close_cause(self, e: StreamClosedError) -> BaseException | None:
         if self._closing_by_us:
             return None
+        if self._last_words and self._close_reason is None:
+            self._handle_frames(_frames_in(self._last_words, self._codec, self._decoder,
+                                           self.config.max_frame_size, self.address))
         if self._close_reason is not None:
             return self._close_reason
         partial = self._decoder.buffered + (self._codec.buffered if self._codec else 0)
@@ -360,6 +357,7 @@ class Connection(NegotiatedAttributes):
         return ConnectionClosedError(f"nsqd at {self.address} closed the connection{real}")
 
     def _handle_frames(self, frames: Iterable[tuple[int, bytes]]) -> None:
+        answered = False
         for ftype, data in frames:
             if ftype == 0:
                 if data == _HEARTBEAT:
@@ -368,6 +366,7 @@ class Connection(NegotiatedAttributes):
                         self._callback(self.on_heartbeat, self)
                 elif self._pending:
                     fut = self._pending.popleft()
+                    answered = True
                     if not fut.done():
                         fut.set_result(data)
                 elif self.on_response is not None:
@@ -381,6 +380,7 @@ class Connection(NegotiatedAttributes):
                     self._close_reason = exc
                     if self._pending:
                         fut = self._pending.popleft()
+                        answered = True
                         if not fut.done():
                             fut.set_exception(exc)
                             fut.exception()  # mark retrieved; an awaiting caller still gets it
@@ -388,6 +388,10 @@ class Connection(NegotiatedAttributes):
                     log.warning("[%s] %s", self.address, exc)
                 if self.on_error is not None:
                     self._callback(self.on_error, self, exc)
+                if exc.fatal:  # nsqd closes now: no command may go out on this one any more
+                    self.abort(exc)
+        if answered and self._answers is not None:
+            self._answers.answered()
 
     def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -446,6 +450,8 @@ class Connection(NegotiatedAttributes):
             fut.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return fut
+        if not self._pending and self._answers is not None:
+            self._answers.start()
         self._pending.append(fut)
         self._send(data)
         return fut
@@ -458,6 +464,8 @@ class Connection(NegotiatedAttributes):
             waiter.set_exception(ConnectionClosedError(
                 f"connection to nsqd at {self.address} is {self.state}; cannot send"))
             return
+        if not self._pending and self._answers is not None:
+            self._answers.start()
         self._pending.append(waiter)
         self._send(data)
 
@@ -593,9 +601,11 @@ class Connection(NegotiatedAttributes):
                 await asyncio.wait_for(asyncio.shield(self.send_cls()), timeout)
             except Exception:
                 pass
-        if self._pending and self.state != ConnState.CLOSED:
-            remaining = max(0.0, deadline - self._aloop.time())  # type: ignore[union-attr]
-            await asyncio.wait(list(self._pending), timeout=remaining)
+        # outstanding answers, within close_timeout; the waiters may be any objects
+        # (command_into), so poll rather than wait on them; the rest fail when it closes
+        while self._pending and self.state != ConnState.CLOSED \
+                and self._aloop.time() < deadline:  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
         self._closing_by_us = True
         # answers (FIN/REQ) queued while we wait for the last write are still sent: flush
         # until nothing new was queued, within close_timeout
@@ -645,13 +655,14 @@ class Connection(NegotiatedAttributes):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._answers is not None:
+            self._answers.stop()
         if self._stream is not None and not self._stream.closed():
             self._stream.close()
         pending, self._pending = self._pending, deque()
         for fut in pending:
             if not fut.done():
-                fut.set_exception(exc if exc is not None else ConnectionClosedError(
-                    f"connection to nsqd at {self.address} closed before it answered"))
+                fut.set_exception(_unanswered(self.address, exc))
                 fut.exception()  # mark retrieved: the owner may have stopped caring
         self._wbuf = []
         if exc is not None:
@@ -667,3 +678,138 @@ class Connection(NegotiatedAttributes):
                 log.exception("[%s] on_close callback failed", self.address)
 
 
+def _translate(address: str, response_timeout: float, exc: BaseException, when: str
+               ) -> BaseException:
+    """The typed error for what ended a connect or handshake."""
+    if isinstance(exc, NSQError) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, asyncio.TimeoutError):
+        return NSQTimeoutError(f"nsqd at {address} did not answer within "
+                               f"{response_timeout}s {when}")
+    if isinstance(exc, StreamClosedError) and isinstance(exc.real_error, ssl.SSLError):
+        exc = exc.real_error
+    if isinstance(exc, ssl.SSLError):
+        return TLSError(f"TLS with nsqd at {address} failed {when}: {exc} (check "
+                        "tls_ca_file / tls_cert_file, or the server's certificate)")
+    if isinstance(exc, StreamClosedError):
+        real = exc.real_error
+        return ConnectionClosedError(f"nsqd at {address} closed the connection {when}"
+                                     + (f": {real}" if real else ""))
+    return exc
+
+
+async def _start_tls(plain: IOStream, cfg: ConnectionConfig, server_hostname: str,
+                     timeout: float, address: str) -> IOStream:
+    """The TLS upgrade of ``plain`` within ``timeout`` (what is left of the handshake's)."""
+    try:
+        ctx = cfg.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise TLSError(f"cannot set up TLS for {address}: {exc} (check tls_ca_file, "
+                       "tls_cert_file, tls_key_file)") from exc
+    try:
+        stream = await asyncio.wait_for(
+            plain.start_tls(False, ssl_options=ctx, server_hostname=server_hostname), timeout)
+    except asyncio.TimeoutError:
+        raise NSQTimeoutError(f"TLS handshake with nsqd at {address} did not finish within "
+                              f"the handshake's response_timeout={cfg.response_timeout}s"
+                              ) from None
+    except (ssl.SSLError, StreamClosedError, OSError) as exc:
+        raise _translate(address, cfg.response_timeout, exc, "during the TLS handshake"
+                         ) from exc
+    stream.set_nodelay(True)
+    return stream
+
+
+class _AnswerClock:
+    """``response_timeout`` for a connection's commands, with one timer: while commands
+    are outstanding (``waiting()``), an answer must come within ``timeout`` of the
+    previous one (or of ``start()``, when none was outstanding); else ``expired(error)``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, address: str,
+                 waiting: Callable[[], bool], expired: Callable[[NSQTimeoutError], Any]
+                 ) -> None:
+        self.loop, self.timeout, self.address = loop, timeout, address
+        self.waiting, self.expired = waiting, expired
+        self.progress_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.progress_at = self.loop.time()
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.progress_at + self.timeout, self._check)
+
+    def answered(self) -> None:
+        self.progress_at = self.loop.time()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _check(self) -> None:
+        self.timer = None
+        if not self.waiting():
+            return
+        due = self.progress_at + self.timeout
+        if self.loop.time() >= due:
+            self.expired(NSQTimeoutError(
+                f"nsqd at {self.address} did not answer a command within response_timeout="
+                f"{self.timeout}s; closing the connection (raise response_timeout if nsqd "
+                "is that slow)"))
+        else:
+            self.timer = self.loop.call_at(due, self._check)
+
+
+def _keep_last_words(stream: IOStream, sink: bytearray) -> None:
+    """Make ``stream``, when tornado closes it after a reset, first read into ``sink`` what
+    already arrived (nsqd's error frame before it closed: see the module docstring)."""
+    close_fd = stream.close_fd
+
+    def read_then_close() -> None:
+        error, sock = stream.error, stream.socket
+        if sock is not None and isinstance(error, OSError) \
+                and error.errno in (errno.ECONNRESET, errno.EPIPE):
+            try:
+                while len(sink) < (1 << 20):  # an error frame is small
+                    chunk = sock.recv(65536)  # non-blocking: what is there, no more
+                    if not chunk:
+                        break
+                    sink.extend(chunk)
+            except (OSError, ValueError):
+                pass
+        close_fd()
+
+    # an instance attribute: tornado calls self.close_fd() from close()
+    setattr(stream, "close_fd", read_then_close)
+
+
+def _frames_in(data: bytearray, codec: StreamCodec | None, decoder: protocol.FrameDecoder,
+               max_frame_size: int, address: str) -> list[tuple[int, bytes]]:
+    """The response/error frames in the bytes read after a reset (consumed); none when
+    they do not decode (the reset explains the close then)."""
+    raw = bytes(data)
+    data.clear()
+    try:
+        if codec is not None:
+            out = [codec.decompress(raw, max_frame_size)]
+            while codec.has_pending_output and len(out) < 4:
+                out.append(codec.decompress(b"", max_frame_size))
+            raw = b"".join(out)
+        return decoder.feed(raw)[1]
+    except Exception as exc:  # noqa: BLE001 - garbage at the end
+        log.debug("[%s] unreadable bytes before the reset: %s", address, exc)
+        return []
+
+
+def _unanswered(address: str, exc: BaseException | None) -> BaseException:
+    """What a command still waiting when the connection closed gets. nsqd's fatal error
+    frame went to the command it answered; the ones queued behind it were not refused,
+    only cut off (another attempt may succeed)."""
+    if exc is None:
+        return ConnectionClosedError(f"connection to nsqd at {address} closed before it "
+                                     "answered")
+    if isinstance(exc, NSQServerError):
+        return ConnectionClosedError(f"nsqd at {address} closed the connection after "
+                                     f"{exc.code} for an earlier command")
+    return exc

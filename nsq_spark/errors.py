@@ -234,15 +234,21 @@ _TRANSIENT_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 def is_transient(exc: BaseException) -> bool:
     """True for a failure that another attempt can fix (connection lost or refused, no
     answer in time, nsqd could not store the message); False for one that no retry can
-    fix (bad name or body, refused AUTH or TLS, any other nsqd error, a protocol
-    violation). Producers retry, and the publish spool keeps or rejects, by this rule."""
+    fix (bad name or body, refused AUTH, a TLS certificate or setup failure -- typed
+    TLSError or a raw ``ssl.SSLError`` such as ``SSLCertVerificationError`` --, any other
+    nsqd error, a protocol violation). Producers retry, and the publish spool keeps or rejects, by this rule."""
     import asyncio
+    import ssl
 
     if isinstance(exc, NSQServerError):
         return exc.code in _TRANSIENT_CODES
     if isinstance(exc, (AuthError, TLSError, InvalidNameError, InvalidBodyError, ConfigError,
                         ProtocolError)):
         return False
+    if isinstance(exc, ssl.SSLError):
+        # a certificate or TLS configuration refused: the same on every attempt. Only a
+        # TLS stream cut short (EOF, close_notify) is a lost connection.
+        return isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
     return isinstance(exc, (ConnectError, ConnectionClosedError, NSQTimeoutError,
                             ConnectionError, TimeoutError, asyncio.TimeoutError))
 

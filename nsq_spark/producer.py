@@ -33,10 +33,12 @@ order). With several nsqd, commands go round-robin to the connected ones
 (``strategy="failover"``). Failures are classified by the one rule,
 :func:`nsq_spark.errors.is_transient`: a transient one (connection lost, nsqd unreachable
 or exiting, timeout) is retried on a connection that works with the one retry policy
-(:class:`nsq_spark.publish.retry.RetryPolicy`: bounded attempts, exponential backoff
-with jitter); a permanent one (bad topic, body too big, refused AUTH) is raised at once.
-A retried publish whose first attempt reached nsqd before the connection broke may be
-stored twice: NSQ is at-least-once, and so is publishing.
+(:class:`nsq_spark.publish.retry.RetryPolicy`: until ``retry_deadline``, exponential
+backoff with jitter); a permanent one (bad topic, body too big, refused AUTH or TLS
+certificate, a malformed answer) is raised at once. ``publish_timeout`` bounds a whole
+call, retries included, in every mode. A retried publish whose first attempt reached nsqd
+before the connection broke may be stored twice: NSQ is at-least-once, and so is
+publishing.
 
 ``stats()`` counts messages and bytes (not commands), retries and errors, per nsqd too;
 an nsqd going down is logged once (WARNING) and its return once (INFO), see
@@ -122,13 +124,16 @@ class Producer:
         strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
             ``"failover"`` uses the first healthy one in the given order.
         max_tries: attempts per publish for transient failures (1 = no retry); default
-            5, or 1 with ``spool_dir`` (the spool itself retries without end, so its inner
-            producer fails fast).
+            None: no count, ``retry_deadline`` is the budget (an nsqd restart costs no
+            error); 1 with ``spool_dir`` (the spool retries without end itself).
         retry_wait: base of the exponential backoff between attempts, seconds (jittered).
         retry_max_wait: cap of one backoff wait, seconds.
-        retry_deadline: give up retrying after this many seconds in total.
-        publish_timeout: seconds a blocking call waits for its answer (None: for ever; the
-            retries are bounded anyway).
+        retry_deadline: seconds of retrying after the first failure (no wait sleeps past).
+        publish_timeout: the total wall time of one publish call in every mode (blocking,
+            ``publish_async``'s future, ``apublish``; TCP or HTTP), retries included: it
+            caps ``retry_deadline``; past it, NSQTimeoutError naming this option (None:
+            ``retry_deadline`` bounds it). Inside it ``connect_timeout`` bounds each TCP
+            connect, ``response_timeout`` each whole handshake and each answer.
         max_msg_size: if set, bodies over this many bytes raise InvalidBodyError before
             anything is sent (nsqd itself answers E_BAD_MESSAGE and closes the connection).
         max_mpub_bytes: an mpublish whose MPUB body would exceed this is split into several
@@ -218,9 +223,7 @@ class Producer:
         if bool(tcp) == bool(http):
             raise ConfigError("give nsqd_tcp_addresses or nsqd_http_addresses (one of them, "
                               "e.g. Producer('127.0.0.1:4150'))")
-        if max_tries is None:
-            max_tries = 5
-        self.max_tries: int = max_tries
+        self.max_tries: int | None = max_tries  # None: retry_deadline is the budget
         self.config = ConnectionConfig.from_options(**connection_options)
         self._addr: dict[str, Address] = {str(a): a for a in tcp}
         self.nsqd_tcp_addresses = list(self._addr)
@@ -241,11 +244,12 @@ class Producer:
         self._io: LoopThread | None = None      # the IO thread, when the futures API runs
         self._tcp = PipelinedPool(
             self._addr, self.config, strategy=strategy, retry=self._retry, stats=self._stats,
-            loop=self._current_loop, stopped=lambda: self._closed)
+            loop=self._current_loop, stopped=lambda: self._closed, timeout=publish_timeout)
         self._blocking = BlockingPool(
             self._addr, self.config, strategy=strategy,
             connections_per_nsqd=blocking_connections, retry=self._retry,
-            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed)
+            retry_wait=retry_wait, stats=self._stats, stopped=lambda: self._closed,
+            timeout=publish_timeout)
 
     def _init_spool(self, spool_dir: str | os.PathLike[str], tcp: Any,
                     spool: dict[str, Any], inner: dict[str, Any], retry_max_wait: float) -> None:
@@ -486,15 +490,18 @@ class Producer:
         return _all_of([self._submit(d) for d in datas])
 
     def _wait(self, fut: concurrent.futures.Future[Any]) -> Any:
+        # the future itself ends at publish_timeout (_bounded); the margin lets its own
+        # error, which names the last failure, arrive first
+        timeout = None if self.publish_timeout is None else self.publish_timeout + 1.0
         try:
-            return fut.result(self.publish_timeout)
+            return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise NSQTimeoutError(f"no answer from nsqd within publish_timeout="
-                                  f"{self.publish_timeout}s") from None
+            fut.cancel()
+            raise _publish_timed_out(self.publish_timeout) from None
 
     def _threaded(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
         loop = self._ensure_thread_loop()
-        return asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(_within(coro, self.publish_timeout), loop)
 
     def _submit(self, data: bytes) -> concurrent.futures.Future[bytes]:
         if self._closed:
@@ -519,7 +526,7 @@ class Producer:
         if self._http is not None:
             protocol._check_body(body, self.max_msg_size)
             protocol.check_topic(topic)
-            await self._http.pub(topic, body, defer_ms)
+            await _within(self._http.pub(topic, body, defer_ms), self.publish_timeout)
             return
         await self._command(self._encode_pub(topic, body, defer_ms))
 
@@ -536,7 +543,7 @@ class Producer:
             return
         datas = self._encode_mpub(topic, bodies)
         if self._http is not None:
-            await self._http.mpub(topic, datas)
+            await _within(self._http.mpub(topic, datas), self.publish_timeout)
             return
         if len(datas) == 1:
             await self._command(datas[0])
@@ -704,6 +711,21 @@ class Producer:
             await self.aclose()
         else:
             await asyncio.to_thread(self.close)
+
+
+async def _within(coro: Awaitable[Any], timeout: float | None) -> Any:
+    """``coro`` within publish_timeout (the HTTP path; the TCP pools bound themselves)."""
+    if timeout is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except asyncio.TimeoutError:
+        raise _publish_timed_out(timeout) from None
+
+
+def _publish_timed_out(timeout: float | None) -> NSQTimeoutError:
+    return NSQTimeoutError(f"publish did not complete within publish_timeout={timeout}s "
+                           "(retries included; raise publish_timeout to wait longer)")
 
 
 def _all_of(futs: list[concurrent.futures.Future[Any]]) -> concurrent.futures.Future[Any]:

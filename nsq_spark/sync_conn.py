@@ -4,6 +4,17 @@
 :class:`nsq_spark.handshake.Handshake`'s (the same object :class:`~nsq_spark.conn.Connection`
 drives on tornado), the wire format :mod:`nsq_spark.protocol`'s, the compression
 :mod:`nsq_spark.codecs`'. Importable from :mod:`nsq_spark.conn` as well, where it lived.
+
+Deadlines are totals, not per socket call, so a server that drips one byte at a time cannot
+stretch them: opening the TCP connection takes at most ``connect_timeout``, the whole
+handshake after it (IDENTIFY, TLS, compression, AUTH) at most ``response_timeout``, and each
+answer to a command at most ``response_timeout`` (or less, when the caller's own deadline
+-- the Producer's ``publish_timeout`` -- comes first); past it, NSQTimeoutError.
+
+nsqd refuses an oversize body on its size prefix, writes ``E_BAD_MESSAGE`` and closes while
+we are still sending the body: our write then meets a reset. The error frame is already in
+our receive buffer, so a write that fails with a reset goes on to read the answers that
+came: the caller gets BadMessageError (permanent) instead of a lost connection (retried).
 """
 
 from __future__ import annotations
@@ -58,6 +69,8 @@ class SyncConnection(NegotiatedAttributes):
         self._wlock = threading.Lock()  # writes, and the order of _waiting
         self._rlock = threading.Lock()  # reading answers
         self._waiting: deque[_Waiter] = deque()
+        self._write_failed: OSError | None = None  # a reset met while writing: read, no write
+        self._rcvtimeo = 0.0  # the kernel receive timeout now set (seconds)
         self.last_used = 0.0
         self.closed = True
 
@@ -71,13 +84,20 @@ class SyncConnection(NegotiatedAttributes):
 
     # -- connect ----------------------------------------------------------------------------
 
-    def connect(self) -> "SyncConnection":
-        """Open and negotiate; raises the same typed errors as Connection.connect."""
+    def connect(self, deadline: float | None = None) -> "SyncConnection":
+        """Open and negotiate; raises the same typed errors as Connection.connect. The TCP
+        connect takes at most ``connect_timeout``, the handshake as a whole at most
+        ``response_timeout``; both end earlier at ``deadline`` (``time.monotonic()``)."""
         import socket
 
         cfg = self.config
+        connect_timeout = cfg.connect_timeout
+        if deadline is not None:
+            connect_timeout = min(connect_timeout, deadline - time.monotonic())
+            if connect_timeout <= 0:
+                raise NSQTimeoutError(f"no time left to connect to nsqd at {self.address}")
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=cfg.connect_timeout)
+            sock = socket.create_connection((self.host, self.port), timeout=connect_timeout)
         except socket.timeout:
             raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
                                f"{self.address}; is it reachable?") from None
@@ -90,9 +110,13 @@ class SyncConnection(NegotiatedAttributes):
         self._codec = None
         self._decoder.reset()
         self._frames.clear()
+        self._write_failed = None
         self.closed = False
+        handshake_deadline = time.monotonic() + cfg.response_timeout
+        if deadline is not None:
+            handshake_deadline = min(handshake_deadline, deadline)
         try:
-            self._handshake()
+            self._handshake(handshake_deadline)
         except BaseException as exc:
             self.close()
             if isinstance(exc, NSQError) or not isinstance(exc, Exception):
@@ -113,22 +137,29 @@ class SyncConnection(NegotiatedAttributes):
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
             self._sock.settimeout(None)
+            self._rcvtimeo = t
         except (OSError, struct.error):  # pragma: no cover - platform without them
             pass
         self.last_used = time.monotonic()
         return self
 
-    def _handshake(self) -> None:
-        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the socket."""
+    def _handshake(self, deadline: float) -> None:
+        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the socket, all of
+        it before ``deadline``: every socket call gets only the time that is left."""
         import socket
 
         hs = Handshake(self.config, self.host, self.port, self._decoder)
+        self._sock.settimeout(max(0.001, deadline - time.monotonic()))
         self._sock.sendall(hs.initial_bytes())
         while True:
             n = hs.read_size
             try:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout
+                self._sock.settimeout(left)
                 if n is not None:
-                    data = self._recv_exact(n)
+                    data = self._recv_exact(n, deadline)
                 elif self._codec is not None and self._codec.has_pending_output:
                     data = self._codec.decompress(b"", self.config.max_frame_size)
                 else:
@@ -149,6 +180,10 @@ class SyncConnection(NegotiatedAttributes):
                 if isinstance(action, SendBytes):
                     self._write(action.data)
                 elif isinstance(action, StartTLS):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise hs.timed_out(self.config.response_timeout)
+                    self._sock.settimeout(left)  # the TLS handshake shares the deadline
                     self._start_tls(action.server_hostname)
                 elif isinstance(action, InstallCodec):
                     self._codec = make_codec(action.kind, action.level)
@@ -172,9 +207,14 @@ class SyncConnection(NegotiatedAttributes):
             data = self._codec.compress(data)
         self._sock.sendall(data)
 
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int, deadline: float | None = None) -> bytes:
         parts = []
         while n:
+            if deadline is not None:  # the handshake: the socket has a Python timeout
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("handshake deadline")
+                self._sock.settimeout(left)
             chunk = self._sock.recv(n)
             if not chunk:
                 raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
@@ -182,8 +222,32 @@ class SyncConnection(NegotiatedAttributes):
             n -= len(chunk)
         return b"".join(parts)
 
-    def _read_frame(self) -> tuple[int, bytes]:
-        """The next response/error frame (heartbeats answered and skipped)."""
+    def _recv(self, deadline: float) -> bytes:
+        """One read, waiting at most until ``deadline``: the kernel timeout is shortened
+        when less time is left than it allows (a drip of bytes cannot extend an answer)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("answer deadline")
+        if left < self._rcvtimeo:
+            self._set_rcvtimeo(left)
+        return self._sock.recv(65536)
+
+    def _set_rcvtimeo(self, seconds: float) -> None:
+        import socket
+
+        seconds = max(seconds, 0.001)  # 0 would mean "no timeout"
+        tv = struct.pack("ll", int(seconds), int((seconds - int(seconds)) * 1e6))
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self._rcvtimeo = seconds
+        except (OSError, AttributeError):  # gone, or TLS-wrapped
+            pass
+
+    def _read_frame(self, deadline: float | None = None) -> tuple[int, bytes]:
+        """The next response/error frame (heartbeats answered and skipped), by
+        ``deadline`` (default: ``response_timeout`` from now)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.response_timeout
         while True:
             while self._frames:
                 ftype, data = self._frames.popleft()
@@ -195,7 +259,7 @@ class SyncConnection(NegotiatedAttributes):
             if codec is not None and codec.has_pending_output:  # a bounded step's rest
                 self._feed(codec.decompress(b"", self.config.max_frame_size))
                 continue
-            raw = self._sock.recv(65536)
+            raw = self._recv(deadline)
             if not raw:
                 partial = self._decoder.buffered
                 where = (f" in the middle of a frame ({partial} bytes of an incomplete "
@@ -223,22 +287,38 @@ class SyncConnection(NegotiatedAttributes):
             finally:
                 self._wlock.release()
 
-    def command(self, data: bytes) -> bytes:
+    def command(self, data: bytes, deadline: float | None = None) -> bytes:
         """Send one command and return nsqd's answer (``b"OK"``), or raise its typed
-        error (a fatal one also closes this connection). Thread-safe, pipelined."""
+        error (a fatal one also closes this connection). Thread-safe, pipelined. The
+        answer must come within ``response_timeout`` and before ``deadline``
+        (``time.monotonic()``), else NSQTimeoutError (and the connection is closed: the
+        answers after it would be out of step)."""
         w = _Waiter()
+        start = time.monotonic()
+        answer_by = start + self.config.response_timeout
+        if deadline is not None and deadline < answer_by:
+            answer_by = deadline
         with self._wlock:
-            if self.closed:
+            if self.closed or self._write_failed is not None:
                 raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
             self._waiting.append(w)
             try:
                 self._write(data)
+            except (ConnectionResetError, BrokenPipeError) as exc:
+                # nsqd may have answered before it closed (E_BAD_MESSAGE for an oversize
+                # body): read what came instead of losing it; nothing more is written
+                self._write_failed = exc
             except Exception as exc:
                 self._abort(self._map_error(exc))
-        with self._rlock:
+        if not self._rlock.acquire(timeout=max(0.0, answer_by - time.monotonic())):
+            raise NSQTimeoutError(f"nsqd at {self.address} did not answer within "
+                                  f"{answer_by - start:.3g}s (response_timeout="
+                                  f"{self.config.response_timeout}s, or the caller's "
+                                  "publish_timeout)")
+        try:
             while not w.done:
                 try:
-                    ftype, resp = self._next_answer()
+                    ftype, resp = self._next_answer(answer_by)
                 except Exception as exc:
                     self._abort(self._map_error(exc))
                     break
@@ -254,6 +334,10 @@ class SyncConnection(NegotiatedAttributes):
                     break
                 head.ftype, head.data, head.done = ftype, resp, True
             self.last_used = time.monotonic()
+            if self._rcvtimeo != self.config.response_timeout and self._sock is not None:
+                self._set_rcvtimeo(self.config.response_timeout)  # shortened for a deadline
+        finally:
+            self._rlock.release()
         if w.exc is not None:
             raise w.exc
         if w.ftype == protocol.FRAME_TYPE_ERROR:
@@ -264,25 +348,26 @@ class SyncConnection(NegotiatedAttributes):
             raise exc2
         return w.data
 
-    def _next_answer(self) -> tuple[int, bytes]:
+    def _next_answer(self, deadline: float) -> tuple[int, bytes]:
         if self._sock is None:
             raise ConnectionClosedError(f"connection to nsqd at {self.address} is closed")
         if self._codec is None and not self._frames and not self._decoder.buffered:
-            raw = self._sock.recv(65536)
+            raw = self._recv(deadline)
             if raw == _OK_FRAME:  # the usual answer, whole: skip the decoder
                 return protocol.FRAME_TYPE_RESPONSE, protocol.OK
             if not raw:
                 raise ConnectionClosedError(f"nsqd at {self.address} closed the connection")
             self._frames.extend(self._decoder.feed(raw)[1])
-        return self._read_frame()
+        return self._read_frame(deadline)
 
     def _map_error(self, exc: Exception) -> Exception:
         import socket
 
         if isinstance(exc, (socket.timeout, BlockingIOError, ssl.SSLWantReadError,
                             ssl.SSLWantWriteError)):  # the kernel timeout surfaces as EAGAIN
-            return NSQTimeoutError(f"nsqd at {self.address} did not answer within "
-                                   f"{self.config.response_timeout}s")
+            return NSQTimeoutError(f"nsqd at {self.address} did not answer in time "
+                                   f"(response_timeout={self.config.response_timeout}s per "
+                                   "answer, or the caller's publish_timeout)")
         if isinstance(exc, NSQError):
             return exc
         if isinstance(exc, (OSError, AttributeError)):  # AttributeError: socket gone
@@ -300,16 +385,31 @@ class SyncConnection(NegotiatedAttributes):
             if not w.done:
                 w.exc, w.done = exc, True
 
-    def ensure_open(self) -> "SyncConnection":
-        """Connect if closed, reconnect if stale; thread-safe."""
-        with self._wlock, self._rlock:
-            if not self.closed and not self.stale:
-                return self
-            self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was "
-                                              "reopened"))
-            self._frames.clear()
-            self.connect()
-        return self
+    def ensure_open(self, deadline: float | None = None) -> "SyncConnection":
+        """Connect if closed, reconnect if stale; thread-safe. ``deadline``
+        (``time.monotonic()``) bounds the wait for the other threads and the connect."""
+        if deadline is None:
+            with self._wlock, self._rlock:
+                return self._reopen(None)
+        if not self._wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise NSQTimeoutError(f"no time left to open the connection to {self.address}")
+        try:
+            if not self._rlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise NSQTimeoutError(f"no time left to open the connection to {self.address}")
+            try:
+                return self._reopen(deadline)
+            finally:
+                self._rlock.release()
+        finally:
+            self._wlock.release()
+
+    def _reopen(self, deadline: float | None) -> "SyncConnection":
+        if not self.closed and not self.stale and self._write_failed is None:
+            return self
+        self._abort(ConnectionClosedError(f"connection to nsqd at {self.address} was "
+                                          "reopened"))
+        self._frames.clear()
+        return self.connect(deadline)
 
     @property
     def stale(self) -> bool:

@@ -117,3 +117,120 @@ class CuttingProxy:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class FakePeer:
+    """One client connection to :class:`FakeNsqd`, as its script sees it."""
+
+    def __init__(self, sock: Any, closed: Any) -> None:
+        self.sock = sock
+        self.closed = closed  # threading.Event: the server is shutting down
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("client closed")
+            buf += chunk
+        return buf
+
+    def read_command(self) -> tuple[bytes, bytes]:
+        """The next plain (uncompressed) command line and its body, if it has one."""
+        line = b""
+        while not line.endswith(b"\n"):
+            line += self.recv_exact(1)
+        name = line.split(b" ", 1)[0].strip()
+        body = b""
+        if name in (b"IDENTIFY", b"AUTH", b"PUB", b"MPUB", b"DPUB"):
+            body = self.recv_exact(int.from_bytes(self.recv_exact(4), "big"))
+        return line, body
+
+    def handshake(self) -> dict[str, Any]:
+        """Read the magic and IDENTIFY; returns the client's IDENTIFY JSON."""
+        assert self.recv_exact(4) == b"  V2"
+        line, body = self.read_command()
+        assert line.startswith(b"IDENTIFY"), line
+        return dict(json.loads(body))
+
+    def send_frame(self, data: bytes, frame_type: int = 0) -> None:
+        self.sock.sendall(frame(data, frame_type))
+
+    def drip(self, data: bytes, interval: float) -> None:
+        """Send ``data`` one byte every ``interval`` seconds (until the server closes)."""
+        for i in range(len(data)):
+            if self.closed.wait(interval):
+                return
+            self.sock.sendall(data[i:i + 1])
+
+
+def frame(data: bytes, frame_type: int = 0) -> bytes:
+    """An NSQ frame (0 response, 1 error, 2 message)."""
+    return (len(data) + 4).to_bytes(4, "big") + frame_type.to_bytes(4, "big") + data
+
+
+class FakeNsqd:
+    """A scripted NSQ server on 127.0.0.1, in threads: ``script(peer)`` runs for every
+    accepted connection (``accepted`` counts them); when it returns, the connection is
+    closed. For hostile-server tests: wrong IDENTIFY answers, drips, compression bombs."""
+
+    def __init__(self, script: Callable[[FakePeer], None]) -> None:
+        import socket
+        import threading
+
+        self.script = script
+        self.accepted = 0
+        self.closed = threading.Event()
+        self._socks: list[Any] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.port = self._listener.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.closed.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._socks.append(sock)
+            t = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, sock: Any) -> None:
+        try:
+            self.script(FakePeer(sock, self.closed))
+        except (OSError, ConnectionError, AssertionError, ValueError):
+            pass  # the client went away (or spoke nonsense): end this connection
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        import socket
+
+        self.closed.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (Linux)
+        except OSError:
+            pass
+        self._listener.close()
+        for sock in self._socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in self._threads:
+            t.join(5)
+
+    def __enter__(self) -> "FakeNsqd":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -261,11 +261,12 @@ def test_loop_thread_runs_coroutines_and_stops():
     assert io.stop(5)          # twice is fine
 
 
-def test_max_tries_defaults_to_5_and_to_1_inside_a_spool(tmp_path):
+def test_max_tries_defaults_to_the_deadline_and_to_1_inside_a_spool(tmp_path):
     direct = Producer("127.0.0.1:4150")
     spooling = Producer("127.0.0.1:4150", spool_dir=tmp_path)
     try:
-        assert direct.max_tries == 5
+        # no count: the retry budget is retry_deadline (an nsqd restart costs no error)
+        assert direct.max_tries is None and direct._retry.deadline == direct.retry_deadline
         assert spooling.max_tries == 1 and spooling._spool.sender.max_tries == 1
     finally:
         direct.close()

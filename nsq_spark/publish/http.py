@@ -10,6 +10,7 @@ classification (:func:`nsq_spark.errors.is_transient`) applies unchanged.
 from __future__ import annotations
 
 import itertools
+import ssl
 from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
@@ -17,7 +18,7 @@ from nsq_spark import protocol
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.errors import (BadMessageError, BadTopicError, ConnectError, NSQError,
-                              NSQServerError, PubFailedError)
+                              NSQServerError, PubFailedError, TLSError)
 
 from .retry import RetryPolicy
 from .stats import PublishStats, command_size
@@ -84,6 +85,10 @@ class HttpPublisher:
             if isinstance(error, ConnectError):
                 self.stats.down(key, error)
             raise error from None
+        except ssl.SSLError as exc:
+            # a refused certificate is not a lost connection: the same on every attempt
+            raise TLSError(f"TLS with nsqd HTTPS at {key} failed: {exc} (check tls_ca_file / "
+                           "tls_cert_file, or the server's certificate)") from exc
         except OSError as exc:
             error = ConnectError(f"cannot reach nsqd HTTP at {key}: {exc}")
             self.stats.down(key, error)

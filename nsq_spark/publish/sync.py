@@ -7,6 +7,11 @@ always uses the same one, chosen by its id) and pipeline on them. The first atte
 the thread's open connection if it has one; anything else (connecting, reconnecting,
 another nsqd, waiting between attempts) goes through the retry policy. An nsqd that
 refused a connection is skipped for ``retry_wait`` seconds.
+
+``timeout`` (the Producer's ``publish_timeout``) bounds one call as a whole: connecting,
+every attempt, every wait between attempts. Each socket wait gets only the time left, and
+the retry policy stops at the earlier of its own deadline and this one; a call that ran
+out raises NSQTimeoutError naming ``publish_timeout`` (its cause: the last failure).
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.conn import SyncConnection
-from nsq_spark.errors import ConnectError, is_transient
+from nsq_spark.errors import ConnectError, NSQTimeoutError, is_transient
 
 from .retry import RetryPolicy
 from .stats import PublishStats
@@ -39,11 +44,14 @@ class BlockingPool:
         retry_wait: seconds an nsqd that refused a connection is skipped.
         stats: counters and up/down transitions.
         stopped: True once the owner closes (ends retrying).
+        timeout: seconds one ``command`` may take in all, retries included (None: bounded
+            by the retry policy and ``response_timeout`` per attempt only).
     """
 
     def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
                  strategy: str, connections_per_nsqd: int, retry: RetryPolicy,
-                 retry_wait: float, stats: PublishStats, stopped: Callable[[], bool]) -> None:
+                 retry_wait: float, stats: PublishStats, stopped: Callable[[], bool],
+                 timeout: float | None = None) -> None:
         self.addresses = addresses
         self.order = list(addresses)
         self.config = config
@@ -53,6 +61,7 @@ class BlockingPool:
         self.retry_wait = retry_wait
         self.stats = stats
         self.stopped = stopped
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._slots: dict[str, list[SyncConnection]] = {}
         self._down_until: dict[str, float] = {}
@@ -60,36 +69,55 @@ class BlockingPool:
 
     def command(self, data: bytes) -> bytes:
         """Send one encoded command and return nsqd's answer, retrying transient
-        failures; the exception of the last attempt otherwise (counted in ``errors``)."""
+        failures; the exception of the last attempt otherwise (counted in ``errors``), or
+        NSQTimeoutError once ``timeout`` has passed."""
         order: list[str] | None = self._order()
         assert order is not None
         ready = self._ready(order)
-        max_tries = self.retry.max_tries or 1
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        max_tries = self.retry.max_tries
         tries = max_tries
         if ready is not None:
             key, conn = ready
             try:
-                result = conn.command(data)
+                result = conn.command(data, deadline)
                 self.stats.acked(data, key)
                 return result
             except Exception as exc:
-                if not is_transient(exc) or max_tries <= 1 or self.stopped():
+                if not is_transient(exc) or max_tries == 1 or self.stopped() \
+                        or self._expired(deadline):
                     self.stats.failed(data)
-                    raise
-                tries -= 1
+                    self._raise_final(exc, deadline)
+                tries = None if max_tries is None else max_tries - 1
                 self.stats.retried()
         try:
             for attempt in self.retry.retrying(tries=tries, stopped=self.stopped,
-                                               on_retry=self._on_retry):
+                                               on_retry=self._on_retry, deadline=deadline):
                 with attempt:
                     first, order = order, None  # later attempts start over in strategy order
-                    key, conn = self._get(first)
-                    result = conn.command(data)
+                    key, conn = self._get(first, deadline)
+                    result = conn.command(data, deadline)
+        except Exception as exc:
+            self.stats.failed(data)
+            self._raise_final(exc, deadline)
         except BaseException:
             self.stats.failed(data)
             raise
         self.stats.acked(data, key)
         return result
+
+    @staticmethod
+    def _expired(deadline: float | None) -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _raise_final(self, exc: Exception, deadline: float | None) -> NoReturn:
+        """Raise ``exc``, or the NSQTimeoutError naming publish_timeout when the call's time
+        ran out while the failure was still transient."""
+        if is_transient(exc) and self._expired(deadline):
+            raise NSQTimeoutError(f"publish did not complete within publish_timeout="
+                                  f"{self.timeout}s (raise publish_timeout to wait longer); "
+                                  f"last failure: {exc}") from exc
+        raise exc
 
     def _on_retry(self, _: Any) -> None:
         self.stats.retried()
@@ -125,7 +153,8 @@ class BlockingPool:
             return None  # needs (re)connecting: the slow path does that
         return None
 
-    def _get(self, order: list[str] | None = None) -> tuple[str, SyncConnection]:
+    def _get(self, order: list[str] | None = None, deadline: float | None = None
+             ) -> tuple[str, SyncConnection]:
         """An open connection, connecting as needed, in strategy order; ConnectError with
         every cause when none can be opened."""
         now = time.monotonic()
@@ -136,7 +165,7 @@ class BlockingPool:
         for key in up:
             conn = self._slot(key)
             try:
-                conn.ensure_open()
+                conn.ensure_open(deadline)
             except Exception as exc:  # noqa: BLE001 - collected, reported together
                 self.stats.down(key, exc)
                 if not is_transient(exc):

@@ -13,6 +13,14 @@ path: the one retry policy, on whichever connection works (connecting to every c
 at once). An nsqd that refused a connection is not tried again before an exponential
 backoff has passed; the pool reconnects preferred nsqd in the background as it picks.
 
+``timeout`` (the Producer's ``publish_timeout``) bounds every command as a whole, retries
+included: past it the command's future fails with NSQTimeoutError naming the option, and
+its retrying stops. All commands share one timeout, so their deadlines come in the order
+they were sent: one FIFO and one timer cover them all (no timer per command; settled
+commands leave the FIFO from its front as new ones arrive). A late answer from nsqd after
+the timeout is not reported (the message may have been stored: at-least-once). Each
+connection bounds each answer by ``response_timeout`` itself (:class:`Connection`).
+
 The pool runs on the loop its owner gives it (``loop()``); it does not start threads.
 """
 
@@ -23,12 +31,13 @@ import collections
 import concurrent.futures
 import itertools
 import logging
+import time
 from typing import Any, Callable
 
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.conn import Connection
-from nsq_spark.errors import ConnectError, NSQError, is_transient
+from nsq_spark.errors import ConnectError, NSQError, NSQTimeoutError, is_transient
 
 from .retry import RetryPolicy
 from .stats import PublishStats
@@ -38,11 +47,16 @@ log = logging.getLogger("nsq_spark.producer")
 __all__ = ["PipelinedPool"]
 
 
+def _fewer(tries: int | None) -> int | None:
+    """The attempts left after one (None: no count)."""
+    return None if tries is None else tries - 1
+
+
 class _Request:
     """A command from a thread: settles a concurrent future; transient failures go to
     the retry path."""
 
-    __slots__ = ("pool", "data", "future", "key")
+    __slots__ = ("pool", "data", "future", "key", "deadline", "settled")
 
     def __init__(self, pool: "PipelinedPool", data: bytes,
                  future: concurrent.futures.Future[bytes]) -> None:
@@ -50,20 +64,49 @@ class _Request:
         self.data = data
         self.future = future
         self.key: str | None = None
+        self.deadline = 0.0    # loop time when publish_timeout ends (set on the loop)
+        self.settled = False   # the future got its outcome (or the timeout)
 
     # the waiter protocol Connection uses
     def done(self) -> bool:
         return False  # set_result copes with a cancelled future itself (one lock less)
 
     def set_result(self, result: bytes) -> None:
+        if self.settled:
+            return  # answered after publish_timeout: the caller was told already
+        self.settled = True
         self.pool.stats.acked_on_loop(self.data, self.key)
+        self.data = b""  # the deadline FIFO may hold this object a while: not the body
         try:
             self.future.set_result(result)
         except concurrent.futures.InvalidStateError:  # cancelled by the caller
             pass
 
     def set_exception(self, exc: BaseException) -> None:
-        self.pool._on_request_failed(self, exc)
+        if not self.settled:
+            self.pool._on_request_failed(self, exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """Settle with ``exc`` (final: counted in ``errors``)."""
+        if self.settled:
+            return
+        self.settled = True
+        self.pool.stats.failed(self.data)
+        self.data = b""
+        try:
+            self.future.set_exception(exc)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    def finish(self, result: bytes) -> None:
+        """Settle with a result the retry path already counted."""
+        if self.settled:
+            return
+        self.settled = True
+        try:
+            self.future.set_result(result)
+        except concurrent.futures.InvalidStateError:
+            pass
 
     def exception(self) -> None:
         return None
@@ -73,33 +116,47 @@ class _AsyncRequest:
     """A command from the loop: settles an asyncio future; transient failures go to the
     retry path."""
 
-    __slots__ = ("pool", "data", "future", "key")
+    __slots__ = ("pool", "data", "future", "key", "deadline")
 
     def __init__(self, pool: "PipelinedPool", data: bytes, future: "asyncio.Future[bytes]",
-                 key: str | None) -> None:
+                 key: str | None, deadline: float) -> None:
         self.pool = pool
         self.data = data
         self.future = future
         self.key = key
+        self.deadline = deadline
+
+    @property
+    def settled(self) -> bool:
+        return self.future.done()
 
     def done(self) -> bool:
         return self.future.done()
 
     def set_result(self, result: bytes) -> None:
+        if self.future.done():
+            return  # answered after publish_timeout (or cancelled)
         self.pool.stats.acked_on_loop(self.data, self.key)
-        if not self.future.done():
-            self.future.set_result(result)
+        self.data = b""  # the deadline FIFO may hold this object a while: not the body
+        self.future.set_result(result)
 
     def set_exception(self, exc: BaseException) -> None:
         pool = self.pool
         if self.future.done():
             return
-        if not is_transient(exc) or pool.max_tries <= 1 or pool.stopped():
-            pool.stats.failed(self.data)
-            self.future.set_exception(exc)
+        if not is_transient(exc) or pool.max_tries == 1 or pool.stopped() \
+                or pool.expired(self.deadline):
+            self.fail(exc)
             return
-        task = asyncio.ensure_future(pool.send_with_retries(self.data, pool.max_tries - 1, True))
+        task = asyncio.ensure_future(pool.send_with_retries(
+            self.data, _fewer(pool.max_tries), True, self.deadline, self.done))
         task.add_done_callback(self._settle)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.pool.stats.failed(self.data)
+            self.data = b""
+            self.future.set_exception(exc)
 
     def _settle(self, task: "asyncio.Future[bytes]") -> None:
         if self.future.done():
@@ -130,18 +187,21 @@ class PipelinedPool:
         stats: counters and up/down transitions.
         loop: returns the loop to run on (the owner's, started or bound on first use).
         stopped: True once the owner closes (ends retrying, refuses new work).
+        timeout: seconds a command may take in all, retries included (None: no bound
+            beyond the retry policy's and ``response_timeout`` per answer).
     """
 
     def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
                  strategy: str, retry: RetryPolicy, stats: PublishStats,
                  loop: Callable[[], asyncio.AbstractEventLoop],
-                 stopped: Callable[[], bool]) -> None:
+                 stopped: Callable[[], bool], timeout: float | None = None) -> None:
         self.addresses = addresses
         self.order = list(addresses)
         self.config = config
         self.strategy = strategy
         self.retry = retry
-        self.max_tries = retry.max_tries or 1
+        self.max_tries = retry.max_tries
+        self.timeout = timeout
         self.retry_wait = retry.wait
         self.retry_max_wait = retry.max_wait
         self.stats = stats
@@ -158,6 +218,9 @@ class PipelinedPool:
         self._inbox: collections.deque[_Request] = collections.deque()
         self._drain_scheduled = False
         self._retrying: set[asyncio.Task[Any]] = set()
+        # requests by deadline (= by sending order: one timeout for all), and the timer
+        self._by_deadline: collections.deque[_Request | _AsyncRequest] = collections.deque()
+        self._sweeper: asyncio.TimerHandle | None = None
 
     # -- from threads ----------------------------------------------------------------------
 
@@ -178,8 +241,13 @@ class PipelinedPool:
         """On the loop: send everything the threads queued since the last drain."""
         self._drain_scheduled = False
         inbox = self._inbox
+        timeout = self.timeout
+        deadline = self.loop().time() + timeout if timeout is not None else 0.0
         while inbox:
             req = inbox.popleft()
+            if timeout is not None:
+                req.deadline = deadline
+                self._watch(req)
             conn = self._pick()
             if conn is not None:
                 req.key = self._key_of.get(conn)
@@ -190,11 +258,38 @@ class PipelinedPool:
     def _on_request_failed(self, req: _Request, exc: BaseException) -> None:
         if req.future.done():
             return
-        if not is_transient(exc) or self.max_tries <= 1 or self.stopped():
-            self.stats.failed(req.data)
-            req.future.set_exception(exc)
+        if not is_transient(exc) or self.max_tries == 1 or self.stopped() \
+                or self.expired(req.deadline):
+            req.fail(exc)
             return
         self._retry_later(req, exc)
+
+    # -- publish_timeout: one FIFO of deadlines, one timer -----------------------------------
+
+    def expired(self, deadline: float) -> bool:
+        """True once ``deadline`` (loop time; 0: none) has passed."""
+        return self.timeout is not None and self.loop().time() >= deadline
+
+    def _watch(self, req: _Request | _AsyncRequest) -> None:
+        queue = self._by_deadline
+        while queue and queue[0].settled:  # answered ones leave from the front
+            queue.popleft()
+        queue.append(req)
+        if self._sweeper is None:
+            self._sweeper = self.loop().call_at(queue[0].deadline, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        queue = self._by_deadline
+        now = self.loop().time()
+        while queue and (queue[0].settled or queue[0].deadline <= now):
+            req = queue.popleft()
+            if not req.settled:
+                req.fail(NSQTimeoutError(
+                    f"publish did not complete within publish_timeout={self.timeout}s "
+                    "(retries included; raise publish_timeout to wait longer)"))
+        if queue:
+            self._sweeper = self.loop().call_at(queue[0].deadline, self._sweep)
 
     def _retry_later(self, req: _Request, exc: BaseException | None) -> None:
         task = asyncio.ensure_future(self._retry_request(req, exc))
@@ -202,32 +297,58 @@ class PipelinedPool:
         task.add_done_callback(self._retrying.discard)
 
     async def _retry_request(self, req: _Request, first_exc: BaseException | None) -> None:
-        tries = self.max_tries - (1 if first_exc is not None else 0)
+        tries = _fewer(self.max_tries) if first_exc is not None else self.max_tries
         try:
-            result = await self.send_with_retries(req.data, tries, first_exc is not None)
+            result = await self.send_with_retries(
+                req.data, tries, first_exc is not None,
+                req.deadline if self.timeout is not None else None, lambda: req.settled)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
-            if not req.future.done():
-                req.future.set_exception(exc)
+            if not req.settled:  # (send_with_retries counted it in errors)
+                req.settled = True
+                try:
+                    req.future.set_exception(exc)
+                except concurrent.futures.InvalidStateError:
+                    pass
             return
-        if not req.future.done():
-            req.future.set_result(result)
+        req.finish(result)
 
     # -- on the loop -----------------------------------------------------------------------
 
     def command_future(self, data: bytes) -> "asyncio.Future[bytes]":
         """On the loop: send ``data``; an asyncio future of nsqd's answer."""
+        loop = self.loop()
+        fut: asyncio.Future[bytes] = loop.create_future()
+        timeout = self.timeout
+        req = _AsyncRequest(self, data, fut, None,
+                            loop.time() + timeout if timeout is not None else 0.0)
+        if timeout is not None:
+            self._watch(req)
         conn = self._pick()
         if conn is None:
-            return asyncio.ensure_future(self.send_with_retries(data, self.max_tries, False))
-        fut: asyncio.Future[bytes] = self.loop().create_future()
-        conn.command_into(data, _AsyncRequest(self, data, fut, self._key_of.get(conn)))
+            task = asyncio.ensure_future(self.send_with_retries(
+                data, self.max_tries, False, req.deadline if timeout is not None else None,
+                req.done))
+            task.add_done_callback(req._settle)
+            return fut
+        req.key = self._key_of.get(conn)
+        conn.command_into(data, req)
         return fut
 
-    async def send_with_retries(self, data: bytes, tries: int, after_failure: bool) -> bytes:
-        """Send ``data`` on a working connection, retrying transient failures; a failure
-        raised from here is final (counted in ``errors``)."""
+    async def send_with_retries(self, data: bytes, tries: int | None, after_failure: bool,
+                                deadline: float | None = None,
+                                given_up: Callable[[], bool] | None = None) -> bytes:
+        """Send ``data`` on a working connection, retrying transient failures until
+        ``deadline`` (loop time) at the latest; a failure raised from here is final
+        (counted in ``errors``). ``given_up()`` true (the caller's future timed out or was
+        cancelled) ends the retrying."""
+        stopped = self.stopped
+        if given_up is not None:
+            stopped = lambda: self.stopped() or given_up()  # noqa: E731
+        until = None
+        if deadline is not None:  # loop time -> time.monotonic(), the policy's clock
+            until = time.monotonic() + (deadline - self.loop().time())
         try:
-            if tries < 1:
+            if tries is not None and tries < 1:
                 raise ConnectError("no attempts left")
             if after_failure:
                 self.stats.retried()
@@ -235,14 +356,16 @@ class PipelinedPool:
             result = b""
             key = ""
             async for attempt in self.retry.async_retrying(
-                    tries=tries, stopped=self.stopped, on_retry=self._on_retry):
+                    tries=tries, stopped=stopped, on_retry=self._on_retry, deadline=until):
                 with attempt:
                     key, conn = await self._get_connection()
                     result = await conn.command(data)
         except BaseException:
-            self.stats.failed(data)
+            if given_up is None or not given_up():  # else counted when the caller gave up
+                self.stats.failed(data)
             raise
-        self.stats.acked_on_loop(data, key)
+        if given_up is None or not given_up():
+            self.stats.acked_on_loop(data, key)
         return result
 
     def _on_retry(self, _: Any) -> None:
@@ -370,6 +493,9 @@ class PipelinedPool:
             await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
         for fut in list(self._connecting.values()):
             fut.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     def forget(self) -> None:
         """The loop is gone (an ``asyncio.run()`` ended): release the sockets without it
@@ -388,4 +514,6 @@ class PipelinedPool:
         self._down_until.clear()
         self._retrying.clear()
         self._inbox.clear()
+        self._by_deadline.clear()
+        self._sweeper = None
         self._drain_scheduled = False

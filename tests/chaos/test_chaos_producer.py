@@ -254,11 +254,7 @@ def test_spooling_producer_delivers_everything_through_resets(nsq_cluster, toxip
 
 
 @pytest.mark.parametrize("transport", [
-    pytest.param("tcp", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: on TCP, a blocking publish() ignores publish_timeout: Producer.publish goes "
-        "to BlockingPool.command -> SyncConnection, which waits response_timeout (10 s by "
-        "default) for the answer; publish_timeout is only used by Producer._wait (HTTP "
-        "mode). Workaround: set response_timeout too."))),
+    "tcp",
     "http",
 ])
 def test_a_blocking_publish_gives_up_after_publish_timeout_when_nsqd_answers_late(
@@ -281,13 +277,6 @@ def test_a_blocking_publish_gives_up_after_publish_timeout_when_nsqd_answers_lat
     assert waited < 1.2, f"publish_timeout=0.3 but the call waited {waited:.2f}s"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Producer.close() leaves publish_async futures unsettled when nsqd went silent: "
-    "PipelinedPool.close() closes the connections but never fails the commands still "
-    "waiting for an answer, and the IO loop is stopped, so fut.result() without a "
-    "timeout hangs for ever (seen: close() returns at once, all 5 futures still pending "
-    "3 s later; when a blocking publish ran first, some end CancelledError instead of "
-    "an NSQError)"))
 def test_close_settles_every_publish_future_even_when_nsqd_went_silent(
         nsq_cluster, toxiproxy):
     """Nothing is dropped silently: a publish still waiting for nsqd's answer when the
