@@ -66,8 +66,9 @@ class ConnectionConfig:
     # -- local timeouts (seconds) -----------------------------------------------------------
     #: Seconds to open the TCP connection (pynsq's ``timeout``).
     connect_timeout: float = 5.0
-    #: Seconds to wait for each handshake answer (IDENTIFY, TLS, compression, AUTH) and for
-    #: the answer to SUB.
+    #: Seconds for the whole handshake (IDENTIFY, TLS, compression, AUTH together) and for
+    #: each answer to a command (SUB, PUB, MPUB, DPUB, CLS); a missing answer closes the
+    #: connection with NSQTimeoutError. A server that drips bytes cannot stretch it.
     response_timeout: float = 10.0
     #: Seconds ``close()`` waits for nsqd's CLOSE_WAIT after CLS before closing anyway.
     close_timeout: float = 5.0
