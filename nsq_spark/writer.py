@@ -67,6 +67,12 @@ class Writer(Producer):
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
         self.conn_kwargs = dict(kwargs)
+        if type(self).heartbeat is not Writer.heartbeat:  # costs nothing unless overridden
+            self._tcp.on_heartbeat = self.heartbeat
+
+    def heartbeat(self, conn: Any) -> None:
+        """pynsq's hook: called on the loop after each heartbeat of a connection (already
+        answered with NOP). Override it; the default does nothing."""
 
     # -- the three calls ------------------------------------------------------------------
 

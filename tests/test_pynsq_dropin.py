@@ -268,6 +268,26 @@ def test_reader_heartbeat_hook_is_called_on_every_heartbeat(nsq_cluster):
 @pytest.mark.nsqd
 @pytest.mark.timeout(60)
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_writer_heartbeat_hook_is_called_on_every_heartbeat(nsq_cluster):
+    beats: list = []
+
+    class HeartbeatWriter(nsq.Writer):
+        def heartbeat(self, conn):
+            beats.append(conn.address)
+
+    async def main() -> None:
+        w = HeartbeatWriter(nsq_cluster.nsqd_tcp_addresses, heartbeat_interval=1)
+        assert await w.pub(_topic("whb"), b"x") == b"OK"  # connects
+        await await_for(lambda: len(beats) >= 2, 10, "2 heartbeats")
+        w.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert set(beats) == {nsq_cluster.nsqd_tcp_addresses[0]}
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(60)
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_reader_disabled_hook_holds_rdy_at_zero_until_it_returns_false(nsq_cluster):
     topic = _topic("disabled")
     http = nsq_cluster.nsqd_http_addresses[0]

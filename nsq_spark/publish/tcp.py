@@ -221,6 +221,8 @@ class PipelinedPool:
         # requests by deadline (= by sending order: one timeout for all), and the timer
         self._by_deadline: collections.deque[_Request | _AsyncRequest] = collections.deque()
         self._sweeper: asyncio.TimerHandle | None = None
+        #: ``f(conn)`` after each heartbeat of a connection (pynsq's Writer.heartbeat hook)
+        self.on_heartbeat: Callable[[Connection], Any] | None = None
 
     # -- from threads ----------------------------------------------------------------------
 
@@ -436,7 +438,7 @@ class PipelinedPool:
         self._connecting[key] = fut
         try:
             host, port = self.addresses[key]
-            conn = Connection(host, port, self.config,
+            conn = Connection(host, port, self.config, on_heartbeat=self.on_heartbeat,
                               on_close=lambda c, e: self._on_conn_close(key, c, e))
             await conn.connect()
         except BaseException as exc:
