@@ -55,6 +55,14 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
                            (e.g. ``redis://host:6379/0?ttl=86400``): rows whose ``id`` was
                            seen before are dropped at fetch time.
+``redeliveryWindow``       streaming: seconds the ids of spooled messages are remembered
+                           (default 300; 0 turns it off). A message nsqd delivers again
+                           under the id of one the source has already spooled (a FIN lost
+                           to a crash, an nsqd restart rewinding its disk queue) within
+                           this window is FINished and counted, not made a second row.
+                           Kept under ``<spoolPath>/<query>/_seen``, 8 bytes per id.
+``redeliveryWindowMaxIds`` cap on the ids remembered (default 5000000, 40 MB in each fetch
+                           task's memory): beyond it the oldest batches are forgotten first.
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -99,7 +107,8 @@ CONNECTION_OPTIONS = ("tlsV1", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsIns
 READ_OPTIONS = ("topic", "channel", "nsqdTcpAddresses", "lookupdHttpAddresses",
                 "nsqdHttpAddresses", "maxInFlight", "numPartitions", "maxMessagesPerTrigger",
                 "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
-                "deadLetterPath", "maxMessages", "dedup") + CONNECTION_OPTIONS
+                "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
+                "redeliveryWindowMaxIds") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
                  "maxBatchBytes", "retries", "publishTimeout") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
@@ -320,6 +329,9 @@ class ReadOptions:
     dedup: str | None
     connection: dict[str, Any] = field(default_factory=dict)
     dead_letter_path: str | None = None
+    # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
+    redelivery_window: float = 300.0
+    redelivery_window_max_ids: int = 5_000_000
 
     def reader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
@@ -418,7 +430,24 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         max_messages=opts.int("maxMessages", 100_000) or 100_000,
         dedup=opts.get("dedup"),
         connection=_connection_options(opts),
+        redelivery_window=_redelivery_window(opts),
+        redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", 5_000_000) or 5_000_000,
     )
+
+
+def _redelivery_window(opts: _Opts) -> float:
+    """``redeliveryWindow``: seconds >= 0 (0 turns the redelivery index off)."""
+    raw = opts.get("redeliveryWindow")
+    if raw is None:
+        return 300.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise NSQOptionError(f"option 'redeliveryWindow' must be a number of seconds >= 0 "
+                             f"(0 turns the dropping of redeliveries off), not {raw!r}")
+    return value
 
 
 @dataclass(frozen=True)

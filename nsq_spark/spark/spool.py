@@ -86,6 +86,7 @@ FLUSH_INTERVAL = 2.0
 
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
+_BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
 MARKER = "_DRIVER"
 
@@ -393,13 +394,18 @@ class PartitionSpool:
             self.fs.remove(path)
             return None
 
-    def chunk_count(self) -> int:
-        """Number of chunks ``c000000 ..`` present without a gap."""
+    def chunk_numbers(self) -> set[int]:
+        """Numbers of the chunk files present (some may be torn or being written)."""
         present = set()
         for name in self.fs.listdir(self.path):
             m = _CHUNK_RE.match(name)
             if m:
                 present.add(int(m.group(1)))
+        return present
+
+    def chunk_count(self) -> int:
+        """Number of chunks ``c000000 ..`` present without a gap."""
+        present = self.chunk_numbers()
         n = 0
         while n in present:
             n += 1
@@ -424,6 +430,18 @@ class PartitionSpool:
         data = self.fs.read_bytes(self.chunk_path(k))
         reader = pa.ipc.open_file(pa.py_buffer(data))
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+    def read_chunk_ids(self, k: int) -> "pa.ChunkedArray":
+        """The ``id`` column of chunk ``k`` (a local file is memory-mapped: the bodies are
+        not read)."""
+        import pyarrow as pa
+
+        if self.fs.local:
+            # the mapping stays valid while the returned arrays reference it
+            reader = pa.ipc.open_file(pa.memory_map(self.chunk_path(k)))
+            return pa.chunked_array([reader.get_batch(i).column("id")
+                                     for i in range(reader.num_record_batches)], pa.string())
+        return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):
