@@ -42,9 +42,10 @@ attempt finds the same directory:
 6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
    asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
    the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
-   not outlive the next trigger, and the query's directory goes when it is empty (an
-   idle query leaves nothing). A batch Spark did not commit keeps its spool, so that a
-   restart from the checkpoint replays it.
+   not outlive the next trigger, and the query's directory goes when it is empty. A
+   batch Spark did not commit keeps its spool, so that a restart from the checkpoint
+   replays it. The redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the
+   batches for its window; the driver prunes it at each commit.
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
 ``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
@@ -53,10 +54,10 @@ executor") if not -- a per-node local disk would otherwise lose the spool of a n
 dies and make replays fetch anew.
 
 What this guarantees: nothing is FINished before it is durable, and a batch that Spark
-runs again reads the same rows once its partitions are complete. What it cannot rule out:
-a crash after a chunk is durable but before its FIN reaches nsqd; nsqd then redelivers
-those messages (same ``id``) later, so they appear twice. Deduplicate on ``id`` (the
-``dedup`` option, or ``dropDuplicatesWithinWatermark("id")``).
+runs again reads the same rows once its partitions are complete. A crash after a chunk is
+durable but before its FIN reaches nsqd makes nsqd redeliver those messages (same ``id``)
+later; the fetch tasks drop them against the ids spooled before (:mod:`.seen`, within
+``redeliveryWindow``).
 
 Durability: on a local filesystem the data and the directories are fsynced.
 On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
