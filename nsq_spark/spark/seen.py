@@ -309,7 +309,7 @@ class Redeliveries:
         self.earlier = SeenIndex(spool).load_before(batch)
         self.mine = IdSet()
         self.peers = IdSet()
-        self._peer_chunks: set[tuple[str, int]] = set()
+        self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
         self.dropped = 0
 
     def remember(self, rb: "pa.RecordBatch") -> None:
@@ -318,7 +318,8 @@ class Redeliveries:
         self.mine.add(keys[valid])
 
     def _refresh_peers(self) -> None:
-        """Read the id column of the other partitions' chunks not read yet."""
+        """Read the id column of the other partitions' chunks not read yet (chunks are
+        numbered without gaps, so one existence check per partition finds none new)."""
         from .spool import _BATCH_PART_RE, PartitionSpool
 
         fs = self.spool.fs
@@ -328,16 +329,16 @@ class Redeliveries:
             if not m or int(m.group(1)) == self.index:
                 continue
             peer = PartitionSpool(fs, f"{bdir}/{name}")
-            for k in peer.chunk_numbers():
-                if (name, k) in self._peer_chunks:
-                    continue
+            k = self._peer_next.get(name, 0)
+            while fs.exists(peer.chunk_path(k)):
                 try:
                     ids = peer.read_chunk_ids(k)
                 except (OSError, ValueError):  # being written: its messages are not
-                    continue  # FINished yet, so no second copy of them exists yet
+                    break  # FINished yet, so no second copy of them exists yet
                 keys, valid = id_keys(ids)
                 self.peers.add(keys[valid])
-                self._peer_chunks.add((name, k))
+                k += 1
+            self._peer_next[name] = k
 
     def keep(self, rb: "pa.RecordBatch") -> "pa.RecordBatch":
         """``rb`` without the rows whose id was spooled before (or repeats an earlier row

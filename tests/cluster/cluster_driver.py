@@ -58,8 +58,9 @@ def main() -> None:
     reports = []  # what the source reported in the progress (latestOffset)
     for p in q.recentProgress:
         for source in json.loads(p.json).get("sources") or []:
-            if source.get("latestOffset"):
-                reports.append(json.loads(source["latestOffset"]))
+            latest = source.get("latestOffset")  # an object in the progress's JSON
+            if latest:
+                reports.append(json.loads(latest) if isinstance(latest, str) else latest)
     if reports:  # redeliveries the source dropped, counted since this driver started
         print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
     q.stop()

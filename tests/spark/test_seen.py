@@ -217,3 +217,22 @@ def test_commit_prunes_index_files_past_the_window(tmp_path):
     report = reader.reportLatestOffset()
     assert report["redeliveriesDropped"] == 3 and report["topic"] == "t"
     assert "topic='t'" in repr(reader) and "channel='c'" in repr(reader)
+
+
+def test_a_peer_chunk_being_written_is_read_at_a_later_cut(tmp_path):
+    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark.seen import Redeliveries
+
+    spool = Spool(str(tmp_path), "q")
+    peer = spool.partition(7, 1)
+    peer._ensure_dir()
+    with open(peer.chunk_path(0), "wb") as f:  # half written: not readable yet
+        f.write(b"ARROW1\0\0")
+    gate = Redeliveries(spool, 7, 0)
+    first = messages_to_batch(make_messages(2), "t", "c")
+    assert gate.keep(first).num_rows == 2  # nothing of the peer's could be FINished yet
+    os.unlink(peer.chunk_path(0))
+    peer.write_chunk(0, messages_to_batch(make_messages(2, 10), "t", "c"))
+    again = messages_to_batch(make_messages(1, 11) + make_messages(1, 12), "t", "c")
+    assert gate.keep(again).column("id").to_pylist() == ["%016d" % 12]
+    assert gate.dropped == 1
