@@ -112,11 +112,15 @@ def id_keys(ids: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarra
 def _decode(raw: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
     import numpy as np
 
-    nib = _hex_lut()[raw]
-    valid = (nib != 255).all(axis=1)
-    nib = np.where(nib == 255, 0, nib).astype(np.uint8)
+    nib = np.take(_hex_lut(), raw)
+    bad = nib == 255
+    if bad.any():  # not nsqd's ids: the rows concerned get key 0, valid False
+        valid = ~bad.any(axis=1)
+        nib[bad] = 0
+    else:
+        valid = np.ones(len(raw), bool)
     packed = (nib[:, 0::2] << 4) | nib[:, 1::2]  # 8 big-endian bytes per id
-    keys = np.ascontiguousarray(packed).view(">u8").reshape(-1).astype(np.uint64)
+    keys = packed.view(">u8").reshape(-1).astype(np.uint64)
     keys[~valid] = 0
     return keys, valid
 
@@ -125,7 +129,8 @@ def _sorted_unique(keys: "np.ndarray") -> "np.ndarray":
     """Sorted, without repeats (np.unique's hash path is several times slower here)."""
     import numpy as np
 
-    out = np.sort(np.asarray(keys, np.uint64))
+    # stable: timsort, which merges the two sorted runs of a concatenation in linear time
+    out = np.sort(np.asarray(keys, np.uint64), kind="stable")
     if len(out) > 1:
         out = out[np.concatenate(([True], out[1:] != out[:-1]))]
     return out
@@ -145,13 +150,14 @@ class IdSet:
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs)
 
-    def add(self, keys: "np.ndarray") -> None:
+    def add(self, keys: "np.ndarray", sorted_unique: bool = False) -> None:
+        """Add ``keys`` (``sorted_unique``: they already are, the sort is skipped)."""
         import numpy as np
 
         if not len(keys):
             return
         runs = self._runs
-        runs.append(_sorted_unique(keys))
+        runs.append(np.asarray(keys, np.uint64) if sorted_unique else _sorted_unique(keys))
         while len(runs) > 1 and (2 * len(runs[-1]) >= len(runs[-2])
                                  or len(runs) > _MAX_RUNS):
             last = runs.pop()
@@ -343,12 +349,20 @@ class Redeliveries:
     def keep(self, rb: "pa.RecordBatch") -> "pa.RecordBatch":
         """``rb`` without the rows whose id was spooled before (or repeats an earlier row
         of ``rb``); the ids kept are remembered. The caller FINishes all of them."""
+        import numpy as np
         import pyarrow as pa
 
         if rb.num_rows == 0:
             return rb
         self._refresh_peers()
         keys, valid = id_keys(rb.column("id"))
+        in_order = np.sort(keys, kind="stable")
+        repeats = len(keys) > 1 and bool((in_order[1:] == in_order[:-1]).any())
+        if valid.all() and not repeats and not (self.earlier.contains(keys).any()
+                                                or self.mine.contains(keys).any()
+                                                or self.peers.contains(keys).any()):
+            self.mine.add(in_order, sorted_unique=True)  # the fault-free path
+            return rb
         mask = first_copies(keys, valid, (self.earlier, self.mine, self.peers))
         self.mine.add(keys[mask & valid])
         if mask.all():

@@ -433,15 +433,9 @@ class PartitionSpool:
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
 
     def read_chunk_ids(self, k: int) -> "pa.ChunkedArray":
-        """The ``id`` column of chunk ``k`` (a local file is memory-mapped: the bodies are
-        not read)."""
+        """The ``id`` column of chunk ``k``."""
         import pyarrow as pa
 
-        if self.fs.local:
-            # the mapping stays valid while the returned arrays reference it
-            reader = pa.ipc.open_file(pa.memory_map(self.chunk_path(k)))
-            return pa.chunked_array([reader.get_batch(i).column("id")
-                                     for i in range(reader.num_record_batches)], pa.string())
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
