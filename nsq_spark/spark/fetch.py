@@ -263,11 +263,14 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     max_jobs = max(1, opts.max_in_flight // chunk_size - 1)
     writer = ThreadPoolExecutor(max_workers=max_jobs, thread_name_prefix="nsq-spool")
 
-    def write(k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None") -> None:
+    def write(k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None",
+              keys: Any = None) -> None:
         t = perf()
         if dead is not None:
             dead_letters.write(dead)
         part.write_chunk(k, rb)
+        if keys is not None:  # the other tasks of the batch check against these
+            part.write_chunk_keys(k, keys)
         timer.spool_write += perf() - t
 
     finished = [0]  # messages FINished by this run
@@ -411,8 +414,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
             timer.convert += perf() - t
             while len(jobs) >= max_jobs:  # the window is full: wait for the oldest chunk
                 yield from settle(jobs.popleft())
-            jobs.append((writer.submit(write, chunk_no, rb, dead), pending, pending_n, keep,
-                         drop, rb))
+            keys = gate.last_keys if gate is not None and dead is None else None
+            jobs.append((writer.submit(write, chunk_no, rb, dead, keys), pending, pending_n,
+                         keep, drop, rb))
             chunk_no += 1
             rows += rb.num_rows
             if remaining is not None:

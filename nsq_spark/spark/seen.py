@@ -317,6 +317,8 @@ class Redeliveries:
         self.peers = IdSet()
         self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
         self.dropped = 0
+        # sorted keys of the rows the last keep() let through (for the chunk's keys file)
+        self.last_keys: Any = None
 
     def remember(self, rb: "pa.RecordBatch") -> None:
         """Rows of this partition already spooled (an earlier attempt's chunks)."""
@@ -336,7 +338,17 @@ class Redeliveries:
                 continue
             peer = PartitionSpool(fs, f"{bdir}/{name}")
             k = self._peer_next.get(name, 0)
-            while fs.exists(peer.chunk_path(k)):
+            while True:
+                # the keys file is written once the chunk is durable: trusted only in
+                # this contiguous walk (a durable chunk after a torn one has one too,
+                # but the walk stops at the torn one, and a retry deletes both)
+                sorted_keys = peer.read_chunk_keys(k)
+                if sorted_keys is not None:
+                    self.peers.add(sorted_keys, sorted_unique=True)
+                    k += 1
+                    continue
+                if not fs.exists(peer.chunk_path(k)):
+                    break
                 try:
                     ids = peer.read_chunk_ids(k)
                 except (OSError, ValueError):  # being written: its messages are not
@@ -352,6 +364,7 @@ class Redeliveries:
         import numpy as np
         import pyarrow as pa
 
+        self.last_keys = None
         if rb.num_rows == 0:
             return rb
         self._refresh_peers()
@@ -362,9 +375,11 @@ class Redeliveries:
                                                 or self.mine.contains(keys).any()
                                                 or self.peers.contains(keys).any()):
             self.mine.add(in_order, sorted_unique=True)  # the fault-free path
+            self.last_keys = in_order
             return rb
         mask = first_copies(keys, valid, (self.earlier, self.mine, self.peers))
-        self.mine.add(keys[mask & valid])
+        self.last_keys = _sorted_unique(keys[mask & valid])
+        self.mine.add(self.last_keys, sorted_unique=True)
         if mask.all():
             return rb
         n = int((~mask).sum())

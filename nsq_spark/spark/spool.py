@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 2.0
 
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
+_KEYS_RE = re.compile(r"^c(\d{6,})\.keys$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 _BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
@@ -193,6 +194,15 @@ class _FS:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
     # -- files --------------------------------------------------------------------------
+
+    def write_plain(self, path: str, data: bytes) -> None:
+        """Write (or replace) ``path``, not fsynced: for files that only speed things up."""
+        if self.local:
+            with open(path, "wb") as f:
+                f.write(data)
+            return
+        with self.fs.open_output_stream(path) as f:
+            f.write(data)
 
     def read_bytes(self, path: str) -> bytes:
         if self.local:
@@ -416,10 +426,10 @@ class PartitionSpool:
         """Remove chunks numbered ``k`` and up (torn, or beyond a gap); how many."""
         n = 0
         for name in self.fs.listdir(self.path):
-            m = _CHUNK_RE.match(name)
+            m = _CHUNK_RE.match(name) or _KEYS_RE.match(name)
             if m and int(m.group(1)) >= k:
                 self.fs.remove(f"{self.path}/{name}")
-                n += 1
+                n += name.endswith(".arrow")
         return n
 
     def chunk_path(self, k: int) -> str:
@@ -437,6 +447,30 @@ class PartitionSpool:
         import pyarrow as pa
 
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
+
+    def write_chunk_keys(self, k: int, keys: "Any") -> None:
+        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first,
+        so that the other tasks of the batch need not parse the chunk. Not fsynced: a
+        missing or short file only sends them to the chunk itself."""
+        import numpy as np
+
+        data = np.concatenate((np.array([len(keys)], np.uint64), keys)).astype("<u8")
+        self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
+
+    def read_chunk_keys(self, k: int) -> "Any":
+        """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+        import numpy as np
+
+        try:
+            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.keys")
+        except OSError:
+            return None
+        if len(data) < 8 or len(data) % 8:
+            return None
+        words = np.frombuffer(data, "<u8")
+        if int(words[0]) != len(words) - 1:
+            return None
+        return words[1:].astype(np.uint64)
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):

@@ -236,3 +236,24 @@ def test_a_peer_chunk_being_written_is_read_at_a_later_cut(tmp_path):
     again = messages_to_batch(make_messages(1, 11) + make_messages(1, 12), "t", "c")
     assert gate.keep(again).column("id").to_pylist() == ["%016d" % 12]
     assert gate.dropped == 1
+
+
+def test_peers_read_the_keys_file_and_fall_back_to_the_chunk(tmp_path):
+    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark.seen import Redeliveries
+
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q")
+    log: list = []
+    fetch(o, spool, 8, 1, make_messages(6), log)  # chunks of 2, each with its keys file
+    peer = spool.partition(8, 1)
+    assert peer.read_chunk_keys(1).tolist() == [2, 3]
+    with open(f"{peer.path}/c000002.keys", "wb") as f:
+        f.write(b"\x05\0\0")  # short: the chunk itself is read instead
+    assert peer.read_chunk_keys(2) is None
+    gate = Redeliveries(spool, 8, 0)
+    got = gate.keep(messages_to_batch(make_messages(7), "t", "c"))
+    assert got.column("id").to_pylist() == ["%016d" % 6] and gate.dropped == 6
+    # a retry discarding chunks from 1 on takes their keys files with them
+    assert peer.discard_from(1) == 2
+    assert peer.read_chunk_keys(1) is None and peer.chunk_count() == 1
