@@ -13,8 +13,10 @@ Where a first copy can be, and how a fetch task of (batch ``n``, partition ``p``
   ``<spoolPath>/<query>/_seen/b<batch>-p<part>-n<ids>-d<dropped>-t<ms>-<rand>.arrow``
   (Arrow IPC, one sorted ``uint64`` column), written before the partition's
   ``_COMPLETE``; every file of a batch below ``n`` is loaded once per task;
-* the same batch, another partition: that partition's spool chunks, listed again each
-  time this task cuts a chunk and read for their ``id`` column only;
+* the same batch, another partition: that partition's spool chunks, looked at again each
+  time this task cuts a chunk, through the chunk's keys file (its sorted keys, written
+  once the chunk is durable, not fsynced), or the chunk's ``id`` column when the keys
+  file is missing or short;
 * the same partition (this attempt or an earlier one that died part-way): kept in memory.
 
 That last listing is enough because nsqd sends the second copy of a message only after
@@ -28,8 +30,9 @@ before a driver restart, an nsqd restarted within minutes), and the oldest beyon
 ``redeliveryWindowMaxIds`` ids (default 5,000,000). A redelivery older than the window
 passes as a row. Costs: 8 bytes per id on disk (plus ~400 bytes per file) and in each
 fetch task's memory (the cap: 40 MB; the sort of the loaded files takes as much again for
-a moment); per chunk of the fault-free path a hex decode and a binary search (a few
-microseconds for 1,250 ids).
+a moment). Per chunk of the fault-free path: a hex decode, sorts and binary searches of
+numpy arrays, a listing of the batch directory, a keys file written and the other tasks'
+read (bench/RESULTS.md, "Redelivery index", has the measured cost).
 
 Keys: nsqd's ids are 16 hex digits, i.e. exactly 64 bits, so each is kept as the
 ``uint64`` it spells (exact: two ids collide only if they are equal). An id that is not

@@ -7,8 +7,10 @@ written instead of fetching anew.
 Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
 
     <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
+                                                               c000000.keys (ids, .seen)
                                                                c000001.arrow ...
                                                                _COMPLETE      (JSON)
+    <spoolPath>/<query token>/_seen/...                        (the redelivery index)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
 query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
