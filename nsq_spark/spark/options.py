@@ -91,6 +91,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
+
 __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
            "parse_write_options"]
 
@@ -330,8 +332,8 @@ class ReadOptions:
     connection: dict[str, Any] = field(default_factory=dict)
     dead_letter_path: str | None = None
     # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
-    redelivery_window: float = 300.0
-    redelivery_window_max_ids: int = 5_000_000
+    redelivery_window: float = DEFAULT_WINDOW
+    redelivery_window_max_ids: int = DEFAULT_MAX_IDS
 
     def reader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``nsq_spark.Reader`` (pull mode)."""
@@ -431,7 +433,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         dedup=opts.get("dedup"),
         connection=_connection_options(opts),
         redelivery_window=_redelivery_window(opts),
-        redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", 5_000_000) or 5_000_000,
+        redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
+        or DEFAULT_MAX_IDS,
     )
 
 
@@ -439,7 +442,7 @@ def _redelivery_window(opts: _Opts) -> float:
     """``redeliveryWindow``: seconds >= 0 (0 turns the redelivery index off)."""
     raw = opts.get("redeliveryWindow")
     if raw is None:
-        return 300.0
+        return DEFAULT_WINDOW
     try:
         value = float(raw)
     except ValueError:
