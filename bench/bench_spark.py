@@ -21,7 +21,8 @@ be shared). The fetch tasks report where their time goes through
 ``NSQ_SPARK_TIMINGS_DIR``: fetch (Reader connect, get_batch waits, FIN, close), convert
 (messages -> Arrow record batch), spool wait (time the task waited for a chunk to be
 durable), spool write (the writer thread: Arrow IPC encode, write, fsync -- overlapping
-the fetch), hand-over (Spark taking each batch). CPU seconds per process kind during each
+the fetch), hand-over (Spark taking each batch), seen (the redelivery index: loading it
+and checking each chunk's ids). CPU seconds per process kind during each
 query (Spark's JVM, its Python workers, nsqd) come from /proc.
 
 ``--max-rdy-count 20000 --max-in-flight 20000`` measures the tuned setting (nsqd's
@@ -347,10 +348,13 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
     results["nsqd_requeues"] = sum(c["requeue_count"] for t in depth["topics"]
                                    for c in t["channels"])
     tasks = [json.load(open(p)) for p in glob.glob(f"{timings_dir}/*.json")]
+    # seen: loading the redelivery index and checking each chunk's ids against it (absent
+    # before the index existed: 0)
     for key in ("fetch", "open", "close", "convert", "spool", "spool_write", "handover",
-                "dedup", "cpu"):
+                "dedup", "seen", "cpu"):
         results[f"task_{key}_s_sum"] = round(sum(t.get(key, 0.0) for t in tasks), 3)
     results["task_rows"] = sum(t.get("rows", 0) for t in tasks)
+    results["task_redelivered"] = sum(t.get("redelivered", 0) for t in tasks)
     if tasks:  # the query's time outside the fetch tasks: start and planning, and the end
         results["before_first_task_s"] = round(min(t["t_start"] for t in tasks) - q_start, 3)
         results["after_last_task_s"] = round(q_end - max(t["t_end"] for t in tasks), 3)

@@ -115,9 +115,43 @@ def create_channel(http_address: str, topic: str, channel: str) -> None:
             resp.read()
 
 
-def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
-    """``(topic depth, channel depth)`` on one nsqd; None if that nsqd did not answer.
-    The topic's depth is what nsqd has not yet copied into its channels."""
+@dataclass(frozen=True)
+class ChannelStats:
+    """One nsqd's (or the sum over nsqds of) counts for the query's topic and channel."""
+
+    topic_depth: int = 0  # not yet copied into the channels
+    depth: int = 0  # queued on the channel (memory + disk)
+    in_flight: int = 0  # sent to a consumer, not yet FINished / requeued / timed out
+    deferred: int = 0  # requeued with a delay, or published deferred
+
+    def __add__(self, other: "ChannelStats") -> "ChannelStats":
+        return ChannelStats(self.topic_depth + other.topic_depth, self.depth + other.depth,
+                            self.in_flight + other.in_flight, self.deferred + other.deferred)
+
+    @property
+    def backlog(self) -> int:
+        return self.topic_depth + self.depth
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the driver last measured, summed over the nsqds that answered."""
+
+    stats: ChannelStats
+    nsqds: int  # nsqds asked
+    answered: int  # nsqds that answered
+    at: float  # time.time() of the measurement
+
+    def as_progress(self) -> dict:
+        """For the query's progress (``latestOffset``) and the log."""
+        return {"depth": self.stats.backlog, "inFlight": self.stats.in_flight,
+                "deferred": self.stats.deferred, "nsqds": self.nsqds,
+                "nsqdsAnswered": self.answered,
+                "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))}
+
+
+def nsqd_channel_stats(http_address: str, topic: str, channel: str) -> ChannelStats | None:
+    """The topic's and channel's counts on one nsqd; None if that nsqd did not answer."""
     url = (f"http://{http_address}/stats?format=json&include_clients=false"
            f"&topic={urllib.parse.quote(topic)}")
     try:
@@ -131,9 +165,18 @@ def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] 
             continue
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
-                return int(t.get("depth", 0)), int(c.get("depth", 0))
-        return int(t.get("depth", 0)), 0
-    return 0, 0
+                return ChannelStats(int(t.get("depth", 0)), int(c.get("depth", 0)),
+                                    int(c.get("in_flight_count", 0)),
+                                    int(c.get("deferred_count", 0)))
+        return ChannelStats(topic_depth=int(t.get("depth", 0)))
+    return ChannelStats()
+
+
+def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
+    """``(topic depth, channel depth)`` on one nsqd; None if that nsqd did not answer.
+    The topic's depth is what nsqd has not yet copied into its channels."""
+    stats = nsqd_channel_stats(http_address, topic, channel)
+    return None if stats is None else (stats.topic_depth, stats.depth)
 
 
 def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
@@ -182,6 +225,7 @@ class Nsqds:
         self.nsqd_http = list(nsqd_http_addresses)
         self.lookupd_http = list(lookupd_http_addresses)
         self._channel_on: set[str] = set()  # nsqd HTTP addresses where the channel exists
+        self.last: Backlog | None = None  # the latest measurement of backlog()
 
     @property
     def can_measure(self) -> bool:
@@ -255,12 +299,16 @@ class Nsqds:
             return None
         targets, _ = self._targets()
         if not targets:
+            self.last = Backlog(ChannelStats(), 0, 0, time.time())
             return 0  # no nsqd has the topic yet
         self.ensure_channel(targets)
         with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-            depths = list(pool.map(lambda a: nsqd_depth(a, self.topic, self.channel),
-                                   targets))
-        return sum(d for d in depths if d is not None)
+            each = [s for s in pool.map(
+                lambda a: nsqd_channel_stats(a, self.topic, self.channel), targets)
+                if s is not None]
+        total = sum(each, ChannelStats())
+        self.last = Backlog(total, len(targets), len(each), time.time())
+        return total.backlog
 
 
     def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
@@ -290,5 +338,5 @@ def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
     return Nsqds(topic, channel, [], nsqd_http_addresses, lookupd_http_addresses).backlog()
 
 
-__all__ = ["Nsqds", "backlog", "create_channel", "lookup", "lookup_nsqd_http", "nsqd_depth",
+__all__ = ["Backlog", "ChannelStats", "Nsqds", "backlog", "nsqd_channel_stats", "create_channel", "lookup", "lookup_nsqd_http", "nsqd_depth",
            "nsqd_depths", "probe_nsqd_tcp"]

@@ -20,6 +20,24 @@ logged, and retried at the next trigger, as Spark's Kafka source keeps polling b
 the backlog, capped by the read limit (``maxMessagesPerTrigger``). Under
 ``Trigger.AvailableNow`` the backlog measured at query start is the target: batches run
 until that many messages were planned or the channel is empty.
+
+The backlog is visible: each trigger logs it (INFO) and ``reportLatestOffset`` puts it
+in the query's progress, ``StreamingQueryProgress.sources[0].latestOffset``::
+
+    {"query": ..., "batch": 42, "topic": "t", "channel": "c",
+     "backlog": {"depth": 1200, "inFlight": 300, "deferred": 0, "nsqds": 2,
+                 "nsqdsAnswered": 2, "measuredAt": "2026-11-23T00:01:02Z"},
+     "redeliveriesDropped": 17}
+
+``depth`` is the channel's depth plus the topic's (not yet copied to the channel), summed
+over nsqds; ``inFlight`` the messages sent to consumers and not yet answered;
+``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
+``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
+metrics; the offsets are where a source can say something in the progress.
+
+Redeliveries: the fetch tasks drop messages whose id is already spooled
+(:mod:`nsq_spark.spark.seen`); the driver deletes the index files that fell out of the
+window at each commit.
 """
 
 from __future__ import annotations
@@ -128,6 +146,12 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._an_counted: set[int] = set()
         self._an_empty = 0
         self._last_rows: dict[int, int] = {}
+        self._latest: dict | None = None  # the latest offset planned or seen
+        self._dropped = 0  # redeliveries dropped since this driver started
+        self._counted: set[str] = set()  # index files whose drops are in _dropped
+
+    def __repr__(self) -> str:
+        return f"NSQStreamReader(topic={self.opts.topic!r}, channel={self.opts.channel!r})"
 
     # -- driver ------------------------------------------------------------------------
 
@@ -190,6 +214,11 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks for the next batch only after the sink committed this one
         self._tidy(start["query"], batch)
         backlog = self._backlog()
+        self._latest = start
+        measured = self._nsqds.last
+        if backlog is not None and measured is not None:
+            log.info("nsq source %s/%s: backlog %s", self.opts.topic, self.opts.channel,
+                     measured.as_progress())
         if backlog is None:
             # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
             if self._available_now and batch > 0 and self._an_empty:
@@ -206,7 +235,22 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if left <= 0 or self._an_empty >= 2:
                     return start
                 size = min(size, left)
-        return {"query": start["query"], "batch": batch + 1, "size": int(size)}
+        end = {"query": start["query"], "batch": batch + 1, "size": int(size)}
+        self._latest = end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        """For the query's progress (``sources[].latestOffset``): the latest offset with
+        the topic, channel, backlog and redeliveries dropped (see the module doc)."""
+        if self._latest is None:
+            return None
+        out: dict[str, Any] = {**self._latest, "topic": self.opts.topic,
+                               "channel": self.opts.channel,
+                               "redeliveriesDropped": self._dropped}
+        measured = self._nsqds.last
+        if measured is not None:
+            out["backlog"] = measured.as_progress()
+        return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if int(end["batch"]) <= int(start["batch"]):
@@ -229,6 +273,27 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except Exception as exc:  # the data is safe; stale spool only costs space
             log.warning("commit %s: could not delete the spool under %s: %s",
                         end, self.spool_path, exc)
+        if self.opts.redelivery_window > 0:
+            self._prune_seen(spool, batch)
+
+    def _prune_seen(self, spool: Any, batch: int) -> None:
+        from .seen import SeenIndex
+
+        index = SeenIndex(spool)
+        try:
+            files = index.files()
+            self._dropped += sum(f.dropped for f in files if f.name not in self._counted)
+            pruned, remembered = index.prune(batch, self.opts.redelivery_window,
+                                             self.opts.redelivery_window_max_ids)
+            self._counted = {f.name for f in files}
+        except Exception as exc:  # only costs space; the next commit tries again
+            log.warning("commit %s: could not prune the redelivery index under %s: %s",
+                        batch, self.spool_path, exc)
+            return
+        log.info("nsq source %s/%s: batch %d committed; %d ids remembered for "
+                 "redeliveries (%d index files pruned), %d redeliveries dropped",
+                 self.opts.topic, self.opts.channel, batch, remembered, pruned,
+                 self._dropped)
 
     def _tidy(self, query: str, batch: int) -> None:
         if batch <= 0 or self._tidied == (query, batch):

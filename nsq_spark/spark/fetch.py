@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .options import ReadOptions
 from .schema import blocks_to_batch, messages_to_batch
+from .seen import Redeliveries
 from .spool import FLUSH_INTERVAL, PartitionSpool, Spool, SpoolConflict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,14 +70,15 @@ class _Timer:
     # spool: waiting for a chunk to be durable (critical path); spool_write: the writer
     # thread's time (Arrow IPC encode, write, fsync; overlaps fetching); handover: Spark
     # taking the batch from the generator; dedup: shared-store round trips; open/close:
-    # the parts of fetch spent creating the Reader and closing it (requeue of the rest).
+    # the parts of fetch spent creating the Reader and closing it (requeue of the rest);
+    # seen: loading the redelivery index and checking ids; redelivered: rows dropped.
     __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
-                 "close", "rows", "replayed", "_started", "_cpu")
+                 "close", "seen", "rows", "replayed", "redelivered", "_started", "_cpu")
 
     def __init__(self) -> None:
         self.fetch = self.convert = self.spool = self.spool_write = 0.0
-        self.handover = self.dedup = self.open = self.close = 0.0
-        self.rows = self.replayed = 0
+        self.handover = self.dedup = self.open = self.close = self.seen = 0.0
+        self.rows = self.replayed = self.redelivered = 0
         self._started = time.time()
         self._cpu = time.process_time()  # a Python worker runs one task at a time
 
@@ -191,6 +193,11 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
             yield rb
         timer.publish()
         return
+    # nsqd's redeliveries of what is spooled are dropped (see .seen); loaded only when
+    # this task fetches
+    t = time.perf_counter()
+    gate = Redeliveries(spool, batch, index) if opts.redelivery_window > 0 else None
+    timer.seen += time.perf_counter() - t
     # an earlier attempt may have died part-way: its chunks are FINished, so they are
     # part of this partition's result; continue after them
     have = part.chunk_count()
@@ -205,6 +212,8 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
             break
         for rb in batches:
             rows += rb.num_rows
+            if gate is not None:
+                gate.remember(rb)
             yield rb
     # a torn chunk, or chunks after a gap (several writers), were never FINished
     part.discard_from(have)
@@ -213,17 +222,20 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
         log.info("batch %d part %d: resumed after %d chunks (%d rows) of an earlier attempt",
                  batch, index, have, rows)
     if share is not None and rows >= share:
+        if gate is not None:
+            gate.finish()
         part.complete(have, rows)
         timer.publish()
         return
     remaining = None if share is None else share - rows
     yield from _fetch_into_spool(opts, part, batch, index, have, rows, remaining,
-                                 reader_factory, timer)
+                                 reader_factory, timer, gate)
 
 
 def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index: int,
                       chunk_no: int, rows: int, remaining: int | None,
                       reader_factory: ReaderFactory, timer: _Timer,
+                      gate: Redeliveries | None = None,
                       ) -> Iterator["pa.RecordBatch"]:
     """Fetch chunk by chunk. A full chunk goes to a writer thread (Arrow IPC, write,
     fsync) while the next chunk's messages arrive -- that is why a chunk is by default half
@@ -251,11 +263,14 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
     max_jobs = max(1, opts.max_in_flight // chunk_size - 1)
     writer = ThreadPoolExecutor(max_workers=max_jobs, thread_name_prefix="nsq-spool")
 
-    def write(k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None") -> None:
+    def write(k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None",
+              keys: Any = None) -> None:
         t = perf()
         if dead is not None:
             dead_letters.write(dead)
         part.write_chunk(k, rb)
+        if keys is not None:  # the other tasks of the batch check against these
+            part.write_chunk_keys(k, keys)
         timer.spool_write += perf() - t
 
     finished = [0]  # messages FINished by this run
@@ -389,12 +404,19 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 rb, keep, drop = dedup.batch(pending, opts.topic, opts.channel)
             else:
                 rb, keep, drop = blocks_to_batch(pending, opts.topic, opts.channel), [], []
+            timer.convert += perf() - t
+            if gate is not None:  # redeliveries of spooled messages: FINished, not rows
+                t = perf()
+                rb = gate.keep(rb)
+                timer.seen += perf() - t
+            t = perf()
             rb, dead = dead_letters.split(rb)
             timer.convert += perf() - t
             while len(jobs) >= max_jobs:  # the window is full: wait for the oldest chunk
                 yield from settle(jobs.popleft())
-            jobs.append((writer.submit(write, chunk_no, rb, dead), pending, pending_n, keep,
-                         drop, rb))
+            keys = gate.last_keys if gate is not None and dead is None else None
+            jobs.append((writer.submit(write, chunk_no, rb, dead, keys), pending, pending_n,
+                         keep, drop, rb))
             chunk_no += 1
             rows += rb.num_rows
             if remaining is not None:
@@ -404,6 +426,9 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         while jobs:
             yield from settle(jobs.popleft())
         yield from hand_over()
+        if gate is not None:
+            timer.redelivered = gate.dropped
+            gate.finish()  # before _COMPLETE: a complete partition always has its index
         final = part.complete(chunk_no, rows)
         if final.chunks != chunk_no:  # pragma: no cover - needs two racing attempts
             raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
@@ -415,10 +440,12 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         timer.close = perf() - t
         timer.fetch += timer.close
         timer.publish()
-        log.info("batch %d part %d: %d rows (%d replayed); fetch %.3fs convert %.3fs "
-                 "spool wait %.3fs (write %.3fs in the background) handover %.3fs dedup %.3fs",
-                 batch, index, timer.rows + timer.replayed, timer.replayed, timer.fetch,
-                 timer.convert, timer.spool, timer.spool_write, timer.handover, timer.dedup)
+        log.info("batch %d part %d: %d rows (%d replayed), %d redeliveries dropped; fetch "
+                 "%.3fs convert %.3fs spool wait %.3fs (write %.3fs in the background) "
+                 "handover %.3fs dedup %.3fs seen %.3fs", batch, index,
+                 timer.rows + timer.replayed, timer.replayed, timer.redelivered, timer.fetch,
+                 timer.convert, timer.spool, timer.spool_write, timer.handover, timer.dedup,
+                 timer.seen)
 
 
 # Seconds the end of a fetch waits for messages nsqd sent before it saw RDY 0 (nsqd

@@ -59,6 +59,14 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 ``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
                            (e.g. ``redis://host:6379/0?ttl=86400``): rows whose ``id`` was
                            seen before are dropped at fetch time.
+``redeliveryWindow``       streaming: seconds the ids of spooled messages are remembered
+                           (default 300; 0 turns it off). A message nsqd delivers again
+                           under the id of one the source has already spooled (a FIN lost
+                           to a crash, an nsqd restart rewinding its disk queue) within
+                           this window is FINished and counted, not made a second row.
+                           Kept under ``<spoolPath>/<query>/_seen``, 8 bytes per id.
+``redeliveryWindowMaxIds`` cap on the ids remembered (default 5000000, 40 MB in each fetch
+                           task's memory): beyond it the oldest batches are forgotten first.
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -90,6 +98,8 @@ from nsq_spark import validate
 from nsq_spark.errors import ConfigError
 from nsq_spark.validate import MAX_SECONDS, redact_options
 
+from .seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
+
 __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
            "parse_write_options"]
 
@@ -118,7 +128,8 @@ CONNECTION_OPTIONS = ("tlsV1", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsIns
 READ_OPTIONS = ("topic", "channel", "nsqdTcpAddresses", "lookupdHttpAddresses",
                 "nsqdHttpAddresses", "maxInFlight", "numPartitions", "maxMessagesPerTrigger",
                 "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
-                "deadLetterPath", "maxMessages", "dedup") + CONNECTION_OPTIONS
+                "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
+                "redeliveryWindowMaxIds") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
                  "maxBatchBytes", "retries", "publishTimeout") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
@@ -341,6 +352,9 @@ class ReadOptions:
     dedup: str | None
     connection: dict[str, Any] = field(default_factory=dict)
     dead_letter_path: str | None = None
+    # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
+    redelivery_window: float = DEFAULT_WINDOW
+    redelivery_window_max_ids: int = DEFAULT_MAX_IDS
 
     __repr__ = _redacted_repr
 
@@ -441,7 +455,25 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         max_messages=opts.int("maxMessages", 100_000) or 100_000,
         dedup=opts.get("dedup"),
         connection=_connection_options(opts),
+        redelivery_window=_redelivery_window(opts),
+        redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
+        or DEFAULT_MAX_IDS,
     )
+
+
+def _redelivery_window(opts: _Opts) -> float:
+    """``redeliveryWindow``: seconds >= 0 (0 turns the redelivery index off)."""
+    raw = opts.get("redeliveryWindow")
+    if raw is None:
+        return DEFAULT_WINDOW
+    try:
+        value = float(raw)
+    except ValueError:
+        raise NSQOptionError(f"option 'redeliveryWindow' must be a number of seconds >= 0, "
+                             f"not {raw!r}") from None
+    return validate.seconds(value, "option 'redeliveryWindow'",  # type: ignore[no-any-return]
+                            lo_open=False, hint="0 turns the dropping of redeliveries off",
+                            error=NSQOptionError)
 
 
 @dataclass(frozen=True)

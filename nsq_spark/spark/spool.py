@@ -7,8 +7,10 @@ written instead of fetching anew.
 Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
 
     <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
+                                                               c000000.keys (ids, .seen)
                                                                c000001.arrow ...
                                                                _COMPLETE      (JSON)
+    <spoolPath>/<query token>/_seen/...                        (the redelivery index)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
 query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
@@ -42,9 +44,10 @@ attempt finds the same directory:
 6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
    asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
    the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
-   not outlive the next trigger, and the query's directory goes when it is empty (an
-   idle query leaves nothing). A batch Spark did not commit keeps its spool, so that a
-   restart from the checkpoint replays it.
+   not outlive the next trigger, and the query's directory goes when it is empty. A
+   batch Spark did not commit keeps its spool, so that a restart from the checkpoint
+   replays it. The redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the
+   batches for its window; the driver prunes it at each commit.
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
 ``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
@@ -53,10 +56,10 @@ executor") if not -- a per-node local disk would otherwise lose the spool of a n
 dies and make replays fetch anew.
 
 What this guarantees: nothing is FINished before it is durable, and a batch that Spark
-runs again reads the same rows once its partitions are complete. What it cannot rule out:
-a crash after a chunk is durable but before its FIN reaches nsqd; nsqd then redelivers
-those messages (same ``id``) later, so they appear twice. Deduplicate on ``id`` (the
-``dedup`` option, or ``dropDuplicatesWithinWatermark("id")``).
+runs again reads the same rows once its partitions are complete. A crash after a chunk is
+durable but before its FIN reaches nsqd makes nsqd redeliver those messages (same ``id``)
+later; the fetch tasks drop them against the ids spooled before (:mod:`.seen`, within
+``redeliveryWindow``).
 
 Durability: on a local filesystem the data and the directories are fsynced.
 On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
@@ -76,6 +79,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from nsq_spark.validate import redact_url
+
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
@@ -85,7 +90,9 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 2.0
 
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
+_KEYS_RE = re.compile(r"^c(\d{6,})\.keys$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
+_BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
 MARKER = "_DRIVER"
 
@@ -192,6 +199,15 @@ class _FS:
 
     # -- files --------------------------------------------------------------------------
 
+    def write_plain(self, path: str, data: bytes) -> None:
+        """Write (or replace) ``path``, not fsynced: for files that only speed things up."""
+        if self.local:
+            with open(path, "wb") as f:
+                f.write(data)
+            return
+        with self.fs.open_output_stream(path) as f:
+            f.write(data)
+
     def read_bytes(self, path: str) -> bytes:
         if self.local:
             with open(path, "rb") as f:
@@ -294,7 +310,7 @@ class Spool:
         except SpoolError:
             raise
         except Exception as exc:
-            raise SpoolError(f"option 'spoolPath': cannot write to {self.spool_path!r} "
+            raise SpoolError(f"option 'spoolPath': cannot write to {redact_url(self.spool_path)!r} "
                              f"({exc}); it must be a writable directory reachable from the "
                              "driver and every executor") from exc
 
@@ -315,7 +331,7 @@ class Spool:
         try:
             seen = self.fs.exists(path)
         except Exception as exc:
-            raise SpoolError(f"option 'spoolPath': cannot read {self.spool_path!r} from this "
+            raise SpoolError(f"option 'spoolPath': cannot read {redact_url(self.spool_path)!r} from this "
                              f"executor (host {socket.gethostname()}): {exc}; the spool must "
                              "be shared storage reachable from every executor, with its "
                              "credentials (spark.executorEnv.*)") from exc
@@ -323,7 +339,7 @@ class Spool:
             raise SpoolError(
                 f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
                 f"the marker {path!r} the driver wrote when it planned the batch, so "
-                f"{self.spool_path!r} is not the same storage here as on the driver. The "
+                f"{redact_url(self.spool_path)!r} is not the same storage here as on the driver. The "
                 "spool must be shared storage reachable from every executor (HDFS, S3, GCS, "
                 "or a network filesystem mounted at the same path everywhere), not a local "
                 "disk")
@@ -393,13 +409,18 @@ class PartitionSpool:
             self.fs.remove(path)
             return None
 
-    def chunk_count(self) -> int:
-        """Number of chunks ``c000000 ..`` present without a gap."""
+    def chunk_numbers(self) -> set[int]:
+        """Numbers of the chunk files present (some may be torn or being written)."""
         present = set()
         for name in self.fs.listdir(self.path):
             m = _CHUNK_RE.match(name)
             if m:
                 present.add(int(m.group(1)))
+        return present
+
+    def chunk_count(self) -> int:
+        """Number of chunks ``c000000 ..`` present without a gap."""
+        present = self.chunk_numbers()
         n = 0
         while n in present:
             n += 1
@@ -409,10 +430,10 @@ class PartitionSpool:
         """Remove chunks numbered ``k`` and up (torn, or beyond a gap); how many."""
         n = 0
         for name in self.fs.listdir(self.path):
-            m = _CHUNK_RE.match(name)
+            m = _CHUNK_RE.match(name) or _KEYS_RE.match(name)
             if m and int(m.group(1)) >= k:
                 self.fs.remove(f"{self.path}/{name}")
-                n += 1
+                n += name.endswith(".arrow")
         return n
 
     def chunk_path(self, k: int) -> str:
@@ -424,6 +445,36 @@ class PartitionSpool:
         data = self.fs.read_bytes(self.chunk_path(k))
         reader = pa.ipc.open_file(pa.py_buffer(data))
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+    def read_chunk_ids(self, k: int) -> "pa.ChunkedArray":
+        """The ``id`` column of chunk ``k``."""
+        import pyarrow as pa
+
+        return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
+
+    def write_chunk_keys(self, k: int, keys: "Any") -> None:
+        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first,
+        so that the other tasks of the batch need not parse the chunk. Not fsynced: a
+        missing or short file only sends them to the chunk itself."""
+        import numpy as np
+
+        data = np.concatenate((np.array([len(keys)], np.uint64), keys)).astype("<u8")
+        self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
+
+    def read_chunk_keys(self, k: int) -> "Any":
+        """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+        import numpy as np
+
+        try:
+            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.keys")
+        except OSError:
+            return None
+        if len(data) < 8 or len(data) % 8:
+            return None
+        words = np.frombuffer(data, "<u8")
+        if int(words[0]) != len(words) - 1:
+            return None
+        return words[1:].astype(np.uint64)
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):

@@ -55,6 +55,14 @@ def main() -> None:
         print(f"FAILED {q.exception()}", flush=True)
         sys.exit(2)
     q.processAllAvailable()  # what the source has seen is in the output and committed
+    reports = []  # what the source reported in the progress (latestOffset)
+    for p in q.recentProgress:
+        for source in json.loads(p.json).get("sources") or []:
+            latest = source.get("latestOffset")  # an object in the progress's JSON
+            if latest:
+                reports.append(json.loads(latest) if isinstance(latest, str) else latest)
+    if reports:  # redeliveries the source dropped, counted since this driver started
+        print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
     q.stop()
     print("DONE", flush=True)
     spark.stop()

@@ -8,6 +8,7 @@ back with the source.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -118,8 +119,11 @@ def test_stream_available_now_reads_everything_once(spark, nsq_cluster, tmp_path
         c = channel_counts(node, topic, channel)
         assert c["depth"] == 0 and c["in_flight"] == 0
     # the spool of committed batches is gone, the last one's too (Spark asks for the next
-    # batch only after committing the last), and no empty query directory is left
-    assert os.listdir(tmp_path / "spool") == []
+    # batch only after committing the last); what is left is the redelivery index
+    (query,) = os.listdir(tmp_path / "spool")
+    assert os.listdir(tmp_path / "spool" / query) == ["_seen"]
+    assert sum(int(n.split("-n")[1].split("-")[0])
+               for n in os.listdir(tmp_path / "spool" / query / "_seen")) == 6000
 
 
 @pytest.mark.nsqd
@@ -148,10 +152,21 @@ def test_stream_with_nsqd_addresses_and_new_messages(spark, nsq_cluster, tmp_pat
                 break
             time.sleep(0.2)
         rows = spark.sql("select body from nsq_live").collect()
+        progress = q.recentProgress
     finally:
         q.stop()
     expected = [b"early-%d" % i for i in range(500)] + late
     assert collections.Counter(bodies_of(rows)) == collections.Counter(expected)
+    # the backlog is in the progress: the latest offset reported by the source
+    sources = [p["sources"][0] for p in progress]
+    print(sources[-1])
+    reports = [json.loads(s["latestOffset"]) for s in sources if s.get("latestOffset")]
+    assert reports, sources[-1]
+    assert all(r["topic"] == topic and r["channel"] == channel for r in reports)
+    backlog = [r["backlog"] for r in reports]
+    assert all(b["nsqds"] == 1 and b["nsqdsAnswered"] == 1 for b in backlog)
+    assert max(b["depth"] + b["inFlight"] for b in backlog) > 0  # it saw the messages
+    assert all(r["redeliveriesDropped"] == 0 for r in reports)
 
 
 # -- batch read ------------------------------------------------------------------------------

@@ -1,0 +1,409 @@
+"""The ids the source has spooled, remembered for a window: nsqd's redeliveries are dropped.
+
+NSQ redelivers a message under its original ``id`` when its FIN did not reach nsqd (an
+executor or driver killed between the spool write and the FIN: nsqd sends it again after
+``msg_timeout``) and when a restarted nsqd rewinds its disk queue past messages it had
+already sent. The spool holds every id the source made durable, so a fetch task drops a
+message whose id is there (and FINishes it, so that nsqd forgets it) instead of making it
+a second row. No dedup in the user's query, no external store.
+
+Where a first copy can be, and how a fetch task of (batch ``n``, partition ``p``) sees it:
+
+* an earlier batch (committed or not): the *index*, one file per completed partition,
+  ``<spoolPath>/<query>/_seen/b<batch>-p<part>-n<ids>-d<dropped>-t<ms>-<rand>.arrow``
+  (Arrow IPC, one sorted ``uint64`` column), written before the partition's
+  ``_COMPLETE``; every file of a batch below ``n`` is loaded once per task;
+* the same batch, another partition: that partition's spool chunks, looked at again each
+  time this task cuts a chunk, through the chunk's keys file (its sorted keys, written
+  once the chunk is durable, not fsynced), or the chunk's ``id`` column when the keys
+  file is missing or short;
+* the same partition (this attempt or an earlier one that died part-way): kept in memory.
+
+That last listing is enough because nsqd sends the second copy of a message only after
+the first was FINished (rewind) or timed out, and the source FINishes only after the chunk
+holding it is durable; so when the second copy arrives, the first is already readable, or
+it never will be (the task died before writing it; then nothing was FINished either).
+
+Retention: the driver deletes index files at commit once they are older than
+``redeliveryWindow`` seconds (default 300: nsqd's ``msg_timeout`` of 60 s, the batches
+before a driver restart, an nsqd restarted within minutes), and the oldest beyond
+``redeliveryWindowMaxIds`` ids (default 5,000,000). A redelivery older than the window
+passes as a row. Costs: 8 bytes per id on disk (plus ~400 bytes per file) and in each
+fetch task's memory (the cap: 40 MB; the sort of the loaded files takes as much again for
+a moment). Per chunk of the fault-free path: a hex decode, sorts and binary searches of
+numpy arrays, a listing of the batch directory, a keys file written and the other tasks'
+read (bench/RESULTS.md, "Redelivery index", has the measured cost).
+
+Keys: nsqd's ids are 16 hex digits, i.e. exactly 64 bits, so each is kept as the
+``uint64`` it spells (exact: two ids collide only if they are equal). An id that is not
+16 hex digits (not from nsqd) is never taken for a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pyarrow as pa
+
+    from .spool import PartitionSpool, Spool
+
+log = logging.getLogger(__name__)
+
+SEEN_DIR = "_seen"
+# Defaults of the options redeliveryWindow and redeliveryWindowMaxIds.
+DEFAULT_WINDOW = 300.0
+DEFAULT_MAX_IDS = 5_000_000
+# At most this many runs in an IdSet (see IdSet).
+_MAX_RUNS = 24
+
+_NAME_RE = re.compile(r"^b(\d+)-p(\d+)-n(\d+)-d(\d+)-t(\d+)-[0-9a-f]+\.arrow$")
+
+_HEX_LUT: Any = None
+
+
+def _hex_lut() -> "np.ndarray":
+    global _HEX_LUT
+    if _HEX_LUT is None:
+        import numpy as np
+
+        lut = np.full(256, 255, np.uint8)
+        for i, c in enumerate(b"0123456789abcdef"):
+            lut[c] = i
+        for i, c in enumerate(b"ABCDEF"):
+            lut[c] = 10 + i
+        _HEX_LUT = lut
+    return _HEX_LUT
+
+
+def id_keys(ids: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarray"]:
+    """``(keys, valid)``: each id as the uint64 its 16 hex digits spell, and whether it
+    is such an id (``keys`` is 0 where not). Vectorized: no Python object per id."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, bool)
+    if ids.null_count == 0 and (pa.types.is_string(ids.type) or pa.types.is_binary(ids.type)):
+        offsets = np.frombuffer(ids.buffers()[1], np.int32)[ids.offset:ids.offset + n + 1]
+        start, stop = int(offsets[0]), int(offsets[-1])
+        if stop - start == 16 * n and bool((np.diff(offsets) == 16).all()):
+            raw = np.frombuffer(ids.buffers()[2], np.uint8)[start:stop].reshape(n, 16)
+            return _decode(raw)
+    # any other layout (nulls, other lengths): the rows of 16 characters, one by one
+    keys = np.zeros(n, np.uint64)
+    valid = np.zeros(n, bool)
+    lengths = pc.binary_length(ids).to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(lengths == 16):
+        k, ok = _decode(np.frombuffer(ids[int(i)].as_py().encode()
+                                      if pa.types.is_string(ids.type) else ids[int(i)].as_py(),
+                                      np.uint8).reshape(1, 16))
+        keys[i], valid[i] = k[0], ok[0]
+    return keys, valid
+
+
+def _decode(raw: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
+    import numpy as np
+
+    nib = np.take(_hex_lut(), raw)
+    bad = nib == 255
+    if bad.any():  # not nsqd's ids: the rows concerned get key 0, valid False
+        valid = ~bad.any(axis=1)
+        nib[bad] = 0
+    else:
+        valid = np.ones(len(raw), bool)
+    packed = (nib[:, 0::2] << 4) | nib[:, 1::2]  # 8 big-endian bytes per id
+    keys = packed.view(">u8").reshape(-1).astype(np.uint64)
+    keys[~valid] = 0
+    return keys, valid
+
+
+def _sorted_unique(keys: "np.ndarray") -> "np.ndarray":
+    """Sorted, without repeats (np.unique's hash path is several times slower here)."""
+    import numpy as np
+
+    # stable: timsort, which merges the two sorted runs of a concatenation in linear time
+    out = np.sort(np.asarray(keys, np.uint64), kind="stable")
+    if len(out) > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
+
+
+class IdSet:
+    """A set of uint64 keys for bulk membership tests: sorted unique runs, each at least
+    twice as long as the next (a new run is merged into the one before while it is not),
+    so there are O(log n) runs and each key is merged O(log n) times. A lookup costs a
+    binary search per run."""
+
+    def __init__(self, keys: "np.ndarray | None" = None) -> None:
+        self._runs: list = []
+        if keys is not None and len(keys):
+            self.add(keys)
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._runs)
+
+    def add(self, keys: "np.ndarray", sorted_unique: bool = False) -> None:
+        """Add ``keys`` (``sorted_unique``: they already are, the sort is skipped)."""
+        import numpy as np
+
+        if not len(keys):
+            return
+        runs = self._runs
+        runs.append(np.asarray(keys, np.uint64) if sorted_unique else _sorted_unique(keys))
+        while len(runs) > 1 and (2 * len(runs[-1]) >= len(runs[-2])
+                                 or len(runs) > _MAX_RUNS):
+            last = runs.pop()
+            runs[-1] = _sorted_unique(np.concatenate((runs[-1], last)))
+
+    def contains(self, keys: "np.ndarray") -> "np.ndarray":
+        """A bool mask: which of ``keys`` are in the set."""
+        import numpy as np
+
+        keys = np.asarray(keys, np.uint64)
+        hit = np.zeros(len(keys), bool)
+        for run in self._runs:
+            pos = np.searchsorted(run, keys)
+            pos[pos == len(run)] = 0
+            hit |= run[pos] == keys
+        return hit
+
+    def sorted_keys(self) -> "np.ndarray":
+        import numpy as np
+
+        if not self._runs:
+            return np.zeros(0, np.uint64)
+        return self._runs[0] if len(self._runs) == 1 else _sorted_unique(
+            np.concatenate(self._runs))
+
+
+def first_copies(keys: "np.ndarray", valid: "np.ndarray", seen: Iterable[IdSet]
+                 ) -> "np.ndarray":
+    """The keep mask of one chunk: a row is dropped when its key is in any of ``seen`` or
+    when an earlier row of the chunk has the same key. Invalid keys are always kept."""
+    import numpy as np
+
+    drop = np.zeros(len(keys), bool)
+    for s in seen:
+        drop |= s.contains(keys)
+    order = np.argsort(keys, kind="stable")  # equal keys stay in arrival order
+    in_order = keys[order]
+    drop[order[1:][in_order[1:] == in_order[:-1]]] = True  # all but the first of each
+    return ~(drop & valid)
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    name: str
+    batch: int
+    part: int
+    ids: int
+    dropped: int
+    written_ms: int
+
+
+def parse_index_name(name: str) -> IndexFile | None:
+    m = _NAME_RE.match(name)
+    if not m:
+        return None
+    b, p, n, d, t = (int(g) for g in m.groups())
+    return IndexFile(name, b, p, n, d, t)
+
+
+def to_prune(files: list[IndexFile], committed: int, now_ms: int, window_s: float,
+             max_ids: int) -> list[IndexFile]:
+    """The index files the driver deletes after committing ``committed``: those of
+    committed batches older than the window, then the oldest committed ones while the
+    rest holds more than ``max_ids`` ids. A batch not committed keeps its files (a restart
+    replays it)."""
+    old = now_ms - int(window_s * 1000)
+    gone = [f for f in files if f.batch <= committed and f.written_ms < old]
+    kept = sorted((f for f in files if f not in gone), key=lambda f: (f.batch, f.written_ms))
+    total = sum(f.ids for f in kept)
+    for f in kept:
+        if total <= max_ids or f.batch > committed:
+            break
+        gone.append(f)
+        total -= f.ids
+    return gone
+
+
+class SeenIndex:
+    """The index files of one query's spool (driver: prune; executors: write, load)."""
+
+    def __init__(self, spool: "Spool") -> None:
+        self.spool = spool
+
+    @property
+    def dir(self) -> str:
+        return self.spool.fs.join(self.spool.query, SEEN_DIR)
+
+    def files(self) -> list[IndexFile]:
+        out = []
+        for name in self.spool.fs.listdir(self.dir):
+            f = parse_index_name(name)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def write(self, batch: int, part: int, keys: "np.ndarray", dropped: int) -> str:
+        """Durably write the sorted unique ``keys`` of a completed partition."""
+        import numpy as np
+        import pyarrow as pa
+
+        from .spool import _ipc_bytes
+
+        keys = np.unique(np.asarray(keys, np.uint64))
+        rb = pa.RecordBatch.from_arrays([pa.array(keys, pa.uint64())], names=["id64"])
+        name = (f"b{batch:012d}-p{part:05d}-n{len(keys)}-d{dropped}"
+                f"-t{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}.arrow")
+        fs = self.spool.fs
+        fs.makedirs(self.dir)
+        path = f"{self.dir}/{name}"
+        fs.create_exclusive(path, _ipc_bytes(rb))
+        return path
+
+    def load_before(self, batch: int) -> IdSet:
+        """Every id remembered from batches below ``batch``, as one sorted run."""
+        import numpy as np
+        import pyarrow as pa
+
+        arrays = []
+        for f in self.files():
+            if f.batch >= batch:
+                continue
+            try:
+                data = self.spool.fs.read_bytes(f"{self.dir}/{f.name}")
+            except FileNotFoundError:  # pruned meanwhile: older than the window
+                continue
+            reader = pa.ipc.open_file(pa.py_buffer(data))
+            for i in range(reader.num_record_batches):
+                arrays.append(reader.get_batch(i).column(0).to_numpy())
+        if not arrays:
+            return IdSet()
+        return IdSet(np.concatenate(arrays) if len(arrays) > 1 else arrays[0])
+
+    def prune(self, committed: int, window_s: float, max_ids: int) -> tuple[int, int]:
+        """Driver, at commit: delete what :func:`to_prune` says; returns (files deleted,
+        ids remembered after)."""
+        files = self.files()
+        gone = to_prune(files, committed, int(time.time() * 1000), window_s, max_ids)
+        for f in gone:
+            self.spool.fs.remove(f"{self.dir}/{f.name}")
+        names = {f.name for f in gone}
+        return len(gone), sum(f.ids for f in files if f.name not in names)
+
+    def dropped_total(self) -> int:
+        """Redeliveries dropped by the partitions whose index files are still kept."""
+        return sum(f.dropped for f in self.files())
+
+
+class Redeliveries:
+    """A fetch task's gate: which rows of a chunk are first copies (see the module doc)."""
+
+    def __init__(self, spool: "Spool", batch: int, index: int) -> None:
+        self.spool = spool
+        self.batch = batch
+        self.index = index
+        self.earlier = SeenIndex(spool).load_before(batch)
+        self.mine = IdSet()
+        self.peers = IdSet()
+        self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
+        self.dropped = 0
+        # sorted keys of the rows the last keep() let through (for the chunk's keys file)
+        self.last_keys: Any = None
+
+    def remember(self, rb: "pa.RecordBatch") -> None:
+        """Rows of this partition already spooled (an earlier attempt's chunks)."""
+        keys, valid = id_keys(rb.column("id"))
+        self.mine.add(keys[valid])
+
+    def _refresh_peers(self) -> None:
+        """Read the id column of the other partitions' chunks not read yet (chunks are
+        numbered without gaps, so one existence check per partition finds none new)."""
+        from .spool import _BATCH_PART_RE, PartitionSpool
+
+        fs = self.spool.fs
+        bdir = self.spool.batch_dir(self.batch)
+        for name in fs.listdir(bdir):
+            m = _BATCH_PART_RE.match(name)
+            if not m or int(m.group(1)) == self.index:
+                continue
+            peer = PartitionSpool(fs, f"{bdir}/{name}")
+            k = self._peer_next.get(name, 0)
+            while True:
+                # the keys file is written once the chunk is durable: trusted only in
+                # this contiguous walk (a durable chunk after a torn one has one too,
+                # but the walk stops at the torn one, and a retry deletes both)
+                sorted_keys = peer.read_chunk_keys(k)
+                if sorted_keys is not None:
+                    self.peers.add(sorted_keys, sorted_unique=True)
+                    k += 1
+                    continue
+                if not fs.exists(peer.chunk_path(k)):
+                    break
+                try:
+                    ids = peer.read_chunk_ids(k)
+                except (OSError, ValueError):  # being written: its messages are not
+                    break  # FINished yet, so no second copy of them exists yet
+                keys, valid = id_keys(ids)
+                self.peers.add(keys[valid])
+                k += 1
+            self._peer_next[name] = k
+
+    def keep(self, rb: "pa.RecordBatch") -> "pa.RecordBatch":
+        """``rb`` without the rows whose id was spooled before (or repeats an earlier row
+        of ``rb``); the ids kept are remembered. The caller FINishes all of them."""
+        import numpy as np
+        import pyarrow as pa
+
+        self.last_keys = None
+        if rb.num_rows == 0:
+            return rb
+        self._refresh_peers()
+        keys, valid = id_keys(rb.column("id"))
+        in_order = np.sort(keys, kind="stable")
+        repeats = len(keys) > 1 and bool((in_order[1:] == in_order[:-1]).any())
+        if valid.all() and not repeats and not (self.earlier.contains(keys).any()
+                                                or self.mine.contains(keys).any()
+                                                or self.peers.contains(keys).any()):
+            self.mine.add(in_order, sorted_unique=True)  # the fault-free path
+            self.last_keys = in_order
+            return rb
+        mask = first_copies(keys, valid, (self.earlier, self.mine, self.peers))
+        self.last_keys = _sorted_unique(keys[mask & valid])
+        self.mine.add(self.last_keys, sorted_unique=True)
+        if mask.all():
+            return rb
+        n = int((~mask).sum())
+        self.dropped += n
+        log.info("batch %d part %d: dropped %d redelivered messages already spooled "
+                 "(ids %s)", self.batch, self.index, n,
+                 rb.column("id").filter(pa.array(~mask)).to_pylist()[:5])
+        return rb.filter(pa.array(mask))
+
+    def finish(self) -> None:
+        """Before the partition's ``_COMPLETE``: its ids go to the index."""
+        SeenIndex(self.spool).write(self.batch, self.index, self.mine.sorted_keys(),
+                                    self.dropped)
+
+
+def partition_keys(part: "PartitionSpool", chunks: int) -> "np.ndarray":
+    """The keys of a partition's first ``chunks`` chunks (to rebuild a lost index file)."""
+    import numpy as np
+
+    out = [np.zeros(0, np.uint64)]
+    for k in range(chunks):
+        keys, valid = id_keys(part.read_chunk_ids(k))
+        out.append(keys[valid])
+    return np.concatenate(out)
