@@ -175,6 +175,11 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(p, "--rate", type=_number(float, "--rate", lo=0, unit="messages per second"),
          default=0,
          help="at most this many messages per second (default: no limit)")
+    _add(p, "--retry-deadline", type=_number(float, "--retry-deadline", lo=0, lo_open=True,
+                                              hi=MAX_SECONDS,
+                                              unit="seconds"), default=30.0,
+         help="seconds to keep retrying an unreachable nsqd before failing (default 30: "
+         "rides out an nsqd restart)")
     _add(p, "--spool-dir", help="durable spool directory: messages are written there before "
          "they are sent, and kept until nsqd acknowledges them")
     _add(p, "--spool-fsync", type=_parse_fsync, default="always",
@@ -401,9 +406,11 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
         producer = Producer(
             args.nsqd_tcp_addresses, spool_dir=args.spool_dir, spool_fsync=args.spool_fsync,
             spool_max_bytes=args.spool_max_bytes, message_id_digest=args.message_id_digest,
-            batch_size=args.batch_size, **connection_options)
+            batch_size=args.batch_size, retry_deadline=args.retry_deadline,
+            **connection_options)
     else:
-        producer = Producer(args.nsqd_tcp_addresses, **connection_options)
+        producer = Producer(args.nsqd_tcp_addresses, retry_deadline=args.retry_deadline,
+                            **connection_options)
     batch_size = args.batch_size
     per_msg = 0.0
     if args.rate > 0:

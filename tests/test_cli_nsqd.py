@@ -8,6 +8,7 @@ import collections
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -100,10 +101,12 @@ def test_publish_reports_a_bad_spool_dir_and_unreachable_nsqd(nsq_cluster, tmp_p
                 stdin=b"x\n")
     assert r.returncode == 1
     assert "spool directory" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
+    started = time.monotonic()
     r = run_cli("publish", "--topic", "t", "--nsqd-tcp-address",
-                f"127.0.0.1:{free_port()}", stdin=b"x\n")
+                f"127.0.0.1:{free_port()}", "--retry-deadline", "2", stdin=b"x\n")
     assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
-    assert "error" in r.stderr.decode()
+    assert "error" in r.stderr.decode() and "is down" in r.stderr.decode()
+    assert time.monotonic() - started < 15  # the default would retry for 30 s
 
 
 @pytest.mark.nsq_cluster(lookupd=1)
