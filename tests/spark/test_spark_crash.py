@@ -98,7 +98,9 @@ def total_counts(cluster) -> dict[str, int]:
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.nsq_cluster(nsqd=2, lookupd=1, mem_queue_size=0)
+# msg_timeout 10 s (nsqd's default is 60 s): what the killed driver's tasks held comes back
+# sooner (the test waits for nsqd 1 to have nothing in flight before killing it)
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1, mem_queue_size=0, msg_timeout="10s")
 def test_driver_and_nsqd_killed_mid_stream(spark, nsq_cluster, tmp_path):
     problem = discovery_problem()  # the child drivers find the source by discovery
     if problem:
