@@ -236,7 +236,8 @@ def is_transient(exc: BaseException) -> bool:
     answer in time, nsqd could not store the message); False for one that no retry can
     fix (bad name or body, refused AUTH, a TLS certificate or setup failure -- typed
     TLSError or a raw ``ssl.SSLError`` such as ``SSLCertVerificationError`` --, any other
-    nsqd error, a protocol violation). Producers retry, and the publish spool keeps or rejects, by this rule."""
+    nsqd error, a protocol violation). Producers retry, and the publish spool keeps or
+    rejects, by this rule."""
     import asyncio
     import ssl
 
