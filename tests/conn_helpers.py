@@ -16,6 +16,25 @@ def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout))  # type: ignore[arg-type]
 
 
+def publish_by(producer: Any, path: str, topic: str, body: bytes,
+               timeout: float = 30.0) -> None:
+    """One publish through one of the Producer's call styles: ``"blocking"``
+    (``publish``), ``"future"`` (``publish_async(...).result``) or ``"asyncio"``
+    (``apublish`` on a fresh loop, which then closes the producer: it is bound to that
+    loop)."""
+    if path == "blocking":
+        producer.publish(topic, body)
+    elif path == "future":
+        producer.publish_async(topic, body).result(timeout)
+    else:
+        async def main() -> None:
+            try:
+                await producer.apublish(topic, body)
+            finally:
+                await producer.aclose()
+        run(main(), timeout)
+
+
 def http_pub(http_address: str, topic: str, bodies: list[bytes]) -> None:
     """Publish through nsqd's HTTP /mpub?binary=true (length-prefixed bodies)."""
     payload = len(bodies).to_bytes(4, "big") + b"".join(

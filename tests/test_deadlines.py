@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conn_helpers import FakeNsqd, FakePeer, frame, run
+from conn_helpers import FakeNsqd, FakePeer, frame, publish_by, run
 from nsq_spark import Producer, errors
 from nsq_spark.conn import Connection, SyncConnection
 from nsq_spark.config import ConnectionConfig
@@ -133,17 +133,7 @@ def test_publish_against_a_dripping_nsqd_ends_at_publish_timeout(drip_answers: A
     done = _within(4.0)
     try:
         with pytest.raises(NSQTimeoutError, match="publish_timeout"):
-            if path == "blocking":
-                p.publish("t", b"x")
-            elif path == "future":
-                p.publish_async("t", b"x").result(30)
-            else:
-                async def main() -> None:
-                    try:
-                        await p.apublish("t", b"x")
-                    finally:
-                        await p.aclose()
-                run(main(), 30)
+            publish_by(p, path, "t", b"x", 30)
         assert done() >= 2.0
         assert drip_answers.accepted >= 2     # it did retry within its time
         time.sleep(0.5)                       # a retry under way when the time ran out ends

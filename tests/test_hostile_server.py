@@ -12,12 +12,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import zlib
 from typing import Any, Callable
 
 import pytest
 
-from conn_helpers import FakeNsqd, FakePeer, frame, run
+from conn_helpers import FakeNsqd, FakePeer, publish_by, run
 from nsq_spark import Producer, errors
 from nsq_spark.conn import Connection, SyncConnection
 
@@ -86,17 +85,7 @@ def test_producer_raises_hostile_identify_at_once_without_retrying(hostile: Any,
     t0 = time.monotonic()
     with Producer(server.address, retry_wait=0.01) as p:
         with pytest.raises(errors.ProtocolError, match=named):
-            if path == "blocking":
-                p.publish("t", b"x")
-            elif path == "future":
-                p.publish_async("t", b"x").result(10)
-            else:
-                async def main() -> None:
-                    try:
-                        await p.apublish("t", b"x")
-                    finally:
-                        await p.aclose()
-                run(main(), 15)
+            publish_by(p, path, "t", b"x", 15)
         assert p.stats()["retries"] == 0
     assert server.accepted == 1            # one connection: a ProtocolError is not retried
     assert time.monotonic() - t0 < 5

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from conn_helpers import run, wait_for
+from conn_helpers import publish_by, run, wait_for
 from conn_tls_helpers import Certs, make_certs
 from nsq_spark import Producer, errors
 from nsq_spark.conn import Connection
@@ -156,17 +156,7 @@ def test_an_untrusted_certificate_over_tcp_tls_is_raised_at_once(
     t0 = time.monotonic()
     try:
         with pytest.raises(errors.TLSError, match="certificate"):
-            if path == "blocking":
-                p.publish(_topic(), b"x")
-            elif path == "future":
-                p.publish_async(_topic(), b"x").result(30)
-            else:
-                async def main() -> None:
-                    try:
-                        await p.apublish(_topic(), b"x")
-                    finally:
-                        await p.aclose()
-                run(main(), 30)
+            publish_by(p, path, _topic(), b"x", 30)
         assert p.stats()["retries"] == 0
         assert time.monotonic() - t0 < 3
     finally:

@@ -144,8 +144,7 @@ class _AsyncRequest:
         pool = self.pool
         if self.future.done():
             return
-        if not is_transient(exc) or pool.max_tries == 1 or pool.stopped() \
-                or pool.expired(self.deadline):
+        if pool.gives_up(exc, self.deadline):
             self.fail(exc)
             return
         task = asyncio.ensure_future(pool.send_with_retries(
@@ -260,13 +259,18 @@ class PipelinedPool:
     def _on_request_failed(self, req: _Request, exc: BaseException) -> None:
         if req.future.done():
             return
-        if not is_transient(exc) or self.max_tries == 1 or self.stopped() \
-                or self.expired(req.deadline):
+        if self.gives_up(exc, req.deadline):
             req.fail(exc)
             return
         self._retry_later(req, exc)
 
     # -- publish_timeout: one FIFO of deadlines, one timer -----------------------------------
+
+    def gives_up(self, exc: BaseException, deadline: float) -> bool:
+        """True when a request that failed with ``exc`` is not tried again: a permanent
+        error, no retries configured, the producer closing, or its publish_timeout past."""
+        return (not is_transient(exc) or self.max_tries == 1 or self.stopped()
+                or self.expired(deadline))
 
     def expired(self, deadline: float) -> bool:
         """True once ``deadline`` (loop time; 0: none) has passed."""

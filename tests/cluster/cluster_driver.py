@@ -14,6 +14,10 @@ import os
 import sys
 import time
 
+# test helpers only (the package itself comes from the installed wheel)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spark"))
+from sparkutil import print_dropped  # noqa: E402
+
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
@@ -55,14 +59,7 @@ def main() -> None:
         print(f"FAILED {q.exception()}", flush=True)
         sys.exit(2)
     q.processAllAvailable()  # what the source has seen is in the output and committed
-    reports = []  # what the source reported in the progress (latestOffset)
-    for p in q.recentProgress:
-        for source in json.loads(p.json).get("sources") or []:
-            latest = source.get("latestOffset")  # an object in the progress's JSON
-            if latest:
-                reports.append(json.loads(latest) if isinstance(latest, str) else latest)
-    if reports:  # redeliveries the source dropped, counted since this driver started
-        print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
+    print_dropped(q)
     q.stop()
     print("DONE", flush=True)
     spark.stop()

@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import build_session  # noqa: E402
+from sparkutil import build_session, print_dropped  # noqa: E402
 
 
 def main() -> None:
@@ -46,14 +46,7 @@ def main() -> None:
         if not q.isActive:
             break
         time.sleep(0.1)
-    reports = []  # what the source reported in the progress (latestOffset)
-    for p in q.recentProgress:
-        for source in json.loads(p.json).get("sources") or []:
-            latest = source.get("latestOffset")  # an object in the progress's JSON
-            if latest:
-                reports.append(json.loads(latest) if isinstance(latest, str) else latest)
-    if reports:  # redeliveries the source dropped (counted since this driver started)
-        print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
+    print_dropped(q)
     if q.exception() is not None:
         print(f"FAILED {q.exception()}", flush=True)
         sys.exit(2)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any
 
 
 def spark_env() -> dict[str, str]:
@@ -86,3 +88,16 @@ def discovery_problem() -> str | None:
             f"process outside the repo (probe said {seen.stdout.strip() or seen.stderr[-500:]!r}), "
             f"so spark.readStream.format('nsq') cannot resolve without a register call. "
             f"Fix: {DISCOVERY_FIX}")
+
+
+def print_dropped(query: Any) -> None:
+    """Print ``DROPPED n``: the redeliveries the source dropped, as its last report in the
+    query's progress (``latestOffset``) says, counted since this driver started."""
+    reports = []
+    for progress in query.recentProgress:
+        for source in json.loads(progress.json).get("sources") or []:
+            latest = source.get("latestOffset")  # an object in the progress's JSON
+            if latest:
+                reports.append(json.loads(latest) if isinstance(latest, str) else latest)
+    if reports:
+        print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
