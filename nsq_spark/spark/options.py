@@ -15,7 +15,8 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 =========================  =================================================================
 ``topic``                  required: the NSQ topic to consume.
 ``channel``                required: the NSQ channel (one channel per query; two queries on
-                           the same channel share its messages).
+                           the same channel share its messages). A durable channel: a
+                           ``#ephemeral`` one is refused (:func:`check_durable_channel`).
 ``nsqdTcpAddresses``       comma-separated ``host:port`` of nsqd TCP listeners; or
 ``lookupdHttpAddresses``   comma-separated ``host:port`` of nsqlookupd HTTP listeners.
                            Exactly one of the two.
@@ -265,6 +266,35 @@ def _check_name(kind: str, value: str) -> None:
             f"letters, digits, '.', '_', '-', optionally ending in '#ephemeral')")
 
 
+EPHEMERAL = "#ephemeral"
+
+
+def check_durable_channel(channel: str, streaming: bool) -> None:
+    """An ``#ephemeral`` channel is refused, for streaming and batch reads alike.
+
+    nsqd deletes an ephemeral channel, with every message on it, when its last client
+    disconnects, and keeps at most ``--mem-queue-size`` messages on it (the rest are
+    dropped: no disk queue). Streaming: the fetch tasks disconnect between micro-batches,
+    so whatever nsqd queued in that gap, and whatever a task requeued on close, is gone
+    (testers lost 1,734 of 12,000, and 11,304 of 12,000 when the topic also had a durable
+    channel). Batch read: the same loss path -- a task requeues what it holds when it
+    stops (idle, ``maxFetchPeriod``, a ``LIMIT``, a failure) and the channel, with those
+    messages, is deleted as the last task leaves; and the channel only exists while a task
+    is subscribed, so it has no backlog to read. Hence refused for both.
+    """
+    if channel.endswith(EPHEMERAL):
+        durable = channel[:-len(EPHEMERAL)]
+        what = "a streaming query" if streaming else "a batch read"
+        raise NSQOptionError(
+            f"option 'channel': {channel!r} is an ephemeral channel, which {what} cannot "
+            "read without losing messages: nsqd deletes an ephemeral channel with its "
+            "messages when its last client disconnects (fetch tasks disconnect between "
+            "micro-batches and at the end of each task, requeueing what they hold), and "
+            "drops what exceeds its memory queue. Use a durable channel, e.g. "
+            f".option(\"channel\", {durable!r}), and delete it on nsqd when you no longer "
+            "need it")
+
+
 def _connection_options(opts: _Opts) -> dict[str, Any]:
     """Connection keyword arguments (pynsq names) for Reader / Producer."""
     conn: dict[str, Any] = {}
@@ -404,6 +434,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
     _check_name("topic", topic)
     channel = opts.require("channel", "the NSQ channel to consume from")
     _check_name("channel", channel)
+    check_durable_channel(channel, streaming)
     nsqd, lookupd = _address_pair(opts)
     nsqd_http = _addresses(opts, "nsqdHttpAddresses")
     if nsqd_http and not nsqd:

@@ -461,3 +461,16 @@ def test_lookupd_records_carry_the_http_port():
     assert parse_lookup_response(body) == [("10.0.0.1", 4150), ("::1", 4250), ("h", 4350)]
     old = '{"status_code":200,"data":{"producers":[{"address":"h","tcp_port":1,"http_port":2}]}}'
     assert [r.http_address for r in parse_producer_records(old)] == ["h:2"]
+
+
+# -- issue #21: the silent loss paths --------------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_an_ephemeral_channel_is_refused_naming_a_durable_one(streaming):
+    with pytest.raises(NSQOptionError) as err:
+        parse_read_options(opts(channel="spark#ephemeral"), streaming=streaming)
+    msg = str(err.value)
+    assert "'channel'" in msg and "ephemeral" in msg and "last client disconnects" in msg
+    assert "durable channel" in msg and "'spark'" in msg  # the fix, with the name to use
+    assert parse_read_options(opts(channel="spark"), streaming=streaming).channel == "spark"
