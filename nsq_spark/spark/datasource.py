@@ -2,13 +2,28 @@
 
 Driver side of the source. Offsets are micro-batch numbers chosen here::
 
-    {"query": "<token>", "batch": 42, "size": 5000}
+    {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2}
 
 ``query`` is a token drawn by ``initialOffset`` (it names this query's spool directory),
 ``batch`` counts micro-batches, ``size`` is how many messages the batch may fetch in all
 (0: no cap; the fetch tasks stop when idle or after ``maxFetchPeriod``). ``partitions``
-splits ``size`` over ``numPartitions`` fetch tasks; ``read`` runs on executors
+splits ``size`` over ``parts`` fetch tasks; ``read`` runs on executors
 (:mod:`nsq_spark.spark.fetch`, protocol in :mod:`nsq_spark.spark.spool`).
+
+``parts`` is ``numPartitions`` when the batch was planned. A batch Spark runs again from
+the checkpoint (the driver restarted before its commit) keeps it whatever
+``numPartitions`` says now: its partitions' chunks are already FINished on nsqd, and a
+partition left out would never be read and be deleted at the commit. An offset written
+before the field existed has no ``parts``: the batch then gets ``numPartitions`` tasks,
+or more if its spool holds more partitions.
+
+``v`` 2: the query's spool directory has its query marker (:meth:`.Spool.write_query_marker`,
+written by ``initialOffset``, or by the first trigger of an older query) for the query's
+life. When a batch from the checkpoint is run again and the marker is gone, the spool was
+deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
+went with it, and the query fails with a :class:`~.spool.SpoolError` naming the spool and
+the batch instead of running on with the loss. A batch planned but never started has no
+batch directory, and is no false alarm: the query marker tells the two apart.
 
 At query start the driver checks that an nsqd can be reached (:mod:`.backlog`; a
 ``ConnectError`` naming every address tried otherwise) and creates the channel on every
@@ -64,6 +79,9 @@ except ImportError:  # pragma: no cover - older pyspark: no read limits, no Avai
         pass
 
 log = logging.getLogger(__name__)
+
+# Offsets of this version carry "parts" and mean the query marker was written.
+OFFSET_VERSION = 2
 
 
 class NSQDataSource(DataSource):
@@ -146,6 +164,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._an_counted: set[int] = set()
         self._an_empty = 0
         self._last_rows: dict[int, int] = {}
+        self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
         self._latest: dict | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
         self._counted: set[str] = set()  # index files whose drops are in _dropped
@@ -174,8 +193,10 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         query = uuid.uuid4().hex
-        self._spool(query).check_writable()
-        return {"query": query, "batch": 0, "size": 0}
+        spool = self._spool(query)
+        spool.check_writable()
+        spool.write_query_marker()
+        return {"query": query, "batch": 0, "size": 0, "v": OFFSET_VERSION}
 
     def getDefaultReadLimit(self) -> Any:
         if self.opts.max_messages_per_trigger and ReadMaxRows is not None:
@@ -205,8 +226,11 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = self.opts.max_messages_per_trigger
         self._start()
         batch = int(start["batch"])
-        if self._available_now and batch > 0 and batch not in self._an_counted:
-            # what the previous batch really fetched (tasks may fetch less than planned)
+        if self._available_now and batch in self._planned and batch not in self._an_counted:
+            # what the previous batch really fetched (tasks may fetch less than planned).
+            # Only a batch planned in this run counts: one run again from the checkpoint
+            # (a failed batch) fetched before the target was measured at start, so its
+            # rows are not part of it -- counting them stopped the run one batch short
             self._an_counted.add(batch)
             rows = self._rows_of(start["query"], batch) or 0
             self._an_fetched += rows
@@ -235,9 +259,26 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if left <= 0 or self._an_empty >= 2:
                     return start
                 size = min(size, left)
-        end = {"query": start["query"], "batch": batch + 1, "size": int(size)}
+        end = {"query": start["query"], "batch": batch + 1, "size": int(size),
+               "parts": self.opts.num_partitions, "v": self._marked(start)}
+        self._planned.add(batch + 1)
         self._latest = end
         return end
+
+    def _marked(self, start: dict) -> int:
+        """The offset version for the next batch: an older query (its offsets have no
+        ``v``) gets its query marker now, so that from here on a deleted spool is seen."""
+        from nsq_spark.validate import redact_url
+
+        if int(start.get("v", 0)) >= OFFSET_VERSION:
+            return OFFSET_VERSION
+        try:
+            self._spool(start["query"]).write_query_marker()
+        except Exception as exc:  # checked again at the next trigger
+            log.warning("could not write the query marker under %s: %s",
+                        redact_url(self.spool_path), exc)
+            return int(start.get("v", 0))
+        return OFFSET_VERSION
 
     def reportLatestOffset(self) -> dict | None:
         """For the query's progress (``sources[].latestOffset``): the latest offset with
@@ -257,9 +298,46 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         batch = int(end["batch"])
         query = end["query"]
-        marker = self._spool(query).write_marker(batch)
-        shares = split_shares(int(end.get("size", 0)), self.opts.num_partitions)
+        spool = self._spool(query)
+        if int(end.get("v", 0)) >= OFFSET_VERSION:
+            self._check_spool_kept(spool, batch)
+        marker = spool.write_marker(batch)
+        shares = split_shares(int(end.get("size", 0)), self._parts(spool, end))
         return [NSQPartition(query, batch, i, s, marker) for i, s in enumerate(shares)]
+
+    def _parts(self, spool: Any, end: dict) -> int:
+        """Fetch tasks of the batch ending at ``end``: as many as when it was planned."""
+        if "parts" in end:
+            return int(end["parts"])
+        # an offset from before "parts": at least the partitions its spool holds
+        return max(self.opts.num_partitions, spool.partition_count(int(end["batch"])))
+
+    def _check_spool_kept(self, spool: Any, batch: int) -> None:
+        """The query marker must be there; if not, the spool was deleted. A batch planned
+        by this driver owes nothing yet (its tasks have not run): the marker is written
+        again, with a warning. A batch from the checkpoint may have FINished its messages
+        into the deleted spool: SpoolError, rather than a silent loss."""
+        from nsq_spark.validate import redact_url
+
+        from .spool import SpoolError
+
+        if spool.has_query_marker():
+            return
+        where = redact_url(self.spool_path)
+        if batch in self._planned:
+            log.warning("the spool of this query under %s was deleted while it ran; the "
+                        "redelivery index went with it (a redelivery of a message read "
+                        "before may become a second row); batch %d goes on", where, batch)
+            spool.write_query_marker()
+            return
+        raise SpoolError(
+            f"the spool of this query ({where}/{spool.query}) was deleted while the query "
+            f"was stopped: the checkpoint still owes micro-batch {batch}, whose messages "
+            "the fetch tasks had written there and FINished on nsqd, so they cannot be "
+            "read again. Restore the spool directory if you have a copy; otherwise start "
+            "the query on a new checkpointLocation and accept that batch's loss (nsqd "
+            "does not have them any more). Never delete spoolPath while a query that uses "
+            "it is stopped with a checkpoint")
 
     def commit(self, end: dict) -> None:
         spool = self._spool(end["query"])

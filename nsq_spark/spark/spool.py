@@ -11,6 +11,8 @@ Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
                                                                c000001.arrow ...
                                                                _COMPLETE      (JSON)
     <spoolPath>/<query token>/_seen/...                        (the redelivery index)
+    <spoolPath>/<query token>/_QUERY                           (the query marker)
+    <spoolPath>/<query token>/batch-<000000000042>/_DRIVER     (the batch's marker)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
 query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
@@ -44,9 +46,13 @@ attempt finds the same directory:
 6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
    asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
    the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
-   not outlive the next trigger, and the query's directory goes when it is empty. A
+   not outlive the next trigger. The query's directory stays, with its marker
+   ``_QUERY`` (written by ``initialOffset``) for the query's life: a restart that finds
+   it gone knows the spool was deleted, and fails naming the batch the checkpoint still
+   owes (:class:`SpoolError`) instead of planning over the loss; a batch planned but
+   never started (no batch directory) is told apart by the marker still being there. A
    batch Spark did not commit keeps its spool, so that a restart from the checkpoint
-   replays it. The redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the
+   replays it, with the partition count it was planned with (the offset's ``parts``). The redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the
    batches for its window; the driver prunes it at each commit.
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
@@ -95,6 +101,7 @@ _BATCH_RE = re.compile(r"^batch-(\d+)$")
 _BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
 MARKER = "_DRIVER"
+QUERY_MARKER = "_QUERY"
 
 
 class SpoolError(RuntimeError):
@@ -313,6 +320,28 @@ class Spool:
             raise SpoolError(f"option 'spoolPath': cannot write to {redact_url(self.spool_path)!r} "
                              f"({exc}); it must be a writable directory reachable from the "
                              "driver and every executor") from exc
+
+    # -- the query marker ------------------------------------------------------------------
+
+    def write_query_marker(self) -> None:
+        """Driver, at ``initialOffset``: ``<query>/_QUERY``, kept for the query's life (the
+        query's directory is never removed while it is there). Its absence later means
+        the spool was deleted, which a batch planned but never started (no batch
+        directory yet) cannot be mistaken for."""
+        self.fs.makedirs(self.query_dir())
+        self.fs.create_exclusive(f"{self.query_dir()}/{QUERY_MARKER}", b"nsq-spark query")
+
+    def has_query_marker(self) -> bool:
+        return self.fs.exists(f"{self.query_dir()}/{QUERY_MARKER}")
+
+    def partition_count(self, batch: int) -> int:
+        """1 + the highest partition index with a spool directory in ``batch`` (0: none)."""
+        out = 0
+        for name in self.fs.listdir(self.batch_dir(batch)):
+            m = _BATCH_PART_RE.match(name)
+            if m:
+                out = max(out, int(m.group(1)) + 1)
+        return out
 
     # -- the shared-storage marker ----------------------------------------------------------
 

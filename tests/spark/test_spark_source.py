@@ -119,9 +119,10 @@ def test_stream_available_now_reads_everything_once(spark, nsq_cluster, tmp_path
         c = channel_counts(node, topic, channel)
         assert c["depth"] == 0 and c["in_flight"] == 0
     # the spool of committed batches is gone, the last one's too (Spark asks for the next
-    # batch only after committing the last); what is left is the redelivery index
+    # batch only after committing the last); what is left is the redelivery index and
+    # the query marker (kept for the query's life: a deleted spool is noticed by it)
     (query,) = os.listdir(tmp_path / "spool")
-    assert os.listdir(tmp_path / "spool" / query) == ["_seen"]
+    assert sorted(os.listdir(tmp_path / "spool" / query)) == ["_QUERY", "_seen"]
     assert sum(int(n.split("-n")[1].split("-")[0])
                for n in os.listdir(tmp_path / "spool" / query / "_seen")) == 6000
 

@@ -474,3 +474,127 @@ def test_an_ephemeral_channel_is_refused_naming_a_durable_one(streaming):
     assert "'channel'" in msg and "ephemeral" in msg and "last client disconnects" in msg
     assert "durable channel" in msg and "'spark'" in msg  # the fix, with the name to use
     assert parse_read_options(opts(channel="spark"), streaming=streaming).channel == "spark"
+
+
+class FakeNsqds:
+    """The driver's view of nsqd (backlog.Nsqds) without sockets: ``depth`` is what waits."""
+
+    def __init__(self, depth=0):
+        self.depth = depth
+        self.last = None
+
+    def check_reachable(self, require_producer):
+        pass
+
+    def backlog(self):
+        return self.depth
+
+    def settled_backlog(self):
+        return self.depth
+
+
+def driver(tmp_path, depth=0, **kw):
+    from nsq_spark.spark.datasource import NSQStreamReader
+
+    r = NSQStreamReader(opts(spoolPath=str(tmp_path / "spool"), **kw))
+    r._nsqds = FakeNsqds(depth)
+    return r
+
+
+def run_tasks(reader, parts, rows_each):
+    """What the fetch tasks leave in the spool: every partition complete with its rows."""
+    for p in parts:
+        reader._spool(p.query).partition(p.batch, p.index).complete(1, rows_each)
+
+
+def test_a_batch_from_the_checkpoint_keeps_the_partition_count_it_was_planned_with(tmp_path):
+    first = driver(tmp_path, depth=1000, numPartitions="2")
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)
+    assert end["parts"] == 2
+    parts = first.partitions(start, end)
+    assert [(p.index, p.share) for p in parts] == [(0, 500), (1, 500)]
+    # the driver dies before the commit; restarted on the checkpoint with numPartitions 1
+    again = driver(tmp_path, numPartitions="1").partitions(start, end)
+    assert [(p.index, p.share) for p in again] == [(0, 500), (1, 500)]
+    # an offset from before the field: at least the partitions its spool holds
+    run_tasks(first, parts, 10)
+    old = {k: v for k, v in end.items() if k != "parts"}
+    assert len(driver(tmp_path, numPartitions="1").partitions(start, old)) == 2
+    assert len(driver(tmp_path, numPartitions="3").partitions(start, old)) == 3
+
+
+def test_available_now_after_a_failed_batch_drains_everything(tmp_path):
+    """The first run's batch 1 fetched 10,000 of 40,000 and failed in the sink; the
+    restart (AvailableNow) must plan batches for all 30,000 still on nsqd."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    first = driver(tmp_path, depth=40_000, maxMessagesPerTrigger="10000")
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(10_000))
+    run_tasks(first, first.partitions(start, end), 5_000)  # FINished on nsqd: 30,000 left
+    second = driver(tmp_path, depth=30_000, maxMessagesPerTrigger="10000")
+    second.prepareForTriggerAvailableNow()
+    run_tasks(second, second.partitions(start, end), 5_000)  # Spark replays batch 1
+    second.commit(end)
+    planned = 0
+    for _ in range(10):
+        nxt = second.latestOffset(end, ReadMaxRows(10_000))
+        if nxt == end:
+            break
+        planned += nxt["size"]
+        run_tasks(second, second.partitions(end, nxt), nxt["size"] // 2)
+        second._nsqds.depth -= nxt["size"]
+        second.commit(nxt)
+        end = nxt
+    assert planned == 30_000 and second._nsqds.depth == 0
+
+
+def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_path):
+    import shutil
+
+    from nsq_spark.spark.spool import SpoolError
+
+    first = driver(tmp_path, depth=100)
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)
+    run_tasks(first, first.partitions(start, end), 50)  # FINished, then the driver dies
+    shutil.rmtree(tmp_path / "spool")
+    with pytest.raises(SpoolError) as err:
+        driver(tmp_path).partitions(start, end)
+    msg = str(err.value)
+    assert str(tmp_path / "spool") in msg and "micro-batch 1" in msg and "deleted" in msg
+    assert "new checkpointLocation" in msg
+    assert not os.path.exists(tmp_path / "spool")  # nothing recreated
+
+
+def test_a_batch_planned_but_never_started_is_no_false_alarm(tmp_path):
+    first = driver(tmp_path, depth=100)
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)  # the offset log has it; partitions() never ran
+    assert not os.path.exists(first._spool(start["query"]).batch_dir(1))
+    assert len(driver(tmp_path).partitions(start, end)) == 2
+    # a stopped query keeps its directory, with its marker, whatever was committed
+    first.commit(end)
+    first._tidy(start["query"], 1)
+    assert os.listdir(tmp_path / "spool" / start["query"]) == ["_QUERY"]
+
+
+def test_a_spool_deleted_between_batches_of_a_running_driver_goes_on(tmp_path):
+    import shutil
+
+    first = driver(tmp_path, depth=100)
+    start = first.initialOffset()
+    shutil.rmtree(tmp_path / "spool")
+    end = first.latestOffset(start, None)  # planned here: nothing fetched into it yet
+    assert len(first.partitions(start, end)) == 2
+    assert first._spool(start["query"]).has_query_marker()
+
+
+def test_an_old_query_without_the_marker_is_not_refused_and_gets_one(tmp_path):
+    first = driver(tmp_path, depth=100)
+    start = {"query": "oldquery", "batch": 0, "size": 0}  # from before offsets had "v"
+    end = first.latestOffset(start, None)
+    assert end["v"] == 2 and first._spool("oldquery").has_query_marker()
+    old_end = {"query": "oldquery2", "batch": 1, "size": 10}
+    assert len(driver(tmp_path).partitions({"query": "oldquery2", "batch": 0}, old_end)) == 2
