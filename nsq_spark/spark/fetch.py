@@ -9,6 +9,19 @@ and the frame offsets, no object per message), which become Arrow columns in C
 :mod:`nsq_spark.spark.spool`; ``fetch_batch_partition`` is the batch read (no spool: a
 chunk is FINished once Spark has taken it).
 
+Speculative execution is refused (:func:`check_speculation_off`): a losing attempt
+FINishes messages whose rows Spark throws away. The check runs in the fetch task, before
+it connects to nsqd, because that is where the setting can be seen: Spark SQL hands its
+``spark.*`` settings to tasks as local properties, while the driver-side Python process
+of a data source sees no Spark configuration at all (pyspark 4.3: no ``TaskContext``,
+nothing in its environment). So a query with ``spark.speculation=true`` fails at its
+first batch, having read nothing.
+
+Fencing (whatever the setting): an attempt that outlives its batch (committed, spool
+deleted) or whose partition another attempt sealed FINishes nothing more and writes
+nothing more; it requeues what it holds and fails (:class:`~.spool.SpoolFenced`). The
+checks and their ordering are in :mod:`nsq_spark.spark.spool`.
+
 Timings (seconds spent fetching, writing the spool, and handing batches to Spark) are
 logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
 """
@@ -28,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from .options import ReadOptions
 from .schema import blocks_to_batch, messages_to_batch
 from .seen import Redeliveries
-from .spool import FLUSH_INTERVAL, PartitionSpool, Spool, SpoolConflict
+from .spool import FLUSH_INTERVAL, PartitionSpool, Spool, SpoolConflict, SpoolFenced
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -169,6 +182,31 @@ def check_dedup_spec(spec: str) -> None:
             "use a shared store (redis://host:port/0?ttl=..., memcached://host:port?ttl=...)")
 
 
+def check_speculation_off() -> None:
+    """In a Spark task: refuse ``spark.speculation=true`` (NSQOptionError naming it).
+
+    Two attempts of one fetch task both FINish what they fetch, and Spark keeps the rows
+    of one: the other's messages are gone from nsqd and from the result (testers lost
+    7,000-12,000 of 200,000 in every run). Spark SQL propagates its ``spark.*`` settings
+    to tasks as local properties; outside a Spark task there is nothing to check."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - called from Spark only
+        return
+    ctx = TaskContext.get()
+    if ctx is None:
+        return
+    value = ctx.getLocalProperty("spark.speculation")
+    if value is not None and value.strip().lower() == "true":
+        from .options import NSQOptionError
+
+        raise NSQOptionError(
+            "spark.speculation=true is not supported by the nsq source: a speculative "
+            "copy of a fetch task FINishes messages on nsqd whose rows Spark discards, "
+            "so they would be lost. Set spark.speculation=false (Spark's default) for "
+            "this application, e.g. --conf spark.speculation=false")
+
+
 def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: int,
                            share: int | None,
                            reader_factory: ReaderFactory = default_reader_factory,
@@ -180,10 +218,11 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     task holds when it reaches it is spooled too, so it may end a little above. ``marker``
     is the driver's shared-spool marker: a task that cannot see it fails (SpoolError).
     """
+    check_speculation_off()
     if marker is not None:
         spool.check_marker(batch, marker)
     timer = _Timer()
-    part = spool.partition(batch, index)
+    part = spool.partition(batch, index, marker)
     done = part.completion()
     if done is not None:
         log.info("batch %d part %d: replaying %d spooled chunks (%d rows)",
@@ -221,10 +260,10 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     if have:
         log.info("batch %d part %d: resumed after %d chunks (%d rows) of an earlier attempt",
                  batch, index, have, rows)
-    if share is not None and rows >= share:
-        if gate is not None:
-            gate.finish()
-        part.complete(have, rows)
+    if (share is not None and rows >= share) or part.sealed():
+        # the share is reached, or another attempt sealed the partition and died
+        # before completing it: what is spooled is the result, nothing more is fetched
+        yield from _seal_and_complete(part, batch, index, have, rows, gate, timer)
         timer.publish()
         return
     remaining = None if share is None else share - rows
@@ -291,9 +330,12 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         t = perf()
         try:
             fut.result()
-            if part.completion() is not None:
-                raise SpoolConflict(f"batch {batch} part {index} was completed by another "
-                                    "attempt while this one was fetching")
+            # the fence, after the chunk is durable and before its FIN: a batch already
+            # committed, or a partition sealed by another attempt, gets no FIN from here
+            reason = part.fenced()
+            if reason is not None:
+                raise SpoolFenced(f"batch {batch} part {index}: {reason}; this attempt "
+                                  "FINishes nothing more")
         except BaseException:
             reader.requeue_blocks(blocks, delay_ms=0)
             raise
@@ -426,13 +468,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
         while jobs:
             yield from settle(jobs.popleft())
         yield from hand_over()
-        if gate is not None:
-            timer.redelivered = gate.dropped
-            gate.finish()  # before _COMPLETE: a complete partition always has its index
-        final = part.complete(chunk_no, rows)
-        if final.chunks != chunk_no:  # pragma: no cover - needs two racing attempts
-            raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
-                                f"the partition with {final.chunks} chunks")
+        yield from _seal_and_complete(part, batch, index, chunk_no, rows, gate, timer)
     finally:
         writer.shutdown(wait=True)
         t = perf()
@@ -446,6 +482,31 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                  timer.rows + timer.replayed, timer.replayed, timer.redelivered, timer.fetch,
                  timer.convert, timer.spool, timer.spool_write, timer.handover, timer.dedup,
                  timer.seen)
+
+
+def _seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
+                       rows: int, gate: Redeliveries | None, timer: _Timer,
+                       ) -> Iterator["pa.RecordBatch"]:
+    """Seal the partition, take in the chunks another attempt wrote before the seal (it
+    may have FINished them: they must be rows), then the index, then ``_COMPLETE``."""
+    part.seal()
+    for k, batches in part.chunks_from(chunks):
+        log.warning("batch %d part %d: chunk %d was written by another attempt of this "
+                    "task before the seal; its rows are taken in", batch, index, k)
+        for rb in batches:
+            rows += rb.num_rows
+            timer.replayed += rb.num_rows
+            if gate is not None:
+                gate.remember(rb)
+            yield rb
+        chunks = k + 1
+    if gate is not None:
+        timer.redelivered = gate.dropped
+        gate.finish()  # before _COMPLETE: a complete partition always has its index
+    final = part.complete(chunks, rows)
+    if final.chunks != chunks:  # pragma: no cover - needs two racing attempts
+        raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
+                            f"the partition with {final.chunks} chunks")
 
 
 # Seconds the end of a fetch waits for messages nsqd sent before it saw RDY 0 (nsqd
@@ -522,6 +583,7 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
     does not get them back. Use the streaming source with ``Trigger.AvailableNow`` for a
     replayable read.
     """
+    check_speculation_off()
     dedup = _Dedup(opts.dedup) if opts.dedup else None
     dead_letters = _DeadLetterSplit(opts, f"read-{uuid.uuid4().hex[:8]}")
     if share < opts.max_in_flight:

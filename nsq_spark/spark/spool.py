@@ -100,6 +100,7 @@ _KEYS_RE = re.compile(r"^c(\d{6,})\.keys$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 _BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
+SEAL = "_SEAL"
 MARKER = "_DRIVER"
 QUERY_MARKER = "_QUERY"
 
@@ -110,6 +111,12 @@ class SpoolError(RuntimeError):
 
 class SpoolConflict(SpoolError):
     """Another attempt of the same partition wrote the same chunk first."""
+
+
+class SpoolFenced(SpoolConflict):
+    """This attempt may no longer FINish or write: its batch was committed (the driver's
+    marker is gone) or its partition was sealed by another attempt. Nothing it holds
+    un-FINished is lost: it requeues it, or nsqd redelivers it after ``msg_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -302,8 +309,12 @@ class Spool:
     def batch_dir(self, batch: int) -> str:
         return self.fs.join(self.query, f"batch-{batch:012d}")
 
-    def partition(self, batch: int, index: int) -> "PartitionSpool":
-        return PartitionSpool(self.fs, f"{self.batch_dir(batch)}/part-{index:05d}")
+    def partition(self, batch: int, index: int, marker: str | None = None
+                  ) -> "PartitionSpool":
+        """``marker``: the driver's marker of the batch (fetch tasks under Spark); with it
+        the partition is *fenced* (:class:`PartitionSpool`)."""
+        fence = f"{self.batch_dir(batch)}/{marker}" if marker else None
+        return PartitionSpool(self.fs, f"{self.batch_dir(batch)}/part-{index:05d}", fence)
 
     def check_writable(self) -> None:
         """Fail early (on the driver, at query start) when spoolPath is unusable. The probe
@@ -364,6 +375,11 @@ class Spool:
                              f"executor (host {socket.gethostname()}): {exc}; the spool must "
                              "be shared storage reachable from every executor, with its "
                              "credentials (spark.executorEnv.*)") from exc
+        if not seen and self.has_query_marker():
+            # the query's marker is visible, the batch's is not: the driver deleted the
+            # batch after its commit (this attempt outlived it), or it was never planned
+            raise SpoolFenced(f"batch {batch} of this query is committed (the driver's "
+                              f"marker {path!r} is gone): this attempt fetches nothing")
         if not seen:
             raise SpoolError(
                 f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
@@ -394,6 +410,9 @@ class Spool:
         n = 0
         for b in self.batches():
             if b <= batch:
+                # the marker first: an attempt still running sees it gone before any of
+                # the batch's files go, and FINishes nothing more (PartitionSpool)
+                self.fs.remove(f"{self.batch_dir(b)}/{MARKER}")
                 self.fs.rmtree(self.batch_dir(b))
                 n += 1
         return n
@@ -411,17 +430,74 @@ class Spool:
 
 
 class PartitionSpool:
-    """The spool directory of one (batch, partition)."""
+    """The spool directory of one (batch, partition).
 
-    def __init__(self, fs: _FS, path: str) -> None:
+    With ``fence`` (the path of the driver's batch marker, as fetch tasks under Spark
+    have it) the partition is fenced: nothing is written under it once the marker is
+    gone or the partition is sealed (:meth:`fenced`), and no directory is created but the
+    partition's own, inside the batch directory the driver made -- an attempt that
+    outlives its batch never brings a deleted batch back.
+    """
+
+    def __init__(self, fs: _FS, path: str, fence: str | None = None) -> None:
         self.fs = fs
         self.path = path
+        self.fence = fence
         self._made = False
 
     def _ensure_dir(self) -> None:
-        if not self._made:
+        if self._made:
+            return
+        if self.fence is None:
             self.fs.makedirs(self.path)
-            self._made = True
+        else:
+            self.check_marker()
+            self._make_own_dir()
+        self._made = True
+
+    def check_marker(self) -> None:
+        """Fenced partitions: the driver's batch marker must still be there."""
+        if self.fence is not None and not self.fs.exists(self.fence):
+            raise SpoolFenced(f"the driver's marker {self.fence} is gone: the batch was "
+                              "committed and its spool deleted while this attempt still ran")
+
+    def _make_own_dir(self) -> None:
+        """The partition's directory only: its parent must exist (the driver made it)."""
+        if self.fs.local:
+            try:
+                os.mkdir(self.path)
+            except FileExistsError:
+                return
+            except FileNotFoundError:
+                raise SpoolFenced(f"{self.path}: the batch directory is gone (committed "
+                                  "and deleted by the driver)") from None
+            _fsync_dir(os.path.dirname(self.path))
+        elif not self.fs.object_store:  # HDFS & co.: no parents made
+            self.fs.fs.create_dir(self.path, recursive=False)
+        # object stores: directories are implicit; check_fence ran just before
+
+    # -- fencing -------------------------------------------------------------------------
+
+    def sealed(self) -> bool:
+        return self.fs.exists(f"{self.path}/{SEAL}") or self.fs.exists(f"{self.path}/{COMPLETE}")
+
+    def fenced(self) -> str | None:
+        """Why this attempt may not FINish or write any more, or None. The seal is read
+        before the driver's marker: if the marker is still there afterwards, the batch's
+        deletion had not begun when the seal was read (the driver deletes the marker
+        first), so "not sealed" was the partition's true state."""
+        if self.sealed():
+            return (f"{self.path} was completed (or is being completed) by another attempt "
+                    "of the same task")
+        if self.fence is not None and not self.fs.exists(self.fence):
+            return (f"the driver's marker {self.fence} is gone: the batch was committed and "
+                    "its spool deleted while this attempt still ran")
+        return None
+
+    def check_fence(self) -> None:
+        reason = self.fenced()
+        if reason is not None:
+            raise SpoolFenced(reason)
 
     def completion(self) -> Completion | None:
         """The decided result, or None (also for a marker torn by a crash: it is removed)."""
@@ -487,6 +563,8 @@ class PartitionSpool:
         missing or short file only sends them to the chunk itself."""
         import numpy as np
 
+        if self.fence is not None and not self.fs.exists(self.fence):
+            return  # committed meanwhile: nothing more under the batch (no FIN follows)
         data = np.concatenate((np.array([len(keys)], np.uint64), keys)).astype("<u8")
         self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
 
@@ -510,15 +588,40 @@ class PartitionSpool:
             yield from self.read_chunk(k)
 
     def write_chunk(self, k: int, batch: "pa.RecordBatch") -> None:
-        """Durably write chunk ``k``; SpoolConflict if another attempt wrote it first."""
+        """Durably write chunk ``k``; SpoolConflict if another attempt wrote it first,
+        SpoolFenced if the partition is fenced (then nothing is written)."""
         self._ensure_dir()
+        if self.fence is not None:
+            self.check_fence()
         if not self.fs.create_exclusive(self.chunk_path(k), _ipc_bytes(batch)):
             raise SpoolConflict(f"spool chunk {self.chunk_path(k)} was written by another "
                                 "attempt of the same task (speculative execution?)")
 
+    def seal(self) -> None:
+        """Before completing: from now on no attempt FINishes a new chunk here (each
+        checks :meth:`fenced` after its chunk is durable and before the FIN). Chunks
+        written before the seal are then all visible to :meth:`chunks_from`."""
+        self._ensure_dir()
+        self.check_marker()
+        self.fs.create_exclusive(f"{self.path}/{SEAL}", b"sealed")  # False: sealed before
+
+    def chunks_from(self, k: int) -> Iterator[tuple[int, list["pa.RecordBatch"]]]:
+        """After :meth:`seal`: the readable chunks ``k, k+1, ..`` (written by another
+        attempt, which may have FINished them before the seal), up to the first one
+        missing or torn (a torn one's writer saw the seal: it FINishes nothing)."""
+        present = self.chunk_numbers()
+        while k in present:
+            try:
+                batches = self.read_chunk(k)
+            except (OSError, ValueError):
+                return
+            yield k, batches
+            k += 1
+
     def complete(self, chunks: int, rows: int) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
+        self.check_marker()
         doc = json.dumps({"chunks": chunks, "rows": rows}).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
             return Completion(chunks, rows)

@@ -598,3 +598,111 @@ def test_an_old_query_without_the_marker_is_not_refused_and_gets_one(tmp_path):
     assert end["v"] == 2 and first._spool("oldquery").has_query_marker()
     old_end = {"query": "oldquery2", "batch": 1, "size": 10}
     assert len(driver(tmp_path).partitions({"query": "oldquery2", "batch": 0}, old_end)) == 2
+
+
+# -- fencing: an attempt that outlives its batch, or another attempt's seal --------------------
+
+
+def test_an_attempt_whose_batch_is_committed_meanwhile_never_fins_nor_recreates(tmp_path):
+    from nsq_spark.spark.spool import SpoolFenced
+
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q11")
+    spool.write_query_marker()
+    marker = spool.write_marker(4)
+    queue, log = make_messages(6), []
+
+    class CommittedMeanwhile(StandInReader):
+        def get_blocks(self, max_messages=1000, timeout=1.0):
+            got = super().get_blocks(max_messages, timeout)
+            if got:  # the driver commits batch 4 while this attempt holds messages
+                spool.delete_upto(4)
+            return got
+
+    with pytest.raises(SpoolFenced, match="committed"):
+        list(fetch_stream_partition(o, spool, 4, 0, None,
+                                    lambda _: CommittedMeanwhile(queue, log), marker=marker))
+    assert not [e for e in log if e[0] == "FIN"]
+    assert [e[0] for e in log] == ["REQ"]  # the rest: the real Reader's close requeues
+    assert not os.path.exists(spool.batch_dir(4))  # nothing recreated
+    # an attempt that starts after the commit fetches nothing, and says why
+    with pytest.raises(SpoolFenced, match="committed"):
+        list(fetch_stream_partition(o, spool, 4, 1, None,
+                                    lambda _: pytest.fail("must not fetch"), marker=marker))
+
+
+def test_an_attempt_whose_partition_another_sealed_never_fins(tmp_path):
+    from nsq_spark.spark.spool import SpoolFenced
+
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q12")
+    marker = spool.write_marker(2)
+    part = spool.partition(2, 0, marker)
+    queue, log = make_messages(3), []
+
+    class SealedMeanwhile(StandInReader):
+        def get_blocks(self, max_messages=1000, timeout=1.0):
+            got = super().get_blocks(max_messages, timeout)
+            if got and not part.sealed():  # the winning attempt completes (no chunks)
+                part.seal()
+                part.complete(0, 0)
+            return got
+
+    with pytest.raises(SpoolFenced, match="another attempt"):
+        list(fetch_stream_partition(o, spool, 2, 0, None,
+                                    lambda _: SealedMeanwhile(queue, log), marker=marker))
+    assert not [e for e in log if e[0] == "FIN"] and len(queue) == 3
+
+
+def test_the_completing_attempt_takes_in_chunks_another_wrote_before_the_seal(tmp_path):
+    """Two live attempts: B wrote (and FINished) a chunk after A's last one; A seals, so
+    B FINishes nothing more, and A's result holds B's chunk instead of dropping it."""
+    from nsq_spark.spark.schema import messages_to_batch
+
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q13")
+    part = spool.partition(6, 0)
+    queue, log = make_messages(2), []
+    other = messages_to_batch(make_messages(2, 50), "t", "c")
+
+    class Racing(StandInReader):
+        def get_blocks(self, max_messages=1000, timeout=1.0):
+            got = super().get_blocks(max_messages, timeout)
+            if not got and part.chunk_count() == 1 and not part.sealed():
+                part.write_chunk(1, other)  # B's chunk, FINished by B
+            return got
+
+    got = bodies(fetch_stream_partition(o, spool, 6, 0, None, lambda _: Racing(queue, log)))
+    assert got == [b"body-0", b"body-1", b"body-50", b"body-51"]
+    assert part.completion().chunks == 2 and part.completion().rows == 4
+    assert bodies(fetch_stream_partition(o, spool, 6, 0, None, None)) == got  # replay
+
+
+def test_a_sealed_partition_whose_sealer_died_is_completed_without_fetching(tmp_path):
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q14")
+    queue, log = make_messages(2), []
+    list(fetch_stream_partition(o, spool, 7, 0, None, lambda _: StandInReader(queue, log)))
+    part = spool.partition(7, 0)
+    os.unlink(f"{part.path}/_COMPLETE")  # the sealer died between its seal and _COMPLETE
+    got = bodies(fetch_stream_partition(o, spool, 7, 0, 10, lambda _: pytest.fail("fetch")))
+    assert got == [b"body-0", b"body-1"] and part.completion().rows == 2
+
+
+def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypatch):
+    from pyspark import TaskContext
+
+    from nsq_spark.spark.fetch import fetch_batch_partition
+
+    ctx = TaskContext()
+    ctx._localProperties = {"spark.speculation": "true"}
+    monkeypatch.setattr(TaskContext, "_taskContext", ctx)
+    o = read_opts(tmp_path)
+    for run in (lambda: fetch_stream_partition(o, Spool(str(tmp_path), "q15"), 1, 0, None,
+                                               lambda _: pytest.fail("must not connect")),
+                lambda: fetch_batch_partition(o, 10, lambda _: pytest.fail("must not connect"))):
+        with pytest.raises(NSQOptionError, match="spark.speculation=false"):
+            list(run())
+    ctx._localProperties = {"spark.speculation": "false"}
+    assert len(bodies(fetch_stream_partition(o, Spool(str(tmp_path), "q15"), 1, 0, None,
+                                             lambda _: StandInReader(make_messages(1), [])))) == 1
