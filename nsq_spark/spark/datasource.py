@@ -18,8 +18,8 @@ before the field existed has no ``parts``: the batch then gets ``numPartitions``
 or more if its spool holds more partitions.
 
 ``v`` 2: the query's spool directory has its query marker (:meth:`.Spool.write_query_marker`,
-written by ``initialOffset``, or by the first trigger of an older query) for the query's
-life. When a batch from the checkpoint is run again and the marker is gone, the spool was
+written when the first batch is planned, or at the first trigger of an older query) for
+the query's life. When a batch from the checkpoint is run again and the marker is gone, the spool was
 deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
 went with it, and the query fails with a :class:`~.spool.SpoolError` naming the spool and
 the batch instead of running on with the loss. A batch planned but never started has no
@@ -193,9 +193,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         query = uuid.uuid4().hex
-        spool = self._spool(query)
-        spool.check_writable()
-        spool.write_query_marker()
+        # the query marker waits for the first latestOffset: Spark may call this on a
+        # restart too and throw the token away, which must leave nothing behind
+        self._spool(query).check_writable()
         return {"query": query, "batch": 0, "size": 0, "v": OFFSET_VERSION}
 
     def getDefaultReadLimit(self) -> Any:
@@ -266,11 +266,13 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def _marked(self, start: dict) -> int:
-        """The offset version for the next batch: an older query (its offsets have no
-        ``v``) gets its query marker now, so that from here on a deleted spool is seen."""
+        """The offset version for the next batch. The query marker is written before the
+        first batch is planned (so every batch in the offsets log had it), and for an
+        older query (offsets without ``v``) at its first trigger here, so that from then
+        on a deleted spool is seen."""
         from nsq_spark.validate import redact_url
 
-        if int(start.get("v", 0)) >= OFFSET_VERSION:
+        if int(start.get("v", 0)) >= OFFSET_VERSION and int(start["batch"]) > 0:
             return OFFSET_VERSION
         try:
             self._spool(start["query"]).write_query_marker()
@@ -300,7 +302,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         query = end["query"]
         spool = self._spool(query)
         if int(end.get("v", 0)) >= OFFSET_VERSION:
-            self._check_spool_kept(spool, batch)
+            self._check_spool_kept(spool, end)
         marker = spool.write_marker(batch)
         shares = split_shares(int(end.get("size", 0)), self._parts(spool, end))
         return [NSQPartition(query, batch, i, s, marker) for i, s in enumerate(shares)]
@@ -312,17 +314,20 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # an offset from before "parts": at least the partitions its spool holds
         return max(self.opts.num_partitions, spool.partition_count(int(end["batch"])))
 
-    def _check_spool_kept(self, spool: Any, batch: int) -> None:
+    def _check_spool_kept(self, spool: Any, end: dict) -> None:
         """The query marker must be there; if not, the spool was deleted. A batch planned
         by this driver owes nothing yet (its tasks have not run): the marker is written
         again, with a warning. A batch from the checkpoint may have FINished its messages
         into the deleted spool: SpoolError, rather than a silent loss."""
+        import json
+
         from nsq_spark.validate import redact_url
 
         from .spool import SpoolError
 
         if spool.has_query_marker():
             return
+        batch = int(end["batch"])
         where = redact_url(self.spool_path)
         if batch in self._planned:
             log.warning("the spool of this query under %s was deleted while it ran; the "
@@ -332,9 +337,11 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         raise SpoolError(
             f"the spool of this query ({where}/{spool.query}) was deleted while the query "
-            f"was stopped: the checkpoint still owes micro-batch {batch}, whose messages "
-            "the fetch tasks had written there and FINished on nsqd, so they cannot be "
-            "read again. Restore the spool directory if you have a copy; otherwise start "
+            f"was stopped: the checkpoint still owes micro-batch {batch} of this source "
+            f"(offset {json.dumps(end, sort_keys=True)} in the checkpoint's offsets log), "
+            "whose messages the fetch tasks had written there and FINished on nsqd, so "
+            "they cannot be read again. Restore the spool directory if you have a copy; "
+            "otherwise start "
             "the query on a new checkpointLocation and accept that batch's loss (nsqd "
             "does not have them any more). Never delete spoolPath while a query that uses "
             "it is stopped with a checkpoint")

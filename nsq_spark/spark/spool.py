@@ -47,7 +47,7 @@ attempt finds the same directory:
    asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
    the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
    not outlive the next trigger. The query's directory stays, with its marker
-   ``_QUERY`` (written by ``initialOffset``) for the query's life: a restart that finds
+   ``_QUERY`` (written before the first batch is planned) for the query's life: a restart that finds
    it gone knows the spool was deleted, and fails naming the batch the checkpoint still
    owes (:class:`SpoolError`) instead of planning over the loss; a batch planned but
    never started (no batch directory) is told apart by the marker still being there. A
@@ -335,7 +335,8 @@ class Spool:
     # -- the query marker ------------------------------------------------------------------
 
     def write_query_marker(self) -> None:
-        """Driver, at ``initialOffset``: ``<query>/_QUERY``, kept for the query's life (the
+        """Driver, before it plans the query's first batch: ``<query>/_QUERY``, kept for
+        the query's life (the
         query's directory is never removed while it is there). Its absence later means
         the spool was deleted, which a batch planned but never started (no batch
         directory yet) cannot be mistaken for."""
