@@ -6,13 +6,14 @@ written instead of fetching anew.
 
 Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
 
+    <spoolPath>/<query token>/_QUERY                           (the query marker)
+    <spoolPath>/<query token>/batch-<000000000042>/_DRIVER     (the batch's marker)
     <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
                                                                c000000.keys (ids, .seen)
                                                                c000001.arrow ...
+                                                               _SEAL
                                                                _COMPLETE      (JSON)
     <spoolPath>/<query token>/_seen/...                        (the redelivery index)
-    <spoolPath>/<query token>/_QUERY                           (the query marker)
-    <spoolPath>/<query token>/batch-<000000000042>/_DRIVER     (the batch's marker)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
 query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
@@ -27,50 +28,100 @@ attempt finds the same directory:
    partition's share, then fetch the rest, continuing the numbering. A chunk torn by a
    crash while it was written, and any chunk after a gap, was never FINished (FIN waits
    for durability, in chunk order): it is deleted and its messages come again from nsqd.
+   If the partition is *sealed* (``_SEAL``, step 5) but not complete, the sealing
+   attempt died before ``_COMPLETE``: the chunks replayed are the result, and the task
+   goes to step 5 without fetching.
 3. Fetching goes chunk by chunk; a chunk holds at most ``spoolChunkSize`` messages
    (default half of ``maxInFlight``: nsqd sends nothing more once ``maxInFlight`` are
    un-FINished) and is cut after at most ``FLUSH_INTERVAL`` seconds, far inside nsqd's
    ``msg_timeout`` (60 s by default), so no spooled message outlives its timeout before
    its FIN. Each chunk is an Arrow IPC file created *only if absent* (O_EXCL on a
    local disk), written, fsynced, and its directory fsynced.
-   Only after the chunk is durable are its messages FINished; then its rows are handed
-   to Spark. (The writing happens in a writer thread while the next chunk's messages
-   arrive; chunks are FINished in order, each as soon as it is durable, and handed over
-   in order, several settled chunks as one record batch.)
-4. If the chunk's name is taken (another attempt of the same partition is running, which
-   Spark does only with speculative execution), the task REQueues its own un-FINished
-   messages and fails; Spark's retry then takes step 1 or 2.
+   Only after the chunk is durable, and the *fence* holds (below), are its messages
+   FINished; then its rows are handed to Spark. (The writing happens in a writer thread
+   while the next chunk's messages arrive; chunks are FINished in order, each as soon as
+   it is durable, and handed over in order, several settled chunks as one record batch.)
+4. If the chunk's name is taken (another attempt of the same partition is running), the
+   task REQueues its own un-FINished messages and fails; Spark's retry then takes step 1
+   or 2.
 5. When the share is reached, or no message came for ``idleTimeout``, or
-   ``maxFetchPeriod`` has passed, the task writes ``_COMPLETE`` (same no-replace rule;
-   if another attempt wrote one first, the task follows that one).
-6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``. Spark
-   asks ``latestOffset(start)`` only once the batch ending at ``start`` is committed by
-   the sink, so the driver deletes up to ``start`` there too: the last batch's spool does
-   not outlive the next trigger. The query's directory stays, with its marker
-   ``_QUERY`` (written before the first batch is planned) for the query's life: a restart that finds
-   it gone knows the spool was deleted, and fails naming the batch the checkpoint still
-   owes (:class:`SpoolError`) instead of planning over the loss; a batch planned but
-   never started (no batch directory) is told apart by the marker still being there. A
-   batch Spark did not commit keeps its spool, so that a restart from the checkpoint
-   replays it, with the partition count it was planned with (the offset's ``parts``). The redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the
-   batches for its window; the driver prunes it at each commit.
+   ``maxFetchPeriod`` has passed, the task *seals* the partition (``_SEAL``, created if
+   absent): from then on no attempt FINishes a new chunk of it. It then takes in any
+   chunk after its own that another attempt wrote before the seal (rows it hands to
+   Spark too: that attempt may have FINished them), writes the redelivery index, and
+   writes ``_COMPLETE`` (same no-replace rule; if another attempt wrote one first, the
+   task follows that one).
+6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``, each
+   batch's ``_DRIVER`` marker first. Spark asks ``latestOffset(start)`` only once the
+   batch ending at ``start`` is committed by the sink, so the driver deletes up to
+   ``start`` there too: the last batch's spool does not outlive the next trigger. A batch
+   Spark did not commit keeps its spool, so that a restart from the checkpoint replays
+   it, with the partition count it was planned with (the offset's ``parts``). The
+   redelivery index (``<query>/_seen``, :mod:`.seen`) outlives the batches for its
+   window; the driver prunes it at each commit.
+7. The query's directory stays, with its marker ``_QUERY`` (written before the first
+   batch is planned), for the query's life: a restart that finds it gone knows the spool
+   was deleted while the query was stopped, and fails naming the batch the checkpoint
+   still owes (:class:`SpoolError`) instead of running on over the loss. A batch planned
+   but never started (a crash between Spark's offsets log and ``partitions``) has no
+   batch directory, and is told apart by the query marker still being there.
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
 ``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
 failing with :class:`SpoolError` ("the spool must be shared storage reachable from every
 executor") if not -- a per-node local disk would otherwise lose the spool of a node that
-dies and make replays fetch anew.
+dies and make replays fetch anew. (A task that sees ``_QUERY`` but not ``_DRIVER`` is an
+attempt that outlived its batch: :class:`SpoolFenced`.)
 
-What this guarantees: nothing is FINished before it is durable, and a batch that Spark
-runs again reads the same rows once its partitions are complete. A crash after a chunk is
-durable but before its FIN reaches nsqd makes nsqd redeliver those messages (same ``id``)
-later; the fetch tasks drop them against the ids spooled before (:mod:`.seen`, within
-``redeliveryWindow``).
+The fence. An attempt can outlive its batch (a losing speculative copy; any attempt
+Spark stopped waiting for): the batch committed, its spool deleted, the attempt still
+fetching. If it FINished what it fetched, those messages would be gone from nsqd and
+from every result. So a fetch task under Spark (it has the ``_DRIVER`` marker's name)
+checks, after each chunk is durable and before its FIN, and before each file it writes:
+
+* the partition is not sealed (``_SEAL`` or ``_COMPLETE``), read first;
+* the batch's ``_DRIVER`` marker is there, read second.
+
+If either fails it FINishes nothing more, requeues what it holds (or nsqd redelivers it
+after ``msg_timeout``) and fails with :class:`SpoolFenced`. It creates no directory but
+its partition's own, inside the batch directory the driver made (``mkdir`` without
+parents; on object stores, where directories are implicit, it writes no file once the
+marker is gone), so it never brings a deleted batch back.
+
+Why the fence cannot lose a message, and what is left of the race:
+
+* Against the commit: the driver removes ``_DRIVER`` before anything else of the batch,
+  and the attempt reads ``_DRIVER`` last, after its chunk is durable and after the seal.
+  If it still sees the marker, the deletion had not begun when it read the seal; a
+  committed batch has every partition complete, hence sealed. So an attempt that FINishes
+  after the commit has seen "not sealed" before the partition was sealed, and then the
+  sealing attempt, which lists the chunks after creating ``_SEAL``, sees that chunk and
+  puts its rows in the result (step 5). The one window left: between the attempt's last
+  check and its FIN the driver may commit and delete; the messages FINished then are in
+  the committed result (by the same argument), so nothing is lost.
+* Against another live attempt of the partition: each writes a chunk, then reads the
+  seal; the completer creates the seal, then lists the chunks. Of two such
+  write-then-read pairs at least one sees the other's write, so a chunk FINished after
+  the seal is impossible and a chunk FINished before it is taken in.
+* What is not fenced: an attempt that resumes a partition deletes a chunk it finds torn
+  (step 2), on the assumption that its writer is dead. If that writer is alive (two
+  live attempts of one partition) and finishes the write after the deletion, it could
+  FINish a chunk that no longer exists. Spark runs two attempts of a task at once only
+  with speculative execution, which the source refuses (:mod:`.fetch`), or when it gave
+  up on an executor that still runs (a network partition); the window is one chunk
+  write. Likewise the redelivery index of an attempt that loses the ``_COMPLETE`` race
+  may name ids another attempt took in (step 5) -- the same two-live-attempts case.
+
+What this guarantees: nothing is FINished before it is durable and part of the batch's
+result, and a batch that Spark runs again reads the same rows once its partitions are
+complete. A crash after a chunk is durable but before its FIN reaches nsqd makes nsqd
+redeliver those messages (same ``id``) later; the fetch tasks drop them against the ids
+spooled before (:mod:`.seen`, within ``redeliveryWindow``).
 
 Durability: on a local filesystem the data and the directories are fsynced.
 On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
-absent" is a check-then-write; on HDFS rename does not replace. Keep Spark's speculative
-execution off (its default) unless the spool is on a local or HDFS filesystem.
+absent" is a check-then-write; on HDFS rename does not replace. Spark's speculative
+execution is refused (:func:`nsq_spark.spark.fetch.check_speculation_off`).
 """
 
 from __future__ import annotations
