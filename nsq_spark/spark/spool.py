@@ -525,7 +525,15 @@ class PartitionSpool:
                                   "and deleted by the driver)") from None
             _fsync_dir(os.path.dirname(self.path))
         elif not self.fs.object_store:  # HDFS & co.: no parents made
-            self.fs.fs.create_dir(self.path, recursive=False)
+            try:
+                self.fs.fs.create_dir(self.path, recursive=False)
+            except OSError:
+                if self.fs.exists(self.path):
+                    return
+                if not self.fs.exists(os.path.dirname(self.path)):
+                    raise SpoolFenced(f"{self.path}: the batch directory is gone (committed "
+                                      "and deleted by the driver)") from None
+                raise
         # object stores: directories are implicit; check_fence ran just before
 
     # -- fencing -------------------------------------------------------------------------
