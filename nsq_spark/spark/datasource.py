@@ -19,8 +19,8 @@ or more if its spool holds more partitions.
 
 ``v`` 2: the query's spool directory has its query marker (:meth:`.Spool.write_query_marker`,
 written when the first batch is planned, or at the first trigger of an older query) for
-the query's life. When a batch from the checkpoint is run again and the marker is gone, the spool was
-deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
+the query's life. When a batch from the checkpoint is run again and the marker is gone,
+the spool was deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
 went with it, and the query fails with a :class:`~.spool.SpoolError` naming the spool and
 the batch instead of running on with the loss. A batch planned but never started has no
 batch directory, and is no false alarm: the query marker tells the two apart.
@@ -276,10 +276,10 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return OFFSET_VERSION
         try:
             self._spool(start["query"]).write_query_marker()
-        except Exception as exc:  # checked again at the next trigger
+        except Exception as exc:  # tried again at the next trigger
             log.warning("could not write the query marker under %s: %s",
                         redact_url(self.spool_path), exc)
-            return int(start.get("v", 0))
+            return 0  # no marker promised: a restart does not look for one
         return OFFSET_VERSION
 
     def reportLatestOffset(self) -> dict | None:
@@ -341,10 +341,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"(offset {json.dumps(end, sort_keys=True)} in the checkpoint's offsets log), "
             "whose messages the fetch tasks had written there and FINished on nsqd, so "
             "they cannot be read again. Restore the spool directory if you have a copy; "
-            "otherwise start "
-            "the query on a new checkpointLocation and accept that batch's loss (nsqd "
-            "does not have them any more). Never delete spoolPath while a query that uses "
-            "it is stopped with a checkpoint")
+            "otherwise start the query on a new checkpointLocation and accept that "
+            "batch's loss (nsqd does not have them any more). Never delete spoolPath "
+            "while a query that uses it is stopped with a checkpoint")
 
     def commit(self, end: dict) -> None:
         spool = self._spool(end["query"])

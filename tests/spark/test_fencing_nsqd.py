@@ -35,7 +35,7 @@ def test_an_attempt_that_outlives_its_batch_fins_nothing(nsq_cluster, tmp_path):
         "nsqdTcpAddresses": nsq_cluster.nsqd_tcp_addresses[0], "spoolPath": str(tmp_path),
         "idleTimeout": "1", "maxFetchPeriod": "20"}, streaming=True)
     spool = Spool(str(tmp_path), "q")
-    spool.write_query_marker()  # initialOffset
+    spool.write_query_marker()  # the driver, before it plans the first batch
     marker = spool.write_marker(3)  # partitions() of batch 3
     fins, held = [], []
 
