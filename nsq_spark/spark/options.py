@@ -70,7 +70,9 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
-``tlsKeyFile``, ``tlsInsecure`` (bool: skip certificate verification), ``authSecret``,
+``tlsKeyFile`` (the three files are checked at query start: readable on the driver, at
+the path the executors use too), ``tlsInsecure`` (bool: skip certificate verification),
+``authSecret``,
 ``snappy`` (bool), ``deflate`` (bool), ``deflateLevel`` (1-9), ``msgTimeout`` (ms),
 ``heartbeatInterval`` (ms), ``userAgent``; any other ``ConnectionConfig`` keyword can be
 given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``), in
@@ -273,8 +275,10 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         tls: dict[str, Any] = {}
         for opt, key in (("tlsCaFile", "ca_certs"), ("tlsCertFile", "certfile"),
                          ("tlsKeyFile", "keyfile")):
-            if opts.get(opt):
-                tls[key] = opts.get(opt)
+            path = opts.get(opt)
+            if path:
+                check_file(opt, path)
+                tls[key] = path
         if opts.bool("tlsInsecure"):
             import ssl
 
@@ -317,6 +321,26 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         raise NSQOptionError(f"connection options: {exc} (options tlsV1, tlsCaFile, ..., "
                              "or nsq.<name>)") from exc
     return conn
+
+
+def check_file(option: str, path: str) -> None:
+    """A file option must name a readable file here (the driver, at query start): the
+    executors would otherwise fail their connects one by one, and the driver would only
+    hear that they could not subscribe."""
+    import os
+    import socket
+
+    if not os.path.exists(path):
+        problem = "does not exist"
+    elif not os.path.isfile(path):
+        problem = "is not a file"
+    elif not os.access(path, os.R_OK):
+        problem = "is not readable by this process"
+    else:
+        return
+    raise NSQOptionError(f"option '{option}': {path!r} {problem} on the driver (host "
+                         f"{socket.gethostname()}); give the path of a PEM file readable "
+                         "at that path on the driver and on every executor")
 
 
 def _coerce(value: str) -> Any:

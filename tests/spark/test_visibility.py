@@ -128,3 +128,120 @@ def test_a_pause_holds_back_what_nsqd_will_not_send(topic_paused, channel_paused
 
     st = NsqdStats(ChannelStats(topic_depth=3, depth=7), topic_paused, channel_paused)
     assert (st.fetchable, st.paused) == (fetchable, paused)
+
+
+# -- the causes of a failed fetch reach the task's error -----------------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("option", ["tlsCaFile", "tlsCertFile", "tlsKeyFile"])
+def test_file_options_are_checked_at_query_start(option, tmp_path):
+    from nsq_spark.spark.options import (NSQOptionError, parse_read_options,
+                                         parse_write_options)
+
+    missing = str(tmp_path / "nope.pem")
+    base = {"nsqdTcpAddresses": "127.0.0.1:4150", "tlsV1": "true", option: missing}
+    with pytest.raises(NSQOptionError, match=f"option '{option}': '{missing}' does not exist"):
+        parse_read_options({"topic": "t", "channel": "c", **base}, streaming=False)
+    with pytest.raises(NSQOptionError, match=f"option '{option}'.*is not a file"):
+        parse_write_options({**base, option: str(tmp_path)})
+
+
+SECRET = "vis-secret-6b2e"
+GRANTS = {SECRET: {"ttl": 60, "identity": "vis", "authorizations": [
+    {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]}}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    from conn_tls_helpers import make_certs
+
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def secured_nsqd(certs):
+    from conn_tls_helpers import auth_server
+
+    with auth_server(GRANTS) as auth, \
+            NSQCluster(nsqd=1, lookupd=0, tls_cert=str(certs.server_cert),
+                       tls_key=str(certs.server_key), tls_required="tcp-https",
+                       auth_http_address=auth.address) as cluster:
+        yield cluster
+
+
+def read_opts(address: str, streaming: bool = False, **extra: str):
+    from nsq_spark.spark.options import parse_read_options
+
+    return parse_read_options({"topic": "vis_sec", "channel": "c", "nsqdTcpAddresses": address,
+                               "idleTimeout": "0.3", **extra}, streaming=streaming)
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(60)
+def test_a_refused_auth_is_the_batch_fetchs_error(secured_nsqd, certs):
+    from nsq_spark.errors import SubscribeRefusedError
+    from nsq_spark.spark.fetch import fetch_batch_partition
+
+    addr = secured_nsqd.nsqd_tcp_addresses[0]
+    wrong = "wrong-secret-91c4"
+    opts = read_opts(addr, tlsV1="true", tlsCaFile=str(certs.ca), authSecret=wrong)
+    with pytest.raises(SubscribeRefusedError) as err:
+        list(fetch_batch_partition(opts, 10))
+    text = str(err.value)
+    assert f"nsqd {addr}: AuthFailedError: E_AUTH_FAILED" in text, text
+    assert "authSecret" in text and wrong not in text and SECRET not in text
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(60)
+def test_a_tls_verification_failure_is_the_stream_fetchs_error(secured_nsqd, tmp_path):
+    """No tlsCaFile: the system's CAs do not know the test CA. A streaming task the
+    driver planned (a share) fails with the cause instead of ending empty."""
+    from nsq_spark.errors import SubscribeRefusedError
+    from nsq_spark.spark.fetch import fetch_stream_partition
+    from nsq_spark.spark.spool import Spool
+
+    addr = secured_nsqd.nsqd_tcp_addresses[0]
+    opts = read_opts(addr, streaming=True, tlsV1="true", authSecret=SECRET,
+                     spoolPath=str(tmp_path))
+    with pytest.raises(SubscribeRefusedError) as err:
+        list(fetch_stream_partition(opts, Spool(str(tmp_path), "q"), 1, 0, 10))
+    text = str(err.value)
+    assert "batch 1 part 0 could not subscribe to vis_sec/c" in text
+    assert f"nsqd {addr}: TLSError" in text and "CERTIFICATE_VERIFY_FAILED" in text, text
+    assert SECRET not in text
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(60)
+def test_a_refused_connection_is_the_batch_fetchs_error():
+    from nsq_spark.errors import ConnectError, SubscribeRefusedError
+    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.testing import free_port
+
+    addr = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ConnectError) as err:
+        list(fetch_batch_partition(read_opts(addr), 10))
+    assert not isinstance(err.value, SubscribeRefusedError)
+    assert f"nsqd {addr}: " in str(err.value) and "refused" in str(err.value).lower()
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(60)
+def test_an_unreachable_dedup_store_is_a_typed_error_naming_the_option(nsq_cluster):
+    pytest.importorskip("redis")
+    from nsq_spark.errors import DedupStoreError
+    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.testing import free_port
+
+    node = nsq_cluster.nsqds[0]
+    http_mpub(node.http_address, "vis_dedup", [b"x%d" % i for i in range(5)])
+    spec = f"redis://:pw-7e1d@127.0.0.1:{free_port()}/0?ttl=60"  # nothing listens there
+    opts = read_opts(node.tcp_address, dedup=spec)
+    opts = opts.__class__(**{**opts.__dict__, "topic": "vis_dedup"})
+    with pytest.raises(DedupStoreError) as err:
+        list(fetch_batch_partition(opts, 5))
+    text = str(err.value)
+    assert "option 'dedup'" in text and "remove the option 'dedup'" in text, text
+    assert "pw-7e1d" not in text and "127.0.0.1" in text
