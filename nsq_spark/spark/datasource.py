@@ -60,6 +60,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     DataSourceStreamArrowWriter, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
 
+from .logs import configure as configure_logging
+from .logs import task_rows
 from .options import parse_read_options, parse_write_options
 from .schema import SCHEMA_DDL
 
@@ -141,6 +143,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from .spool import normalize_spool_path
 
         self.opts = parse_read_options(options, streaming=True)
+        configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
         assert self.opts.spool_path is not None
         if self.opts.dedup:
             from .fetch import check_dedup_spec
@@ -324,9 +327,12 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from .fetch import fetch_stream_partition
 
         assert isinstance(partition, NSQPartition)
-        return fetch_stream_partition(self.opts, self._spool(partition.query),
-                                      partition.batch, partition.index, partition.share,
-                                      marker=getattr(partition, "marker", None))
+        return task_rows(f"{self.opts.topic}/{self.opts.channel} batch {partition.batch} "
+                         f"part {partition.index}", self.opts.log_level,
+                         fetch_stream_partition(self.opts, self._spool(partition.query),
+                                                partition.batch, partition.index,
+                                                partition.share,
+                                                marker=getattr(partition, "marker", None)))
 
 
 class NSQBatchReader(DataSourceReader):
@@ -337,6 +343,7 @@ class NSQBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = parse_read_options(options, streaming=False)
+        configure_logging(self.opts.log_level)
         if self.opts.dedup:
             from .fetch import check_dedup_spec
 
@@ -352,7 +359,8 @@ class NSQBatchReader(DataSourceReader):
         from .fetch import fetch_batch_partition
 
         assert isinstance(partition, NSQPartition) and partition.share
-        return fetch_batch_partition(self.opts, partition.share)
+        return task_rows(f"{self.opts.topic}/{self.opts.channel} read part {partition.index}",
+                         self.opts.log_level, fetch_batch_partition(self.opts, partition.share))
 
 
 class _PublishCommitMessage(WriterCommitMessage):
@@ -365,7 +373,9 @@ class _PublishCommitMessage(WriterCommitMessage):
 def _publish(options: Any, iterator: Iterator[Any]) -> _PublishCommitMessage:
     from .sink import publish_batches
 
-    c = publish_batches(parse_write_options(options), iterator)
+    opts = parse_write_options(options)
+    configure_logging(opts.log_level)
+    c = publish_batches(opts, iterator)
     return _PublishCommitMessage(c.messages, c.deferred, c.mpubs)
 
 
@@ -374,7 +384,8 @@ class NSQWriter(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        parse_write_options(self.options)  # fail at job start on bad options
+        # fail at job start on bad options
+        configure_logging(parse_write_options(self.options).log_level)
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
@@ -389,7 +400,7 @@ class NSQStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        parse_write_options(self.options)
+        configure_logging(parse_write_options(self.options).log_level)
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)

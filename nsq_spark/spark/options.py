@@ -67,6 +67,12 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            Kept under ``<spoolPath>/<query>/_seen``, 8 bytes per id.
 ``redeliveryWindowMaxIds`` cap on the ids remembered (default 5000000, 40 MB in each fetch
                            task's memory): beyond it the oldest batches are forgotten first.
+``logLevel``               the connector's log level in Spark's Python workers (executors'
+                           stderr, and the driver's in local mode): ``DEBUG``, ``INFO``,
+                           ``WARN`` (default) or ``ERROR``; also for writing. Without it, the
+                           workers' ``NSQ_SPARK_LOG_LEVEL`` environment variable. INFO shows
+                           each fetch task's rows and timings, redeliveries dropped (with
+                           the first ids) and the backlog per trigger (:mod:`.logs`).
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -88,7 +94,8 @@ Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic
 ``lookupdHttpAddresses``, ``batchSize`` (messages per MPUB, default 1000),
 ``maxBatchBytes`` (bytes per MPUB, default 4 MiB, under nsqd's 5 MiB ``--max-body-size``),
 ``retries`` (attempts per MPUB, default 5), ``publishTimeout`` (seconds to wait for
-nsqd's acknowledgements of one Arrow batch, default 60), plus the connection options.
+nsqd's acknowledgements of one Arrow batch, default 60), ``logLevel``, plus the connection
+options.
 """
 
 from __future__ import annotations
@@ -131,9 +138,9 @@ READ_OPTIONS = ("topic", "channel", "nsqdTcpAddresses", "lookupdHttpAddresses",
                 "nsqdHttpAddresses", "maxInFlight", "numPartitions", "maxMessagesPerTrigger",
                 "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
                 "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
-                "redeliveryWindowMaxIds") + CONNECTION_OPTIONS
+                "redeliveryWindowMaxIds", "logLevel") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
-                 "maxBatchBytes", "retries", "publishTimeout") + CONNECTION_OPTIONS
+                 "maxBatchBytes", "retries", "publishTimeout", "logLevel") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
 # ``.save(path)``, refused with its own message when reading) and ``checkpointLocation``
 # (a writeStream's ``.option("checkpointLocation", ...)`` reaches the sink's options too).
@@ -379,6 +386,7 @@ class ReadOptions:
     # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
     redelivery_window: float = DEFAULT_WINDOW
     redelivery_window_max_ids: int = DEFAULT_MAX_IDS
+    log_level: str | None = None  # the connector's log level in Spark's workers (.logs)
 
     __repr__ = _redacted_repr
 
@@ -482,7 +490,23 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         redelivery_window=_redelivery_window(opts),
         redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
         or DEFAULT_MAX_IDS,
+        log_level=_log_level(opts),
     )
+
+
+def _log_level(opts: _Opts) -> str | None:
+    """``logLevel``: Python's name of the level, or None (the worker's environment
+    variable, else WARN: see :mod:`.logs`)."""
+    from .logs import LEVELS, parse_level
+
+    raw = opts.get("logLevel")
+    if raw is None:
+        return None
+    level = parse_level(raw)
+    if level is None:
+        raise NSQOptionError(f"option 'logLevel' must be one of {', '.join(LEVELS)}, "
+                             f"not {raw!r}")
+    return level
 
 
 def _redelivery_window(opts: _Opts) -> float:
@@ -510,6 +534,7 @@ class WriteOptions:
     retries: int
     publish_timeout: float
     connection: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
 
     __repr__ = _redacted_repr
 
@@ -530,4 +555,5 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         retries=opts.int("retries", 5) or 5,
         publish_timeout=opts.seconds("publishTimeout", 60.0),
         connection=_connection_options(opts),
+        log_level=_log_level(opts),
     )

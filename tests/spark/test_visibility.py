@@ -245,3 +245,62 @@ def test_an_unreachable_dedup_store_is_a_typed_error_naming_the_option(nsq_clust
     text = str(err.value)
     assert "option 'dedup'" in text and "remove the option 'dedup'" in text, text
     assert "pw-7e1d" not in text and "127.0.0.1" in text
+
+
+# -- the connector's own log lines -----------------------------------------------------------
+
+
+LOG_SCRIPT = """
+import logging, sys
+from nsq_spark.spark import logs
+if sys.argv[1] == "root":
+    logging.basicConfig(format="ROOT %(message)s")  # the user owns root: lines go there
+logs.configure("INFO")
+logs.configure("info")  # again (every task calls it): still one handler
+log = logging.getLogger("nsq_spark.spark.fetch")
+with logs.task("t/c batch 3 part 1"):
+    log.info("hello")
+log.info("outside")
+log.debug("hidden")
+logs.configure(None)  # no option: $NSQ_SPARK_LOG_LEVEL, else WARN
+log.info("not shown")
+log.warning("shown")
+print(len(logging.getLogger("nsq_spark").handlers), len(logging.getLogger().handlers))
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("root", ["none", "root"])
+def test_log_lines_reach_stderr_once_at_the_chosen_level(root):
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "NSQ_SPARK_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
+                                         env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", LOG_SCRIPT, root], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    if root == "none":
+        assert proc.stdout.split() == ["1", "0"]  # our handler; root left alone
+        hello = [ln for ln in lines if ln.endswith(" hello")]
+        assert len(hello) == 1 and " INFO nsq_spark.spark.fetch [t/c batch 3 part 1] " in \
+            hello[0], lines
+        assert any(ln.endswith("INFO nsq_spark.spark.fetch [-] outside") for ln in lines)
+    else:
+        assert proc.stdout.split() == ["0", "1"]
+        assert lines.count("ROOT hello") == 1 and "ROOT outside" in lines
+    assert sum("shown" in ln and "not shown" not in ln for ln in lines) == 1
+    assert not any("hidden" in ln or "not shown" in ln for ln in lines), lines
+
+
+@pytest.mark.unit
+def test_log_level_option_is_checked():
+    from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
+
+    base = {"topic": "t", "channel": "c", "nsqdTcpAddresses": "127.0.0.1:4150"}
+    assert parse_read_options({**base, "LOGLEVEL": "warn"}, streaming=False).log_level == \
+        "WARNING"
+    assert parse_read_options(base, streaming=False).log_level is None
+    with pytest.raises(NSQOptionError, match="option 'logLevel' must be one of DEBUG, INFO"):
+        parse_write_options({"nsqdTcpAddresses": "127.0.0.1:4150", "logLevel": "loud"})
