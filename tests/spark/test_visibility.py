@@ -304,3 +304,94 @@ def test_log_level_option_is_checked():
     assert parse_read_options(base, streaming=False).log_level is None
     with pytest.raises(NSQOptionError, match="option 'logLevel' must be one of DEBUG, INFO"):
         parse_write_options({"nsqdTcpAddresses": "127.0.0.1:4150", "logLevel": "loud"})
+
+
+# -- one real Spark driver (a child process, so that its stderr can be read) ---------------
+
+
+SPARK_SCRIPT = """
+import json, sys
+sys.path.insert(0, {here!r})
+from sparkutil import build_session
+import nsq_spark.spark
+spark = build_session("nsq-visibility")
+nsq_spark.spark.register(spark)
+
+def read(topic, address, **extra):
+    r = (spark.read.format("nsq").option("topic", topic).option("channel", "c")
+         .option("nsqdTcpAddresses", address).option("idleTimeout", 0.5))
+    for k, v in extra.items():
+        r = r.option(k, v)
+    return r.load()
+
+print("ROWS_INFO", read("log_info", {tcp!r}, logLevel="INFO").count(), flush=True)
+print("ROWS_WARN", read("log_warn", {tcp!r}).count(), flush=True)
+df = (spark.readStream.format("nsq").option("topic", "log_stream").option("channel", "c")
+      .option("nsqdTcpAddresses", {tcp!r}).option("nsqdHttpAddresses", {http!r})
+      .option("idleTimeout", 0.5).option("logLevel", "info")
+      .option("spoolPath", {spool!r}).load())
+q = (df.writeStream.format("memory").queryName("vis").trigger(availableNow=True)
+     .option("checkpointLocation", {ckpt!r}).start())
+q.awaitTermination(120)
+print("ROWS_STREAM", spark.sql("select count(*) from vis").first()[0], flush=True)
+try:
+    read("log_auth", {secured!r}, tlsV1="true", tlsCaFile={ca!r},
+         authSecret="wrong-secret-0a9f").count()
+    print("ERROR none")
+except Exception as exc:
+    print("ERROR", json.dumps(str(exc)), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def spark_driver(secured_nsqd, certs, tmp_path_factory):
+    """Run the script above in a child driver; its (stdout, stderr)."""
+    with NSQCluster(nsqd=1, lookupd=0) as cluster:
+        yield _run_driver(cluster.nsqds[0], secured_nsqd, certs, tmp_path_factory)
+
+
+def _run_driver(node, secured_nsqd, certs, tmp_path_factory) -> tuple[str, str]:
+    import subprocess
+
+    from sparkutil import spark_env
+
+    for topic in ("log_info", "log_warn", "log_stream"):
+        http_mpub(node.http_address, topic, [b"%s-%d" % (topic.encode(), i) for i in range(20)])
+    d = tmp_path_factory.mktemp("vis")
+    script = SPARK_SCRIPT.format(here=HERE, tcp=node.tcp_address, http=node.http_address,
+                                 spool=str(d / "spool"), ckpt=str(d / "ckpt"),
+                                 secured=secured_nsqd.nsqd_tcp_addresses[0], ca=str(certs.ca))
+    root = os.path.dirname(os.path.dirname(HERE))
+    env = {k: v for k, v in os.environ.items() if k != "NSQ_SPARK_LOG_LEVEL"}
+    env.update(spark_env(), PYTHONPATH=os.pathsep.join([root, env.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=str(d))
+    return proc.stdout, proc.stderr
+
+
+@pytest.mark.nsqd
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_log_level_option_in_a_real_spark_query(spark_driver):
+    out, err = spark_driver
+    assert "ROWS_INFO 20" in out and "ROWS_WARN 20" in out and "ROWS_STREAM 20" in out, \
+        out + err[-3000:]
+    # executors (Python workers; in local mode their stderr is the driver's)
+    assert "INFO nsq_spark.reader.pool [log_info/c read part 0] " in err, err[-3000:]
+    assert "INFO nsq_spark.spark.fetch [log_stream/c batch 1 part 0] batch 1 part 0: " in err
+    # the streaming source's driver side (latestOffset)
+    assert "INFO nsq_spark.spark.datasource [-] nsq source log_stream/c: backlog" in err
+    # the default (WARN): no INFO line of the query without the option
+    assert not [ln for ln in err.splitlines() if " INFO nsq_spark" in ln and "log_warn" in ln]
+
+
+@pytest.mark.nsqd
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_fetch_tasks_cause_reaches_the_driver(spark_driver, secured_nsqd):
+    out, err = spark_driver
+    line = next((ln for ln in out.splitlines() if ln.startswith("ERROR ")), "")
+    addr = secured_nsqd.nsqd_tcp_addresses[0]
+    assert "SubscribeRefusedError" in line and f"nsqd {addr}: AuthFailedError: E_AUTH_FAILED" \
+        in line, out + err[-3000:]
+    assert "wrong-secret-0a9f" not in out + err
