@@ -16,6 +16,7 @@ logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -405,7 +406,11 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                     wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
                 if jobs:
                     wait = min(wait, WRITER_POLL)  # come back for the writers soon
-                got = reader.get_blocks(max_messages=want, timeout=wait)
+                if expecting and not jobs:  # fails at once if every nsqd refused
+                    got = _first_blocks(reader, want, wait, functools.partial(
+                        _refused, opts, f"batch {batch} part {index}"))
+                else:
+                    got = reader.get_blocks(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
                 if expecting and not got and wait >= idle_wait:
                     _check_subscribed(reader, opts, batch, index, wait)
@@ -565,6 +570,38 @@ def _not_subscribed(reader: Any) -> dict[str, dict[str, Any]] | None:
     return dict(st.get("connect_errors") or {})
 
 
+# Seconds between looks at the Reader's connections during a first wait.
+FIRST_WAIT_SLICE = 0.25
+
+
+def _first_blocks(reader: Any, want: int, wait: float,
+                  refused: Callable[[float, dict[str, dict[str, Any]]], None]) -> list:
+    """``reader.get_blocks`` for up to ``wait`` seconds, in slices: ``refused(seconds
+    waited, causes)`` (which raises) as soon as no connection is up or connecting and an nsqd refused for a
+    reason no retry fixes (AUTH, TLS): no reason to wait out the rest."""
+    started = time.monotonic()
+    deadline = started + wait
+    while True:
+        left = deadline - time.monotonic()
+        got = reader.get_blocks(max_messages=want, timeout=max(0.0, min(FIRST_WAIT_SLICE,
+                                                                         left)))
+        if got or left <= FIRST_WAIT_SLICE:
+            return list(got)
+        stats = getattr(reader, "stats", None)
+        if stats is None:  # a stand-in reader
+            continue
+        st = stats()
+        causes = st.get("connect_errors") or {}
+        if not st["connections"] and any(not c.get("transient", True)
+                                         for c in causes.values()):
+            refused(time.monotonic() - started, dict(causes))
+
+
+def _refused(opts: ReadOptions, what: str, waited: float,
+             causes: dict[str, dict[str, Any]]) -> None:
+    raise not_subscribed_error(opts, what, waited, causes)
+
+
 def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
                          causes: dict[str, dict[str, Any]]) -> Exception:
     """The error of a fetch that subscribed nowhere: each nsqd's cause in the message (the
@@ -575,7 +612,7 @@ def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
     where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses else
              f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
     head = (f"{what} could not subscribe to {opts.topic}/{opts.channel} on any nsqd of "
-            f"{where} within {wait:.0f} s from host {os.uname().nodename}")
+            f"{where} within {round(wait, 1):g} s from host {os.uname().nodename}")
     detail = "; ".join(f"nsqd {a}: {c.get('error')}" for a, c in sorted(causes.items()))
     if any(not c.get("transient", True) for c in causes.values()):
         return SubscribeRefusedError(
@@ -612,8 +649,12 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
             if first:
                 wait = max(wait, FIRST_WAIT)
             wait = min(wait, max(0.0, deadline - time.monotonic()))
-            got = reader.get_blocks(max_messages=min(opts.spool_chunk_size, remaining),
-                                    timeout=wait)
+            want = min(opts.spool_chunk_size, remaining)
+            if first:  # fails at once if every nsqd refused
+                got = _first_blocks(reader, want, wait,
+                                    functools.partial(_refused, opts, "the batch read"))
+            else:
+                got = reader.get_blocks(max_messages=want, timeout=wait)
             if first and not got:
                 causes = _not_subscribed(reader)
                 if causes is not None:

@@ -186,8 +186,11 @@ def test_a_refused_auth_is_the_batch_fetchs_error(secured_nsqd, certs):
     addr = secured_nsqd.nsqd_tcp_addresses[0]
     wrong = "wrong-secret-91c4"
     opts = read_opts(addr, tlsV1="true", tlsCaFile=str(certs.ca), authSecret=wrong)
+    t = time.monotonic()
     with pytest.raises(SubscribeRefusedError) as err:
         list(fetch_batch_partition(opts, 10))
+    # at the first refusal, not after the first wait (fetch.FIRST_WAIT, 5 s)
+    assert time.monotonic() - t < 3
     text = str(err.value)
     assert f"nsqd {addr}: AuthFailedError: E_AUTH_FAILED" in text, text
     assert "authSecret" in text and wrong not in text and SECRET not in text
