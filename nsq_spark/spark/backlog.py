@@ -372,9 +372,11 @@ class Nsqds:
         nsqd that does not answer."""
         if not self.can_measure:
             return None
-        targets, _ = self._targets()
+        targets, found = self._targets()
         now = time.time()
         listed = set(targets)
+        if found is not None and not found.answered:
+            listed |= set(self._known)  # no lookupd answered: it cannot say who left
         asked = sorted(listed | set(self._known))
         if not asked:
             self.last = Backlog(ChannelStats(), 0, 0, now, 0)
@@ -386,9 +388,9 @@ class Nsqds:
         for addr, got, err in _each(lambda a: nsqd_stats(a, self.topic, self.channel), asked):
             if got is not None:
                 self._known[addr] = None
-                if addr in listed:
+                if addr in targets:  # what the fetch tasks find (through lookupd)
                     answers.append((addr, got))
-                else:  # answers, but lookupd no longer lists it for the topic: it left
+                elif addr not in listed:  # answers, but lookupd no longer lists it: it left
                     del self._known[addr]
                 continue
             since = self._known.get(addr) or now
@@ -412,8 +414,8 @@ class Nsqds:
                         p.nsqd, p.depth, p.what.split("+")[-1])
         total = sum((st.stats for _, st in answers), ChannelStats())
         fetchable = sum(st.fetchable for _, st in answers)
-        self.last = Backlog(total, len(targets), sum(1 for a, _ in answers if a in listed),
-                            now, fetchable, paused, tuple(unreachable))
+        self.last = Backlog(total, len(targets), len(answers), now, fetchable, paused,
+                            tuple(unreachable))
         return fetchable
 
     def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
