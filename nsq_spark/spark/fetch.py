@@ -577,19 +577,19 @@ FIRST_WAIT_SLICE = 0.25
 def _first_blocks(reader: Any, want: int, wait: float,
                   refused: Callable[[float, dict[str, dict[str, Any]]], None]) -> list:
     """``reader.get_blocks`` for up to ``wait`` seconds, in slices: ``refused(seconds
-    waited, causes)`` (which raises) as soon as no connection is up or connecting and an nsqd refused for a
-    reason no retry fixes (AUTH, TLS): no reason to wait out the rest."""
+    waited, causes)`` (which raises) as soon as no connection is up or connecting and an
+    nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the rest."""
+    stats = getattr(reader, "stats", None)
+    if stats is None:  # a stand-in reader: nothing to look at
+        return list(reader.get_blocks(max_messages=want, timeout=wait))
     started = time.monotonic()
     deadline = started + wait
     while True:
         left = deadline - time.monotonic()
-        got = reader.get_blocks(max_messages=want, timeout=max(0.0, min(FIRST_WAIT_SLICE,
-                                                                         left)))
+        got = reader.get_blocks(max_messages=want,
+                                timeout=max(0.0, min(FIRST_WAIT_SLICE, left)))
         if got or left <= FIRST_WAIT_SLICE:
             return list(got)
-        stats = getattr(reader, "stats", None)
-        if stats is None:  # a stand-in reader
-            continue
         st = stats()
         causes = st.get("connect_errors") or {}
         if not st["connections"] and any(not c.get("transient", True)
