@@ -26,12 +26,14 @@ the channel's depth where the topic is paused. So a backlog that sits only on pa
 channels or topics plans no batch: no task waits for messages nsqd will not send (the
 driver knows it before any task starts; tasks that returned at once would still cost a
 Spark job per trigger). The progress lists them (``paused``) and each trigger logs a
-WARNING naming the topic, channel, nsqd and how many messages wait there.
+WARNING naming the topic, channel, nsqd and how many messages wait there (the same one
+at most every ``WARN_EVERY`` seconds: with the default trigger, Spark asks every few
+milliseconds while nothing comes).
 
 Unreachable: an nsqd that answered ``/stats`` before (or that lookupd lists, or that
 ``nsqdHttpAddresses`` names) and does not answer now is listed in the progress
-(``nsqdsUnreachable``, with what the attempt said) and logged (WARNING) at every trigger
-until it answers again; one that lookupd no longer lists is forgotten after
+(``nsqdsUnreachable``, with what the attempt said) and logged (WARNING, likewise) until
+it answers again; one that lookupd no longer lists is forgotten after
 ``FORGET_UNREACHABLE`` seconds (a decommissioned nsqd does not warn forever).
 
 Reachability (:func:`check_reachable`): at query start, and for every batch read, the
@@ -69,6 +71,9 @@ SETTLE_TIMEOUT = 15.0
 # Seconds after which an nsqd that lookupd no longer lists and that does not answer is no
 # longer reported as unreachable.
 FORGET_UNREACHABLE = 600.0
+# Seconds between two WARNINGs about the same pause or unreachable nsqd: with the default
+# trigger Spark asks for the latest offset every few milliseconds while there is no data.
+WARN_EVERY = 30.0
 
 T = TypeVar("T")
 
@@ -299,6 +304,7 @@ class Nsqds:
         self.last: Backlog | None = None  # the latest measurement of backlog()
         # nsqd HTTP address -> when it first failed to answer (None: it answered last time)
         self._known: dict[str, float | None] = {a: None for a in self.nsqd_http}
+        self._warned: dict[tuple[str, str], float] = {}  # (what, nsqd) -> when, time.time()
 
     @property
     def can_measure(self) -> bool:
@@ -402,21 +408,36 @@ class Nsqds:
                 continue
             self._known[addr] = since
             unreachable.append((addr, err))
-            log.warning("nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits on it "
-                        "is read once it is back", self.topic, self.channel, addr, err,
-                        "" if addr in listed else ", and lookupd no longer lists it")
+            if self._warn_now(("unreachable", addr), now):
+                log.warning("nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits "
+                            "on it is read once it is back", self.topic, self.channel, addr,
+                            err, "" if addr in listed else ", and lookupd no longer lists it")
         paused = tuple(Paused(a, st.paused, st.stats.backlog)
                        for a, st in answers if st.paused is not None)
         for p in paused:
+            if not self._warn_now((p.what, p.nsqd), now):
+                continue
             log.warning("nsq source %s/%s: the %s is paused on nsqd %s, where %d messages "
                         "wait; no batch reads them until it is unpaused (nsqadmin, or "
                         "POST /%s/unpause on nsqd)", self.topic, self.channel, p.what,
                         p.nsqd, p.depth, p.what.split("+")[-1])
+        current = {(p.what, p.nsqd) for p in paused} | {("unreachable", a)
+                                                        for a, _ in unreachable}
+        self._warned = {k: t for k, t in self._warned.items() if k in current}
         total = sum((st.stats for _, st in answers), ChannelStats())
         fetchable = sum(st.fetchable for _, st in answers)
         self.last = Backlog(total, len(targets), len(answers), now, fetchable, paused,
                             tuple(unreachable))
         return fetchable
+
+    def _warn_now(self, key: tuple[str, str], now: float) -> bool:
+        """Whether to log the WARNING about ``key`` now: a new condition at once, a lasting
+        one every ``WARN_EVERY`` seconds."""
+        last = self._warned.get(key)
+        if last is not None and now - last < WARN_EVERY:
+            return False
+        self._warned[key] = now
+        return True
 
     def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
         """The backlog once nsqd has copied the topic's queue into the channels (at most

@@ -39,8 +39,8 @@ sized on: ``paused`` lists the nsqds where the topic or the channel is paused (n
 nothing there until it is unpaused, so a backlog only there plans no batch);
 ``nsqdsUnreachable`` the nsqds known to the query (listed by lookupd or
 ``nsqdHttpAddresses``, or answering earlier) that did not answer this time. Both are
-also logged (WARNING) at every trigger, naming the topic, channel and nsqd (details in
-:mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
+also logged (WARNING, at once and then every 30 s while they last), naming the topic,
+channel and nsqd (details in :mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
 ``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
 metrics; the offsets are where a source can say something in the progress.

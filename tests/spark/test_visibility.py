@@ -87,6 +87,12 @@ def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, cap
         warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any("channel is paused" in m and n0.http_address in m and
                    f"{topic}/{channel}" in m and "30 messages" in m for m in warned), warned
+        # a lasting pause is not a WARNING at every poll (Spark polls every few ms)
+        with caplog.at_level(logging.WARNING, logger="nsq_spark"):
+            caplog.clear()
+            assert reader.latestOffset(start, no_limit())["size"] == 20
+        assert not [r for r in caplog.records if "paused" in r.getMessage()]
+        assert reader.reportLatestOffset()["backlog"]["paused"][0]["nsqd"] == n0.http_address
 
         # paused everywhere: no batch at all (no task waits for messages never sent)
         nsqd_post(n1.http_address, f"/topic/pause?topic={topic}")
