@@ -11,6 +11,16 @@ chunk is FINished once Spark has taken it).
 
 Timings (seconds spent fetching, writing the spool, and handing batches to Spark) are
 logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
+
+Causes reach the driver: Spark shows the driver a task's error, not the executor's log,
+so a task that subscribed nowhere fails with each nsqd's last answer in its message
+(``Reader.stats()["connect_errors"]``): :class:`~nsq_spark.errors.SubscribeRefusedError`
+at once when every nsqd refused for a reason no retry fixes (AUTH, TLS), otherwise, after
+the first wait, :class:`~nsq_spark.errors.ConnectError` for a batch read and a WARNING
+for a streaming task (an nsqd that is down is transient there: the driver reports it and
+the next trigger tries again). A ``dedup`` store that fails is a
+:class:`~nsq_spark.errors.DedupStoreError` naming the option, the store without its
+password, and the fix.
 """
 
 from __future__ import annotations

@@ -58,7 +58,8 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            (default 100000).
 ``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
                            (e.g. ``redis://host:6379/0?ttl=86400``): rows whose ``id`` was
-                           seen before are dropped at fetch time.
+                           seen before are dropped at fetch time. A store that does not
+                           answer fails the task with a ``DedupStoreError`` naming it.
 ``redeliveryWindow``       streaming: seconds the ids of spooled messages are remembered
                            (default 300; 0 turns it off). A message nsqd delivers again
                            under the id of one the source has already spooled (a FIN lost
