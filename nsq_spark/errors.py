@@ -84,6 +84,16 @@ class AuthError(NSQError):
     """AUTH was needed but not configured, or nsqd's auth server refused the secret."""
 
 
+class SubscribeRefusedError(NSQError):
+    """No nsqd accepted a consumer's subscription, for a reason no retry fixes (AUTH
+    refused, TLS verification failed, ...): the message names each nsqd and its answer."""
+
+
+class DedupStoreError(NSQError, ConnectionError):
+    """The shared deduplication store (e.g. the ``dedup`` option's redis) did not answer;
+    the message names the option, the store (password hidden) and the fix."""
+
+
 class NSQTimeoutError(NSQError, TimeoutError):
     """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
 

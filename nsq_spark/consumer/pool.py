@@ -9,6 +9,9 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered to it.
 * Every read chunk is counted (``messages_received``, the policy's arrival rule) and
   passed to ``on_messages(link, messages)`` / ``on_blocks(link, blocks)``.
+* The last failure to connect or subscribe to each nsqd is kept until it subscribes
+  (:meth:`Pool.connect_error_stats`, in ``Reader.stats()["connect_errors"]``), so that a
+  caller who waited in vain can say why (AUTH refused, TLS verification failed, refused).
 * Two hooks of the owner (pynsq's Reader methods): ``on_heartbeat(conn)`` after every
   heartbeat of a connection, and ``disabled()``: while it returns True every connection is
   held at RDY 0 (checked at each RDY change and each tick); the RDY the policy wanted is
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from ..conn import Connection
-from ..errors import ConnectionClosedError
+from ..errors import ConnectionClosedError, is_transient
 from ..lookupd import LookupdPoller, Producer, producer_address
 from .answers import Link
 
@@ -90,6 +93,8 @@ class Pool:
         self.blocks = False  # deliver MessageBlocks (set before start)
         self.closing = False
         self.links: dict[str, Link] = {}
+        # nsqd address -> the last connect/SUB failure, until it subscribes
+        self.connect_errors: dict[str, BaseException] = {}
         self.messages_received = 0
         self.poller: LookupdPoller | None = None
         self._redist: Any = None
@@ -177,11 +182,13 @@ class Pool:
             await conn.connect()
             await asyncio.wait_for(conn.subscribe(self.topic, self.channel),
                                    self.config.response_timeout)
-        except BaseException:
+        except BaseException as exc:
             if self.links.get(address) is link:
                 del self.links[address]
             link.conn = None
             conn.abort()
+            if isinstance(exc, Exception):
+                self.connect_errors[address] = exc
             raise
         if self.closing or conn.closed:
             if self.links.get(address) is link:
@@ -200,6 +207,7 @@ class Pool:
                               handle=link)
         link.rdy = st
         link.subscribed = True
+        self.connect_errors.pop(address, None)
         self.apply(cmds)
         log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
                  conn.max_rdy_count)
@@ -327,6 +335,12 @@ class Pool:
                                      if st and now is not None else None),
             }
         return out
+
+    def connect_error_stats(self) -> dict[str, dict[str, Any]]:
+        """Per nsqd not subscribed now: its last failure and whether a retry can fix it."""
+        return {address: {"error": f"{type(exc).__name__}: {exc}",
+                          "transient": is_transient(exc)}
+                for address, exc in list(self.connect_errors.items())}
 
     def lookupd_stats(self) -> dict[str, Any] | None:
         poller = self.poller

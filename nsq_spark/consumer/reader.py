@@ -593,6 +593,7 @@ def _stats_of(r: Reader) -> dict[str, Any]:
         "duplicates": r.duplicates, "dropped_responses": r.dropped_responses,
         "pull_queued": r._pull.queued, "connections": r._pool.connection_stats(),
         "lookupd": r._pool.lookupd_stats(),
+        "connect_errors": r._pool.connect_error_stats(),
     }
 
 

@@ -18,6 +18,24 @@ their delay ends) plus the topic's ``depth``: messages nsqd has not yet copied i
 channels, which a channel created a moment ago gets over the next seconds (nsqd copies a
 disk-queued backlog gradually; the channel's depth alone would be a fraction of it).
 
+Paused (``POST /channel/pause`` or ``/topic/pause``, nsqadmin's pause button): nsqd sends
+nothing on a paused channel, and copies nothing from a paused topic into its channels.
+``/stats`` says so (``"paused": true``), and what the driver plans on is the *fetchable*
+backlog (:attr:`NsqdStats.fetchable`): nothing of an nsqd whose channel is paused, only
+the channel's depth where the topic is paused. So a backlog that sits only on paused
+channels or topics plans no batch: no task waits for messages nsqd will not send (the
+driver knows it before any task starts; tasks that returned at once would still cost a
+Spark job per trigger). The progress lists them (``paused``) and each trigger logs a
+WARNING naming the topic, channel, nsqd and how many messages wait there (the same one
+at most every ``WARN_EVERY`` seconds: with the default trigger, Spark asks every few
+milliseconds while nothing comes).
+
+Unreachable: an nsqd that answered ``/stats`` before (or that lookupd lists, or that
+``nsqdHttpAddresses`` names) and does not answer now is listed in the progress
+(``nsqdsUnreachable``, with what the attempt said) and logged (WARNING, likewise) until
+it answers again; one that lookupd no longer lists is forgotten after
+``FORGET_UNREACHABLE`` seconds (a decommissioned nsqd does not warn forever).
+
 Reachability (:func:`check_reachable`): at query start, and for every batch read, the
 driver must reach at least one nsqd (a V2 handshake on a TCP address, an HTTP answer
 from a listed or discovered nsqd) and, with lookupd, at least one lookupd must answer.
@@ -50,6 +68,12 @@ TCP_TIMEOUT = 3.0
 # Seconds Trigger.AvailableNow waits at most for nsqd to copy a topic's queue into a
 # channel created a moment ago before it measures the backlog.
 SETTLE_TIMEOUT = 15.0
+# Seconds after which an nsqd that lookupd no longer lists and that does not answer is no
+# longer reported as unreachable.
+FORGET_UNREACHABLE = 600.0
+# Seconds between two WARNINGs about the same pause or unreachable nsqd: with the default
+# trigger Spark asks for the latest offset every few milliseconds while there is no data.
+WARN_EVERY = 30.0
 
 T = TypeVar("T")
 
@@ -134,6 +158,43 @@ class ChannelStats:
 
 
 @dataclass(frozen=True)
+class NsqdStats:
+    """One nsqd's answer for the query's topic and channel, with their pause flags."""
+
+    stats: ChannelStats
+    topic_paused: bool = False
+    channel_paused: bool = False
+
+    @property
+    def fetchable(self) -> int:
+        """What a fetch task can get from this nsqd: nothing while the channel is paused
+        (nsqd sends nothing on it), the channel's depth alone while the topic is paused
+        (nsqd copies nothing more into its channels)."""
+        if self.channel_paused:
+            return 0
+        return self.stats.depth if self.topic_paused else self.stats.backlog
+
+    @property
+    def paused(self) -> str | None:
+        """``"channel"``, ``"topic"``, ``"topic+channel"`` or None."""
+        both = [w for w, p in (("topic", self.topic_paused),
+                               ("channel", self.channel_paused)) if p]
+        return "+".join(both) or None
+
+
+@dataclass(frozen=True)
+class Paused:
+    """An nsqd where the query's topic or channel is paused, and what waits there."""
+
+    nsqd: str  # HTTP address
+    what: str  # "channel", "topic" or "topic+channel"
+    depth: int  # the topic's and the channel's depth there
+
+    def as_progress(self) -> dict:
+        return {"nsqd": self.nsqd, "paused": self.what, "depth": self.depth}
+
+
+@dataclass(frozen=True)
 class Backlog:
     """What the driver last measured, summed over the nsqds that answered."""
 
@@ -141,35 +202,50 @@ class Backlog:
     nsqds: int  # nsqds asked
     answered: int  # nsqds that answered
     at: float  # time.time() of the measurement
+    fetchable: int | None = None  # the backlog not held back by a pause (None: all of it)
+    paused: tuple[Paused, ...] = ()
+    unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd HTTP address, what it said)
 
     def as_progress(self) -> dict:
         """For the query's progress (``latestOffset``) and the log."""
-        return {"depth": self.stats.backlog, "inFlight": self.stats.in_flight,
+        return {"depth": self.stats.backlog,
+                "fetchable": self.stats.backlog if self.fetchable is None else self.fetchable,
+                "inFlight": self.stats.in_flight,
                 "deferred": self.stats.deferred, "nsqds": self.nsqds,
                 "nsqdsAnswered": self.answered,
+                "paused": [p.as_progress() for p in self.paused],
+                "nsqdsUnreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
                 "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))}
 
 
-def nsqd_channel_stats(http_address: str, topic: str, channel: str) -> ChannelStats | None:
-    """The topic's and channel's counts on one nsqd; None if that nsqd did not answer."""
+def nsqd_stats(http_address: str, topic: str, channel: str) -> NsqdStats:
+    """The topic's and channel's counts and pause flags on one nsqd; raises OSError or
+    ValueError when it does not answer (or not with JSON)."""
     url = (f"http://{http_address}/stats?format=json&include_clients=false"
            f"&topic={urllib.parse.quote(topic)}")
-    try:
-        doc = _get_json(url)
-    except (OSError, ValueError) as exc:
-        log.warning("nsqd %s: /stats failed: %s", http_address, exc)
-        return None
+    doc = _get_json(url)
     topics = doc.get("topics", doc.get("data", {}).get("topics", [])) or []
     for t in topics:
         if t.get("topic_name") != topic:
             continue
+        topic_paused = bool(t.get("paused", False))
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
-                return ChannelStats(int(t.get("depth", 0)), int(c.get("depth", 0)),
-                                    int(c.get("in_flight_count", 0)),
-                                    int(c.get("deferred_count", 0)))
-        return ChannelStats(topic_depth=int(t.get("depth", 0)))
-    return ChannelStats()
+                return NsqdStats(ChannelStats(int(t.get("depth", 0)), int(c.get("depth", 0)),
+                                              int(c.get("in_flight_count", 0)),
+                                              int(c.get("deferred_count", 0))),
+                                 topic_paused, bool(c.get("paused", False)))
+        return NsqdStats(ChannelStats(topic_depth=int(t.get("depth", 0))), topic_paused)
+    return NsqdStats(ChannelStats())
+
+
+def nsqd_channel_stats(http_address: str, topic: str, channel: str) -> ChannelStats | None:
+    """The topic's and channel's counts on one nsqd; None if that nsqd did not answer."""
+    try:
+        return nsqd_stats(http_address, topic, channel).stats
+    except (OSError, ValueError) as exc:
+        log.warning("nsqd %s: /stats failed: %s", http_address, exc)
+        return None
 
 
 def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
@@ -226,6 +302,9 @@ class Nsqds:
         self.lookupd_http = list(lookupd_http_addresses)
         self._channel_on: set[str] = set()  # nsqd HTTP addresses where the channel exists
         self.last: Backlog | None = None  # the latest measurement of backlog()
+        # nsqd HTTP address -> when it first failed to answer (None: it answered last time)
+        self._known: dict[str, float | None] = {a: None for a in self.nsqd_http}
+        self._warned: dict[tuple[str, str], float] = {}  # (what, nsqd) -> when, time.time()
 
     @property
     def can_measure(self) -> bool:
@@ -293,23 +372,72 @@ class Nsqds:
                         "broadcast addresses and HTTP ports are reachable from the driver")
 
     def backlog(self) -> int | None:
-        """Messages waiting on the channel across nsqds; None when nothing can be asked.
-        Creates the channel on nsqds seen for the first time."""
+        """Messages a batch can fetch across nsqds (paused channels and topics held
+        back: see the module doc); None when nothing can be asked. Creates the channel
+        on nsqds seen for the first time; logs (WARNING) every pause and every known
+        nsqd that does not answer."""
         if not self.can_measure:
             return None
-        targets, _ = self._targets()
-        if not targets:
-            self.last = Backlog(ChannelStats(), 0, 0, time.time())
+        targets, found = self._targets()
+        now = time.time()
+        listed = set(targets)
+        if found is not None and not found.answered:
+            listed |= set(self._known)  # no lookupd answered: it cannot say who left
+        asked = sorted(listed | set(self._known))
+        if not asked:
+            self.last = Backlog(ChannelStats(), 0, 0, now, 0)
             return 0  # no nsqd has the topic yet
-        self.ensure_channel(targets)
-        with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-            each = [s for s in pool.map(
-                lambda a: nsqd_channel_stats(a, self.topic, self.channel), targets)
-                if s is not None]
-        total = sum(each, ChannelStats())
-        self.last = Backlog(total, len(targets), len(each), time.time())
-        return total.backlog
+        if targets:
+            self.ensure_channel(targets)
+        answers: list[tuple[str, NsqdStats]] = []
+        unreachable: list[tuple[str, str]] = []
+        for addr, got, err in _each(lambda a: nsqd_stats(a, self.topic, self.channel), asked):
+            if got is not None:
+                self._known[addr] = None
+                if addr in targets:  # what the fetch tasks find (through lookupd)
+                    answers.append((addr, got))
+                elif addr not in listed:  # answers, but lookupd no longer lists it: it left
+                    del self._known[addr]
+                continue
+            since = self._known.get(addr) or now
+            if addr not in listed and now - since > FORGET_UNREACHABLE:
+                log.warning("nsq source %s/%s: forgetting nsqd %s: it has not answered for "
+                            "%.0f s and lookupd no longer lists it", self.topic,
+                            self.channel, addr, now - since)
+                del self._known[addr]
+                continue
+            self._known[addr] = since
+            unreachable.append((addr, err))
+            if self._warn_now(("unreachable", addr), now):
+                log.warning("nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits "
+                            "on it is read once it is back", self.topic, self.channel, addr,
+                            err, "" if addr in listed else ", and lookupd no longer lists it")
+        paused = tuple(Paused(a, st.paused, st.stats.backlog)
+                       for a, st in answers if st.paused is not None)
+        for p in paused:
+            if not self._warn_now((p.what, p.nsqd), now):
+                continue
+            log.warning("nsq source %s/%s: the %s is paused on nsqd %s, where %d messages "
+                        "wait; no batch reads them until it is unpaused (nsqadmin, or "
+                        "POST /%s/unpause on nsqd)", self.topic, self.channel, p.what,
+                        p.nsqd, p.depth, p.what.split("+")[-1])
+        current = {(p.what, p.nsqd) for p in paused} | {("unreachable", a)
+                                                        for a, _ in unreachable}
+        self._warned = {k: t for k, t in self._warned.items() if k in current}
+        total = sum((st.stats for _, st in answers), ChannelStats())
+        fetchable = sum(st.fetchable for _, st in answers)
+        self.last = Backlog(total, len(targets), len(answers), now, fetchable, paused,
+                            tuple(unreachable))
+        return fetchable
 
+    def _warn_now(self, key: tuple[str, str], now: float) -> bool:
+        """Whether to log the WARNING about ``key`` now: a new condition at once, a lasting
+        one every ``WARN_EVERY`` seconds."""
+        last = self._warned.get(key)
+        if last is not None and now - last < WARN_EVERY:
+            return False
+        self._warned[key] = now
+        return True
 
     def settled_backlog(self, timeout: float = SETTLE_TIMEOUT) -> int | None:
         """The backlog once nsqd has copied the topic's queue into the channels (at most
@@ -324,11 +452,12 @@ class Nsqds:
             if not targets:
                 return 0
             self.ensure_channel(targets)
-            with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-                depths = [d for d in pool.map(
-                    lambda a: nsqd_depths(a, self.topic, self.channel), targets) if d]
-            if not any(t for t, _ in depths) or time.monotonic() >= deadline:
-                return sum(t + c for t, c in depths)
+            got = [st for _, st, _ in _each(
+                lambda a: nsqd_stats(a, self.topic, self.channel), targets) if st]
+            # a paused topic copies nothing: waiting for its depth to settle is in vain
+            if not any(st.stats.topic_depth and not st.topic_paused for st in got) or \
+                    time.monotonic() >= deadline:
+                return sum(st.fetchable for st in got)
             time.sleep(0.2)
 
 
@@ -338,5 +467,6 @@ def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
     return Nsqds(topic, channel, [], nsqd_http_addresses, lookupd_http_addresses).backlog()
 
 
-__all__ = ["Backlog", "ChannelStats", "Nsqds", "backlog", "nsqd_channel_stats", "create_channel", "lookup", "lookup_nsqd_http", "nsqd_depth",
-           "nsqd_depths", "probe_nsqd_tcp"]
+__all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "backlog",
+           "create_channel", "lookup", "lookup_nsqd_http", "nsqd_channel_stats", "nsqd_depth",
+           "nsqd_depths", "nsqd_stats", "probe_nsqd_tcp"]

@@ -40,12 +40,22 @@ The backlog is visible: each trigger logs it (INFO) and ``reportLatestOffset`` p
 in the query's progress, ``StreamingQueryProgress.sources[0].latestOffset``::
 
     {"query": ..., "batch": 42, "topic": "t", "channel": "c",
-     "backlog": {"depth": 1200, "inFlight": 300, "deferred": 0, "nsqds": 2,
-                 "nsqdsAnswered": 2, "measuredAt": "2026-11-23T00:01:02Z"},
+     "backlog": {"depth": 1200, "fetchable": 700, "inFlight": 300, "deferred": 0,
+                 "nsqds": 3, "nsqdsAnswered": 2,
+                 "paused": [{"nsqd": "10.0.0.7:4151", "paused": "channel", "depth": 500}],
+                 "nsqdsUnreachable": [{"nsqd": "10.0.0.9:4151",
+                                       "error": "URLError: ... Connection refused"}],
+                 "measuredAt": "2026-11-23T00:01:02Z"},
      "redeliveriesDropped": 17}
 
 ``depth`` is the channel's depth plus the topic's (not yet copied to the channel), summed
-over nsqds; ``inFlight`` the messages sent to consumers and not yet answered;
+over nsqds; ``fetchable`` the part of it a batch can read, which is what the batch is
+sized on: ``paused`` lists the nsqds where the topic or the channel is paused (nsqd sends
+nothing there until it is unpaused, so a backlog only there plans no batch);
+``nsqdsUnreachable`` the nsqds known to the query (listed by lookupd or
+``nsqdHttpAddresses``, or answering earlier) that did not answer this time. Both are
+also logged (WARNING, at once and then every 30 s while they last), naming the topic,
+channel and nsqd (details in :mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
 ``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
 metrics; the offsets are where a source can say something in the progress.
@@ -65,6 +75,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     DataSourceStreamArrowWriter, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
 
+from .logs import configure as configure_logging
+from .logs import task_rows
 from .options import parse_read_options, parse_write_options
 from .schema import SCHEMA_DDL
 
@@ -149,6 +161,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from .spool import normalize_spool_path
 
         self.opts = parse_read_options(options, streaming=True)
+        configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
         assert self.opts.spool_path is not None
         if self.opts.dedup:
             from .fetch import check_dedup_spec
@@ -398,9 +411,12 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from .fetch import fetch_stream_partition
 
         assert isinstance(partition, NSQPartition)
-        return fetch_stream_partition(self.opts, self._spool(partition.query),
-                                      partition.batch, partition.index, partition.share,
-                                      marker=getattr(partition, "marker", None))
+        return task_rows(f"{self.opts.topic}/{self.opts.channel} batch {partition.batch} "
+                         f"part {partition.index}", self.opts.log_level,
+                         fetch_stream_partition(self.opts, self._spool(partition.query),
+                                                partition.batch, partition.index,
+                                                partition.share,
+                                                marker=getattr(partition, "marker", None)))
 
 
 class NSQBatchReader(DataSourceReader):
@@ -411,6 +427,7 @@ class NSQBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.opts = parse_read_options(options, streaming=False)
+        configure_logging(self.opts.log_level)
         if self.opts.dedup:
             from .fetch import check_dedup_spec
 
@@ -426,7 +443,8 @@ class NSQBatchReader(DataSourceReader):
         from .fetch import fetch_batch_partition
 
         assert isinstance(partition, NSQPartition) and partition.share
-        return fetch_batch_partition(self.opts, partition.share)
+        return task_rows(f"{self.opts.topic}/{self.opts.channel} read part {partition.index}",
+                         self.opts.log_level, fetch_batch_partition(self.opts, partition.share))
 
 
 class _PublishCommitMessage(WriterCommitMessage):
@@ -439,7 +457,9 @@ class _PublishCommitMessage(WriterCommitMessage):
 def _publish(options: Any, iterator: Iterator[Any]) -> _PublishCommitMessage:
     from .sink import publish_batches
 
-    c = publish_batches(parse_write_options(options), iterator)
+    opts = parse_write_options(options)
+    configure_logging(opts.log_level)
+    c = publish_batches(opts, iterator)
     return _PublishCommitMessage(c.messages, c.deferred, c.mpubs)
 
 
@@ -448,7 +468,8 @@ class NSQWriter(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        parse_write_options(self.options)  # fail at job start on bad options
+        # fail at job start on bad options
+        configure_logging(parse_write_options(self.options).log_level)
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
@@ -463,7 +484,7 @@ class NSQStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
-        parse_write_options(self.options)
+        configure_logging(parse_write_options(self.options).log_level)
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)

@@ -24,11 +24,22 @@ checks and their ordering are in :mod:`nsq_spark.spark.spool`.
 
 Timings (seconds spent fetching, writing the spool, and handing batches to Spark) are
 logged at INFO per task and kept in ``last_task_timings`` for the benchmark.
+
+Causes reach the driver: Spark shows the driver a task's error, not the executor's log,
+so a task that subscribed nowhere fails with each nsqd's last answer in its message
+(``Reader.stats()["connect_errors"]``): :class:`~nsq_spark.errors.SubscribeRefusedError`
+at once when every nsqd refused for a reason no retry fixes (AUTH, TLS), otherwise, after
+the first wait, :class:`~nsq_spark.errors.ConnectError` for a batch read and a WARNING
+for a streaming task (an nsqd that is down is transient there: the driver reports it and
+the next trigger tries again). A ``dedup`` store that fails is a
+:class:`~nsq_spark.errors.DedupStoreError` naming the option, the store without its
+password, and the fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -125,9 +136,18 @@ class _Dedup:
     def __init__(self, spec: str) -> None:
         from nsq_spark.dedup import by_message_id, cached_from_spec
 
+        self.spec = spec
         self.store = cached_from_spec(spec)
         self.key = getattr(self.store, "key_func", None) or by_message_id
         self.by_id = self.key is by_message_id
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A store round trip; a failure becomes a DedupStoreError naming the option and
+        the fix (the raw error of a redis client names neither)."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise dedup_store_error(self.spec, exc) from exc
 
     def split(self, messages: list["Message"]) -> tuple[list["Message"], list["Message"]]:
         from nsq_spark.dedup import check_and_set_many, erase_many
@@ -137,8 +157,8 @@ class _Dedup:
         if not cands:
             return messages, []
         keys = [key(m) for m in cands]
-        flags = check_and_set_many(self.store, keys)
-        erase_many(self.store, [k for k, seen in zip(keys, flags) if not seen])
+        flags = self._call(check_and_set_many, self.store, keys)
+        self._call(erase_many, self.store, [k for k, seen in zip(keys, flags) if not seen])
         seen = {id(m) for m, f in zip(cands, flags) if f}
         if not seen:
             return messages, []
@@ -156,7 +176,28 @@ class _Dedup:
         from nsq_spark.dedup import check_and_set_many
 
         if messages:
-            check_and_set_many(self.store, [self.key(m) for m in messages])
+            self._call(check_and_set_many, self.store, [self.key(m) for m in messages])
+
+
+def dedup_store_error(spec: str, exc: BaseException) -> Exception:
+    """The ``dedup`` option's store failed: a DedupStoreError that names the option, the
+    store with its password hidden, this host, the cause and the fix."""
+    from urllib.parse import urlsplit
+
+    from nsq_spark.errors import DedupStoreError
+    from nsq_spark.validate import redact_url
+
+    cause = f"{type(exc).__name__}: {exc}"
+    try:
+        password = urlsplit(spec).password
+    except ValueError:
+        password = None
+    if password:  # a client may echo its connection arguments
+        cause = cause.replace(password, "***")
+    return DedupStoreError(
+        f"option 'dedup' ({redact_url(spec)}): the deduplication store failed from host "
+        f"{os.uname().nodename}: {cause}; check that it runs and is reachable from every "
+        "executor (address, port, password), or remove the option 'dedup'")
 
 
 def _concat(pa: Any, batches: list) -> "pa.RecordBatch":
@@ -417,8 +458,14 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                     wait = min(wait, max(0.0, first_at + FLUSH_INTERVAL - now))
                 if jobs:
                     wait = min(wait, WRITER_POLL)  # come back for the writers soon
-                got = reader.get_blocks(max_messages=want, timeout=wait)
+                if expecting and not jobs:  # fails at once if every nsqd refused
+                    got = _first_blocks(reader, want, wait, functools.partial(
+                        _refused, opts, f"batch {batch} part {index}"))
+                else:
+                    got = reader.get_blocks(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
+                if expecting and not got and wait >= idle_wait:
+                    _check_subscribed(reader, opts, batch, index, wait)
                 if got:
                     expecting = False
                     if not pending:
@@ -509,6 +556,22 @@ def _seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int
                             f"the partition with {final.chunks} chunks")
 
 
+def _check_subscribed(reader: Any, opts: ReadOptions, batch: int, index: int,
+                      wait: float) -> None:
+    """After a first wait in vain for a batch nsqd reported: no subscription for a reason
+    no retry fixes (AUTH, TLS) fails the task with the cause; an nsqd that is down is
+    transient (the driver reports it; the next trigger tries again), so only logged."""
+    causes = _not_subscribed(reader)
+    if not causes:
+        return
+    from nsq_spark.errors import SubscribeRefusedError
+
+    err = not_subscribed_error(opts, f"batch {batch} part {index}", wait, causes)
+    if isinstance(err, SubscribeRefusedError):
+        raise err
+    log.warning("%s; the batch goes on without them", err)
+
+
 # Seconds the end of a fetch waits for messages nsqd sent before it saw RDY 0 (nsqd
 # flushes its output buffer after at most READ_OUTPUT_BUFFER_TIMEOUT, 25 ms).
 DRAIN_WAIT = 0.1
@@ -565,12 +628,69 @@ class _DeadLetterSplit:
                     dead.column("id").to_pylist()[:10])
 
 
-def _subscribed(reader: Any) -> bool:
-    """Whether the Reader has at least one subscribed connection."""
+def _not_subscribed(reader: Any) -> dict[str, dict[str, Any]] | None:
+    """None when the Reader has a subscribed connection (or is a stand-in without stats);
+    else the last failure of each nsqd it tried (``Reader.stats()["connect_errors"]``:
+    ``{address: {"error": "AuthFailedError: ...", "transient": False}}``), maybe empty."""
     stats = getattr(reader, "stats", None)
-    if stats is None:  # a stand-in reader without stats
-        return True
-    return any(c.get("state") == "subscribed" for c in stats()["connections"].values())
+    if stats is None:
+        return None
+    st = stats()
+    if any(c.get("state") == "subscribed" for c in st["connections"].values()):
+        return None
+    return dict(st.get("connect_errors") or {})
+
+
+# Seconds between looks at the Reader's connections during a first wait.
+FIRST_WAIT_SLICE = 0.25
+
+
+def _first_blocks(reader: Any, want: int, wait: float,
+                  refused: Callable[[float, dict[str, dict[str, Any]]], None]) -> list:
+    """``reader.get_blocks`` for up to ``wait`` seconds, in slices: ``refused(seconds
+    waited, causes)`` (which raises) as soon as no connection is up or connecting and an
+    nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the rest."""
+    stats = getattr(reader, "stats", None)
+    if stats is None:  # a stand-in reader: nothing to look at
+        return list(reader.get_blocks(max_messages=want, timeout=wait))
+    started = time.monotonic()
+    deadline = started + wait
+    while True:
+        left = deadline - time.monotonic()
+        got = reader.get_blocks(max_messages=want,
+                                timeout=max(0.0, min(FIRST_WAIT_SLICE, left)))
+        if got or left <= FIRST_WAIT_SLICE:
+            return list(got)
+        st = stats()
+        causes = st.get("connect_errors") or {}
+        if not st["connections"] and any(not c.get("transient", True)
+                                         for c in causes.values()):
+            refused(time.monotonic() - started, dict(causes))
+
+
+def _refused(opts: ReadOptions, what: str, waited: float,
+             causes: dict[str, dict[str, Any]]) -> None:
+    raise not_subscribed_error(opts, what, waited, causes)
+
+
+def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
+                         causes: dict[str, dict[str, Any]]) -> Exception:
+    """The error of a fetch that subscribed nowhere: each nsqd's cause in the message (the
+    driver shows only the task's error, not the executor's log). SubscribeRefusedError
+    when a cause is one no retry fixes (AUTH, TLS), else ConnectError."""
+    from nsq_spark.errors import ConnectError, SubscribeRefusedError
+
+    where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses else
+             f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
+    head = (f"{what} could not subscribe to {opts.topic}/{opts.channel} on any nsqd of "
+            f"{where} within {round(wait, 1):g} s from host {os.uname().nodename}")
+    detail = "; ".join(f"nsqd {a}: {c.get('error')}" for a, c in sorted(causes.items()))
+    if any(not c.get("transient", True) for c in causes.values()):
+        return SubscribeRefusedError(
+            f"{head}: {detail}; fix the connection options (authSecret, tlsV1, tlsCaFile, "
+            "tlsCertFile, tlsKeyFile, ...) or nsqd's --auth-http-address / TLS setup")
+    return ConnectError(f"{head}{': ' + detail if detail else ''}; check that they are "
+                        "reachable from the executors")
 
 
 def fetch_batch_partition(opts: ReadOptions, share: int,
@@ -601,18 +721,16 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
             if first:
                 wait = max(wait, FIRST_WAIT)
             wait = min(wait, max(0.0, deadline - time.monotonic()))
-            got = reader.get_blocks(max_messages=min(opts.spool_chunk_size, remaining),
-                                    timeout=wait)
-            if first and not got and not _subscribed(reader):
-                from nsq_spark.errors import ConnectError
-
-                where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}"
-                         if opts.nsqd_tcp_addresses else
-                         f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
-                raise ConnectError(f"the batch read could not subscribe to {opts.topic}/"
-                                   f"{opts.channel} on any nsqd of {where} within "
-                                   f"{wait:.0f} s from host {os.uname().nodename}: check "
-                                   "that they are reachable from the executors")
+            want = min(opts.spool_chunk_size, remaining)
+            if first:  # fails at once if every nsqd refused
+                got = _first_blocks(reader, want, wait,
+                                    functools.partial(_refused, opts, "the batch read"))
+            else:
+                got = reader.get_blocks(max_messages=want, timeout=wait)
+            if first and not got:
+                causes = _not_subscribed(reader)
+                if causes is not None:
+                    raise not_subscribed_error(opts, "the batch read", wait, causes)
             first = False
             if not got:
                 break

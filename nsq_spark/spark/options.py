@@ -59,7 +59,8 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            (default 100000).
 ``dedup``                  optional: a deduplicator spec for ``nsq_spark.dedup.from_spec``
                            (e.g. ``redis://host:6379/0?ttl=86400``): rows whose ``id`` was
-                           seen before are dropped at fetch time.
+                           seen before are dropped at fetch time. A store that does not
+                           answer fails the task with a ``DedupStoreError`` naming it.
 ``redeliveryWindow``       streaming: seconds the ids of spooled messages are remembered
                            (default 300; 0 turns it off). A message nsqd delivers again
                            under the id of one the source has already spooled (a FIN lost
@@ -68,10 +69,18 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            Kept under ``<spoolPath>/<query>/_seen``, 8 bytes per id.
 ``redeliveryWindowMaxIds`` cap on the ids remembered (default 5000000, 40 MB in each fetch
                            task's memory): beyond it the oldest batches are forgotten first.
+``logLevel``               the connector's log level in Spark's Python workers (executors'
+                           stderr, and the driver's in local mode): ``DEBUG``, ``INFO``,
+                           ``WARN`` (default) or ``ERROR``; also for writing. Without it, the
+                           workers' ``NSQ_SPARK_LOG_LEVEL`` environment variable. INFO shows
+                           each fetch task's rows and timings, redeliveries dropped (with
+                           the first ids) and the backlog per trigger (:mod:`.logs`).
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
-``tlsKeyFile``, ``tlsInsecure`` (bool: skip certificate verification), ``authSecret``,
+``tlsKeyFile`` (the three files are checked at query start: readable on the driver, at
+the path the executors use too), ``tlsInsecure`` (bool: skip certificate verification),
+``authSecret``,
 ``snappy`` (bool), ``deflate`` (bool), ``deflateLevel`` (1-9), ``msgTimeout`` (ms),
 ``heartbeatInterval`` (ms), ``userAgent``; any other ``ConnectionConfig`` keyword can be
 given as ``nsq.<snake_case_name>`` (e.g. ``nsq.output_buffer_timeout``), in
@@ -87,7 +96,8 @@ Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic
 ``lookupdHttpAddresses``, ``batchSize`` (messages per MPUB, default 1000),
 ``maxBatchBytes`` (bytes per MPUB, default 4 MiB, under nsqd's 5 MiB ``--max-body-size``),
 ``retries`` (attempts per MPUB, default 5), ``publishTimeout`` (seconds to wait for
-nsqd's acknowledgements of one Arrow batch, default 60), plus the connection options.
+nsqd's acknowledgements of one Arrow batch, default 60), ``logLevel``, plus the connection
+options.
 """
 
 from __future__ import annotations
@@ -130,9 +140,9 @@ READ_OPTIONS = ("topic", "channel", "nsqdTcpAddresses", "lookupdHttpAddresses",
                 "nsqdHttpAddresses", "maxInFlight", "numPartitions", "maxMessagesPerTrigger",
                 "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
                 "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
-                "redeliveryWindowMaxIds") + CONNECTION_OPTIONS
+                "redeliveryWindowMaxIds", "logLevel") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
-                 "maxBatchBytes", "retries", "publishTimeout") + CONNECTION_OPTIONS
+                 "maxBatchBytes", "retries", "publishTimeout", "logLevel") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
 # ``.save(path)``, refused with its own message when reading) and ``checkpointLocation``
 # (a writeStream's ``.option("checkpointLocation", ...)`` reaches the sink's options too).
@@ -303,8 +313,10 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         tls: dict[str, Any] = {}
         for opt, key in (("tlsCaFile", "ca_certs"), ("tlsCertFile", "certfile"),
                          ("tlsKeyFile", "keyfile")):
-            if opts.get(opt):
-                tls[key] = opts.get(opt)
+            path = opts.get(opt)
+            if path:
+                check_file(opt, path)
+                tls[key] = path
         if opts.bool("tlsInsecure"):
             import ssl
 
@@ -349,6 +361,26 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
     return conn
 
 
+def check_file(option: str, path: str) -> None:
+    """A file option must name a readable file here (the driver, at query start): the
+    executors would otherwise fail their connects one by one, and the driver would only
+    hear that they could not subscribe."""
+    import os
+    import socket
+
+    if not os.path.exists(path):
+        problem = "does not exist"
+    elif not os.path.isfile(path):
+        problem = "is not a file"
+    elif not os.access(path, os.R_OK):
+        problem = "is not readable by this process"
+    else:
+        return
+    raise NSQOptionError(f"option '{option}': {path!r} {problem} on the driver (host "
+                         f"{socket.gethostname()}); give the path of a PEM file readable "
+                         "at that path on the driver and on every executor")
+
+
 def _coerce(value: str) -> Any:
     low = value.lower()
     if low in ("true", "false"):
@@ -385,6 +417,7 @@ class ReadOptions:
     # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
     redelivery_window: float = DEFAULT_WINDOW
     redelivery_window_max_ids: int = DEFAULT_MAX_IDS
+    log_level: str | None = None  # the connector's log level in Spark's workers (.logs)
 
     __repr__ = _redacted_repr
 
@@ -489,7 +522,23 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         redelivery_window=_redelivery_window(opts),
         redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
         or DEFAULT_MAX_IDS,
+        log_level=_log_level(opts),
     )
+
+
+def _log_level(opts: _Opts) -> str | None:
+    """``logLevel``: Python's name of the level, or None (the worker's environment
+    variable, else WARN: see :mod:`.logs`)."""
+    from .logs import LEVELS, parse_level
+
+    raw = opts.get("logLevel")
+    if raw is None:
+        return None
+    level = parse_level(raw)
+    if level is None:
+        raise NSQOptionError(f"option 'logLevel' must be one of {', '.join(LEVELS)}, "
+                             f"not {raw!r}")
+    return level
 
 
 def _redelivery_window(opts: _Opts) -> float:
@@ -517,6 +566,7 @@ class WriteOptions:
     retries: int
     publish_timeout: float
     connection: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
 
     __repr__ = _redacted_repr
 
@@ -537,4 +587,5 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         retries=opts.int("retries", 5) or 5,
         publish_timeout=opts.seconds("publishTimeout", 60.0),
         connection=_connection_options(opts),
+        log_level=_log_level(opts),
     )

@@ -76,13 +76,15 @@ def test_batch_read_needs_no_spool():
     assert parse_read_options(opts(spoolPath=None), streaming=False).spool_path is None
 
 
-def test_connection_options_map_to_pynsq_names():
-    o = parse_read_options(opts(tlsV1="true", tlsCaFile="/ca.pem", authSecret="s3",
+def test_connection_options_map_to_pynsq_names(tmp_path):
+    ca = tmp_path / "ca.pem"  # file options must name a readable file at query start
+    ca.write_text("-")
+    o = parse_read_options(opts(tlsV1="true", tlsCaFile=str(ca), authSecret="s3",
                                 deflate="true", deflateLevel="3", msgTimeout="30000",
                                 heartbeatInterval="5000",
                                 **{"nsq.output_buffer_timeout": "5"}), streaming=True)
     # Spark options in ms, ConnectionConfig (pynsq) in seconds; output_buffer_timeout in ms
-    assert o.connection == {"tls_v1": True, "tls_options": {"ca_certs": "/ca.pem"},
+    assert o.connection == {"tls_v1": True, "tls_options": {"ca_certs": str(ca)},
                             "auth_secret": "s3", "deflate": True, "deflate_level": 3,
                             "msg_timeout": 30.0, "heartbeat_interval": 5.0,
                             "output_buffer_timeout": 5}

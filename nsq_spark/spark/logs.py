@@ -1,0 +1,106 @@
+"""The connector's log lines in Spark's output, at the level the user chose.
+
+Spark's Python workers -- the executors' fetch and publish tasks, and the runner that
+calls the streaming source's ``latestOffset`` / ``commit`` for the driver -- start with no
+logging handler: the ``nsq_spark`` loggers' INFO lines went nowhere, and WARNING and above
+reached stderr only through Python's last-resort handler, with no time or logger name.
+
+:func:`configure` is called by the source's and sink's entry points in every worker (cheap
+after the first call). It sets the level of the ``nsq_spark`` logger from the ``logLevel``
+option (``DEBUG``, ``INFO``, ``WARN``, ``ERROR``), else from the environment variable
+``NSQ_SPARK_LOG_LEVEL`` of the worker (``spark.executorEnv.NSQ_SPARK_LOG_LEVEL`` on a
+cluster), else ``WARN``: the connector's INFO lines come per task and per connection
+(connecting, subscribed, timings, backlog per trigger), too many for a long-running query
+by default; INFO is for looking into one. Once per process it adds one stderr handler to
+the ``nsq_spark`` logger, unless the root logger has handlers already: whoever configured
+root (a user's ``logging.basicConfig``, Spark's Python worker logging) then owns the
+output and the lines propagate to it, so none is written twice. The root logger itself is
+never touched. In local mode the workers' stderr is the driver process's stderr; on a
+cluster, each executor's ``stderr`` log (Spark UI, Executors tab).
+
+Format, with the fetch task's topic, channel, batch and partition on each of its lines
+(the Reader's lines too, which come from its IO thread: a Python worker runs one task at a
+time, so the label is per process)::
+
+    2026-11-25 01:02:03,456 INFO nsq_spark.spark.fetch [t/c batch 3 part 1] batch 3 ...
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator, TypeVar
+
+__all__ = ["ENV", "LEVELS", "configure", "parse_level", "task", "task_rows"]
+
+T = TypeVar("T")
+
+ENV = "NSQ_SPARK_LOG_LEVEL"
+DEFAULT = "WARNING"
+# Spark's names (WARN) and Python's (WARNING) alike
+LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARNING", "WARNING": "WARNING",
+          "ERROR": "ERROR"}
+FORMAT = "%(asctime)s %(levelname)s %(name)s [%(nsq_task)s] %(message)s"
+
+_task = "-"  # the label of the task running in this process
+
+
+def parse_level(value: str) -> str | None:
+    """Python's name of a level given as Spark or Python names it; None if unknown."""
+    return LEVELS.get(value.strip().upper())
+
+
+class _TaskLabel(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.nsq_task = _task
+        return True
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the *current* ``sys.stderr`` (a worker may swap it for a while)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def configure(level: str | None = None) -> None:
+    """Set the ``nsq_spark`` logger's level (``level``, else ``$NSQ_SPARK_LOG_LEVEL``, else
+    WARN) and add its stderr handler once per process unless root has handlers."""
+    logger = logging.getLogger("nsq_spark")
+    name = parse_level(level or os.environ.get(ENV) or "") or DEFAULT
+    logger.setLevel(name)
+    if any(isinstance(h, _Stderr) for h in logger.handlers) or logging.getLogger().handlers:
+        return
+    handler = _Stderr()
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(_TaskLabel())
+    logger.addHandler(handler)
+
+
+@contextmanager
+def task(label: str) -> Iterator[None]:
+    """Label the lines logged in this process while a task runs (see the module doc)."""
+    global _task
+    previous, _task = _task, label
+    try:
+        yield
+    finally:
+        _task = previous
+
+
+def task_rows(label: str, level: str | None, rows: Iterator[T]) -> Iterator[T]:
+    """``rows`` (a task's generator, which does its work as it is iterated) with the
+    logging configured and every line of the task labelled ``label``."""
+    configure(level)
+    with task(label):
+        yield from rows
