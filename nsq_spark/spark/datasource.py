@@ -51,7 +51,8 @@ highest offset Spark has shown it (``initialOffset``, ``partitions``' end, ``com
 end, that restart call), and plans from there exactly as the 4.2 reader plans from the
 ``start`` Spark passes. A restart continues the logged query token and batch numbers; a
 batch logged but not committed is replayed from its spool (the tier in
-``tests/versions`` checks both, with a query that fails after a batch was spooled).
+``tests/versions`` checks both: a query whose first batch fails after it was spooled,
+restarted, and restarted again after a clean stop).
 ``maxMessagesPerTrigger`` caps each batch there too (the reader applies it itself).
 What they lack: ``Trigger.AvailableNow`` (Spark runs such a query as one batch,
 ``Trigger.Once``, which reads the backlog measured at the start, up to
@@ -363,7 +364,7 @@ class NSQStartlessStreamReader(NSQStreamReader):
         return offset
 
     def latestOffset(self) -> dict:  # type: ignore[override]
-        if self._seen is None:  # a new query: Spark asks for the latest offset first
+        if self._seen is None:  # a new query: Spark may ask before the initial offset
             self.initialOffset()
         assert self._seen is not None
         return super().latestOffset(self._seen, None)
