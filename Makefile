@@ -1,7 +1,8 @@
 # The two commands of the README. Each does all of its own set-up on a fresh machine.
 #   make demo   start a local NSQ, publish sample events, read them with the library
-#   make test   the whole test suite (unit, real nsqd/nsqlookupd, redis/memcached, Spark,
-#               NSQ in Docker containers)
+#   make test   the whole test suite (unit, real nsqd/nsqlookupd, redis/memcached, Spark
+#               on every supported pyspark and through Spark Connect, NSQ in Docker
+#               containers)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,8 +20,11 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[all,test]' --config-settings editable_mode=compat
 	touch $@
 
+# install-pyspark-versions: one cached venv per other supported pyspark (the version
+# tier, tests/versions); seconds once cached, about a minute per version the first time
 setup: $(VENV)/.installed
 	scripts/install-nsq >/dev/null
+	$(PYTHON) scripts/install-pyspark-versions >/dev/null
 	scripts/install-services
 	scripts/install-toxiproxy >/dev/null
 	scripts/install-docker

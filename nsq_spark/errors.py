@@ -98,6 +98,13 @@ class NSQTimeoutError(NSQError, TimeoutError):
     """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
 
 
+class SparkVersionError(NSQError, RuntimeError):
+    """The running pyspark's Python data source API lacks what a Spark feature of the
+    ``nsq`` source needs (e.g. streaming writes on pyspark 4.0). Raised when the query
+    starts; the message names the pyspark version needed, the one found, and the way out.
+    :mod:`nsq_spark.spark._compat` decides what each version supports."""
+
+
 # -- errors sent by nsqd ------------------------------------------------------------------
 
 

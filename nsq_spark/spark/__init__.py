@@ -8,16 +8,20 @@ install); :func:`register` does it explicitly::
     nsq_spark.spark.register(spark)
 
 Options: :mod:`nsq_spark.spark.options`. Spool protocol and guarantees:
-:mod:`nsq_spark.spark.spool`.
+:mod:`nsq_spark.spark.spool`. What each pyspark version supports:
+:mod:`nsq_spark.spark._compat`; a feature the running one lacks is refused when the query
+starts with :class:`SparkVersionError`, naming the version it needs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nsq_spark.errors import SparkVersionError
+
 from .options import NSQOptionError
 
-__all__ = ["register", "NSQDataSource", "NSQOptionError"]
+__all__ = ["register", "NSQDataSource", "NSQOptionError", "SparkVersionError"]
 
 
 def register(spark: Any) -> None:

@@ -63,6 +63,27 @@ metrics; the offsets are where a source can say something in the progress.
 Redeliveries: the fetch tasks drop messages whose id is already spooled
 (:mod:`nsq_spark.spark.seen`); the driver deletes the index files that fell out of the
 window at each commit.
+
+pyspark versions (what each offers: :mod:`._compat`, the one place that decides).
+pyspark 4.0 and 4.1 stream too, decided on this evidence: their planner process
+(``python_streaming_source_runner.py``) calls ``latestOffset()`` with no start offset and
+never asks for read limits, ``prepareForTriggerAvailableNow`` or ``reportLatestOffset``;
+but the JVM side (``PythonMicroBatchStream``, seen with ``javap``) implements
+``AcceptsLatestSeenOffset``, and its ``setLatestSeenOffset`` calls the Python
+``partitions(latest, latest)`` with the offset log's latest entry when a query restarts,
+before anything else. So :class:`NSQStartlessStreamReader` keeps the start itself: the
+highest offset Spark has shown it (``initialOffset``, ``partitions``' end, ``commit``'s
+end, that restart call), and plans from there exactly as the 4.2 reader plans from the
+``start`` Spark passes. A restart continues the logged query token and batch numbers; a
+batch logged but not committed is replayed from its spool (the tier in
+``tests/versions`` checks both: a query whose first batch fails after it was spooled,
+restarted, and restarted again after a clean stop).
+``maxMessagesPerTrigger`` caps each batch there too (the reader applies it itself).
+What they lack: ``Trigger.AvailableNow`` (Spark runs such a query as one batch,
+``Trigger.Once``, which reads the backlog measured at the start, up to
+``maxMessagesPerTrigger``) and the backlog report in the progress. pyspark 4.0 has no
+Arrow stream writer: ``df.writeStream.format("nsq")`` is refused when the query starts
+(:class:`~nsq_spark.errors.SparkVersionError`, naming 4.1 and the ``foreachBatch`` way).
 """
 
 from __future__ import annotations
@@ -71,24 +92,18 @@ import logging
 import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
-from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
-                                    DataSourceStreamArrowWriter, DataSourceStreamReader,
+# _compat first: on a pyspark without the Python data source API it raises
+# SparkVersionError naming the version needed, instead of an ImportError from below
+from ._compat import (API, ReadAllAvailable, ReadMaxRows, StreamArrowWriterBase,
+                      TriggerAvailableNowBase, require)
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: E402
+                                    DataSourceReader, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
 
-from .logs import configure as configure_logging
-from .logs import task_rows
-from .options import parse_read_options, parse_write_options
-from .schema import SCHEMA_DDL
-
-try:  # pyspark >= 4.2
-    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                                  SupportsTriggerAvailableNow)
-except ImportError:  # pragma: no cover - older pyspark: no read limits, no AvailableNow
-    ReadLimit = object  # type: ignore[assignment,misc]
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        pass
+from .logs import configure as configure_logging  # noqa: E402
+from .logs import task_rows  # noqa: E402
+from .options import parse_read_options, parse_write_options  # noqa: E402
+from .schema import SCHEMA_DDL  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +127,9 @@ class NSQDataSource(DataSource):
         return SCHEMA_DDL
 
     def streamReader(self, schema: Any) -> "NSQStreamReader":
-        return NSQStreamReader(self.options)
+        if API.admission_control:
+            return NSQStreamReader(self.options)
+        return NSQStartlessStreamReader(self.options)  # pyspark 4.0, 4.1
 
     def reader(self, schema: Any) -> "NSQBatchReader":
         return NSQBatchReader(self.options)
@@ -121,6 +138,7 @@ class NSQDataSource(DataSource):
         return NSQWriter(self.options)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> "NSQStreamWriter":
+        require("stream_write")  # pyspark 4.0: refused when the query starts
         return NSQStreamWriter(self.options)
 
 
@@ -156,7 +174,7 @@ def split_shares(size: int, n: int) -> list[int | None]:
     return [s for s in shares if s > 0]
 
 
-class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     def __init__(self, options: Mapping[str, str]) -> None:
         from .spool import normalize_spool_path
 
@@ -235,7 +253,7 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = None
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
-        elif limit is None and self.opts.max_messages_per_trigger:  # old signature
+        elif limit is None and self.opts.max_messages_per_trigger:  # pyspark < 4.2
             cap = self.opts.max_messages_per_trigger
         self._start()
         batch = int(start["batch"])
@@ -419,6 +437,48 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                                 marker=getattr(partition, "marker", None)))
 
 
+class NSQStartlessStreamReader(NSQStreamReader):
+    """The stream reader for pyspark 4.0 and 4.1, whose planner calls ``latestOffset()``
+    without the start offset (see "pyspark versions" in the module doc).
+
+    The start is the latest offset Spark has shown this reader: ``initialOffset`` (a new
+    query), the ``end`` of ``partitions`` and ``commit``, and at a restart the offset log's
+    latest entry, which Spark hands over before anything else as
+    ``partitions(latest, latest)`` (``AcceptsLatestSeenOffset.setLatestSeenOffset``)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)
+        self._seen: dict | None = None
+
+    def _see(self, offset: dict) -> None:
+        if self._seen is None or int(offset["batch"]) >= int(self._seen["batch"]):
+            self._seen = offset
+
+    def initialOffset(self) -> dict:
+        # after a restart before the first commit, Spark asks for the initial offset
+        # again: the same query's batch 0, so that the logged batch 1 is replayed
+        if self._seen is not None:
+            return {"query": self._seen["query"], "batch": 0, "size": 0,
+                    "v": OFFSET_VERSION}
+        offset = super().initialOffset()
+        self._see(offset)
+        return offset
+
+    def latestOffset(self) -> dict:  # type: ignore[override]
+        if self._seen is None:  # a new query: Spark may ask before the initial offset
+            self.initialOffset()
+        assert self._seen is not None
+        return super().latestOffset(self._seen, None)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._see(end)
+        return super().partitions(start, end)
+
+    def commit(self, end: dict) -> None:
+        self._see(end)
+        super().commit(end)
+
+
 class NSQBatchReader(DataSourceReader):
     """``spark.read.format("nsq")``: drain up to ``maxMessages`` (or until idle).
 
@@ -479,7 +539,7 @@ class NSQWriter(DataSourceArrowWriter):
         log.info("nsq sink: published %d messages", total)
 
 
-class NSQStreamWriter(DataSourceStreamArrowWriter):
+class NSQStreamWriter(StreamArrowWriterBase):
     """``df.writeStream.format("nsq")``: publish each micro-batch (at-least-once)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
