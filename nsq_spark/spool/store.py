@@ -302,20 +302,21 @@ class SegmentStore:
                 "raise spool_max_bytes or publish smaller batches")
         with self._lock:
             self._wait_for_space(need)
-            seg = self._writable_segment()
+            # inline, not in helpers: this is the hot path (1.7 us per append before the
+            # directory check; the fstat adds ~0.55 us, method calls would add more)
+            seg = self._active or self._active_segment()
+            if os.fstat(seg.fd).st_nlink == 0:
+                raise self._unlinked(seg)
             try:
-                self._write(seg, data)
+                written = os.pwrite(seg.fd, data, seg.size)
             except OSError as exc:
-                if exc.errno not in _NO_SPACE or not self._free_delivered():
-                    raise self._append_error(seg, exc) from exc
-                # the delivered part of the spool was taking the room: once more, in a
-                # new segment
-                seg = self._writable_segment()
-                try:
-                    self._write(seg, data)
-                except OSError as again:
-                    raise self._append_error(seg, again) from again
-            self._short_of_space = False
+                seg = self._append_failed(seg, data, exc)
+            else:
+                if written != need:
+                    seg = self._append_failed(seg, data, OSError(
+                        errno.ENOSPC, "short write to the spool segment (disk full)"))
+            if self._short_of_space:
+                self._short_of_space = False
             seg.size += need
             seg.count += len(records)
             self._disk_bytes += need
@@ -334,17 +335,25 @@ class SegmentStore:
                 seg.sealed = True
                 self._active = None
 
-    def _writable_segment(self) -> _Segment:
-        """The active segment, after the one cheap check that its file still has a name
-        in the directory (lock held)."""
+    def _unlinked(self, seg: _Segment) -> SpoolDirectoryError:
+        self._lost = f"its segment {seg.name} was deleted (the directory was removed?)"
+        return self._lost_error()
+
+    def _append_failed(self, seg: _Segment, data: bytes, exc: OSError) -> _Segment:
+        """The write of ``data`` to ``seg`` failed or was short (lock held): cut off what
+        it left; on a full disk free the delivered segments and write once more, in a new
+        segment, when that freed something. Returns the segment written to, or raises."""
+        _truncate_quiet(seg)
+        if exc.errno not in _NO_SPACE or not self._free_delivered():
+            raise self._append_error(seg, exc) from exc
         seg = self._active_segment()
         try:
-            linked = os.fstat(seg.fd).st_nlink > 0
-        except OSError:
-            linked = False
-        if not linked:
-            self._lost = f"its segment {seg.name} was deleted (the directory was removed?)"
-            raise self._lost_error()
+            written = os.pwrite(seg.fd, data, seg.size)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write to the spool segment (disk full)")
+        except OSError as again:
+            _truncate_quiet(seg)
+            raise self._append_error(seg, again) from again
         return seg
 
     def _lost_error(self) -> SpoolDirectoryError:
@@ -369,21 +378,6 @@ class SegmentStore:
             log.error("spool %s was deleted or replaced while in use; publishing into it "
                       "raises from now on (create a new producer)", self.directory)
         return same
-
-    @staticmethod
-    def _write(seg: _Segment, data: bytes) -> None:
-        try:
-            written = os.pwrite(seg.fd, data, seg.size)
-            if written != len(data):
-                # a short write means the disk is full: cut it off, do not leave a torn
-                # record for the drain to trip on
-                raise OSError(errno.ENOSPC, "short write to the spool segment (disk full)")
-        except OSError:
-            try:   # leave no partial record behind
-                os.ftruncate(seg.fd, seg.size)
-            except OSError:
-                pass
-            raise
 
     def _append_error(self, seg: _Segment, exc: OSError) -> SpoolError:
         if exc.errno in _NO_SPACE:
@@ -876,6 +870,11 @@ class SegmentStore:
                 self._active.sealed = True
                 self._active = None
             self._retire_done()
+            lost = sum(s.size - s.acked for s in self._segments)
+            if self._lost is not None and lost:
+                log.error("spool %s: %d bytes of messages accepted before the directory was "
+                          "deleted or replaced were not delivered; they are lost with their "
+                          "unlinked files", self.directory, lost)
             for seg in self._segments:
                 try:
                     if seg.own and self._sync_ms is not None:
@@ -956,6 +955,14 @@ def redrive(directory: str | os.PathLike[str]) -> Redriven:
         log.info("spool %s: %d messages in %d files moved from rejected/ back into the "
                  "queue", d, out.messages, out.files)
     return out
+
+
+def _truncate_quiet(seg: _Segment) -> None:
+    """Cut ``seg`` back to its last whole record: leave no torn record for the drain."""
+    try:
+        os.ftruncate(seg.fd, seg.size)
+    except OSError:
+        pass
 
 
 def _close_quiet(fd: int | None) -> None:
