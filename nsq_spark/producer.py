@@ -402,9 +402,9 @@ class Producer:
             if not records:
                 raise InvalidBodyError("mpublish needs at least one message body")
             return records
-        checked = [_body(b, self.max_msg_size, "message body") for b in bodies]
-        topic = protocol.check_topic(topic)
-        return [(topic, b, defer_ms) for b in checked]
+        (body,) = bodies
+        body = _body(body, self.max_msg_size, "message body")
+        return [(protocol.check_topic(topic), body, defer_ms)]
 
     def _spool_append(self, records: list[tuple[str, bytes, int | None]]) -> None:
         assert self._store is not None and self._spool is not None

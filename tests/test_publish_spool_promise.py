@@ -135,8 +135,17 @@ def test_while_sending_fails_flush_says_so_health_shows_the_cause_on_error_is_ra
         sink.down.clear()
         assert p.flush(5)
         st = p.stats()
-    assert st["health"] == "ok" and st["last_error"] is None and st["failing_since"] is None
-    assert (st["acked"], st["rejected"], len(sink.got)) == (50, 0, 50)
+        assert st["health"] == "ok" and st["last_error"] is None
+        assert st["failing_since"] is None and st["consecutive_failures"] == 0
+        assert (st["acked"], st["rejected"], len(sink.got)) == (50, 0, 50)
+        # a second outage soon after: shown in the health, not logged again (flapping)
+        sink.down.set()
+        p.publish("t", b"again")
+        assert not p.flush(0.3) and p.stats()["health"] == "failing"
+        assert len(calls) == 1
+        assert len([r for r in caplog.records if r.levelname == "ERROR"]) == 1
+        sink.down.clear()
+        assert p.flush(5) and p.stats()["health"] == "ok"
 
 
 def test_redrive_puts_rejected_messages_back_in_the_queue(tmp_path, monkeypatch):

@@ -19,8 +19,9 @@ its server down, TLS, protocol garbage, ``E_PUB_FAILED``, an unexpected exceptio
 failure of the connection, not of the message: retried for as long as the drain runs,
 with the one retry policy (:class:`nsq_spark.publish.retry.RetryPolicy`, unbounded,
 backoff capped), and made loud: :attr:`SpoolDrain.health` turns ``"failing"``, an ERROR
-log names the cause (when it starts, then at most every :data:`LOG_EVERY` seconds, and
-when delivery resumes) and ``on_error`` is called at the same moments.
+log names the cause (when it starts and while it goes on, at most once every
+:data:`LOG_EVERY` seconds, and a WARNING when delivery resumes) and ``on_error`` is
+called with each ERROR.
 
 Delivery is at least once: a batch is sent again when its answer was lost or the process
 died before the watermark was written -- at most one batch per failure, since one batch
@@ -100,8 +101,9 @@ class SpoolDrain:
         batch_size / batch_bytes: bounds of one MPUB from the spool.
         rescan_interval: seconds between two looks for leftover segments.
         on_rejected: ``(topic, body, exc)`` for a message nsqd refused for good.
-        on_error: ``(exc)`` when sending starts failing, then at most every
-            :data:`LOG_EVERY` seconds while it keeps failing (runs on the drain thread).
+        on_error: ``(exc)`` when sending starts failing, then while it keeps failing --
+            with the ERROR log, at most once every ``log_every`` seconds in all, so a
+            flapping connection does not flood (runs on the drain thread).
         log_every: seconds between two ERROR logs / ``on_error`` calls while failing.
     """
 
@@ -127,6 +129,7 @@ class SpoolDrain:
         self.consecutive_failures = 0
         self._failing_mono = 0.0
         self._next_report = 0.0
+        self._reported = False   # this episode was reported at ERROR
         self.sent_messages = 0
         self.sent_bytes = 0
         self.retries = 0
@@ -172,10 +175,12 @@ class SpoolDrain:
         if self.failing_since is None:
             self.failing_since = time.time()
             self._failing_mono = now
-            self._next_report = now
+        # at most one report per log_every, across episodes too: a connection that
+        # flaps every second must not log an ERROR every second
         if now < self._next_report:
             return
         self._next_report = now + self.log_every
+        self._reported = True
         pending = self._store.pending()
         log.error("spool %s: nsqd does not take messages: %s: %s (%d failed attempts over "
                   "%.0f s); %d bytes stay in the spool and are retried, nothing is dropped",
@@ -188,7 +193,8 @@ class SpoolDrain:
                 log.exception("spool on_error callback failed")
 
     def _recovered(self) -> None:
-        if self.failing_since is not None:
+        if self._reported:
+            self._reported = False
             log.warning("spool %s: nsqd takes messages again after %d failed attempts over "
                         "%.1f s", self._store.directory, self.consecutive_failures,
                         time.monotonic() - self._failing_mono)
