@@ -216,6 +216,20 @@ def test_a_deleted_spool_directory_makes_publish_raise_at_once(tmp_path):
         p.close()
 
 
+@pytest.mark.parametrize("fsync", ["never", 10])
+def test_without_fsync_always_a_deleted_directory_raises_within_a_millisecond(tmp_path,
+                                                                              fsync):
+    d = tmp_path / "spool"
+    st = SegmentStore(d, fsync=fsync)
+    st.append([("t", b"one", None)])
+    shutil.rmtree(d)
+    time.sleep(0.002)   # the check runs at most once per ms off the "always" policy
+    with pytest.raises(SpoolDirectoryError, match="deleted or replaced"):
+        st.append([("t", b"two", None)])
+    assert st.stats.appended == 1
+    st.close()
+
+
 def test_a_directory_moved_away_is_noticed_by_the_next_rescan(tmp_path):
     d = tmp_path / "spool"
     st = SegmentStore(d)

@@ -21,11 +21,12 @@ group on purpose, and the files in it are 0600 anyway.
 Two failures the store watches for itself, because each would break "what ``append``
 accepted is never lost":
 
-* the directory deleted or replaced under it (``rm -rf``, a cleanup job): every append
-  first checks that the active segment still has a link (one ``fstat``, ~0.3 us against
-  ~9 us for a ``publish`` with the 10 ms fsync policy), and every new segment and every
-  rescan checks the directory's ``(st_dev, st_ino)``; either change makes every later
-  append raise :class:`SpoolDirectoryError` instead of writing into unlinked files;
+* the directory deleted or replaced under it (``rm -rf``, a cleanup job): an append
+  first checks that the active segment still has a link (one ``fstat``: on every append
+  with ``fsync="always"``, else at most once per millisecond, see :data:`_LINK_CHECK_S`),
+  and every new segment and every rescan checks the directory's ``(st_dev, st_ino)``;
+  either change makes every later append raise :class:`SpoolDirectoryError` instead of
+  writing into unlinked files;
 * a full disk: an ``ENOSPC`` (or ``EDQUOT``) on append retires the delivered part of the
   spool at once -- the active segment too, which otherwise stays until it is worth a new
   file -- and the append is tried once more when that freed something; until then it
@@ -62,6 +63,13 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 #: errnos of a full disk (or quota): the store frees its delivered segments and tries again
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: how often an append checks that the active segment still has a link, unless the
+#: fsync policy is "always" (then every append: next to a ~250 us fdatasync the fstat is
+#: free). An fstat costs ~0.6-1.5 us of CPU on this 2-core VM, 10-20 % of a
+#: single-message publish with fsync="never" or an interval (bench/RESULTS.md); at most
+#: one per millisecond costs nothing measurable, and a millisecond is a smaller window
+#: than those policies already accept for a machine crash.
+_LINK_CHECK_S = 0.001
 
 # ---------------------------------------------------------------------------------------
 # the segment store
@@ -249,6 +257,9 @@ class SegmentStore:
         self._closed = False
         self._reject_fd: int | None = None
         self._short_of_space = False   # an append met ENOSPC: retire delivered data at once
+        # every append with fsync="always", else at most once per _LINK_CHECK_S
+        self._link_check_s = 0.0 if self._sync_ms == 0 else _LINK_CHECK_S
+        self._next_link_check = 0.0
         self._lost: str | None = None  # why the directory is no longer ours (deleted, ...)
 
         check_spool_directory(self.directory)
@@ -302,11 +313,13 @@ class SegmentStore:
                 "raise spool_max_bytes or publish smaller batches")
         with self._lock:
             self._wait_for_space(need)
-            # inline, not in helpers: this is the hot path (1.7 us per append before the
-            # directory check; the fstat adds ~0.55 us, method calls would add more)
+            # inline, not in helpers: this is the hot path (see _LINK_CHECK_S)
             seg = self._active or self._active_segment()
-            if os.fstat(seg.fd).st_nlink == 0:
-                raise self._unlinked(seg)
+            now = time.monotonic()
+            if now >= self._next_link_check:
+                self._next_link_check = now + self._link_check_s
+                if os.fstat(seg.fd).st_nlink == 0:
+                    raise self._unlinked(seg)
             try:
                 written = os.pwrite(seg.fd, data, seg.size)
             except OSError as exc:
@@ -466,6 +479,7 @@ class SegmentStore:
             except OSError as exc:   # the segment exists and is ours: the appends say more
                 log.error("spool %s: syncing the directory failed: %s", self.directory, exc)
         seg = _Segment(name, path, fd, len(MAGIC), len(MAGIC), own=True)
+        self._next_link_check = 0.0   # a new file: check it on its first append
         self._segments.append(seg)
         self._active = seg
         self._disk_bytes += len(MAGIC)
