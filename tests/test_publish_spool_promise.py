@@ -55,6 +55,8 @@ CONNECTION_FAILURES = [
     ssl.SSLCertVerificationError(1, "certificate verify failed"),
     errors.ProtocolError("frame size 1213486160 is not possible (wrong port?)"),
     errors.InvalidError("E_INVALID", "cannot PUB in current state (TLS required)"),
+    errors.BadBodyError("E_BAD_BODY", "IDENTIFY failed to decode JSON body"),
+    errors.InvalidError("E_INVALID", "AUTH invalid body size 0"),
     errors.PubFailedError("E_PUB_FAILED", "exiting"),
     errors.ConnectError("connection refused"),
     errors.ConnectionClosedError("closed"),
@@ -68,6 +70,8 @@ REFUSALS = [
     errors.BadMessageError("E_BAD_MESSAGE", "PUB message too big 2000 > 1024"),
     errors.BadBodyError("E_BAD_BODY", "MPUB body too big"),
     errors.InvalidError("E_INVALID", "DPUB timeout 7200000 out of range 0-3600000"),
+    errors.BadMessageError("E_BAD_MESSAGE", "HTTP 400 from nsqd h:4151: MSG_TOO_BIG"),
+    errors.InvalidError("E_INVALID", "invalid command DPUB"),   # an nsqd without DPUB
     errors.InvalidBodyError("body over max_msg_size"),
 ]
 

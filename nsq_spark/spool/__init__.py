@@ -8,15 +8,15 @@ A spooling :class:`nsq_spark.Producer` composes a store and a drain; none of the
 imports the Producer.
 """
 
-from .drain import Sender, SpoolDrain
+from .drain import REFUSAL_CODES, Sender, SpoolDrain, refused
 from .format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, Decoded, SpoolDirectoryError,
                      SpoolError, SpoolFullError, by_envelope_digest, decode_records,
                      encode_record, open_envelope, read_segment, wrap_envelope)
-from .store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment, SegmentStore,
-                    SpoolStats)
+from .store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment, Redriven,
+                    SegmentStore, SpoolStats, redrive)
 
 __all__ = [
-    "SpoolDrain", "Sender", "SegmentStore", "SpoolStats", "CorruptSegment", "Batch",
+    "SpoolDrain", "Sender", "refused", "REFUSAL_CODES", "redrive", "Redriven", "SegmentStore", "SpoolStats", "CorruptSegment", "Batch",
     "FSYNC_ALWAYS", "FSYNC_NEVER", "SpoolError", "SpoolDirectoryError", "SpoolFullError",
     "MAGIC", "Decoded", "encode_record", "decode_records", "read_segment", "ENVELOPE_MAGIC",
     "DIGEST_SIZE", "wrap_envelope", "open_envelope", "by_envelope_digest",

@@ -64,16 +64,19 @@ def refused(exc: BaseException) -> bool:
     retries without end: see the module doc for why this differs from
     :func:`nsq_spark.errors.is_transient`.
 
-    ``E_INVALID`` counts only as an answer about the command: nsqd also sends it before
-    looking at the command when the connection needs TLS first ("cannot PUB in current
-    state (TLS required)"), which is a connection setup problem."""
+    The same codes also answer the handshake ("IDENTIFY failed to decode JSON body",
+    "AUTH invalid body size") and a connection that must upgrade to TLS first ("cannot
+    PUB in current state (TLS required)"): those are about the connection, not the
+    message, and are retried."""
     if isinstance(exc, (InvalidNameError, InvalidBodyError)):
         return True
-    if isinstance(exc, NSQServerError):
-        if exc.code == "E_INVALID" and "current state" in exc.description:
-            return False
-        return exc.code in REFUSAL_CODES
+    if isinstance(exc, NSQServerError) and exc.code in REFUSAL_CODES:
+        text = exc.description
+        return not (text.startswith(_HANDSHAKE) or "current state" in text)
     return False
+
+
+_HANDSHAKE = ("IDENTIFY", "AUTH")
 
 
 def _retryable(exc: BaseException) -> bool:
