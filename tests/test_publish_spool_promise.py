@@ -309,3 +309,14 @@ def test_the_spooling_producer_accepts_exactly_what_the_direct_one_does(tmp_path
     direct.close()
     assert accepted == 4 * 3 + 4 * 3 * 2   # 4 good topics, 3 good bodies
     assert {g[0] for g in sink.got} == {"t", "t#ephemeral"}   # bytes topics as str
+
+
+def test_the_publish_summary_says_how_to_send_the_refused_messages_again():
+    from nsq_spark import cli
+
+    args = cli.build_parser().parse_args(
+        ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--spool-dir", "/sp"])
+    text = cli._spool_summary(args, 3, {"acked": 2, "rejected": 1, "pending_bytes": 0},
+                              False)
+    assert "nsqd acknowledged 2; nsqd refused 1 for good" in text
+    assert "nsq-spark spool redrive /sp" in text

@@ -522,7 +522,8 @@ class SegmentStore:
     def claim_orphans(self) -> int:
         """Take over unlocked segments (left by crashed or closed processes); returns how
         many were claimed. Also removes stale temporary and ack files."""
-        self._check_directory()   # a removed directory: appends raise from now on
+        if not self._check_directory():   # removed: appends raise from now on, and
+            return 0                      # there is nothing left there to claim
         with self._lock:
             if self._closed:
                 return 0
@@ -742,7 +743,7 @@ class SegmentStore:
             self.stats.acked += n - rejected
             if seg.own:
                 seg.count = max(0, seg.count - n)
-            if seg.fd >= 0:
+            if seg.fd >= 0 and self._lost is None:   # no directory: no ack file
                 try:
                     self._write_ack(seg)
                 except OSError as exc:
@@ -822,7 +823,7 @@ class SegmentStore:
                 log.error("spool %s: the intact part of damaged segment %s was delivered; "
                           "the segment is kept as %s for inspection", self.directory,
                           seg.name, qdir / seg.name)
-            else:
+            elif self._lost is None:   # else: already gone with the directory
                 os.unlink(seg.path)
             _unlink_quiet(seg.path + ".ack")
         except OSError as exc:
