@@ -167,8 +167,9 @@ class Producer:
         on_rejected: called ``(topic, body, exc)`` for a spooled message nsqd refused for
             good (it is also kept in ``spool_dir/rejected``; :meth:`redrive`).
         on_error: called ``(exc)`` when sending from the spool starts failing (the
-            messages stay and are retried), then at most every 30 s while it keeps
-            failing. The callbacks run on the drain thread: keep them short.
+            messages stay and are retried) and while it keeps failing, with the ERROR
+            log: at most once per 30 s in all. The callbacks run on the drain thread:
+            keep them short.
         producer_factory: builds the producer the spool sends through (default: a direct
             ``Producer`` with the other options given here).
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
@@ -448,8 +449,8 @@ class Producer:
         of it within ``timeout``; False when time ran out (nsqd unreachable, AUTH or TLS
         failing, ...: the messages stay in the spool and are retried; ``stats()`` has
         ``health`` and ``last_error``), and False once when nsqd refused messages for
-        good since the last flush that returned True (``stats()["rejected"]``; they are
-        in ``spool_dir/rejected``). It returns rather than raises, as before: callers
+        good since the previous flush that saw the queue empty (``stats()["rejected"]``;
+        they are in ``spool_dir/rejected``). It returns rather than raises, as before: callers
         that only test the bool keep working and never read a refusal as delivered.
         ``timeout=None`` waits for as long as it takes. Without a spool every blocking
         call already waited: True."""
