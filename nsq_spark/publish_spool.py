@@ -25,8 +25,9 @@ garbage, a timeout. The spool retries it with capped exponential backoff (``retr
 * ``stats()["health"]`` is ``"failing"`` (``"ok"`` again after the next delivery), with
   ``last_error`` (the cause), ``failing_since`` (epoch seconds) and
   ``consecutive_failures``;
-* a log at ERROR names the cause when sending starts failing, then at most every 30 s
-  while it goes on (not one per retry), and a WARNING when delivery resumes;
+* a log at ERROR names the cause when sending starts failing and while it goes on, at
+  most once per 30 s in all (not one per retry, nor one per blip of a flapping
+  connection), and a WARNING when delivery resumes;
 * ``on_error(exc)`` is called at the same moments;
 * :meth:`Producer.flush` returns False (it does not raise: existing callers test the
   bool) -- it returns True only when nsqd took everything.
