@@ -1,5 +1,6 @@
-"""Command-line tools: ``nsq-spark publish``, ``nsq-spark tail``, ``nsq-spark install-nsq``
-(``python -m nsq_spark ...`` is the same program; ``nsq-spark --version`` prints the version).
+"""Command-line tools: ``nsq-spark publish``, ``nsq-spark tail``, ``nsq-spark spool
+redrive``, ``nsq-spark install-nsq`` (``python -m nsq_spark ...`` is the same program;
+``nsq-spark --version`` prints the version).
 
 ``publish`` is to_nsq with a progress bar and an optional durable spool: it reads files
 (or stdin), one message per line, and publishes them in MPUB batches::
@@ -22,6 +23,10 @@ By default it reads on a new ephemeral channel, which gets only the messages pub
 after it exists (plus the topic's backlog when the topic has no channel yet); NSQ keeps a
 backlog per channel, so ``--channel NAME`` reads (and consumes: tail FINishes what it
 prints) the backlog of the named, durable channel. A line on stderr says which it does.
+
+``spool redrive DIR`` moves the messages nsqd refused for good (``DIR/rejected``) back
+into the spool's queue, once the cause is fixed; the next producer on ``DIR`` (a running
+one within a second) sends them.
 
 Both take TLS (``--tls``, ``--tls-ca-file``, ...) and AUTH options; the AUTH secret comes
 from a file or the ``NSQ_AUTH_SECRET`` variable, never from the command line (``ps`` would
@@ -157,7 +162,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="NSQ command-line tools of nsq_spark")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{publish,tail,install-nsq}")
+                                metavar="{publish,tail,spool,install-nsq}")
 
     # no abbreviations: `--auth-secret X` must not be taken for --auth-secret-file X
     p = sub.add_parser("publish", allow_abbrev=False, help="publish lines of files or stdin to a topic",
@@ -230,6 +235,20 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
         _add(sp, "--log-level", default="warning",
              choices=["debug", "info", "warning", "error"], help="log level (stderr)")
 
+    s = sub.add_parser("spool", allow_abbrev=False, help="manage a publish spool directory",
+                       description="Manage a publish spool directory (--spool-dir, "
+                       "Producer(spool_dir=...)).")
+    ss = s.add_subparsers(dest="spool_command", required=True, metavar="{redrive}")
+    r = ss.add_parser("redrive", allow_abbrev=False,
+                      help="send the messages nsqd refused (DIR/rejected) again",
+                      description="Move the messages nsqd refused for good (DIR/rejected) "
+                      "back into the spool's queue; the next producer on DIR sends them "
+                      "(a running one within its rescan interval). Fix the cause first "
+                      "(topic name, nsqd's --max-msg-size, ...), or they are refused again.")
+    r.add_argument("directory", metavar="DIR", help="the spool directory")
+    _add(r, "--log-level", default="warning",
+         choices=["debug", "info", "warning", "error"], help="log level (stderr)")
+
     i = sub.add_parser("install-nsq", help="provide the nsqd/nsqlookupd binaries",
                        description="Find nsq v1.3.0 on PATH or in the cache, or build it "
                        "once with Go, and print the directory (for NSQ_BIN_DIR).",
@@ -258,6 +277,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
     try:
         if args.command == "publish":
             return _publish(args, stdin or sys.stdin.buffer, stderr)
+        if args.command == "spool":
+            return _spool_redrive(args.directory, stderr)
         return _tail(args, stdout or sys.stdout.buffer, stderr)
     except KeyboardInterrupt:
         stderr.write("\ninterrupted\n")
@@ -448,6 +469,26 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
     return rc
 
 
+def _spool_redrive(directory: str, stderr: IO[str]) -> int:
+    from nsq_spark.spool.store import redrive
+
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory} is not a directory: give the spool directory "
+                         "(the --spool-dir / spool_dir of the producer)")
+    done = redrive(directory)
+    text = (f"moved {done.messages:,} message{'s' if done.messages != 1 else ''} in "
+            f"{done.files} file{'s' if done.files != 1 else ''} from {directory}/rejected "
+            "back into the spool; the next producer on it sends them")
+    if done.busy:
+        text += (f"; {done.busy} file{' is' if done.busy == 1 else 's are'} still being "
+                 "written by a running producer (its Producer.redrive() moves it, or run "
+                 "this again after it stops)")
+    for damage in done.damaged:
+        text += f"; damaged tail in {damage} (the intact records are sent)"
+    stderr.write(text + "\n")
+    return EXIT_OK
+
+
 def _spool_summary(args: argparse.Namespace, read: int, stats: dict[str, Any],
                    flushed: bool) -> str:
     """What a spooled publish really did: messages read and spooled, messages nsqd
@@ -459,7 +500,8 @@ def _spool_summary(args: argparse.Namespace, read: int, stats: dict[str, Any],
     if stats.get("orphans_claimed"):
         text += " (leftovers of earlier runs included)"
     if rejected:
-        text += f"; nsqd refused {rejected:,} for good (moved to the spool's rejected/)"
+        text += (f"; nsqd refused {rejected:,} for good (moved to the spool's rejected/; "
+                 f"nsq-spark spool redrive {args.spool_dir} sends them again)")
     if flushed:
         return "" if args.quiet else text + "; nothing left in the spool\n"
     last_error = stats.get("last_error")

@@ -253,8 +253,10 @@ def is_transient(exc: BaseException) -> bool:
     answer in time, nsqd could not store the message); False for one that no retry can
     fix (bad name or body, refused AUTH, a TLS certificate or setup failure -- typed
     TLSError or a raw ``ssl.SSLError`` such as ``SSLCertVerificationError`` --, any other
-    nsqd error, a protocol violation). Producers retry, and the publish spool keeps or
-    rejects, by this rule."""
+    nsqd error, a protocol violation). Producers retry by this rule. The publish spool
+    has a rule of its own, :func:`nsq_spark.spool.drain.refused` (only nsqd refusing the
+    message itself takes a message out of its queue), because its caller was already
+    told "accepted" and nobody waits to decide."""
     import asyncio
     import ssl
 

@@ -21,7 +21,15 @@ With ``spool_dir`` the producer owns every message until nsqd acknowledged it: e
 appends to the spool (:mod:`nsq_spark.publish_spool`) and returns -- or settles its
 future -- once the message is durable there; a drain thread sends the spool through an
 inner, direct Producer. The spool is a part the Producer is composed with, not another
-class: ``Producer(addr, spool_dir=d)`` is a ``Producer``.
+class: ``Producer(addr, spool_dir=d)`` is a ``Producer``. Its promise: what ``publish()``
+accepted is delivered to nsqd or stays on disk and is retried, unless nsqd itself refused
+that message for a reason a retry cannot fix (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``,
+``E_BAD_BODY``, ``E_INVALID`` to PUB/MPUB/DPUB: it goes to ``spool_dir/rejected``, and
+:meth:`redrive` puts it back). A failing connection -- nsqd down, the wrong port, AUTH
+refused or its server down, TLS -- is retried for as long as the producer lives, and is
+shown by ``stats()["health"]``, ``on_error`` and an ERROR log; :meth:`flush` returns
+False meanwhile. Unlike the direct mode, where such failures raise at once (a caller is
+waiting), see :func:`nsq_spark.spool.drain.refused`.
 
 Bodies follow one rule in every mode: ``bytes``, ``bytearray`` or ``memoryview``, not
 empty, at most ``max_msg_size`` when given; anything else (``str`` included) raises
@@ -82,7 +90,7 @@ _SPOOL_DEFAULTS: dict[str, Any] = {
     "spool_fsync": FSYNC_ALWAYS, "spool_max_bytes": 1 << 30, "spool_full": "block",
     "spool_block_timeout": None, "message_id_digest": False, "batch_size": 1000,
     "batch_bytes": 1 << 20, "rescan_interval": 1.0, "on_corrupt": None, "on_rejected": None,
-    "producer_factory": None,
+    "on_error": None, "producer_factory": None,
 }
 
 
@@ -157,8 +165,11 @@ class Producer:
         on_corrupt: called with a :class:`~nsq_spark.spool.store.CorruptSegment` when a
             damaged spool tail is found.
         on_rejected: called ``(topic, body, exc)`` for a spooled message nsqd refused for
-            good (it is also kept in ``spool_dir/rejected``). Both callbacks run on the
-            drain thread: keep them short.
+            good (it is also kept in ``spool_dir/rejected``; :meth:`redrive`).
+        on_error: called ``(exc)`` when sending from the spool starts failing (the
+            messages stay and are retried) and while it keeps failing, with the ERROR
+            log: at most once per 30 s in all. The callbacks run on the drain thread:
+            keep them short.
         producer_factory: builds the producer the spool sends through (default: a direct
             ``Producer`` with the other options given here).
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
@@ -181,13 +192,15 @@ class Producer:
                  rescan_interval: float = 1.0,
                  on_corrupt: Callable[[CorruptSegment], None] | None = None,
                  on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None,
                  producer_factory: Callable[[], Any] | None = None,
                  **connection_options: Any) -> None:
         spool_options = dict(
             spool_fsync=spool_fsync, spool_max_bytes=spool_max_bytes, spool_full=spool_full,
             spool_block_timeout=spool_block_timeout, message_id_digest=message_id_digest,
             batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval,
-            on_corrupt=on_corrupt, on_rejected=on_rejected, producer_factory=producer_factory)
+            on_corrupt=on_corrupt, on_rejected=on_rejected, on_error=on_error,
+            producer_factory=producer_factory)
         check_producer_options(  # every number, by the one rule (nsq_spark.validate)
             strategy=strategy, max_tries=max_tries, retry_wait=retry_wait,
             retry_max_wait=retry_max_wait, retry_deadline=retry_deadline,
@@ -291,7 +304,8 @@ class Producer:
             retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05, max_wait=retry_max_wait),
             message_id_digest=self.message_id_digest, batch_size=spool["batch_size"],
             batch_bytes=spool["batch_bytes"], rescan_interval=spool["rescan_interval"],
-            on_rejected=spool["on_rejected"])
+            on_rejected=spool["on_rejected"], on_error=spool["on_error"])
+        self._rejected_seen = 0   # rejections already reported by flush()
         # take over leftovers now, so that flush() right after start covers them
         self._store.claim_orphans()
         self._spool.start()
@@ -379,16 +393,19 @@ class Producer:
 
     def _spool_records(self, topic: str, bodies: Iterable[Any], defer_ms: int | None,
                        many: bool) -> list[tuple[str, bytes, int | None]]:
-        protocol.check_topic(topic)
+        """The direct path's checks (``protocol.check_topic``/``_check_body``), in its
+        order (PUB: body first, MPUB: topic first), so both modes accept, and refuse with
+        the same error, the same calls; a bytes topic is spooled as its str."""
         if many:   # named as protocol.mpub names them
+            topic = protocol.check_topic(topic)
             records = [(topic, _body(b, self.max_msg_size, f"message body #{i}"), defer_ms)
                        for i, b in enumerate(bodies)]
-        else:
-            records = [(topic, _body(b, self.max_msg_size, "message body"), defer_ms)
-                       for b in bodies]
-        if not records:
-            raise InvalidBodyError("mpublish needs at least one message body")
-        return records
+            if not records:
+                raise InvalidBodyError("mpublish needs at least one message body")
+            return records
+        (body,) = bodies
+        body = _body(body, self.max_msg_size, "message body")
+        return [(protocol.check_topic(topic), body, defer_ms)]
 
     def _spool_append(self, records: list[tuple[str, bytes, int | None]]) -> None:
         assert self._store is not None and self._spool is not None
@@ -428,11 +445,33 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> bool:
         """With ``spool_dir``: wait until nsqd has acknowledged everything this producer
-        holds (its own messages and the leftovers it claimed); True if so within
-        ``timeout``. Without a spool every blocking call already waited: True."""
-        if self._spool is None:
+        holds (its own messages and the leftovers it claimed). True only if nsqd took all
+        of it within ``timeout``; False when time ran out (nsqd unreachable, AUTH or TLS
+        failing, ...: the messages stay in the spool and are retried; ``stats()`` has
+        ``health`` and ``last_error``), and False once when nsqd refused messages for
+        good since the previous flush that saw the queue empty (``stats()["rejected"]``;
+        they are in ``spool_dir/rejected``). It returns rather than raises, as before: callers
+        that only test the bool keep working and never read a refusal as delivered.
+        ``timeout=None`` waits for as long as it takes. Without a spool every blocking
+        call already waited: True."""
+        if self._spool is None or self._store is None:
             return True
-        return self._spool.flush(timeout)
+        if not self._spool.flush(timeout):
+            return False
+        rejected = self._store.stats.rejected
+        fresh, self._rejected_seen = rejected - self._rejected_seen, rejected
+        return fresh == 0
+
+    def redrive(self) -> int:
+        """With ``spool_dir``: move the messages of ``spool_dir/rejected`` back into the
+        queue (once the cause of the refusal is fixed); returns how many. The command
+        line does the same: ``nsq-spark spool redrive DIR``."""
+        if self._store is None or self._spool is None:
+            raise AttributeError("redrive: this Producer has no spool_dir")
+        moved = self._store.redrive().messages
+        self._store.claim_orphans()
+        self._spool.wake()
+        return moved
 
     # -- blocking path: plain sockets from the calling thread -------------------------------
 
@@ -598,7 +637,10 @@ class Producer:
         """Counters: ``messages``, ``bytes``, ``retries``, ``errors`` (ints, in messages
         and body bytes), ``commands``, and per nsqd ``"nsqd": {address: {"up",
         "messages", "bytes", "last_error"}}``; with ``spool_dir`` also ``spool_pending``
-        (messages), ``spool_pending_bytes`` and the spool's own counters."""
+        (messages), ``spool_pending_bytes``, the spool's own counters (``acked``: taken
+        by nsqd; ``rejected``: refused for good, never in ``acked``; ``redriven``) and
+        its health: ``health`` (``"ok"`` or ``"failing"``), ``last_error`` (the cause),
+        ``failing_since`` (epoch seconds), ``consecutive_failures``."""
         if self._spool is not None:
             return self._spool_stats_dict()
         out = self._stats.snapshot()
@@ -623,7 +665,7 @@ class Producer:
             "bytes_on_disk": store.bytes_on_disk, "orphans_claimed": st.orphans_claimed,
             "segments_deleted": st.segments_deleted, "fsyncs": st.fsyncs,
             "corrupt_segments": [str(c) for c in st.corrupt_segments],
-            "last_error": str(drain.last_error) if drain.last_error else None,
+            "redriven": st.redriven, **drain.health_dict(),
             "producer": inner,
         }
 

@@ -7,6 +7,35 @@ file on local disk *before* it is sent, and stays there until nsqd has acknowled
 accepted: on the next start -- or in another process sharing the directory -- the spool
 is sent again.
 
+The promise: **what ``publish()`` accepted is delivered to nsqd or stays on disk and is
+retried, unless nsqd itself refused that message for a reason a retry cannot fix** -- a
+bad topic, a body empty, too big or malformed, a defer out of range: nsqd's
+``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, ``E_BAD_BODY``, ``E_INVALID`` answered to
+PUB/MPUB/DPUB (the rule is :func:`nsq_spark.spool.drain.refused`). Such a message goes to
+``rejected/``, is counted in ``stats()["rejected"]`` (never in ``acked``), is handed to
+``on_rejected``, makes the next :meth:`Producer.flush` return False, and comes back with
+:meth:`Producer.redrive` or ``nsq-spark spool redrive DIR`` once the cause is fixed.
+
+Every other failure is a failing *connection*, not a bad message: nsqd unreachable or
+exiting (``E_PUB_FAILED``), the wrong port (nsqd's HTTP port, another service), AUTH
+refused or the auth server down, a TLS certificate that does not verify, protocol
+garbage, a timeout. The spool retries it with capped exponential backoff (``retry_wait``
+0.05 s up to ``retry_max_wait``) for as long as the producer lives, and makes it loud:
+
+* ``stats()["health"]`` is ``"failing"`` (``"ok"`` again after the next delivery), with
+  ``last_error`` (the cause), ``failing_since`` (epoch seconds) and
+  ``consecutive_failures``;
+* a log at ERROR names the cause when sending starts failing and while it goes on, at
+  most once per 30 s in all (not one per retry, nor one per blip of a flapping
+  connection), and a WARNING when delivery resumes;
+* ``on_error(exc)`` is called at the same moments;
+* :meth:`Producer.flush` returns False (it does not raise: existing callers test the
+  bool) -- it returns True only when nsqd took everything.
+
+This differs on purpose from a direct ``Producer`` (no spool), which raises a refused
+AUTH or a TLS failure at once: there a caller is waiting for the answer and decides;
+here the caller was already told "accepted".
+
 On-disk layout (``spool_dir``)::
 
     <time_ns>-<pid>-<n>-<rand>.seg       a segment: header + framed records, append-only
@@ -14,7 +43,15 @@ On-disk layout (``spool_dir``)::
     .<name>.tmp                          a segment being created (renamed once locked)
     corrupt/                             segments with a damaged tail, after their intact
                                          prefix was delivered (kept for inspection)
-    rejected/                            messages nsqd refused for good (bad topic, too big)
+    rejected/                            messages nsqd refused for good (bad topic, too big),
+                                         same format; ``spool redrive`` moves them back as
+                                         ``<name>-redriven.seg``
+
+Files are created 0600 and the directories the spool creates 0700, whatever the umask
+(bodies are application data; nsqd keeps its own queue files 0600). A directory that
+already existed keeps the mode its owner gave it (it may be shared with a group on
+purpose); the files in it are 0600 all the same, so every process sharing a spool
+directory must run as the same user.
 
 Segment format: the 8-byte magic ``NSQSPL01``, then records, each
 ``u32 payload length | u32 crc32(payload) | payload`` (little endian), the payload being
@@ -56,28 +93,40 @@ read from disk during the round trip).
 
 Ownership vs. ``flush``: ``publish()`` returns once the message is in the spool;
 :meth:`Producer.flush` waits until nsqd has acknowledged everything the producer
-holds; :meth:`Producer.close` tries to for ``timeout`` seconds and leaves the
-rest on disk for the next start. Failures follow the one classification,
-:func:`nsq_spark.errors.is_transient`: a transient one (nsqd unreachable, connection lost,
-``E_PUB_FAILED``) is retried without end, with jittered exponential backoff; a message
-refused for good (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, a refused AUTH, any other nsqd
-error) is moved to ``rejected/`` (same format, read it with :func:`read_segment`) and
-reported through ``on_rejected``.
+holds (True), or returns False (timeout, or messages refused since the last flush);
+:meth:`Producer.close` tries to for ``timeout`` seconds and leaves the rest on disk for
+the next start. Failures follow the promise above.
 
 The whole Producer API works with a spool: ``publish_async``/``mpublish_async`` return a
 future settled once the message is in the spool (the append happens in the call),
 ``apublish``/``ampublish`` append in a worker thread, ``publish_nowait`` returns a settled
 asyncio future, and ``async with`` closes like ``close()``. Bodies follow the Producer's
-one rule (bytes-like, not empty; ``str`` is refused: encode it). ``stats()`` gives
+one rule (bytes-like, not empty; ``str`` is refused: encode it), and topics the same rule
+as the direct Producer (a ``bytes`` topic is accepted): the same calls are accepted, and
+refused with the same error, in both modes. ``stats()`` gives
 ``messages``/``bytes`` acknowledged by nsqd, ``retries``, ``errors`` (messages rejected),
-``spool_pending`` (messages) and ``spool_pending_bytes``, plus the spool's own counters.
+``spool_pending`` (messages) and ``spool_pending_bytes``, the spool's own counters
+(``appended``, ``acked``, ``rejected``, ``redriven``, ...) and the health above.
 
 Size bound (``spool_max_bytes``): the total size of the segment files in the directory.
 When an append would exceed it, ``spool_full="block"`` waits until the drain frees space
 (or ``spool_block_timeout`` passes, then :class:`SpoolFullError`), ``"raise"`` raises
 :class:`SpoolFullError` at once. Space is freed a whole segment at a time, so segments
-are sealed at 1/8 of the bound (64 KiB to 64 MiB). A simulated full disk is exactly this
-bound; a real ``ENOSPC`` surfaces as :class:`SpoolError` from ``publish``.
+are sealed at 1/8 of the bound (64 KiB to 64 MiB).
+
+A full disk (``ENOSPC``, or a quota) is not this bound: ``publish`` raises
+:class:`SpoolError` naming the directory and the cause, and nothing of that call is
+acknowledged or kept half-written. The spool then retires at once what nsqd has
+acknowledged -- the current segment too, which is otherwise kept until it is worth a new
+file (1/8 of ``segment_bytes``) -- and tries the append once more when that freed
+something; until an append works again, every delivered segment is deleted as soon as it
+is delivered. So publishing resumes, without a restart, as soon as there is room.
+
+A spool directory deleted (or replaced) under a running producer makes the next
+``publish`` raise :class:`SpoolDirectoryError` (one ``fstat`` per call checks that the
+current segment still has a name; the periodic rescan checks the directory itself)
+instead of appending to files nobody can find again. What was spooled before is still
+sent while that producer lives; create a new producer to go on.
 
 Message-id envelope (``message_id_digest=True``): NSQ messages have no header fields, so
 the id travels in the body: just before sending, the body is wrapped as

@@ -263,6 +263,12 @@ class Proxy:
         """Disabled, the proxy closes every connection and refuses new ones."""
         self._api.request("POST", f"/proxies/{self.name}", {"enabled": enabled})
 
+    def set_upstream(self, upstream: str) -> None:
+        """Point the proxy at another ``host:port`` (its connections are closed; new ones
+        go there): a service moved, or a wrong address corrected."""
+        self._api.request("POST", f"/proxies/{self.name}", {"upstream": upstream})
+        self.upstream = upstream
+
     def delete(self) -> None:
         self._api.request("DELETE", f"/proxies/{self.name}")
 

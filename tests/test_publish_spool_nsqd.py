@@ -334,3 +334,26 @@ def test_spool_over_nsqd_http_api(nsq_cluster, tmp_path):
         assert p.flush(20)
     check_delivery(drain_channel(nsq_cluster), {b"http-%03d" % i for i in range(50)} |
                    {b"http-single"}, max_dups=0)
+
+
+@pytest.mark.nsq_cluster(lookupd=0, max_msg_size=1024)
+def test_a_message_nsqd_refuses_goes_to_rejected_and_comes_back_by_redrive(nsq_cluster,
+                                                                           tmp_path):
+    """nsqd's own answer (E_BAD_MESSAGE, over --max-msg-size) is the one kind of failure
+    that leaves the queue: counted in rejected, not acked; flush() says False once."""
+    make_channel(nsq_cluster)
+    spool = tmp_path / "spool"
+    small = [b"small-%03d" % i for i in range(50)]
+    big = b"B" * 2000
+    with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool,
+                  retry_max_wait=0.2) as p:
+        p.mpublish(TOPIC, small[:25] + [big] + small[25:])
+        assert not p.flush(20), "flush() said delivered while nsqd refused a message"
+        st = p.stats()
+        assert (st["rejected"], st["acked"], st["health"]) == (1, 50, "ok")
+        assert p.redrive() == 1        # nsqd still refuses it: back to rejected/
+        assert not p.flush(20)
+        assert p.stats()["rejected"] == 2 and p.stats()["redriven"] == 1
+    (kept,) = (spool / "rejected").iterdir()
+    assert [r[1] for r in read_segment(kept).records] == [big]
+    check_delivery(drain_channel(nsq_cluster), set(small), max_dups=0)

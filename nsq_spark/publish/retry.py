@@ -1,7 +1,9 @@
 """The one retry policy of publishing, for the blocking, asyncio and spool paths alike.
 
 Which failures are retried is not decided here: :func:`nsq_spark.errors.is_transient`
-is the one classification. This module only says *how often* and *how long between*.
+is the one classification of the direct publish paths, and the publish spool passes its
+own (:func:`nsq_spark.spool.drain.refused`: only a refusal of the message itself ends
+retrying there). This module only says *how often* and *how long between*.
 
 The budget is time: retrying goes on until ``deadline`` seconds after the first attempt
 (the Producer's ``retry_deadline``, 30 s by default) -- long enough to ride out an nsqd
@@ -51,7 +53,8 @@ class RetryPolicy:
 
     def _kwargs(self, tries: int | None, stopped: Callable[[], bool],
                 on_retry: Callable[[RetryCallState], None] | None,
-                until: float | None) -> dict[str, Any]:
+                until: float | None,
+                retry_if: Callable[[BaseException], bool] = is_transient) -> dict[str, Any]:
         """``until``: the caller's own deadline (``time.monotonic()``), if any."""
         if self.deadline is not None:
             own = time.monotonic() + self.deadline
@@ -73,7 +76,7 @@ class RetryPolicy:
             wait = capped
         kwargs: dict[str, Any] = dict(
             stop=stop, wait=wait,
-            retry=retry_if_exception(lambda e: is_transient(e) and not stopped()),
+            retry=retry_if_exception(lambda e: retry_if(e) and not stopped()),
             reraise=True)
         if on_retry is not None:
             kwargs["before_sleep"] = on_retry
@@ -81,13 +84,15 @@ class RetryPolicy:
 
     def retrying(self, *, tries: int | None = None, stopped: Callable[[], bool] = _never,
                  on_retry: Callable[[RetryCallState], None] | None = None,
-                 stop_event: Any = None, deadline: float | None = None) -> Retrying:
+                 stop_event: Any = None, deadline: float | None = None,
+                 retry_if: Callable[[BaseException], bool] = is_transient) -> Retrying:
         """A blocking ``tenacity.Retrying``. ``tries`` overrides ``max_tries`` (a caller that
         already spent an attempt passes one less). With ``stop_event`` (a
         ``threading.Event``) waits end early and retrying stops once it is set.
-        ``deadline`` (``time.monotonic()``) ends retrying earlier than the policy's own."""
+        ``deadline`` (``time.monotonic()``) ends retrying earlier than the policy's own.
+        ``retry_if``: which failures are retried (default: the one classification)."""
         kwargs = self._kwargs(self.max_tries if tries is None else tries, stopped, on_retry,
-                              deadline)
+                              deadline, retry_if)
         if stop_event is not None:
             kwargs["stop"] = kwargs["stop"] | stop_when_event_set(stop_event)
             kwargs["sleep"] = stop_event.wait

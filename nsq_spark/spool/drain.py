@@ -5,12 +5,23 @@ It reads the oldest unacknowledged batch (consecutive records of one topic, or o
 deferred record), sends it through a *sender* (an ordinary, non-spooling
 :class:`nsq_spark.Producer`, handed in: this module does not import it),
 reads the next batch during the round trip, and advances the segment's watermark when
-nsqd answered ``OK``. Failures follow the one classification
-(:func:`nsq_spark.errors.is_transient`): a transient one is retried without end (the
-spool keeps every message until nsqd takes it) with the one retry policy
-(:class:`nsq_spark.publish.retry.RetryPolicy`, unbounded); a permanent one (bad topic,
-body too big, refused AUTH, ...) is narrowed down to the refused message(s), which go to
-``rejected/`` and to ``on_rejected``, while the rest of the batch flows on.
+nsqd answered ``OK``.
+
+Failures follow the spool's own rule, :func:`refused` (below), not the direct path's
+:func:`nsq_spark.errors.is_transient`. A direct ``publish()`` has a caller waiting: a
+refused AUTH or a TLS certificate that does not verify should fail that call at once,
+and the caller decides. The spool has already told its caller "accepted"; its promise is
+that the message reaches nsqd or stays on disk. So only a refusal *of that message* by
+nsqd -- which no retry can change -- takes a message out of the queue (to ``rejected/``
+and ``on_rejected``, after the batch is narrowed down to the refused message(s), while
+the rest flows on). Everything else (nsqd unreachable, the wrong port, AUTH refused or
+its server down, TLS, protocol garbage, ``E_PUB_FAILED``, an unexpected exception) is a
+failure of the connection, not of the message: retried for as long as the drain runs,
+with the one retry policy (:class:`nsq_spark.publish.retry.RetryPolicy`, unbounded,
+backoff capped), and made loud: :attr:`SpoolDrain.health` turns ``"failing"``, an ERROR
+log names the cause (when it starts and while it goes on, at most once every
+:data:`LOG_EVERY` seconds, and a WARNING when delivery resumes) and ``on_error`` is
+called with each ERROR.
 
 Delivery is at least once: a batch is sent again when its answer was lost or the process
 died before the watermark was written -- at most one batch per failure, since one batch
@@ -27,15 +38,49 @@ from typing import Any, Callable, Protocol, Sequence
 
 from tenacity import RetryCallState, Retrying
 
-from nsq_spark.errors import is_transient
+from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
 from nsq_spark.publish.retry import RetryPolicy
 
-from .format import wrap_envelope
+from .format import SpoolError, wrap_envelope
 from .store import Batch, SegmentStore
 
 log = logging.getLogger("nsq_spark.publish_spool")
 
-__all__ = ["SpoolDrain", "Sender"]
+__all__ = ["SpoolDrain", "Sender", "refused", "REFUSAL_CODES", "LOG_EVERY"]
+
+#: nsqd's answers to PUB/MPUB/DPUB that refuse the message itself: a bad topic, a body
+#: that is empty, too big or malformed, a defer out of range. Another attempt gets the
+#: same answer.
+REFUSAL_CODES = frozenset({"E_BAD_TOPIC", "E_BAD_MESSAGE", "E_BAD_BODY", "E_INVALID"})
+
+#: seconds between two ERROR logs (and ``on_error`` calls) while sending keeps failing
+LOG_EVERY = 30.0
+
+
+def refused(exc: BaseException) -> bool:
+    """The spool's rule: True when nsqd (or the client, checking the same rule before
+    sending) refused *this message* for a reason no retry can fix -- the message then
+    leaves the queue for ``rejected/``. False for every other failure, which the drain
+    retries without end: see the module doc for why this differs from
+    :func:`nsq_spark.errors.is_transient`.
+
+    The same codes also answer the handshake ("IDENTIFY failed to decode JSON body",
+    "AUTH invalid body size") and a connection that must upgrade to TLS first ("cannot
+    PUB in current state (TLS required)"): those are about the connection, not the
+    message, and are retried."""
+    if isinstance(exc, (InvalidNameError, InvalidBodyError)):
+        return True
+    if isinstance(exc, NSQServerError) and exc.code in REFUSAL_CODES:
+        text = exc.description
+        return not (text.startswith(_HANDSHAKE) or "current state" in text)
+    return False
+
+
+_HANDSHAKE = ("IDENTIFY", "AUTH")
+
+
+def _retryable(exc: BaseException) -> bool:
+    return not refused(exc)
 
 
 class Sender(Protocol):
@@ -59,13 +104,18 @@ class SpoolDrain:
         batch_size / batch_bytes: bounds of one MPUB from the spool.
         rescan_interval: seconds between two looks for leftover segments.
         on_rejected: ``(topic, body, exc)`` for a message nsqd refused for good.
+        on_error: ``(exc)`` when sending starts failing, then while it keeps failing --
+            with the ERROR log, at most once every ``log_every`` seconds in all, so a
+            flapping connection does not flood (runs on the drain thread).
+        log_every: seconds between two ERROR logs / ``on_error`` calls while failing.
     """
 
     def __init__(self, store: SegmentStore, sender: Sender, *,
                  retry: RetryPolicy, message_id_digest: bool = False, batch_size: int = 1000,
                  batch_bytes: int = 1 << 20, rescan_interval: float = 1.0,
-                 on_rejected: Callable[[str, bytes, BaseException], None] | None = None
-                 ) -> None:
+                 on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None,
+                 log_every: float = LOG_EVERY) -> None:
         self._store = store
         self.retry = retry
         self.message_id_digest = message_id_digest
@@ -73,8 +123,16 @@ class SpoolDrain:
         self.batch_bytes = batch_bytes
         self.rescan_interval = rescan_interval
         self.on_rejected = on_rejected
+        self.on_error = on_error
+        self.log_every = log_every
         self.sender: Any = sender
         self.last_error: BaseException | None = None
+        # health: "ok" or "failing" (nsqd has not taken a batch since failing_since)
+        self.failing_since: float | None = None    # time.time() of the first failure
+        self.consecutive_failures = 0
+        self._failing_mono = 0.0
+        self._next_report = 0.0
+        self._reported = False   # this episode was reported at ERROR
         self.sent_messages = 0
         self.sent_bytes = 0
         self.retries = 0
@@ -91,9 +149,61 @@ class SpoolDrain:
         self._wake.set()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the store holds nothing unacknowledged; True if so in time."""
+        """Wait until the store holds nothing unacknowledged; True if so in time. (A
+        refused message leaves the queue too: the Producer's flush says so.)"""
         self._wake.set()
         return self._store.wait_empty(timeout)
+
+    @property
+    def health(self) -> str:
+        """``"ok"``, or ``"failing"`` while the last attempt to send failed."""
+        return "ok" if self.failing_since is None else "failing"
+
+    def health_dict(self) -> dict[str, Any]:
+        """The health state for ``stats()``: ``health``, ``last_error`` (the cause),
+        ``failing_since`` (epoch seconds or None), ``consecutive_failures``."""
+        err = self.last_error
+        return {"health": self.health,
+                "last_error": None if err is None else f"{type(err).__name__}: {err}",
+                "failing_since": self.failing_since,
+                "consecutive_failures": self.consecutive_failures}
+
+    # -- health ------------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> None:
+        """One failed attempt that is not a refusal of the message."""
+        self.last_error = exc
+        self.consecutive_failures += 1
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = time.time()
+            self._failing_mono = now
+        # at most one report per log_every, across episodes too: a connection that
+        # flaps every second must not log an ERROR every second
+        if now < self._next_report:
+            return
+        self._next_report = now + self.log_every
+        self._reported = True
+        pending = self._store.pending()
+        log.error("spool %s: nsqd does not take messages: %s: %s (%d failed attempts over "
+                  "%.0f s); %d bytes stay in the spool and are retried, nothing is dropped",
+                  self._store.directory, type(exc).__name__, exc, self.consecutive_failures,
+                  now - self._failing_mono, pending)
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:  # a user callback must not stop the drain
+                log.exception("spool on_error callback failed")
+
+    def _recovered(self) -> None:
+        if self._reported:
+            self._reported = False
+            log.warning("spool %s: nsqd takes messages again after %d failed attempts over "
+                        "%.1f s", self._store.directory, self.consecutive_failures,
+                        time.monotonic() - self._failing_mono)
+        self.failing_since = None
+        self.consecutive_failures = 0
+        self.last_error = None
 
     def stop(self) -> None:
         """Stop the thread (an unacknowledged batch is sent again by the next drain) and
@@ -119,7 +229,8 @@ class SpoolDrain:
                           "spool for the next start", self._store.directory)
 
     def _retrying(self) -> Retrying:
-        return self.retry.retrying(stop_event=self._stop, on_retry=self._log_retry)
+        return self.retry.retrying(stop_event=self._stop, on_retry=self._log_retry,
+                                   retry_if=_retryable)
 
     def _drain(self) -> None:
         store = self._store
@@ -150,10 +261,10 @@ class SpoolDrain:
                         concurrent.futures.wait([fut], timeout=0.1)
                     fut.result()
             except Exception as first:
-                self.last_error = first
                 nxt = None
                 failure: BaseException | None = first
-                if is_transient(first):
+                if not refused(first):
+                    self._failed(first)
                     try:
                         self.retries += 1
                         retrying(self._send_batch, batch)
@@ -163,7 +274,7 @@ class SpoolDrain:
                 if failure is not None:
                     if self._stop.is_set():
                         return
-                    # permanent: find the culprit(s) one by one, keep the rest flowing
+                    # refused: find the culprit(s) one by one, keep the rest flowing
                     self._send_singly(batch, retrying, failure)
                     batch = None
                     continue
@@ -172,7 +283,8 @@ class SpoolDrain:
             batch = nxt
 
     def _sent(self, batch: Batch) -> None:
-        self.last_error = None
+        if self.failing_since is not None or self.last_error is not None:
+            self._recovered()
         self.sent_messages += len(batch.bodies)
         self.sent_bytes += sum(map(len, batch.bodies))
 
@@ -208,39 +320,53 @@ class SpoolDrain:
             else:
                 sender.mpublish(batch.topic, bodies)
         except Exception as exc:
-            self.last_error = exc
+            if not refused(exc):
+                self.last_error = exc
             raise
 
     def _send_singly(self, batch: Batch, retrying: Retrying, first_exc: BaseException) -> None:
+        """``batch`` was refused: send its messages one at a time (when more than one),
+        move the refused ones to ``rejected/``, acknowledge the batch."""
+        rejected = 0
         if len(batch.bodies) == 1:
-            self._reject(batch, 0, first_exc)
-            self._store.ack(batch)
-            return
-        # the whole MPUB was refused: send one at a time to find which message is bad
-        for i, body in enumerate(batch.bodies):
-            one = Batch(batch.segment, batch.topic, [body], batch.defer_ms, batch.end)
-            try:
-                retrying(self._send_batch, one)
-            except Exception as exc:
-                if self._stop.is_set():
-                    return   # nothing acked: the whole batch is sent again next time
-                self._reject(batch, i, exc)
-            else:
-                self._sent(one)
-        self._store.ack(batch)
+            if not self._reject(batch, 0, first_exc):
+                return
+            rejected = 1
+        else:
+            for i, body in enumerate(batch.bodies):
+                one = Batch(batch.segment, batch.topic, [body], batch.defer_ms, batch.end)
+                try:
+                    retrying(self._send_batch, one)
+                except Exception as exc:
+                    if self._stop.is_set():
+                        return   # nothing acked: the whole batch is sent again next time
+                    if not self._reject(batch, i, exc):
+                        return   # kept: the batch is read again (the sent part resent)
+                    rejected += 1
+                else:
+                    self._sent(one)
+        self._store.ack(batch, rejected=rejected)
 
-    def _reject(self, batch: Batch, index: int, exc: BaseException) -> None:
-        self._store.reject(batch, index, exc)
+    def _reject(self, batch: Batch, index: int, exc: BaseException) -> bool:
+        """Move a refused message to ``rejected/``; False (and the message stays queued,
+        retried after a backoff) when that cannot be written, e.g. on a full disk."""
+        try:
+            self._store.reject(batch, index, exc)
+        except SpoolError as err:
+            self._failed(err)
+            self._stop.wait(min(self.retry.max_wait, 1.0))
+            return False
         if self.on_rejected is not None:
             try:
                 self.on_rejected(batch.topic, batch.bodies[index], exc)
             except Exception:
                 log.exception("spool on_rejected callback failed")
+        return True
 
     def _log_retry(self, state: RetryCallState) -> None:
         self.retries += 1
         exc = state.outcome.exception() if state.outcome else None
-        level = logging.WARNING if state.attempt_number in (1, 10) or \
-            state.attempt_number % 100 == 0 else logging.DEBUG
-        log.log(level, "spool %s: sending failed (attempt %d): %s; the messages stay in the "
-                "spool and are retried", self._store.directory, state.attempt_number, exc)
+        if exc is not None:
+            self._failed(exc)   # the ERROR log, rate-limited, is there
+        log.debug("spool %s: sending failed (attempt %d): %s; the messages stay in the "
+                  "spool and are retried", self._store.directory, state.attempt_number, exc)

@@ -12,6 +12,25 @@ from creation to deletion); :meth:`SegmentStore.claim_orphans` takes over unlock
 segments of crashed or closed processes and checks that the path still names the locked
 inode. After ``os.fork()`` the child's inherited stores close their files (so they keep
 no lock of the parent's alive) and refuse to write.
+
+Files are created 0600 and the directories the store creates 0700, whatever the umask
+(spooled bodies are the application's data; nsqd's own queue files are 0600 too). A
+directory that already existed keeps the mode its owner gave it: it may be shared with a
+group on purpose, and the files in it are 0600 anyway.
+
+Two failures the store watches for itself, because each would break "what ``append``
+accepted is never lost":
+
+* the directory deleted or replaced under it (``rm -rf``, a cleanup job): an append
+  first checks that the active segment still has a link (one ``fstat``: on every append
+  with ``fsync="always"``, else at most once per millisecond, see :data:`_LINK_CHECK_S`),
+  and every new segment and every rescan checks the directory's ``(st_dev, st_ino)``;
+  either change makes every later append raise :class:`SpoolDirectoryError` instead of
+  writing into unlinked files;
+* a full disk: an ``ENOSPC`` (or ``EDQUOT``) on append retires the delivered part of the
+  spool at once -- the active segment too, which otherwise stays until it is worth a new
+  file -- and the append is tried once more when that freed something; until then it
+  raises :class:`SpoolError` and nothing is acknowledged that is not written.
 """
 
 from __future__ import annotations
@@ -25,6 +44,7 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +56,20 @@ from .format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, dec
 log = logging.getLogger("nsq_spark.publish_spool")
 
 __all__ = ["SegmentStore", "SpoolStats", "CorruptSegment", "Batch", "FSYNC_ALWAYS",
-           "FSYNC_NEVER"]
+           "FSYNC_NEVER", "Redriven", "redrive"]
+
+#: modes of what the spool creates, whatever the umask (see the module doc)
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+#: errnos of a full disk (or quota): the store frees its delivered segments and tries again
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: how often an append checks that the active segment still has a link, unless the
+#: fsync policy is "always" (then every append: next to a ~250 us fdatasync the fstat is
+#: free). An fstat costs ~0.6-1.5 us of CPU on this 2-core VM, 10-20 % of a
+#: single-message publish with fsync="never" or an interval (bench/RESULTS.md); at most
+#: one per millisecond costs nothing measurable, and a millisecond is a smaller window
+#: than those policies already accept for a machine crash.
+_LINK_CHECK_S = 0.001
 
 # ---------------------------------------------------------------------------------------
 # the segment store
@@ -65,7 +98,9 @@ class CorruptSegment:
 class SpoolStats:
     appended: int = 0          # messages appended by this store
     acked: int = 0             # messages acknowledged (sent and confirmed)
-    rejected: int = 0          # messages nsqd refused for good (moved to rejected/)
+    rejected: int = 0          # messages nsqd refused for good (moved to rejected/);
+                               # never counted in `acked`
+    redriven: int = 0          # messages moved from rejected/ back into the queue
     segments_deleted: int = 0
     orphans_claimed: int = 0   # leftover segments taken over (crashed or closed processes)
     corrupt_segments: list[CorruptSegment] = field(default_factory=list)
@@ -106,21 +141,45 @@ FSYNC_ALWAYS = "always"
 FSYNC_NEVER = "never"
 
 
+def _create_file(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open`` with ``O_CREAT`` and the spool's file mode, whatever the umask."""
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)   # the umask may have taken bits away (e.g. 0o277)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _make_dir(d: Path) -> bool:
+    """Create ``d`` (not its parents) with the spool's directory mode; True if this call
+    created it. An existing directory is left as its owner made it."""
+    try:
+        d.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        return False
+    os.chmod(d, DIR_MODE)   # mkdir's mode is filtered by the umask
+    return True
+
+
 def check_spool_directory(d: Path) -> None:
-    """Create ``d`` if needed and prove that a file can be created, synced and locked
-    there; a SpoolDirectoryError that says what to give instead otherwise."""
+    """Create ``d`` if needed (0700; missing parents with the usual mode: they hold no
+    data) and prove that a file can be created, synced and locked there; a
+    SpoolDirectoryError that says what to give instead otherwise."""
     if d.exists() and not d.is_dir():
         raise SpoolDirectoryError(errno.ENOTDIR, f"spool directory {d} is not a directory; "
                                   "give spool_dir a path to a writable local directory")
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        _make_dir(d)
     except OSError as exc:
         raise SpoolDirectoryError(
             exc.errno, f"cannot create the spool directory {d}: {exc.strerror or exc}; "
             "give spool_dir a path to a writable local directory") from exc
     probe = d / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR, FILE_MODE)
         try:
             os.write(fd, MAGIC)
             os.fsync(fd)
@@ -197,8 +256,15 @@ class SegmentStore:
         self._dirty = False
         self._closed = False
         self._reject_fd: int | None = None
+        self._short_of_space = False   # an append met ENOSPC: retire delivered data at once
+        # every append with fsync="always", else at most once per _LINK_CHECK_S
+        self._link_check_s = 0.0 if self._sync_ms == 0 else _LINK_CHECK_S
+        self._next_link_check = 0.0
+        self._lost: str | None = None  # why the directory is no longer ours (deleted, ...)
 
         check_spool_directory(self.directory)
+        st = os.stat(self.directory)
+        self._dir_id = (st.st_dev, st.st_ino)
         self._disk_bytes = self._scan_bytes()
         self._forked = False
         _STORES.add(self)
@@ -239,27 +305,31 @@ class SegmentStore:
                     "process must not write through its parent's segments: create the "
                     "Producer(spool_dir=...) in each process (e.g. after the worker starts)")
             raise SpoolError(f"spool {self.directory} is closed; create a new producer")
+        if self._lost is not None:
+            raise self._lost_error()
         if need + len(MAGIC) > self.max_bytes:
             raise SpoolFullError(
                 f"{need} bytes of messages can never fit in spool_max_bytes={self.max_bytes}; "
                 "raise spool_max_bytes or publish smaller batches")
         with self._lock:
             self._wait_for_space(need)
-            seg = self._active_segment()
+            # inline, not in helpers: this is the hot path (see _LINK_CHECK_S)
+            seg = self._active or self._active_segment()
+            now = time.monotonic()
+            if now >= self._next_link_check:
+                self._next_link_check = now + self._link_check_s
+                if os.fstat(seg.fd).st_nlink == 0:
+                    raise self._unlinked(seg)
             try:
                 written = os.pwrite(seg.fd, data, seg.size)
-                if written != need:
-                    # a short write means the disk is full: cut it off, do not leave a torn
-                    # record for the drain to trip on
-                    os.ftruncate(seg.fd, seg.size)
-                    raise OSError(errno.ENOSPC, "short write to the spool segment")
             except OSError as exc:
-                try:   # leave no partial record behind
-                    os.ftruncate(seg.fd, seg.size)
-                except OSError:
-                    pass
-                raise SpoolError(f"cannot append to spool segment {seg.path}: {exc}; check "
-                                 "free disk space and the directory's health") from exc
+                seg = self._append_failed(seg, data, exc)
+            else:
+                if written != need:
+                    seg = self._append_failed(seg, data, OSError(
+                        errno.ENOSPC, "short write to the spool segment (disk full)"))
+            if self._short_of_space:
+                self._short_of_space = False
             seg.size += need
             seg.count += len(records)
             self._disk_bytes += need
@@ -277,6 +347,73 @@ class SegmentStore:
             if seg.size >= self.segment_bytes:
                 seg.sealed = True
                 self._active = None
+
+    def _unlinked(self, seg: _Segment) -> SpoolDirectoryError:
+        self._lost = f"its segment {seg.name} was deleted (the directory was removed?)"
+        return self._lost_error()
+
+    def _append_failed(self, seg: _Segment, data: bytes, exc: OSError) -> _Segment:
+        """The write of ``data`` to ``seg`` failed or was short (lock held): cut off what
+        it left; on a full disk free the delivered segments and write once more, in a new
+        segment, when that freed something. Returns the segment written to, or raises."""
+        _truncate_quiet(seg)
+        if exc.errno not in _NO_SPACE or not self._free_delivered():
+            raise self._append_error(seg, exc) from exc
+        seg = self._active_segment()
+        try:
+            written = os.pwrite(seg.fd, data, seg.size)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write to the spool segment (disk full)")
+        except OSError as again:
+            _truncate_quiet(seg)
+            raise self._append_error(seg, again) from again
+        return seg
+
+    def _lost_error(self) -> SpoolDirectoryError:
+        return SpoolDirectoryError(
+            errno.ENOENT, f"spool directory {self.directory} was deleted or replaced while "
+            f"in use ({self._lost}); nothing more is accepted into it, because it would be "
+            "written to files nobody can find again. What was spooled before is still sent "
+            "while this producer lives. Fix: close this producer and create a new one "
+            "(it recreates the directory); keep cleanup jobs away from spool_dir")
+
+    def _check_directory(self) -> bool:
+        """Does the path still name the directory we opened? (lock not needed)"""
+        if self._lost is not None:
+            return False
+        try:
+            st = os.stat(self.directory)
+            same = (st.st_dev, st.st_ino) == self._dir_id
+        except OSError:
+            same = False
+        if not same:
+            self._lost = "the path now names another directory, or nothing"
+            log.error("spool %s was deleted or replaced while in use; publishing into it "
+                      "raises from now on (create a new producer)", self.directory)
+        return same
+
+    def _append_error(self, seg: _Segment, exc: OSError) -> SpoolError:
+        if exc.errno in _NO_SPACE:
+            return SpoolError(
+                f"spool {self.directory} is out of disk space ({exc.strerror or exc}): the "
+                "message was NOT spooled. The delivered part of the spool is freed as "
+                "nsqd acknowledges; free space on that filesystem (or lower "
+                "spool_max_bytes below its free space) and publish again")
+        return SpoolError(f"cannot append to spool segment {seg.path}: {exc}; the "
+                          "message was NOT spooled; check the directory's health")
+
+    def _free_delivered(self) -> bool:
+        """After ENOSPC (lock held): retire what nsqd has acknowledged -- the active
+        segment included -- and keep doing so until an append works again. True if a
+        segment was deleted (room may have been made)."""
+        self._short_of_space = True
+        before = self.stats.segments_deleted
+        active = self._active
+        if active is not None and active.acked >= active.size:
+            active.sealed = True
+            self._active = None
+        self._retire_done()
+        return self.stats.segments_deleted > before
 
     def _wait_for_space(self, need: int) -> None:
         if self._disk_bytes + need <= self.max_bytes:
@@ -316,23 +453,33 @@ class SegmentStore:
     def _active_segment(self) -> _Segment:
         if self._active is not None:
             return self._active
+        if not self._check_directory():
+            raise self._lost_error()
         self._counter += 1
         name = f"{time.time_ns():020d}-{os.getpid()}-{self._counter}-{secrets.token_hex(3)}.seg"
         path = os.path.join(self.directory, name)
         tmp = os.path.join(self.directory, f".{name}.tmp")
         # create under a temporary name and lock before renaming, so no other process can
         # ever see (and claim) a segment its writer has not locked yet
+        fd = -1
         try:
-            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+            fd = _create_file(tmp, os.O_EXCL | os.O_RDWR)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.write(fd, MAGIC)
+            if os.write(fd, MAGIC) != len(MAGIC):
+                raise OSError(errno.ENOSPC, "short write of the segment header (disk full)")
             os.rename(tmp, path)
-            if self._sync_ms == 0:
-                self._sync_dir()
         except OSError as exc:
+            _close_quiet(fd)      # leave nothing behind (a full disk meets this often)
+            _unlink_quiet(tmp)
             raise SpoolError(f"cannot create a spool segment in {self.directory}: {exc}; "
                              "check free disk space and permissions") from exc
+        if self._sync_ms == 0:
+            try:
+                self._sync_dir()
+            except OSError as exc:   # the segment exists and is ours: the appends say more
+                log.error("spool %s: syncing the directory failed: %s", self.directory, exc)
         seg = _Segment(name, path, fd, len(MAGIC), len(MAGIC), own=True)
+        self._next_link_check = 0.0   # a new file: check it on its first append
         self._segments.append(seg)
         self._active = seg
         self._disk_bytes += len(MAGIC)
@@ -375,6 +522,8 @@ class SegmentStore:
     def claim_orphans(self) -> int:
         """Take over unlocked segments (left by crashed or closed processes); returns how
         many were claimed. Also removes stale temporary and ack files."""
+        if not self._check_directory():   # removed: appends raise from now on, and
+            return 0                      # there is nothing left there to claim
         with self._lock:
             if self._closed:
                 return 0
@@ -486,7 +635,7 @@ class SegmentStore:
         # written without fsync: it only saves resending; a stale watermark after a machine
         # crash means duplicates, never loss
         if seg.ack_fd is None:
-            seg.ack_fd = os.open(seg.path + ".ack", os.O_CREAT | os.O_WRONLY, 0o644)
+            seg.ack_fd = _create_file(seg.path + ".ack", os.O_WRONLY)
         mark = struct.pack("<Q", seg.acked)
         os.pwrite(seg.ack_fd, mark + struct.pack("<I", zlib.crc32(mark)), 0)
 
@@ -582,18 +731,19 @@ class SegmentStore:
             end = rec_end
         return Batch(seg, topic, bodies, None, end)
 
-    def ack(self, batch: Batch) -> None:
-        """nsqd acknowledged ``batch``: advance its segment's watermark."""
+    def ack(self, batch: Batch, rejected: int = 0) -> None:
+        """nsqd acknowledged ``batch`` (all but ``rejected`` of its messages, which
+        :meth:`reject` moved to ``rejected/``): advance its segment's watermark."""
         with self._lock:
             seg = batch.segment
             if batch.end <= seg.acked:
                 return
             seg.acked = batch.end
             n = len(batch.bodies)
-            self.stats.acked += n
+            self.stats.acked += n - rejected
             if seg.own:
                 seg.count = max(0, seg.count - n)
-            if seg.fd >= 0:
+            if seg.fd >= 0 and self._lost is None:   # no directory: no ack file
                 try:
                     self._write_ack(seg)
                 except OSError as exc:
@@ -605,25 +755,42 @@ class SegmentStore:
 
     def reject(self, batch: Batch, index: int, exc: BaseException) -> None:
         """nsqd refused message ``index`` of ``batch`` for good: move it to ``rejected/``
-        (same record format) so it is neither lost nor retried forever."""
+        (same record format) so it is neither lost nor retried forever; :meth:`redrive`
+        puts it back in the queue. Raises SpoolError when it cannot be written (the
+        caller then keeps the message in the queue)."""
         body = batch.bodies[index]
         with self._lock:
             try:
                 if self._reject_fd is None:
                     rdir = self.directory / "rejected"
-                    rdir.mkdir(exist_ok=True)
+                    _make_dir(rdir)
                     name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}.seg"
-                    self._reject_fd = os.open(rdir / name,
-                                              os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
-                    os.write(self._reject_fd, MAGIC)
+                    fd = _create_file(rdir / name, os.O_EXCL | os.O_WRONLY | os.O_APPEND)
+                    # held while we append, so that redrive() never moves a file that grows
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._reject_fd = fd
+                    os.write(fd, MAGIC)
                 os.write(self._reject_fd, encode_record(batch.topic, body, batch.defer_ms))
                 os.fdatasync(self._reject_fd)
             except OSError as e:
                 raise SpoolError(f"cannot write a rejected message to {self.directory}/"
-                                 f"rejected: {e}") from e
+                                 f"rejected: {e}; it stays in the queue") from e
             self.stats.rejected += 1
         log.error("spool %s: nsqd refused a message for topic %r for good (%s); it was moved "
-                  "to %s/rejected", self.directory, batch.topic, exc, self.directory)
+                  "to %s/rejected (nsq-spark spool redrive %s puts it back)", self.directory,
+                  batch.topic, exc, self.directory, self.directory)
+
+    def redrive(self) -> "Redriven":
+        """Move every file of ``rejected/`` back into the queue (this store's own rejected
+        file too); the drain of any producer on the directory sends them. Returns what
+        was moved."""
+        with self._lock:
+            fd, self._reject_fd = self._reject_fd, None
+            _close_quiet(fd)   # releases its lock: the file can move now
+        out = redrive(self.directory)
+        with self._lock:
+            self.stats.redriven += out.messages
+        return out
 
     def _retire_done(self) -> None:
         """Delete (or quarantine) fully acknowledged sealed segments. Lock held."""
@@ -632,8 +799,9 @@ class SegmentStore:
             done = seg.acked >= seg.size
             if done and seg is self._active and not self._closed:
                 # the current segment is retired only when it is worth a new file, or
-                # when someone waits for space
-                if seg.size >= self.segment_bytes // 8 or self._waiters:
+                # when someone waits for space, or the disk was found full
+                if seg.size >= self.segment_bytes // 8 or self._waiters or \
+                        self._short_of_space:
                     seg.sealed = True
                     self._active = None
             if done and seg.sealed:
@@ -650,12 +818,12 @@ class SegmentStore:
         try:
             if seg.corrupt is not None:
                 qdir = self.directory / "corrupt"
-                qdir.mkdir(exist_ok=True)
+                _make_dir(qdir)
                 os.rename(seg.path, qdir / seg.name)
                 log.error("spool %s: the intact part of damaged segment %s was delivered; "
                           "the segment is kept as %s for inspection", self.directory,
                           seg.name, qdir / seg.name)
-            else:
+            elif self._lost is None:   # else: already gone with the directory
                 os.unlink(seg.path)
             _unlink_quiet(seg.path + ".ack")
         except OSError as exc:
@@ -717,6 +885,11 @@ class SegmentStore:
                 self._active.sealed = True
                 self._active = None
             self._retire_done()
+            lost = sum(s.size - s.acked for s in self._segments)
+            if self._lost is not None and lost:
+                log.error("spool %s: %d bytes of messages accepted before the directory was "
+                          "deleted or replaced were not delivered; they are lost with their "
+                          "unlinked files", self.directory, lost)
             for seg in self._segments:
                 try:
                     if seg.own and self._sync_ms is not None:
@@ -736,6 +909,75 @@ class SegmentStore:
             self._space.notify_all()
             self._changed.notify_all()
         self.stats.bytes_on_disk = self._disk_bytes
+
+
+@dataclass
+class Redriven:
+    """What :func:`redrive` did: ``messages`` in ``files`` moved back into the queue;
+    ``busy``: rejected files still being written by a live producer (left in place)."""
+    messages: int = 0
+    files: int = 0
+    busy: int = 0
+    damaged: list[str] = field(default_factory=list)
+
+
+def _rejected_files(rdir: Path) -> Iterator[Path]:
+    try:
+        names = sorted(os.listdir(rdir))
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.endswith(".seg"):
+            yield rdir / name
+
+
+def redrive(directory: str | os.PathLike[str]) -> Redriven:
+    """Move the files of ``directory/rejected`` back into ``directory`` as leftover
+    segments, so that the next drain on the directory (any producer's, within its
+    ``rescan_interval``) sends them again, in order, from their start. A file that a
+    live producer still appends to (it holds its lock) is left for a later call.
+
+    A message refused again (its topic is still invalid, ...) goes back to ``rejected/``;
+    redrive once the cause is fixed (the topic name, nsqd's ``--max-msg-size``, ...).
+    Safe while producers run on the directory: a moved file is locked until it is in
+    place, so no drain can claim half of it."""
+    d = Path(directory)
+    out = Redriven()
+    for path in _rejected_files(d / "rejected"):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                out.busy += 1
+                continue
+            dec = decode_records(os.pread(fd, os.fstat(fd).st_size, 0)[len(MAGIC):],
+                                 len(MAGIC), eof=True)
+            if dec.error:   # still moved: the drain delivers the intact part, reports the rest
+                out.damaged.append(f"{path.name}: {dec.error}")
+            target = d / f"{path.name[:-4]}-redriven.seg"
+            # link + unlink: never replaces a file of that name
+            os.link(path, target)
+            os.unlink(path)
+            out.files += 1
+            out.messages += len(dec.records)
+        finally:
+            os.close(fd)   # after the move: a drain claims it only now
+    if out.files:
+        log.info("spool %s: %d messages in %d files moved from rejected/ back into the "
+                 "queue", d, out.messages, out.files)
+    return out
+
+
+def _truncate_quiet(seg: _Segment) -> None:
+    """Cut ``seg`` back to its last whole record: leave no torn record for the drain."""
+    try:
+        os.ftruncate(seg.fd, seg.size)
+    except OSError:
+        pass
 
 
 def _close_quiet(fd: int | None) -> None:
