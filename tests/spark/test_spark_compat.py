@@ -73,5 +73,5 @@ def test_a_restart_continues_the_logged_query(tmp_path):
     r = startless(tmp_path)
     logged = {"query": "q1", "batch": 1, "size": 10}
     assert list(r.partitions(logged, logged)) == []
-    assert r.initialOffset() == {"query": "q1", "batch": 0, "size": 0}
+    assert r.initialOffset() == {"query": "q1", "batch": 0, "size": 0, "v": 2}
     assert r._seen == logged
