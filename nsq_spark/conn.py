@@ -270,12 +270,12 @@ class Connection(NegotiatedAttributes):
                 if n is not None:
                     data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
                 elif self._codec is not None and self._codec.has_pending_output:
-                    data = self._codec.decompress(b"", self.config.max_frame_size)
+                    data = self._codec.decompress(b"", hs.max_frame_size)
                 else:
                     raw = await asyncio.wait_for(self._stream.read_bytes(65536, partial=True),
                                                  timeout)
                     assert self._codec is not None
-                    data = self._codec.decompress(raw, self.config.max_frame_size)
+                    data = self._codec.decompress(raw, hs.max_frame_size)
             except asyncio.TimeoutError:
                 raise hs.timed_out(total) from None
             except StreamClosedError as exc:
