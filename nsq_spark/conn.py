@@ -91,10 +91,10 @@ MAX_ANSWER_BACKLOG = 8 << 20
 
 
 def _step_bound(read_size: int, max_frame_size: int) -> int:
-    """Decompressed bytes per step of the read loop: a few reads' worth (deflate expands
+    """Decompressed bytes per step of the read loop: one read's worth (deflate expands
     plain NSQ traffic 3-10x) and at most ``max_frame_size``; never the whole of a
     compression bomb at once (a larger frame still completes, over several steps)."""
-    return min(max(4 * read_size, 1 << 20), max_frame_size)
+    return min(max(read_size, 1 << 18), max_frame_size)
 
 
 MessagesCallback = Callable[["Connection", list[Message]], Any]

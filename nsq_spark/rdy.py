@@ -439,15 +439,16 @@ class RdyCredit:
         return None
 
     def violation(self, n: int, now: float) -> str:
+        """Why ``n`` more messages do not fit (the counts, for the error message)."""
         limit = self.rdy_limit(now)
-        return (f"it sent {n} messages while {self.unanswered} were unanswered: "
-                f"{self.unanswered + n} received and unanswered, over the credit of "
+        return (f"{self.unanswered + n} messages received and unanswered ({self.received + n} "
+                f"received, {self.answered} answered), over the credit of "
                 f"{limit + self._prev_max} (RDY {self.rdy}"
                 + (f", {limit} until nsqd applies the lowered RDY" if limit != self.rdy else "")
                 + (f", plus {self._prev_max} that may have timed out" if self._prev_max
                    else "")
-                + f"; {self.received} received, {self.answered} answered in all). nsqd never "
-                "sends more than RDY messages in flight: this server ignores RDY")
+                + "); nsqd never has more than RDY messages in flight: this server ignores "
+                "RDY")
 
     def _roll(self, now: float) -> None:
         # between two chunks the count only falls (answers), so a window with no chunk had

@@ -1,0 +1,163 @@
+"""A server that ignores RDY, and one that answers AUTH with 50 MiB, end to end.
+
+A fake nsqd on loopback (conn_helpers.FakeNsqd) answers the handshake and SUB, then floods
+messages without ever reading again: plain, or deflated. Before flow control was enforced
+on the read side, a pull Reader reached 2.7 GB in 15 s, a coroutine-handler Reader 2.5 GB
+without running a handler, a sync-handler Reader 1.2 GB; with deflate the event loop was
+blocked for 107 s. This child, run for 3 s against the code before (flood bounded to 10 s):
+pull 850 MiB peak and 1.8 M messages queued, coroutine handler 1384 MiB and a 20 ms timer
+17 s late, sync handler 275 MiB (2.9 s late), deflate + sync handler 542 MiB (13.5 s late);
+no connection was ever closed. Now each connection closes with a ProtocolError naming the counts
+within a chunk, peak RSS stays small, and the loop keeps its timers (a lag probe).
+
+Every measurement runs in a child process (its peak RSS alone), bounded in time; the
+flood is bounded too (at most FLOOD_SECONDS per connection, and it stops when the client
+closes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+RSS_LIMIT_MIB = 200
+
+_CHILD = textwrap.dedent('''
+    import asyncio, json, logging, resource, sys, threading, time, zlib
+    sys.path.insert(0, {tests!r})
+    from conn_helpers import FakeNsqd, frame
+    from nsq_spark import Reader, errors
+    from nsq_spark.conn import Connection
+
+    codec, client, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    FLOOD_SECONDS = 10.0
+    body = bytes(range(100))
+    block = b"".join((130).to_bytes(4, "big") + (2).to_bytes(4, "big") + bytes(8)
+                     + (1).to_bytes(2, "big") + b"%016d" % i + body for i in range(10000))
+    ok = frame(b"OK")
+    if codec == "deflate":
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        upgrade = c.compress(ok) + c.flush(zlib.Z_FULL_FLUSH)
+        sub_ok = c.compress(ok) + c.flush(zlib.Z_FULL_FLUSH)
+        piece = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)  # independent: repeatable
+    else:
+        upgrade, sub_ok, piece = b"", ok, block
+    answer = json.dumps({{"max_rdy_count": 2500, "version": "1.3.0", "tls_v1": False,
+                          "deflate": codec == "deflate", "deflate_level": 6,
+                          "msg_timeout": 60000, "auth_required": False}}).encode()
+    sent = [0]
+
+    def flood(peer):
+        peer.handshake()
+        peer.send_frame(answer)
+        if upgrade:
+            peer.sock.sendall(upgrade)
+        peer.sock.recv(65536)  # SUB
+        peer.sock.sendall(sub_ok)
+        peer.sock.recv(65536)  # RDY 1 (the Reader's first); never read again
+        end = time.monotonic() + FLOOD_SECONDS
+        while time.monotonic() < end and not peer.closed.is_set():
+            peer.sock.sendall(piece)
+            sent[0] += 10000
+
+    t0 = time.monotonic()
+    closes = []  # (seconds since start, exception type, text) of every connection closed
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            exc = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+            if isinstance(exc, BaseException) and "closing connection" in record.msg:
+                closes.append((time.monotonic() - t0, type(exc).__name__, str(exc)))
+
+    logging.getLogger("nsq_spark").addHandler(Keep(logging.ERROR))
+    logging.getLogger("nsq_spark").propagate = False
+    lags = []
+    handled = [0]
+
+    async def probe():
+        # the client's own timers: a 20 ms sleep that wakes late shows a blocked loop
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.02)
+            lags.append(time.monotonic() - t - 0.02)
+
+    async def handler_mode(make_handler):
+        r = Reader(topic="t", channel="c", nsqd_tcp_addresses=[server.address],
+                   max_in_flight=100, reconnect_initial=0.2, reconnect_max=0.5,
+                   message_handler=make_handler(), **options)
+        task = asyncio.ensure_future(probe())
+        await asyncio.sleep(seconds)
+        task.cancel()
+        await r.aclose()
+
+    def coroutine_handler():
+        async def h(m):
+            handled[0] += 1
+            await asyncio.sleep(30)
+        return h
+
+    def sync_handler():
+        def h(m):
+            handled[0] += 1
+            return True
+        return h
+
+    options = {{"deflate": True}} if codec == "deflate" else {{}}
+    with FakeNsqd(flood) as server:
+        if client == "pull":
+            r = Reader(topic="t", channel="c", nsqd_tcp_addresses=[server.address],
+                       max_in_flight=100, reconnect_initial=0.2, reconnect_max=0.5, **options)
+            r.start()
+            while r.loop is None:
+                time.sleep(0.01)
+            fut = asyncio.run_coroutine_threadsafe(probe(), r.loop)
+            time.sleep(seconds)
+            fut.cancel()
+            queued = r.stats()["pull_queued"]
+            r.close()
+            handled[0] = queued
+        elif client == "coroutine":
+            asyncio.run(handler_mode(coroutine_handler))
+        else:
+            asyncio.run(handler_mode(sync_handler))
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({{"closes": closes[:3], "n_closes": len(closes), "peak_mib": peak_mib,
+                      "max_lag": max(lags) if lags else None, "probes": len(lags),
+                      "handled": handled[0], "sent": sent[0],
+                      "seconds": time.monotonic() - t0}}))
+''')
+
+
+def run_child(code: str, *args: str, timeout: float = 60) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("codec", ["plain", "deflate"])
+@pytest.mark.parametrize("client", ["pull", "coroutine", "sync"])
+def test_a_server_that_ignores_rdy_is_closed_in_bounded_memory_and_time(codec: str,
+                                                                      client: str) -> None:
+    tests = os.path.dirname(os.path.abspath(__file__))
+    result = run_child(_CHILD.format(tests=tests), codec, client, "3")
+    print(result)
+    assert result["peak_mib"] < RSS_LIMIT_MIB, result
+    assert result["n_closes"] >= 1, result
+    first_at, kind, text = result["closes"][0]
+    assert kind == "ProtocolError", result
+    assert "broke flow control" in text and "RDY" in text and "received" in text, text
+    assert first_at < 2.0, result              # the first chunk over the credit closes it
+    # the loop kept running: a 20 ms timer never woke more than 0.5 s late (measured here:
+    # under 0.1 s; before, 1.1 s (pull) to 17 s (coroutine handler)), and it woke all along
+    assert result["max_lag"] is not None and result["max_lag"] < 0.5, result
+    assert result["probes"] > 50, result
+    assert result["handled"] <= 100, result     # at most max_in_flight reached the app
