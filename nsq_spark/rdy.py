@@ -351,7 +351,8 @@ def commands_by_key(commands: Iterable[Command]) -> dict[Any, int]:
 
 #: Seconds a lowered RDY's previous (higher) value still bounds what may arrive. nsqd applies
 #: RDY when its IOLoop reads the command, which we cannot observe (RDY has no answer), and
-#: messages it sent before that are on the wire. A live nsqd applies it in milliseconds; 60 s
+#: messages it sent before that are still on the wire after it. A live nsqd on a live
+#: network does both in milliseconds; 60 s
 #: only widens the check for a minute after a lowering, never the bound on memory (the
 #: previous value was allowed already).
 RDY_LOWER_GRACE = 60.0
@@ -371,7 +372,8 @@ class RdyCredit:
     holds for any correct nsqd, with two allowances:
 
     * a lowered RDY: until nsqd read it, it may still fill the previous, higher RDY: that
-      value stays allowed for ``grace`` seconds after the lowering (:data:`RDY_LOWER_GRACE`);
+      value stays allowed for ``grace`` seconds after the lowering (:data:`RDY_LOWER_GRACE`),
+      the time for nsqd to read the RDY plus for what it sent before to cross the wire;
     * timeouts: nsqd stops counting a message ``msg_timeout`` after it sent it, and may
       send another. Such a message was received more than ``msg_timeout / 2`` ago (less
       than half of it on the wire), so at most the unanswered count of half a timeout ago:
