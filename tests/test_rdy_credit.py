@@ -165,7 +165,7 @@ class CorrectNsqd(RuleBasedStateMachine):
                                                                    len(chunk), self.ready)
         self.held.extend(i for i, _ in chunk)
 
-    @rule(dt=st.floats(0.01, 4.0))
+    @rule(dt=st.one_of(st.floats(0.01, 1.0), st.floats(1.0, TIMEOUT)))
     def time_passes(self, dt: float) -> None:
         later = self.now + dt
         if any(kind == "RDY" and later - at >= GRACE / 2 for kind, _, at in self.to_server):
