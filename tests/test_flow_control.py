@@ -233,3 +233,59 @@ def test_a_50_mib_auth_answer_is_a_protocol_error_in_bounded_memory_across_recon
     assert result["attempts"] >= 5, result      # the Reader kept reconnecting
     assert result["peak_mib"] < RSS_LIMIT_MIB, result
     assert not result["secret_logged"], result
+
+
+# -- a server that keeps sending but never reads our answers ---------------------------------
+
+def test_a_server_that_does_not_read_our_answers_is_closed_when_they_pile_up() -> None:
+    """Within the credit (RDY 100000, every chunk finished at once) but never reading: the
+    FINs would pile up in the write buffer without end; at MAX_ANSWER_BACKLOG the
+    connection closes with a ProtocolError."""
+    import asyncio
+    import json as json_
+    import time
+
+    from conn_helpers import FakeNsqd, frame, run
+    from nsq_spark import errors
+    from nsq_spark.conn import MAX_ANSWER_BACKLOG, Connection
+
+    body = bytes(100)
+    burst = b"".join(frame(bytes(10) + b"%016d" % i + body, 2) for i in range(1000))
+    answer = json_.dumps({"max_rdy_count": 100000, "version": "1.3.0"}).encode()
+
+    def never_reads(peer: Any) -> None:
+        peer.handshake()
+        peer.send_frame(answer)
+        peer.read_command()  # SUB
+        peer.send_frame(b"OK")
+        peer.read_command()  # RDY
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not peer.closed.is_set():
+            peer.sock.sendall(burst)
+            time.sleep(0.001)
+
+    async def main() -> tuple[BaseException | None, int, float]:
+        ended: list[BaseException | None] = []
+        got = [0]
+
+        def on_messages(conn: Connection, msgs: list[Any]) -> None:
+            got[0] += len(msgs)
+            conn.fin_many([m.id for m in msgs])
+
+        conn = Connection("127.0.0.1", server.port, on_messages=on_messages,
+                          on_close=lambda c, e: ended.append(e))
+        await conn.connect()
+        await conn.subscribe("t", "c")
+        conn.send_rdy(100000)
+        t0 = time.monotonic()
+        await asyncio.wait_for(conn.wait_closed(), 30)
+        return ended[0], got[0], time.monotonic() - t0
+
+    with FakeNsqd(never_reads) as server:
+        exc, got, took = run(main(), 40)
+    print({"error": repr(exc)[:120], "finished": got, "seconds": took})
+    assert isinstance(exc, errors.ProtocolError), repr(exc)
+    assert "has not read our last" in str(exc) and str(MAX_ANSWER_BACKLOG) in str(exc)
+    # 8 MiB of 22-byte FINs, plus what the kernel buffers took: about half a million
+    assert MAX_ANSWER_BACKLOG // 22 < got < 20 * MAX_ANSWER_BACKLOG // 22, got
+    assert took < 15, took
