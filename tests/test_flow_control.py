@@ -289,3 +289,66 @@ def test_a_server_that_does_not_read_our_answers_is_closed_when_they_pile_up() -
     # 8 MiB of 22-byte FINs, plus what the kernel buffers took: about half a million
     assert MAX_ANSWER_BACKLOG // 22 < got < 20 * MAX_ANSWER_BACKLOG // 22, got
     assert took < 15, took
+
+
+_CYCLE_CHILD = textwrap.dedent('''
+    import asyncio, gc, json, sys, types
+    sys.path.insert(0, {tests!r})
+    from conn_helpers import FakeNsqd
+    from nsq_spark import errors
+    from nsq_spark.config import ConnectionConfig
+    from nsq_spark.conn import Connection, SyncConnection
+
+    answer = json.dumps({{"max_rdy_count": 2500, "version": "1.3.0",
+                          "auth_required": True}}).encode()
+    size = (1 << 20) - 100  # just under HANDSHAKE_MAX_FRAME_SIZE, and not JSON
+
+    def junk_auth_answer(peer):
+        peer.handshake()
+        peer.send_frame(answer)
+        peer.read_command()
+        peer.send_frame(b"{{" + b" " * (size - 1))
+        while peer.sock.recv(65536):
+            pass
+
+    def rss_mib():
+        return int(open("/proc/self/statm").read().split()[1]) * 4096 / (1 << 20)
+
+    gc.collect()
+    gc.disable()  # what only the cyclic collector would free stays: measure it
+    errors_seen = set()
+    with FakeNsqd(junk_auth_answer) as server:
+        async def attempts():
+            for _ in range(30):
+                try:
+                    await Connection("127.0.0.1", server.port, auth_secret="x").connect()
+                except errors.NSQError as exc:
+                    errors_seen.add(type(exc).__name__)
+        before = rss_mib()
+        asyncio.run(attempts())
+        for _ in range(30):
+            try:
+                SyncConnection("127.0.0.1", server.port,
+                               ConnectionConfig(auth_secret="x")).connect()
+            except errors.NSQError as exc:
+                errors_seen.add(type(exc).__name__)
+        grown = rss_mib() - before
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    kept = sorted({{type(o).__name__ for o in gc.garbage
+                   if isinstance(o, (BaseException, types.FrameType, types.TracebackType))}})
+    print(json.dumps({{"errors": sorted(errors_seen), "grown_mib": grown, "kept": kept}}))
+''')
+
+
+def test_a_refused_handshake_leaves_no_cycle_holding_its_buffers() -> None:
+    """60 handshakes (tornado and blocking) refused on a 1 MiB - 100 B AUTH answer that is
+    not JSON, with the cyclic collector paused: no error, frame or traceback is left for
+    it, and memory does not grow with the attempts (before: the error was its own cause,
+    3 MiB kept per attempt, 120 MiB after 40)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    result = run_child(_CYCLE_CHILD.format(tests=tests))
+    print(result)
+    assert result["errors"] == ["ProtocolError"], result
+    assert result["kept"] == [], result
+    assert result["grown_mib"] < 30, result
