@@ -25,6 +25,17 @@ with the error frame maybe still unread in the kernel: before the socket is clos
 reset, what already arrived is read and its frames handled, so the command gets
 BadMessageError (permanent) rather than a lost connection (retried).
 
+Flow control is enforced on the read side: every read chunk's messages are counted against
+the RDY sent and the FIN/REQ given (:class:`~nsq_spark.rdy.RdyCredit`, pure, one call per
+chunk); a server that sends more than it was granted is closed with a ProtocolError naming
+the counts before the chunk reaches ``on_messages``, and so is one that stops reading our
+answers (``MAX_ANSWER_BACKLOG`` bytes waiting) while it keeps sending. The read loop yields
+to the event loop at least every ``_TURN_BYTES`` decoded and decompresses at most a read's
+worth per step, so timers (heartbeats, ``response_timeout``) and other connections run
+under any flood. go-nsq gets the same bound from its unbuffered hand-off (the read loop
+blocks until the handler takes the message); here a chunk is handed over whole, so the
+bound is checked instead.
+
 It holds no consumer policy (RDY distribution, backoff, attempts): the Reader decides, the
 connection carries out. All methods except the Responder ones must be called on the
 connection's event loop thread::

@@ -24,6 +24,10 @@ choice is noted):
 * backoff: :meth:`enter_backoff` sends RDY 0 everywhere, :meth:`test_waters` gives RDY 1 to
   one random connection, :meth:`exit_backoff` returns everyone to their share.
 
+:class:`RdyCredit` is the read side of the same rule: what one connection may receive,
+given the RDY it sent and the answers it gave; the connection checks every read chunk
+against it.
+
 Every method runs per batch or per event, never per message: :meth:`on_arrival` is the
 hot path and costs a few attribute updates and one comparison.
 
