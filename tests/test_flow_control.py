@@ -352,3 +352,46 @@ def test_a_refused_handshake_leaves_no_cycle_holding_its_buffers() -> None:
     assert result["errors"] == ["ProtocolError"], result
     assert result["kept"] == [], result
     assert result["grown_mib"] < 30, result
+
+
+# -- a real nsqd: timeouts and a lowered RDY are not taken for a flood -----------------------
+
+def test_a_puller_holding_messages_past_msg_timeout_is_not_taken_for_a_flood(
+        nsq_cluster: Any, caplog: Any) -> None:
+    """nsqd times the held messages out after msg_timeout (1 s) and delivers them again:
+    more unanswered messages than RDY, and allowed (the timeout allowance). A lowered RDY
+    (set_max_in_flight) leaves the connection open too."""
+    import time
+
+    from conn_helpers import http_pub
+    from nsq_spark import Reader
+
+    topic = f"held{os.getpid()}"
+    http_pub(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(40)])
+    r = Reader(topic=topic, channel="c", nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+               max_in_flight=10, msg_timeout=1)
+    try:
+        held = []
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # pull, never answer: nsqd redelivers
+            held += r.get_batch(100, 0.2)
+        stats = r.stats()
+        conn = next(iter(stats["connections"].values()))
+        assert len(held) >= 30, len(held)     # 10 per timeout round, several rounds
+        assert stats["messages_received"] == len(held)
+        assert conn["state"] == "subscribed", stats
+        r.finish(held[-10:])
+        r.set_max_in_flight(1)
+        more = []
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            more += r.get_batch(100, 0.2)
+            r.finish([m for m in more if not m.responded])
+        stats = r.stats()
+        assert len(stats["connections"]) == 1, stats
+        assert next(iter(stats["connections"].values()))["state"] == "subscribed", stats
+    finally:
+        r.close()
+    closed = [rec.getMessage() for rec in caplog.records if "closing connection" in
+              rec.getMessage() or "connection to nsqd" in rec.getMessage()]
+    assert not closed, closed  # never closed (and reconnected) on the way
