@@ -1,4 +1,5 @@
-"""A server that ignores RDY, and one that answers AUTH with 50 MiB, end to end.
+"""Flow control on the read side, end to end: a server that ignores RDY, one that answers
+AUTH with 50 MiB.
 
 A fake nsqd on loopback (conn_helpers.FakeNsqd) answers the handshake and SUB, then floods
 messages without ever reading again: plain, or deflated. Before flow control was enforced
@@ -13,6 +14,11 @@ within a chunk, peak RSS stays small, and the loop keeps its timers (a lag probe
 Every measurement runs in a child process (its peak RSS alone), bounded in time; the
 flood is bounded too (at most FLOOD_SECONDS per connection, and it stops when the client
 closes).
+
+Also here: a server that keeps sending but never reads our answers (closed at
+MAX_ANSWER_BACKLOG), a refused handshake leaving no reference cycle that holds its buffers,
+and, against a real nsqd, what must not be taken for a flood: messages held past
+msg_timeout (nsqd sends more than RDY then) and a lowered RDY.
 """
 
 from __future__ import annotations
