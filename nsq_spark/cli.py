@@ -53,6 +53,7 @@ from typing import IO, Any, Iterator, Sequence
 
 # standard library only below them (the parser works before the dependencies exist)
 from nsq_spark import validate
+from nsq_spark._strict_argparse import StrictParser
 from nsq_spark.errors import ConfigError
 from nsq_spark.validate import MAX_SECONDS
 
@@ -159,12 +160,13 @@ def _version() -> str:
 
 
 def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="NSQ command-line tools of nsq_spark")
+    # every parser and subparser: exact option names only (`-auth X` must not be taken for
+    # -auth-secret-file X), no secret echoed by a usage error (see _strict_argparse)
+    parser = StrictParser(prog=prog, description="NSQ command-line tools of nsq_spark")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{publish,tail,spool,install-nsq}")
 
-    # no abbreviations: `--auth-secret X` must not be taken for --auth-secret-file X
     p = sub.add_parser("publish", allow_abbrev=False, help="publish lines of files or stdin to a topic",
                        description="Publish one message per line (like to_nsq), with a "
                        "progress bar on stderr and an optional durable spool.")

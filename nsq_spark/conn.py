@@ -25,6 +25,17 @@ with the error frame maybe still unread in the kernel: before the socket is clos
 reset, what already arrived is read and its frames handled, so the command gets
 BadMessageError (permanent) rather than a lost connection (retried).
 
+Flow control is enforced on the read side: every read chunk's messages are counted against
+the RDY sent and the FIN/REQ given (:class:`~nsq_spark.rdy.RdyCredit`, pure, one call per
+chunk); a server that sends more than it was granted is closed with a ProtocolError naming
+the counts before the chunk reaches ``on_messages``, and so is one that stops reading our
+answers (``MAX_ANSWER_BACKLOG`` bytes waiting) while it keeps sending. The read loop yields
+to the event loop at least every ``_TURN_BYTES`` decoded and decompresses at most a read's
+worth per step, so timers (heartbeats, ``response_timeout``) and other connections run
+under any flood. go-nsq gets the same bound from its unbuffered hand-off (the read loop
+blocks until the handler takes the message); here a chunk is handed over whole, so the
+bound is checked instead.
+
 It holds no consumer policy (RDY distribution, backoff, attempts): the Reader decides, the
 connection carries out. All methods except the Responder ones must be called on the
 connection's event loop thread::
@@ -47,7 +58,7 @@ import ssl
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
-from tornado.iostream import IOStream, StreamClosedError
+from tornado.iostream import IOStream, StreamBufferFullError, StreamClosedError
 from tornado.tcpclient import TCPClient
 
 from . import protocol
@@ -62,6 +73,7 @@ from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerErr
 from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
                         SendBytes, StartTLS)
 from .message import Message, Responder
+from .rdy import RdyCredit
 from .sync_conn import SyncConnection
 
 log = logging.getLogger(__name__)
@@ -76,6 +88,25 @@ _NOT_OPEN = (ConnState.CLOSED, ConnState.INIT, ConnState.CONNECTING)
 _NOP = protocol.nop()
 _HEARTBEAT = protocol.HEARTBEAT
 _CLOSE_WAIT = protocol.CLOSE_WAIT
+
+#: Decoded bytes the read loop handles before it lets the event loop run other work (when
+#: reads keep completing without waiting). A 1 MiB chunk of 100-byte messages takes ~20 ms
+#: to decode and hand over here; one yield costs a few microseconds.
+_TURN_BYTES = 1 << 20
+
+#: Commands (FIN, REQ, TOUCH, RDY, NOP) a subscribed connection may have waiting for the
+#: socket. A live nsqd reads them as they come, and stops sending when it does not (its
+#: in-flight count stays at RDY): the backlog stays under RDY times ~40 bytes. A server that
+#: floods without reading would grow it without end (measured: 1.2 GB in 15 s before this).
+MAX_ANSWER_BACKLOG = 8 << 20
+
+
+def _step_bound(read_size: int, max_frame_size: int) -> int:
+    """Decompressed bytes per step of the read loop: one read's worth (deflate expands
+    plain NSQ traffic 3-10x) and at most ``max_frame_size``; never the whole of a
+    compression bomb at once (a larger frame still completes, over several steps)."""
+    return min(max(read_size, 1 << 18), max_frame_size)
+
 
 MessagesCallback = Callable[["Connection", list[Message]], Any]
 BlocksCallback = Callable[["Connection", list[protocol.MessageBlock]], Any]
@@ -149,6 +180,8 @@ class Connection(NegotiatedAttributes):
 
         self._responder = responder if responder is not None else self
         self._decoder = protocol.FrameDecoder(self._responder, config.max_frame_size)
+        # what nsqd may send, from the RDY sent and the answers given (per read chunk)
+        self._credit = RdyCredit()
         self._codec: StreamCodec | None = None
         self._stream: IOStream | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -165,6 +198,7 @@ class Connection(NegotiatedAttributes):
         self._close_task: asyncio.Future[None] | None = None
         self._closed_fut: asyncio.Future[None] | None = None
         self._close_reason: BaseException | None = None
+        self._closed_by: BaseException | None = None  # what ended it (None: close())
         self._closing_by_us = False
         self._writes_done = False  # close() wrote its last buffer: fin/req refuse
         self._answers: _AnswerClock | None = None  # response_timeout of the commands
@@ -205,9 +239,22 @@ class Connection(NegotiatedAttributes):
             await self._handshake()
         except BaseException as exc:
             self._fail_connect()
-            raise _translate(self.address, cfg.response_timeout, exc,
-                             "during the handshake") from exc
+            # No local of this frame may hold the error raised (nor may it be its own
+            # cause, as ``raise exc from exc`` made it): its traceback holds this frame, and
+            # the cycle would keep the frames' buffers (the answer read, up to 1 MiB, three
+            # times) until the cyclic collector ran, on every reconnect: 3 MiB each, 120 MiB
+            # after 40 refused AUTH answers with the collector paused
+            typed: BaseException | None = _translate(self.address, cfg.response_timeout, exc,
+                                                     "during the handshake")
+            if typed is exc:
+                typed = None
+                raise
+            try:
+                raise typed from exc  # type: ignore[misc]
+            finally:
+                typed = None
         self.state = ConnState.CONNECTED
+        self._credit = RdyCredit(max(self.msg_timeout, 1000) / 1000.0, now=self._aloop.time())
         self._answers = _AnswerClock(self._aloop, cfg.response_timeout, self.address,
                                      lambda: bool(self._pending), self.abort)
         self.last_recv = self._aloop.time()
@@ -246,12 +293,12 @@ class Connection(NegotiatedAttributes):
                 if n is not None:
                     data = await asyncio.wait_for(self._stream.read_bytes(n), timeout)
                 elif self._codec is not None and self._codec.has_pending_output:
-                    data = self._codec.decompress(b"", self.config.max_frame_size)
+                    data = self._codec.decompress(b"", hs.max_frame_size)
                 else:
                     raw = await asyncio.wait_for(self._stream.read_bytes(65536, partial=True),
                                                  timeout)
                     assert self._codec is not None
-                    data = self._codec.decompress(raw, self.config.max_frame_size)
+                    data = self._codec.decompress(raw, hs.max_frame_size)
             except asyncio.TimeoutError:
                 raise hs.timed_out(total) from None
             except StreamClosedError as exc:
@@ -293,12 +340,19 @@ class Connection(NegotiatedAttributes):
         # read; read_into fills one preallocated buffer instead, and one copy makes the bytes
         rbuf = bytearray(self.config.read_size)
         rview = memoryview(rbuf)
-        read_into = stream.read_into
-        # decompressed bytes per step: a frame up to max_frame_size still completes, and a
-        # small compressed read cannot expand into gigabytes at once
-        bound = self.config.max_frame_size
+        # a Future (typed as an Awaitable): done() tells whether the read completed at once
+        read_into: Callable[..., "asyncio.Future[int]"] = stream.read_into  # type: ignore[assignment]
+        # decompressed bytes per step: no more than a read's worth of plain bytes, so that
+        # one step of a compressed flood costs what one read costs (a frame larger than
+        # that still completes: the decoder gathers it over several steps)
+        step = _step_bound(self.config.read_size, self.config.max_frame_size)
+        credit = self._credit
         now = time_()
         exc: BaseException | None = None
+        # bytes handled since the loop last had its turn: a socket that always has data
+        # makes every read complete at once (no await suspends), so yield every TURN_BYTES
+        # and timers, heartbeats and the other connections keep running under any flood
+        handled = 0
         try:
             if self._early:
                 others = list(self._early)
@@ -307,21 +361,32 @@ class Connection(NegotiatedAttributes):
             while True:
                 codec = self._codec
                 if codec is not None and codec.has_pending_output:
-                    # a read that expanded past the bound: the rest, before reading more
-                    data = codec.decompress(b"", bound)
+                    # a read that expanded past the step: the rest, before reading more
+                    data = codec.decompress(b"", step)
                 else:
-                    n = await read_into(rbuf, partial=True)
+                    fut = read_into(rbuf, partial=True)
+                    if not fut.done():
+                        handled = 0  # the await below gives the loop its turn
+                    n = await fut
                     data = rview[:n].tobytes()
                     self.last_recv = now = time_()
                     if codec is not None:
-                        data = codec.decompress(data, bound)
+                        data = codec.decompress(data, step)
+                if handled >= _TURN_BYTES:
+                    handled = 0
+                    await asyncio.sleep(0)
                 if not data:
                     continue
+                handled += len(data)
                 msgs, others = feed(data)
                 if others:
                     self._handle_frames(others)
                 if msgs:
                     n = sum(map(len, msgs)) if blocks else len(msgs)
+                    why = credit.arrive(n, now)  # per chunk, a few integer operations
+                    if why is not None:
+                        raise ProtocolError(f"nsqd at {self.address} broke flow control: {why}; "
+                                            "closing the connection")
                     self.messages_received += n
                     self.last_message = now
                     cb = self.on_messages
@@ -336,8 +401,12 @@ class Connection(NegotiatedAttributes):
         except StreamClosedError as e:
             exc = self._close_cause(e)
         except Exception as e:  # ProtocolError and anything unexpected end the connection
-            exc = e
-            log.error("[%s] closing connection: %s", self.address, e)
+            log.error("[%s] closing connection: %s", self.address, e,
+                      exc_info=not isinstance(e, NSQError))
+            # kept by the connection and its waiters: without its traceback, so that it
+            # holds neither this frame's buffers nor, through them, the connection (a
+            # cycle that only the cyclic collector would free, late, on every reconnect)
+            exc = e.with_traceback(None)
         self._on_stream_closed(exc)
 
     def _close_cause(self, e: StreamClosedError) -> BaseException | None:
@@ -436,6 +505,11 @@ class Connection(NegotiatedAttributes):
             self._last_write = stream.write(data)
         except StreamClosedError:
             pass
+        except StreamBufferFullError:
+            self.abort(ProtocolError(
+                f"nsqd at {self.address} has not read our last {MAX_ANSWER_BACKLOG} bytes of "
+                "commands (FIN, REQ, RDY) while it kept sending messages: it ignores flow "
+                "control; closing the connection"))
 
     def send(self, data: bytes) -> None:
         """Queue raw command bytes (flushed with everything else of this loop turn)."""
@@ -447,8 +521,7 @@ class Connection(NegotiatedAttributes):
         assert self._aloop is not None, "connect() first"
         fut: asyncio.Future[bytes] = self._aloop.create_future()
         if self.state in _NOT_OPEN or self._closing_by_us:
-            fut.set_exception(ConnectionClosedError(
-                f"connection to nsqd at {self.address} is {self.state}; cannot send"))
+            fut.set_exception(self._cannot_send())
             return fut
         if not self._pending and self._answers is not None:
             self._answers.start()
@@ -456,13 +529,21 @@ class Connection(NegotiatedAttributes):
         self._send(data)
         return fut
 
+    def _cannot_send(self) -> BaseException:
+        """What a command on a connection that is not open gets: what closed it, when
+        that was not a lost connection (a ProtocolError is final, not retried), else
+        ConnectionClosedError (transient)."""
+        if self._closed_by is not None and self.state == ConnState.CLOSED:
+            return _unanswered(self.address, self._closed_by)
+        return ConnectionClosedError(f"connection to nsqd at {self.address} is "
+                                     f"{self.state}; cannot send")
+
     def command_into(self, data: bytes, waiter: Any) -> None:
         """Like command, with a caller-made waiter: any object with ``set_result``,
         ``set_exception``, ``done`` and ``exception`` (e.g. the Producer's request, which
         retries on failure; a concurrent.futures.Future works too)."""
         if self.state in _NOT_OPEN or self._closing_by_us:
-            waiter.set_exception(ConnectionClosedError(
-                f"connection to nsqd at {self.address} is {self.state}; cannot send"))
+            waiter.set_exception(self._cannot_send())
             return
         if not self._pending and self._answers is not None:
             self._answers.start()
@@ -481,6 +562,8 @@ class Connection(NegotiatedAttributes):
             raise NSQError(f"cannot SUB on a {self.state} connection to {self.address}")
         self.state = ConnState.SUBSCRIBED
         self.topic, self.channel = topic, channel
+        if self._stream is not None:  # answers only from here on: bounded (see the constant)
+            self._stream.max_write_buffer_size = MAX_ANSWER_BACKLOG
         return self.command(data)
 
     def send_rdy(self, count: int) -> None:
@@ -489,6 +572,7 @@ class Connection(NegotiatedAttributes):
             raise ValueError(f"RDY {count} is over nsqd {self.address}'s max_rdy_count "
                              f"{self.max_rdy_count} (nsqd --max-rdy-count)")
         self.rdy_count = count
+        self._credit.on_rdy(count, self._aloop.time())  # type: ignore[union-attr]
         self._send(protocol.rdy(count))
 
     @property
@@ -503,6 +587,7 @@ class Connection(NegotiatedAttributes):
         """FIN one message; False (nothing queued) if the connection can no longer write."""
         if not self.writable:
             return False
+        self._credit.answered += 1
         self._send(protocol.fin(message_id))
         return True
 
@@ -512,6 +597,7 @@ class Connection(NegotiatedAttributes):
         if not self.writable:
             return False
         if message_ids:
+            self._credit.answered += len(message_ids)
             self._send(protocol.fins(message_ids))
         return True
 
@@ -521,6 +607,7 @@ class Connection(NegotiatedAttributes):
         if not self.writable:
             return False
         if blocks:
+            self._credit.answered += sum(map(len, blocks))
             self._send(b"".join([b.fin_commands() for b in blocks]))
         return True
 
@@ -528,6 +615,7 @@ class Connection(NegotiatedAttributes):
         """REQ one message; False (nothing queued) if the connection can no longer write."""
         if not self.writable:
             return False
+        self._credit.answered += 1
         self._send(protocol.req(message_id, max(0, int(delay_ms))))
         return True
 
@@ -652,6 +740,7 @@ class Connection(NegotiatedAttributes):
         if self.state == ConnState.CLOSED:
             return
         self.state = ConnState.CLOSED
+        self._closed_by = exc
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -779,6 +868,10 @@ def _keep_last_words(stream: IOStream, sink: bytearray) -> None:
             except (OSError, ValueError):
                 pass
         close_fd()
+        # the stream holds this function and this function the stream: undo it, so that a
+        # closed stream (and its read buffer) is freed by its last reference, not by the
+        # cyclic collector
+        vars(stream).pop("close_fd", None)
 
     # an instance attribute: tornado calls self.close_fd() from close()
     setattr(stream, "close_fd", read_then_close)

@@ -62,7 +62,7 @@ from .errors import (AuthError, ConnectionClosedError, NSQError, NSQTimeoutError
 log = logging.getLogger(__name__)
 
 __all__ = ["ConnState", "Handshake", "Negotiated", "SendBytes", "StartTLS", "InstallCodec",
-           "Done", "Action", "HTTP_PORT_HINT"]
+           "Done", "Action", "HTTP_PORT_HINT", "HANDSHAKE_MAX_FRAME_SIZE"]
 
 
 class ConnState(enum.StrEnum):
@@ -169,6 +169,13 @@ class _Step(enum.Enum):
     DONE = "nothing (the handshake is done)"
     FAILED = "nothing (the handshake failed)"
 
+
+#: The largest IDENTIFY or AUTH answer (or any frame before the handshake is done) we read.
+#: nsqd's are under 1 KiB (a JSON object of a dozen fields; AUTH: identity, URL, count); the
+#: auth server's identity strings are nsqd's to relay, not ours to buffer. 1 MiB is a
+#: thousand times that, and small enough that a reconnecting client meeting a server that
+#: announces tens of MiB allocates nothing big: the size prefix alone ends the handshake.
+HANDSHAKE_MAX_FRAME_SIZE = 1 << 20
 
 HTTP_PORT_HINT = ("this looks like an HTTP port; give nsqd's TCP port (4150 by default), not "
                   "its HTTP port (4151)")
@@ -281,37 +288,54 @@ class Handshake:
     # -- internals --------------------------------------------------------------------------
 
     def _receive(self, data: bytes) -> list[Action]:
-        if self._compressed:
-            return self._frames(self._decode(data))
+        # frame by frame (decompressed ones too), each checked against the handshake's own
+        # size limit before any of its body is read
         actions: list[Action] = []
         self._plain += data
-        while len(self._plain) >= 4:
+        while len(self._plain) >= 4 and self._step is not _Step.DONE:
             size = _SIZE.unpack_from(self._plain, 0)[0]
-            if size < 4 or size > self.config.max_frame_size:
-                if self._plain[:4] == b"HTTP":  # size 1213486160: an HTTP response
-                    raise ProtocolError(f"nsqd at {self.address} answered with HTTP: "
-                                        f"{HTTP_PORT_HINT}")
-                raise self._not_nsq(f"sent a frame of size {size}")
+            if size < 4 or size > self.max_frame_size:
+                raise self._bad_size(size)
             if len(self._plain) < 4 + size:
                 break
             frame = bytes(self._plain[:4 + size])
             del self._plain[:4 + size]
+            plain = not self._compressed
             actions += self._frames(self._decode(frame))
-            if self._compressed or self._step is _Step.DONE:
-                if self._plain:
-                    if self._step is _Step.DONE:
-                        actions += self._frames(self._decode(bytes(self._plain)))
-                    else:  # compressed bytes read as plain: an IO loop that over-read
-                        raise ProtocolError(
-                            f"{len(self._plain)} bytes from nsqd at {self.address} were read "
-                            "before the compression upgrade; read exactly read_size bytes")
-                    self._plain.clear()
-                break
-            if any(isinstance(a, StartTLS) for a in actions) and self._plain:
+            if plain and self._compressed and self._plain:
+                # compressed bytes read as plain: an IO loop that over-read
+                raise ProtocolError(
+                    f"{len(self._plain)} bytes from nsqd at {self.address} were read "
+                    "before the compression upgrade; read exactly read_size bytes")
+            if self._plain and any(isinstance(a, StartTLS) for a in actions):
                 raise ProtocolError(f"{len(self._plain)} bytes from nsqd at {self.address} "
                                     "were read before the TLS upgrade; read exactly read_size "
                                     "bytes")
+        if self._step is _Step.DONE and self._plain:
+            # what followed the last answer is the connection's: its decoder keeps a
+            # partial frame for the read loop (with the connection's own frame limit)
+            rest = bytes(self._plain)
+            self._plain = bytearray()
+            actions += self._frames(self._decode(rest))
         return actions
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest frame read during the handshake: :data:`HANDSHAKE_MAX_FRAME_SIZE`
+        (or ``max_frame_size`` when the connection's is smaller)."""
+        return min(HANDSHAKE_MAX_FRAME_SIZE, self.config.max_frame_size)
+
+    def _bad_size(self, size: int) -> ProtocolError:
+        if self._plain[:4] == b"HTTP":  # size 1213486160: an HTTP response
+            return ProtocolError(f"nsqd at {self.address} answered with HTTP: "
+                                 f"{HTTP_PORT_HINT}")
+        if size > self.max_frame_size:
+            return ProtocolError(
+                f"nsqd at {self.address} sent a frame of size {size} while waiting for "
+                f"{self._step.value}, over the handshake's limit of {self.max_frame_size} "
+                "bytes (nsq_spark.handshake.HANDSHAKE_MAX_FRAME_SIZE; nsqd's answers are "
+                "under 1 KiB): is this an NSQ V2 server, and its auth server sane?")
+        return self._not_nsq(f"sent a frame of size {size}")
 
     def _not_nsq(self, what: str) -> ProtocolError:
         return ProtocolError(f"nsqd at {self.address} {what} during the handshake; is this "

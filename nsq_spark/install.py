@@ -135,9 +135,9 @@ def ensure_nsq(bin_dir: Path | None = None, version: str = NSQ_VERSION,
 def main(argv: Sequence[str] | None = None, *, stdout: IO[str] | None = None,
          stderr: IO[str] | None = None) -> int:
     """Print the binaries' directory (exit 0), or why they cannot be had (exit 1)."""
-    import argparse
+    from nsq_spark._strict_argparse import StrictParser
 
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="nsq-spark install-nsq",
         description=f"Provide the nsq v{NSQ_VERSION} binaries (PATH, cache, or a one-time "
         "build with Go) and print their directory.")

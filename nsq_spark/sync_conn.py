@@ -161,13 +161,13 @@ class SyncConnection(NegotiatedAttributes):
                 if n is not None:
                     data = self._recv_exact(n, deadline)
                 elif self._codec is not None and self._codec.has_pending_output:
-                    data = self._codec.decompress(b"", self.config.max_frame_size)
+                    data = self._codec.decompress(b"", hs.max_frame_size)
                 else:
                     raw = self._sock.recv(65536)
                     if not raw:
                         raise ConnectionClosedError("end of stream")  # made typed below
                     assert self._codec is not None
-                    data = self._codec.decompress(raw, self.config.max_frame_size)
+                    data = self._codec.decompress(raw, hs.max_frame_size)
             except socket.timeout:
                 raise hs.timed_out(self.config.response_timeout) from None
             except ConnectionClosedError:  # end of stream

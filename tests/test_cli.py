@@ -172,3 +172,68 @@ def test_a_missing_nsq_binary_names_the_command_that_provides_it(monkeypatch, tm
     text = str(err.value)
     assert "nsq-spark install-nsq" in text and "NSQ_BIN_DIR" in text and str(tmp_path) in text
     assert "scripts/" not in text
+
+
+# -- no abbreviation, no secret echoed ------------------------------------------------------
+
+SECRET = "hunter2-not-a-file"
+
+
+@pytest.mark.parametrize("command", ["publish", "tail"])
+@pytest.mark.parametrize("spelling", [["-auth", SECRET], ["-auth-secret", SECRET],
+                                      ["--auth-secret", SECRET], [f"--auth-secret={SECRET}"],
+                                      ["--auth", SECRET], [f"-auth={SECRET}"]])
+def test_secret_options_are_not_abbreviations_and_their_value_is_never_echoed(
+        command, spelling, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a file named like the secret would be opened: none here
+    argv = [command, "--topic", "t", "--nsqd-tcp-address", "127.0.0.1:1", *spelling]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    out = capsys.readouterr()
+    assert SECRET not in out.err and SECRET not in out.out
+    assert "unrecognized arguments: " + spelling[0].split("=")[0] in out.err
+
+
+def test_a_secret_given_before_the_command_is_not_echoed_either(capsys):
+    assert cli.main(["--auth-secret", SECRET, "publish"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert SECRET not in err and "invalid choice: '***'" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["publish", "--top", "t", "--nsqd-tcp-address", "h:1"],
+    ["publish", "-top", "t", "--nsqd-tcp-address", "h:1"],
+    ["tail", "--topic", "t", "-nsqd", "h:1"],
+    ["tail", "--topic", "t", "--nsqd-tcp-address", "h:1", "--max-in", "5"],
+    ["--vers"],
+])
+def test_no_option_is_taken_by_a_prefix(argv, capsys):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert "error" in capsys.readouterr().err
+
+
+def test_every_parser_and_subparser_refuses_abbreviations():
+    import argparse
+
+    parser = cli.build_parser()
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    parsers = [parser, *[p for a in subs for p in a.choices.values()]]
+    assert len(parsers) >= 4
+    assert all(not p.allow_abbrev for p in parsers)
+    with pytest.raises(SystemExit):
+        parsers[1].parse_args(["--top", "t"])
+
+
+def test_install_nsq_takes_no_abbreviation(capsys):
+    from nsq_spark import install
+
+    assert install.main(["--bin", "/nonexistent"]) == 2
+    assert "unrecognized arguments: --bin" in capsys.readouterr().err
+
+
+def test_redaction_keeps_what_is_not_secret():
+    from nsq_spark._strict_argparse import redact, secret_values
+
+    argv = ["--auth-secret-file", "/etc/s", "--token=abc", "--password", "pw", "--topic", "t"]
+    assert secret_values(argv) == ["abc", "pw"]
+    assert redact("got abc and pw for topic t, file /etc/s", argv) == \
+        "got *** and *** for topic t, file /etc/s"

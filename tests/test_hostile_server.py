@@ -6,6 +6,7 @@ let memory grow with the bomb."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conn_helpers import FakeNsqd, FakePeer, publish_by, run
+from conn_helpers import FakeNsqd, FakePeer, frame, publish_by, run
 from nsq_spark import Producer, errors
 from nsq_spark.conn import Connection, SyncConnection
 
@@ -186,3 +187,58 @@ def test_a_compression_bomb_is_a_protocol_error_in_bounded_memory(kind: str, cli
         assert result["error"] and "frame" in result["error"], result
     else:
         assert result["error"] == "ProtocolError", result
+
+
+# -- garbage right after the IDENTIFY answer: the publish paths end with it, at once -------
+
+def _identify_then_garbage(peer: FakePeer) -> None:
+    """The IDENTIFY answer and garbage in one segment: the handshake succeeds (its frame is
+    read exactly), the read loop meets the garbage, the connection closes with a
+    ProtocolError, maybe before the first command is queued on it."""
+    peer.handshake()
+    peer.sock.sendall(frame(_identify()) + b"\xde\xad\xbe\xef not NSQ at all")
+    while peer.sock.recv(65536):
+        pass
+
+
+def _writer_pub(address: str) -> BaseException | None:
+    from nsq_spark.writer import Writer
+
+    async def main() -> BaseException | None:
+        w = Writer([address], retry_wait=0.01)
+        heard: list[Any] = []
+        try:
+            fut = w.pub("t", b"x", callback=lambda writer, data: heard.append(data))
+            try:
+                await asyncio.wait_for(fut, 20)
+            except errors.NSQError as exc:
+                assert heard and heard[0] is exc or type(heard[0]) is type(exc)
+                return exc
+            return None
+        finally:
+            await w.aclose()
+    return run(main(), 30)
+
+
+@pytest.mark.parametrize("path", ["blocking", "future", "asyncio", "writer"])
+def test_garbage_after_identify_is_a_protocol_error_on_every_publish_path_at_once(
+        path: str) -> None:
+    # before: publish_async, apublish and Writer.pub picked the connection the garbage had
+    # closed, got "connection is closed; cannot send" (transient), reconnected and retried
+    # for the whole budget (30 s, 38 connections), then raised ConnectionClosedError
+    with FakeNsqd(_identify_then_garbage) as server:
+        t0 = time.monotonic()
+        if path == "writer":
+            exc: BaseException | None = _writer_pub(server.address)
+        else:
+            exc = None
+            with Producer(server.address, retry_wait=0.01) as p:
+                try:
+                    publish_by(p, path, "t", b"x", 20)
+                except errors.NSQError as e:
+                    exc = e
+        took = time.monotonic() - t0
+    assert isinstance(exc, errors.ProtocolError), repr(exc)
+    assert "frame size" in str(exc)
+    assert took < 1.0, took
+    assert server.accepted <= 2, server.accepted  # the error is final: no retrying
