@@ -253,3 +253,14 @@ class FakeNsqd:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def peak_rss_mib() -> float:
+    """This process's own peak RSS in MiB (``VmHWM``). Not ``ru_maxrss``: Linux carries
+    that across ``execve``, so a child forked from a large pytest worker (pyspark and
+    pyarrow loaded: ~250 MiB) would report the worker's size, not its own."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")

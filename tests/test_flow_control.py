@@ -37,9 +37,9 @@ pytestmark = pytest.mark.timeout(90)
 RSS_LIMIT_MIB = 200
 
 _CHILD = textwrap.dedent('''
-    import asyncio, json, logging, resource, sys, threading, time, zlib
+    import asyncio, json, logging, sys, threading, time, zlib
     sys.path.insert(0, {tests!r})
-    from conn_helpers import FakeNsqd, frame
+    from conn_helpers import FakeNsqd, frame, peak_rss_mib
     from nsq_spark import Reader, errors
     from nsq_spark.conn import Connection
 
@@ -134,7 +134,7 @@ _CHILD = textwrap.dedent('''
             asyncio.run(handler_mode(coroutine_handler))
         else:
             asyncio.run(handler_mode(sync_handler))
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mib()
     print(json.dumps({{"closes": closes[:3], "n_closes": len(closes), "peak_mib": peak_mib,
                       "max_lag": max(lags) if lags else None, "probes": len(lags),
                       "handled": handled[0], "sent": sent[0],
@@ -172,9 +172,9 @@ def test_a_server_that_ignores_rdy_is_closed_in_bounded_memory_and_time(codec: s
 # -- a 50 MiB AUTH answer (under the 64 MiB frame limit) ------------------------------------
 
 _AUTH_CHILD = textwrap.dedent('''
-    import asyncio, json, logging, resource, sys, time
+    import asyncio, json, logging, sys, time
     sys.path.insert(0, {tests!r})
-    from conn_helpers import FakeNsqd
+    from conn_helpers import FakeNsqd, peak_rss_mib
     from nsq_spark import Reader, errors
     from nsq_spark.conn import Connection
 
@@ -218,7 +218,7 @@ _AUTH_CHILD = textwrap.dedent('''
         time.sleep(seconds)
         r.close()
         attempts = server.accepted - 1
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mib()
     print(json.dumps({{"error": kind, "text": text, "took": took, "attempts": attempts,
                       "peak_mib": peak_mib, "secret_logged": any(SECRET in t for t in texts),
                       "seconds": time.monotonic() - t0}}))

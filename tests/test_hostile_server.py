@@ -95,10 +95,10 @@ def test_producer_raises_hostile_identify_at_once_without_retrying(hostile: Any,
 # -- compression bombs: measured in a child process (its peak RSS alone) --------------------
 
 _CHILD = textwrap.dedent('''
-    import asyncio, json, logging, resource, sys, time, zlib
+    import asyncio, json, logging, sys, time, zlib
     sys.path.insert(0, {tests!r})
     import cramjam
-    from conn_helpers import FakeNsqd, frame
+    from conn_helpers import FakeNsqd, frame, peak_rss_mib
     from nsq_spark import Reader, errors
     from nsq_spark.config import ConnectionConfig
     from nsq_spark.conn import Connection, SyncConnection
@@ -166,7 +166,7 @@ _CHILD = textwrap.dedent('''
             time.sleep(1)  # a reconnect or two against the same bomb
             r.close()
             error = next((w for w in warnings if "frame" in w), None)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mib()
     print(json.dumps({{"error": type(error).__name__ if isinstance(error, BaseException)
                       else error, "text": str(error)[:300], "peak_mib": peak_mib,
                       "zeros_sent_mib": sent[0] >> 20, "seconds": time.monotonic() - t0}}))

@@ -696,9 +696,12 @@ def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypa
 
     from nsq_spark.spark.fetch import fetch_batch_partition
 
+    # TaskContext() installs itself as the process's context: clear the slot through
+    # monkeypatch first, so that teardown puts None back (a context left behind makes
+    # every later SparkSession in this worker fail with CONTEXT_ONLY_VALID_ON_DRIVER)
+    monkeypatch.setattr(TaskContext, "_taskContext", None)
     ctx = TaskContext()
     ctx._localProperties = {"spark.speculation": "true"}
-    monkeypatch.setattr(TaskContext, "_taskContext", ctx)
     o = read_opts(tmp_path)
     for run in (lambda: fetch_stream_partition(o, Spool(str(tmp_path), "q15"), 1, 0, None,
                                                lambda _: pytest.fail("must not connect")),
