@@ -72,8 +72,12 @@ SETTLE_TIMEOUT = 15.0
 # longer reported as unreachable.
 FORGET_UNREACHABLE = 600.0
 # Seconds between two WARNINGs about the same pause or unreachable nsqd: with the default
-# trigger Spark asks for the latest offset every few milliseconds while there is no data.
-WARN_EVERY = 30.0
+# trigger Spark asks for the latest offset every 10 ms while there is no data, so "one per
+# trigger" would be 100 lines a second. 10 s is Spark's own pace for progress events of
+# an idle query (spark.sql.streaming.noDataProgressEventInterval), so each WARNING lines
+# up with a progress that shows the same condition; a trigger of 10 s or more gets one
+# WARNING per trigger.
+WARN_EVERY = 10.0
 
 T = TypeVar("T")
 

@@ -54,7 +54,7 @@ sized on: ``paused`` lists the nsqds where the topic or the channel is paused (n
 nothing there until it is unpaused, so a backlog only there plans no batch);
 ``nsqdsUnreachable`` the nsqds known to the query (listed by lookupd or
 ``nsqdHttpAddresses``, or answering earlier) that did not answer this time. Both are
-also logged (WARNING, at once and then every 30 s while they last), naming the topic,
+also logged (WARNING, at once and then every 10 s while they last), naming the topic,
 channel and nsqd (details in :mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
 ``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
