@@ -61,6 +61,7 @@ import importlib
 import logging
 import os
 import threading
+import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from . import protocol, validate
@@ -445,7 +446,9 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> bool:
         """With ``spool_dir``: wait until nsqd has acknowledged everything this producer
-        holds (its own messages and the leftovers it claimed). True only if nsqd took all
+        holds: its own messages, and every leftover segment in the directory that no other
+        live producer holds (a crashed producer's, or what ``redrive()`` put back), claimed
+        a few at a time. True only if nsqd took all
         of it within ``timeout``; False when time ran out (nsqd unreachable, AUTH or TLS
         failing, ...: the messages stay in the spool and are retried; ``stats()`` has
         ``health`` and ``last_error``), and False once when nsqd refused messages for
@@ -456,8 +459,18 @@ class Producer:
         call already waited: True."""
         if self._spool is None or self._store is None:
             return True
-        if not self._spool.flush(timeout):
-            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._spool.flush(left):
+                return False
+            # A store holds at most max_claimed leftover segments at a time (crashed
+            # producers' files, or what redrive() put back): the queue is empty only
+            # when no unlocked segment is left to claim. Segments another live producer
+            # holds are that producer's to flush.
+            if self._store.claim_orphans() == 0:
+                break
+            self._spool.wake()
         rejected = self._store.stats.rejected
         fresh, self._rejected_seen = rejected - self._rejected_seen, rejected
         return fresh == 0

@@ -357,3 +357,24 @@ def test_a_message_nsqd_refuses_goes_to_rejected_and_comes_back_by_redrive(nsq_c
     (kept,) = (spool / "rejected").iterdir()
     assert [r[1] for r in read_segment(kept).records] == [big]
     check_delivery(drain_channel(nsq_cluster), set(small), max_dups=0)
+
+
+@pytest.mark.nsq_cluster(lookupd=0)
+def test_flush_covers_every_leftover_segment_not_only_those_claimed_so_far(nsq_cluster,
+                                                                         tmp_path):
+    """A store holds at most max_claimed (4) leftover segments at a time; flush() is True
+    only once the seven left by closed stores are all delivered, not the first four."""
+    make_channel(nsq_cluster)
+    spool = tmp_path / "spool"
+    sent = set()
+    for k in range(7):   # seven producers that closed with nsqd out of reach
+        store = SegmentStore(spool)
+        bodies = [b"left-%d-%02d" % (k, i) for i in range(10)]
+        store.append([(TOPIC, b, None) for b in bodies])
+        store.close()
+        sent |= set(bodies)
+    with Producer(nsq_cluster.nsqd_tcp_addresses[0], spool_dir=spool) as p:
+        assert p.flush(30)
+        assert not [f for f in os.listdir(spool) if f.endswith(".seg")], \
+            "flush() said True with segments still waiting in the spool"
+    check_delivery(drain_channel(nsq_cluster), sent, max_dups=0)
