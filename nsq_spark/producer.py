@@ -448,13 +448,13 @@ class Producer:
         """With ``spool_dir``: wait until nsqd has acknowledged everything this producer
         holds: its own messages, and every leftover segment in the directory that no other
         live producer holds (a crashed producer's, or what ``redrive()`` put back), claimed
-        a few at a time. True only if nsqd took all
-        of it within ``timeout``; False when time ran out (nsqd unreachable, AUTH or TLS
-        failing, ...: the messages stay in the spool and are retried; ``stats()`` has
-        ``health`` and ``last_error``), and False once when nsqd refused messages for
-        good since the previous flush that saw the queue empty (``stats()["rejected"]``;
-        they are in ``spool_dir/rejected``). It returns rather than raises, as before: callers
-        that only test the bool keep working and never read a refusal as delivered.
+        a few at a time. True only if nsqd took all of it within ``timeout``; False when
+        time ran out (nsqd unreachable, AUTH or TLS failing, ...: the messages stay in the
+        spool and are retried; ``stats()`` has ``health`` and ``last_error``), and False
+        once when nsqd refused messages for good since the previous flush that saw the
+        queue empty (``stats()["rejected"]``; they are in ``spool_dir/rejected``). It
+        returns rather than raises, as before: callers that only test the bool keep
+        working and never read a refusal as delivered.
         ``timeout=None`` waits for as long as it takes. Without a spool every blocking
         call already waited: True."""
         if self._spool is None or self._store is None:

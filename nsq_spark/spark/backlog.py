@@ -243,29 +243,6 @@ def nsqd_stats(http_address: str, topic: str, channel: str) -> NsqdStats:
     return NsqdStats(ChannelStats())
 
 
-def nsqd_channel_stats(http_address: str, topic: str, channel: str) -> ChannelStats | None:
-    """The topic's and channel's counts on one nsqd; None if that nsqd did not answer."""
-    try:
-        return nsqd_stats(http_address, topic, channel).stats
-    except (OSError, ValueError) as exc:
-        log.warning("nsqd %s: /stats failed: %s", http_address, exc)
-        return None
-
-
-def nsqd_depths(http_address: str, topic: str, channel: str) -> tuple[int, int] | None:
-    """``(topic depth, channel depth)`` on one nsqd; None if that nsqd did not answer.
-    The topic's depth is what nsqd has not yet copied into its channels."""
-    stats = nsqd_channel_stats(http_address, topic, channel)
-    return None if stats is None else (stats.topic_depth, stats.depth)
-
-
-def nsqd_depth(http_address: str, topic: str, channel: str) -> int | None:
-    """The channel's backlog on one nsqd (topic depth included: it goes to this channel
-    too, which exists or is created by its SUB); None if that nsqd did not answer."""
-    depths = nsqd_depths(http_address, topic, channel)
-    return None if depths is None else sum(depths)
-
-
 def probe_nsqd_tcp(address: str) -> None:
     """A V2 handshake (magic, ``IDENTIFY {}``) with one nsqd TCP address; raises
     ConnectError saying what answered instead (e.g. an HTTP port)."""
@@ -472,5 +449,4 @@ def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
 
 
 __all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "backlog",
-           "create_channel", "lookup", "lookup_nsqd_http", "nsqd_channel_stats", "nsqd_depth",
-           "nsqd_depths", "nsqd_stats", "probe_nsqd_tcp"]
+           "create_channel", "lookup", "lookup_nsqd_http", "nsqd_stats", "probe_nsqd_tcp"]

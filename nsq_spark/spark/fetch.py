@@ -39,7 +39,6 @@ password, and the fix.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -459,8 +458,7 @@ def _fetch_into_spool(opts: ReadOptions, part: PartitionSpool, batch: int, index
                 if jobs:
                     wait = min(wait, WRITER_POLL)  # come back for the writers soon
                 if expecting and not jobs:  # fails at once if every nsqd refused
-                    got = _first_blocks(reader, want, wait, functools.partial(
-                        _refused, opts, f"batch {batch} part {index}"))
+                    got = _first_blocks(reader, want, wait, opts, f"batch {batch} part {index}")
                 else:
                     got = reader.get_blocks(max_messages=want, timeout=wait)
                 timer.fetch += perf() - t
@@ -645,11 +643,11 @@ def _not_subscribed(reader: Any) -> dict[str, dict[str, Any]] | None:
 FIRST_WAIT_SLICE = 0.25
 
 
-def _first_blocks(reader: Any, want: int, wait: float,
-                  refused: Callable[[float, dict[str, dict[str, Any]]], None]) -> list:
-    """``reader.get_blocks`` for up to ``wait`` seconds, in slices: ``refused(seconds
-    waited, causes)`` (which raises) as soon as no connection is up or connecting and an
-    nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the rest."""
+def _first_blocks(reader: Any, want: int, wait: float, opts: ReadOptions, what: str) -> list:
+    """``reader.get_blocks`` for up to ``wait`` seconds, in slices; raises
+    :func:`not_subscribed_error` for ``what`` as soon as no connection is up or connecting
+    and an nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the
+    rest."""
     stats = getattr(reader, "stats", None)
     if stats is None:  # a stand-in reader: nothing to look at
         return list(reader.get_blocks(max_messages=want, timeout=wait))
@@ -665,12 +663,7 @@ def _first_blocks(reader: Any, want: int, wait: float,
         causes = st.get("connect_errors") or {}
         if not st["connections"] and any(not c.get("transient", True)
                                          for c in causes.values()):
-            refused(time.monotonic() - started, dict(causes))
-
-
-def _refused(opts: ReadOptions, what: str, waited: float,
-             causes: dict[str, dict[str, Any]]) -> None:
-    raise not_subscribed_error(opts, what, waited, causes)
+            raise not_subscribed_error(opts, what, time.monotonic() - started, dict(causes))
 
 
 def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
@@ -723,8 +716,7 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
             wait = min(wait, max(0.0, deadline - time.monotonic()))
             want = min(opts.spool_chunk_size, remaining)
             if first:  # fails at once if every nsqd refused
-                got = _first_blocks(reader, want, wait,
-                                    functools.partial(_refused, opts, "the batch read"))
+                got = _first_blocks(reader, want, wait, opts, "the batch read")
             else:
                 got = reader.get_blocks(max_messages=want, timeout=wait)
             if first and not got:

@@ -362,9 +362,10 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
 
 
 def check_file(option: str, path: str) -> None:
-    """A file option must name a readable file here (the driver, at query start): the
-    executors would otherwise fail their connects one by one, and the driver would only
-    hear that they could not subscribe."""
+    """A file option must name a readable file where the options are parsed: on the
+    driver at query start (the executors would otherwise fail their connects one by one,
+    and the driver would only hear that they could not subscribe), and again in each
+    sink task, which parses its options on the executor."""
     import os
     import socket
 
@@ -376,8 +377,8 @@ def check_file(option: str, path: str) -> None:
         problem = "is not readable by this process"
     else:
         return
-    raise NSQOptionError(f"option '{option}': {path!r} {problem} on the driver (host "
-                         f"{socket.gethostname()}); give the path of a PEM file readable "
+    raise NSQOptionError(f"option '{option}': {path!r} {problem} on host "
+                         f"{socket.gethostname()}; give the path of a PEM file readable "
                          "at that path on the driver and on every executor")
 
 

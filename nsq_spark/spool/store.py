@@ -44,8 +44,8 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -328,8 +328,7 @@ class SegmentStore:
                 if written != need:
                     seg = self._append_failed(seg, data, OSError(
                         errno.ENOSPC, "short write to the spool segment (disk full)"))
-            if self._short_of_space:
-                self._short_of_space = False
+            self._short_of_space = False   # written: the disk has room again
             seg.size += need
             seg.count += len(records)
             self._disk_bytes += need
