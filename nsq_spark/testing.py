@@ -107,6 +107,25 @@ def find_binary(name: str, extra_dirs: Sequence[Path] = ()) -> str:
     raise HarnessError(f"{name} not found: {hint}")
 
 
+def _wait_all_threads_stopped(pid: int, timeout: float) -> None:
+    """Until every thread of ``pid`` is in state ``T`` (stopped) in ``/proc``, at most
+    ``timeout`` seconds; returns at once where ``/proc`` cannot tell (not Linux, gone)."""
+    deadline = time.monotonic() + timeout
+    task_dir = f"/proc/{pid}/task"
+    while True:
+        try:
+            states = []
+            for tid in os.listdir(task_dir):
+                with open(f"{task_dir}/{tid}/stat", "rb") as f:
+                    # "tid (comm) S ...": the state follows the last ')' (comm may hold one)
+                    states.append(f.read().rpartition(b")")[2].split()[0])
+        except (OSError, IndexError):
+            return
+        if all(st in (b"T", b"t") for st in states) or time.monotonic() > deadline:
+            return
+        time.sleep(0.001)
+
+
 def _set_pdeathsig() -> None:
     """In the child: die with the parent, so an interrupted test run leaves no process."""
     try:
@@ -277,7 +296,12 @@ class ServerProcess(_Server):
             self.popen.send_signal(sig)
 
     def pause(self) -> None:
+        """SIGSTOP, then wait until every thread is stopped: kill() returns before the
+        threads running on another core have stopped, and nsqd (Go: many threads) could
+        still answer a command sent right after (a test saw a PUB answered "OK")."""
         self.signal(signal.SIGSTOP)
+        if self.popen is not None:
+            _wait_all_threads_stopped(self.popen.pid, timeout=2.0)
 
     def unpause(self) -> None:
         self.signal(signal.SIGCONT)
