@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import cramjam  # noqa: E402
 
-from nsq_spark.conn import _DeflateStream, _SnappyStream  # noqa: E402
+from nsq_spark._codecs import DeflateStream, SnappyStream  # noqa: E402
 from nsq_spark.protocol import FrameDecoder, decode_frames, encode_message_frame  # noqa: E402
 
 CHUNK = 1024 * 1024
@@ -113,7 +113,7 @@ def main() -> None:
     snappy_chunks = chunks(snappy_stream)
 
     def snappy() -> int:
-        codec, dec, got = _SnappyStream(), FrameDecoder(), 0
+        codec, dec, got = SnappyStream(), FrameDecoder(), 0
         for c in snappy_chunks:
             msgs, _ = dec.feed(codec.decompress(c))
             got += len(msgs)
@@ -128,7 +128,7 @@ def main() -> None:
     deflate_chunks = chunks(deflate_stream)
 
     def deflate() -> int:
-        codec, dec, got = _DeflateStream(6), FrameDecoder(), 0
+        codec, dec, got = DeflateStream(6), FrameDecoder(), 0
         for c in deflate_chunks:
             msgs, _ = dec.feed(codec.decompress(c))
             got += len(msgs)

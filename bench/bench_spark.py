@@ -263,7 +263,7 @@ def _publish(http_address: str, topic: str, n: int, size: int,
 def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict:
     """The same fetch path without Spark, in this process: the Reader alone
     (get_batch(1250) + finish), then one fetch task (Reader, convert, spool, FIN)."""
-    from nsq_spark.reader import Reader
+    from nsq_spark.consumer.reader import Reader
     from nsq_spark.spark import fetch
     from nsq_spark.spark.options import parse_read_options
     from nsq_spark.spark.spool import Spool

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from nsq_spark.errors import NSQError as Error
     from nsq_spark.message import Message
     from nsq_spark.producer import Producer
-    from nsq_spark.writer import Writer
+    from nsq_spark.compat.writer import Writer
     from nsq_spark.publish_spool import SpoolingProducer
-    from nsq_spark.reader import Reader, run
+    from nsq_spark.consumer.reader import Reader
+    from nsq_spark.consumer.run import run
     from nsq_spark.compat.async_conn import AsyncConn
     from nsq_spark.compat.sync import SyncConn
     from nsq_spark.compat.backoff_timer import BackoffTimer
@@ -42,11 +43,11 @@ __version__ = "0.1.0.dev0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "Reader": "nsq_spark.reader",
-    "run": "nsq_spark.reader",
+    "Reader": "nsq_spark.consumer.reader",
+    "run": "nsq_spark.consumer.run",
     "Message": "nsq_spark.message",
     "Producer": "nsq_spark.producer",
-    "Writer": "nsq_spark.writer",
+    "Writer": "nsq_spark.compat.writer",
     "SpoolingProducer": "nsq_spark.publish_spool",
     "Connection": "nsq_spark.conn",
     "ConnectionConfig": "nsq_spark.config",

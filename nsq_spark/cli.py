@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["install-nsq"]:
         # its own parser: it needs only the standard library (runs before deps exist)
-        from nsq_spark import install
+        from nsq_spark.testing import install
         return install.main(argv[1:], stderr=stderr)
     parser = build_parser(prog)
     try:
@@ -529,7 +529,7 @@ def _tail(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
         check_topic(topic)
     channel = args.channel or f"tail{random.randrange(1_000_000):06d}#ephemeral"
     check_channel(channel)
-    from nsq_spark.reader import Reader
+    from nsq_spark.consumer.reader import Reader
 
     connection_options = _connection_options(args)
     if not args.quiet:

@@ -3,12 +3,12 @@
 ``Connection`` does tornado IO only. The handshake (magic, IDENTIFY, TLS upgrade, snappy or
 deflate, AUTH) is decided by the sans-IO :class:`~nsq_spark.handshake.Handshake`, which this
 class drives; commands come from :mod:`nsq_spark.protocol`, compression from
-:mod:`nsq_spark.codecs`, the states are :class:`~nsq_spark.handshake.ConnState`. After the
+:mod:`nsq_spark._codecs`, the states are :class:`~nsq_spark.handshake.ConnState`. After the
 handshake it answers heartbeats, decodes every read chunk in one call and hands all
 messages of the chunk to ``on_messages`` at once, and coalesces every command written during
 one event-loop turn into a single socket write. The blocking twin,
 :class:`~nsq_spark.sync_conn.SyncConnection`, drives the same handshake and is re-exported
-here.
+here for users who imported it from here (the project imports it from ``sync_conn``).
 
 Deadlines are totals, so a server that drips one byte at a time cannot stretch them: the TCP
 connect takes at most ``connect_timeout``, the whole handshake after it (IDENTIFY, TLS,
@@ -63,10 +63,8 @@ from tornado.tcpclient import TCPClient
 
 from . import protocol
 from ._loop import LoopBridge
-from .codecs import DeflateStream as _DeflateStream  # noqa: F401  (old private names)
-from .codecs import SnappyStream as _SnappyStream  # noqa: F401
 from .addresses import Address
-from .codecs import StreamCodec, make_codec
+from ._codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerError,
                      NSQTimeoutError, ProtocolError, TLSError, error_from_frame)
@@ -74,7 +72,7 @@ from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, Negotiat
                         SendBytes, StartTLS)
 from .message import Message, Responder
 from .rdy import RdyCredit
-from .sync_conn import SyncConnection
+from .sync_conn import SyncConnection  # re-exported for users (the project imports sync_conn)
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from typing import Any, Union
 
 from . import protocol
 from .addresses import Address
-from .codecs import CodecKind
+from ._codecs import CodecKind
 from .config import ConnectionConfig
 from .errors import (AuthError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)

@@ -34,12 +34,15 @@ from .errors import NSQError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LookupdError", "LookupdPoller", "Producer", "ProducerInfo", "lookup_url",
+__all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
            "lookup_sync", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
            "producer_address"]
 
 #: ``(broadcast_address, tcp_port)``: how producers are told apart and united.
-Producer = tuple[str, int]
+ProducerAddress = tuple[str, int]
+#: The old name of :data:`ProducerAddress`, kept for users; it is not ``nsq_spark.Producer``
+#: (the publisher), hence the new name.
+Producer = ProducerAddress
 
 ACCEPT = "application/vnd.nsq; version=1.0"
 
@@ -68,7 +71,7 @@ def lookup_url(address: str, topic: str) -> str:
     return urlunsplit((scheme, netloc, path, urlencode(params), fragment))
 
 
-def producer_address(producer: Producer) -> str:
+def producer_address(producer: ProducerAddress) -> str:
     """``host:port`` (IPv6 hosts in brackets)."""
     host, port = producer
     if ":" in host and not host.startswith("["):
@@ -84,7 +87,7 @@ class ProducerInfo(NamedTuple):
     http_port: int | None
 
     @property
-    def producer(self) -> Producer:
+    def producer(self) -> ProducerAddress:
         return (self.host, self.tcp_port)
 
     @property
@@ -131,7 +134,7 @@ def parse_producer_records(body: bytes | str, source: str = "lookupd") -> list[P
     return out
 
 
-def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Producer]:
+def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[ProducerAddress]:
     """The ``(broadcast_address, tcp_port)`` of every producer in a ``/lookup`` answer
     (see :func:`parse_producer_records`)."""
     return [r.producer for r in parse_producer_records(body, source)]
@@ -197,7 +200,7 @@ class LookupdPoller:
     """
 
     def __init__(self, addresses: Iterable[str], topic: str,
-                 on_producers: Callable[[set[Producer]], Any],
+                 on_producers: Callable[[set[ProducerAddress]], Any],
                  poll_interval: float = 60, poll_jitter: float = 0.3,
                  connect_timeout: float = 1, request_timeout: float = 2,
                  attempts: int = 2, name: str = "", rng: random.Random | None = None) -> None:
@@ -223,7 +226,7 @@ class LookupdPoller:
         self.name = name or topic
         self.rng = rng or random.Random()
         self.polls = 0  # completed polls (for stats and tests)
-        self.last_producers: set[Producer] = set()
+        self.last_producers: set[ProducerAddress] = set()
         self.failures: dict[str, str] = {}  # url -> last error, cleared on success
         self._client: AsyncHTTPClient | None = None
         self._task: asyncio.Task[None] | None = None
@@ -231,7 +234,7 @@ class LookupdPoller:
 
     # -- one poll -----------------------------------------------------------------------
 
-    async def query(self, url: str) -> list[Producer]:
+    async def query(self, url: str) -> list[ProducerAddress]:
         """One lookupd's producers; raises on transport errors and garbage."""
         if self._client is None:
             # our own instance, closed in stop(): a Reader may start and stop many times
@@ -253,11 +256,11 @@ class LookupdPoller:
                     raise
         return parse_lookup_response(resp.body, url)
 
-    async def poll_once(self) -> set[Producer]:
+    async def poll_once(self) -> set[ProducerAddress]:
         """Query every lookupd concurrently; the union of what the healthy ones said."""
         results = await asyncio.gather(*(self.query(u) for u in self.urls),
                                        return_exceptions=True)
-        producers: set[Producer] = set()
+        producers: set[ProducerAddress] = set()
         for url, res in zip(self.urls, results):
             if isinstance(res, BaseException):
                 if isinstance(res, asyncio.CancelledError):

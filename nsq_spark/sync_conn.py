@@ -3,7 +3,7 @@
 :class:`SyncConnection` does blocking socket IO only: the handshake is
 :class:`nsq_spark.handshake.Handshake`'s (the same object :class:`~nsq_spark.conn.Connection`
 drives on tornado), the wire format :mod:`nsq_spark.protocol`'s, the compression
-:mod:`nsq_spark.codecs`'. Importable from :mod:`nsq_spark.conn` as well, where it lived.
+:mod:`nsq_spark._codecs`'. Importable from :mod:`nsq_spark.conn` as well, where it lived.
 
 Deadlines are totals, not per socket call, so a server that drips one byte at a time cannot
 stretch them: opening the TCP connection takes at most ``connect_timeout``, the whole
@@ -28,7 +28,7 @@ from typing import Any
 
 from . import protocol
 from .addresses import Address
-from .codecs import StreamCodec, make_codec
+from ._codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)

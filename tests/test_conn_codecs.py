@@ -1,4 +1,4 @@
-"""Stream compression (nsq_spark.codecs): correct for any split of the compressed stream,
+"""Stream compression (nsq_spark._codecs): correct for any split of the compressed stream,
 and with bounded output per call."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.codecs import DeflateStream, SnappyStream, make_codec
+from nsq_spark._codecs import DeflateStream, SnappyStream, make_codec
 from nsq_spark.errors import ProtocolError
 from nsq_spark.protocol import FrameDecoder, encode_frame, encode_message_frame
 

@@ -1,6 +1,8 @@
 """pynsq 0.9.1's public classes that have no counterpart elsewhere in nsq_spark, built on
 its parts, for ``import nsq_spark as nsq``:
 
+* :class:`~nsq_spark.compat.writer.Writer`: pynsq's callback publisher over
+  :class:`nsq_spark.Producer`;
 * :class:`~nsq_spark.compat.async_conn.AsyncConn`: pynsq's evented connection
   (``on``/``off``/``trigger``, ``send``, ``send_rdy``) over :class:`nsq_spark.conn.Connection`;
 * :class:`~nsq_spark.compat.sync.SyncConn`: pynsq's blocking framed socket;
@@ -10,6 +12,6 @@ its parts, for ``import nsq_spark as nsq``:
 
 The modules are named as pynsq's (``nsq.conn`` is ``async_conn`` here, because
 ``nsq_spark.conn`` is ours), so a test harness can map pynsq's module paths onto them
-(``scripts/run-pynsq-suite``). The package imports nothing of the Reader or Writer
-facades except LegacyReader, which is defined in terms of the Reader.
+(``scripts/run-pynsq-suite``). Writer is defined in terms of the Producer and
+LegacyReader in terms of the Reader; neither facade imports anything from here.
 """

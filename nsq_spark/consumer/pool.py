@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, w
 
 from ..conn import Connection
 from ..errors import ConnectionClosedError, is_transient
-from ..lookupd import LookupdPoller, Producer, producer_address
+from ..lookupd import LookupdPoller, ProducerAddress, producer_address
 from .answers import Link
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Pool:
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
                  policy: "RdyPolicy", answers: "Answers", bridge: "LoopBridge",
                  tasks: "TaskGroup", name: str, direct: Sequence["Address"],
-                 make_poller: Callable[[Callable[[set[Producer]], Any]], LookupdPoller] | None,
+                 make_poller: Callable[[Callable[[set[ProducerAddress]], Any]], LookupdPoller] | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
                  reconnect_max: float,
                  on_messages: Callable[[Link, list["Message"]], None],
@@ -121,7 +121,7 @@ class Pool:
     def subscribed(self) -> list[Link]:
         return [s for s in list(self.links.values()) if s.conn is not None and s.subscribed]
 
-    def _on_producers(self, producers: set[Producer]) -> None:
+    def _on_producers(self, producers: set[ProducerAddress]) -> None:
         if self.closing:
             return
         for host, port in producers:

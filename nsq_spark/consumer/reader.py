@@ -69,7 +69,7 @@ from ..backoff import Backoff
 from ..config import ConnectionConfig, check_reader_options
 from ..conn import Connection
 from ..errors import ConfigError, NSQError
-from ..lookupd import LookupdPoller, Producer
+from ..lookupd import LookupdPoller, ProducerAddress
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..rdy import RdyPolicy
@@ -185,7 +185,7 @@ class Reader:
         self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
         make_poller = None
         if self.lookupd_http_addresses:
-            def make_poller(on_producers: Callable[[set[Producer]], Any]) -> LookupdPoller:
+            def make_poller(on_producers: Callable[[set[ProducerAddress]], Any]) -> LookupdPoller:
                 return LookupdPoller(
                     self.lookupd_http_addresses, self.topic, on_producers,
                     lookupd_poll_interval, lookupd_poll_jitter, lookupd_connect_timeout,

@@ -1,5 +1,9 @@
 """Stream compression as nsqd speaks it: snappy framing and raw deflate, free of IO.
 
+Private (``_codecs``): the connections and the handshake use it; users choose a codec with
+``ConnectionConfig(snappy=True)`` / ``deflate=True``. (Its old path ``nsq_spark.codecs``
+was internal and is gone.)
+
 After IDENTIFY negotiated ``snappy`` or ``deflate``, every byte in both directions goes
 through one codec object: :meth:`decompress` takes whatever the socket gave, :meth:`compress`
 makes one self-contained piece of stream out of each write. Decompression works in bulk (a

@@ -1,5 +1,11 @@
 """Real NSQ processes for tests: the project's own, and yours.
 
+The test harness is one package: this module (servers, clusters, helpers and the pytest
+plugin, registered as ``nsq_spark.testing`` by the ``pytest11`` entry point),
+:mod:`nsq_spark.testing.chaos` (Toxiproxy fault injection), :mod:`nsq_spark.testing.install`
+(``nsq-spark install-nsq``) and :mod:`nsq_spark.testing._binaries` (the facts the three
+share: versions, the per-user cache rule, building with Go).
+
 ``NSQCluster`` starts real ``nsqd`` and ``nsqlookupd`` processes on free 127.0.0.1 ports
 with temporary data directories, waits until each answers HTTP ``/ping`` and every nsqd is
 registered with every lookupd, and always reaps them::
@@ -17,8 +23,19 @@ is ``--mem-queue-size=0``, ``snappy=True`` is ``--snappy``, a list repeats the f
 
 The binaries come from ``$NSQ_BIN_DIR``, then ``PATH``, then the cache that
 ``nsq-spark install-nsq`` fills. ``RedisServer`` and ``MemcachedServer`` do the same for the
-dedup backends. This module is also a pytest plugin (``nsq_cluster``, ``redis_server`` and
-``memcached_server`` fixtures); on a failed test the processes' logs are printed.
+dedup backends. This module is also a pytest plugin (``nsq_cluster``, ``running_reader``,
+``redis_server`` and ``memcached_server`` fixtures); on a failed test the processes' logs
+are printed.
+
+Helpers for the test bodies, independent of our own clients::
+
+    nsq_cluster.publish("orders", [b"a", b"b"])        # HTTP /mpub to nsqd 0
+    nsq_cluster.nsqds[1].publish("orders", b"c")        # HTTP /pub to nsqd 1
+    reader = running_reader.start("orders", "audit", handler,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: reader.finished >= 3, 10, "3 finished")
+    running_reader.stop(reader)                         # close: everything answered
+    nsq_cluster.wait_drained("orders", "audit")         # nothing left in nsqd
 
 ``NSQCluster(mode="docker")`` runs the same topology (same flags, free ports) with each
 server in a container on the host network of the Docker engine that ``DOCKER_HOST`` names,
@@ -52,11 +69,12 @@ import urllib.request
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence, TypeVar
+
+from ._binaries import NSQ_VERSION, cache_bin_dir, nsq_bin_dir
 
 log = logging.getLogger(__name__)
 
-NSQ_VERSION = "1.3.0"
 DEFAULT_START_TIMEOUT = 15.0
 
 
@@ -76,12 +94,10 @@ def free_port() -> int:
 
 
 def _default_nsq_bin_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("NSQ_BIN_DIR"):
-        dirs.append(Path(os.environ["NSQ_BIN_DIR"]))
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    dirs.append(cache / "nsq-spark" / f"nsq-v{NSQ_VERSION}" / "bin")
-    return dirs
+    """``$NSQ_BIN_DIR`` (when set), then the per-user cache that install-nsq fills."""
+    chosen = nsq_bin_dir()
+    cached = cache_bin_dir("nsq", NSQ_VERSION)
+    return [chosen, cached] if chosen != cached else [cached]
 
 
 def find_binary(name: str, extra_dirs: Sequence[Path] = ()) -> str:
@@ -644,14 +660,28 @@ class _LoopbackPorts:
 
 
 class _NsqdApi(_LoopbackPorts):
-    """Addresses and stats of an nsqd, however it runs."""
+    """Addresses, stats and publishing of an nsqd, however it runs."""
 
     def stats(self, topic: str | None = None) -> dict[str, Any]:
         """nsqd's ``/stats`` as JSON (optionally for one topic)."""
         url = f"http://{self.http_address}/stats?format=json"
         if topic:
             url += f"&topic={topic}"
-        return json.loads(_http_get(url))
+        return json.loads(_http_get(url))  # type: ignore[no-any-return]
+
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
+        """This nsqd's stats of ``topic/channel`` (``depth``, ``in_flight_count``, ...);
+        ``{}`` while the channel does not exist."""
+        for t in self.stats(topic).get("topics") or []:
+            if t["topic_name"] == topic:
+                for c in t["channels"]:
+                    if c["channel_name"] == channel:
+                        return c  # type: ignore[no-any-return]
+        return {}
+
+    def publish(self, topic: str, bodies: bytes | Iterable[bytes], chunk: int = 5000) -> None:
+        """Publish straight to this nsqd over HTTP (see :func:`publish`)."""
+        publish(self.http_address, topic, bodies, chunk)
 
 
 class _LookupdApi(_LoopbackPorts):
@@ -938,6 +968,24 @@ class NSQCluster:
         self.lookupds[i].kill()
         self.lookupds[i].start(self._start_timeout)
 
+    def publish(self, topic: str, bodies: bytes | Iterable[bytes], nsqd: int = 0) -> None:
+        """Publish straight to nsqd ``nsqd`` over HTTP (no client of ours in between)."""
+        self.nsqds[nsqd].publish(topic, bodies)
+
+    def wait_drained(self, topic: str, channel: str, timeout: float = 5.0) -> None:
+        """Until every running nsqd holds nothing for ``topic/channel``: no depth, nothing
+        in flight or deferred (nothing left for nsqd to time out or redeliver). Raises
+        AssertionError with the channels' stats after ``timeout`` seconds."""
+        def undrained() -> dict[int, dict[str, Any]]:
+            return {i: c for i, node in enumerate(self.nsqds) if node.running
+                    for c in [node.channel_stats(topic, channel)]
+                    if c and (c["depth"] or c["in_flight_count"] or c["deferred_count"])}
+        try:
+            wait_until(lambda: not undrained(), timeout, f"{topic}/{channel} drained")
+        except AssertionError:
+            raise AssertionError(f"{topic}/{channel} not drained after {timeout}s: "
+                                 f"{json.dumps(undrained())[:2000]}") from None
+
     def logs(self) -> str:
         """The tail of every process's output, for failure reports."""
         return "\n".join(f"==== {n.name} ====\n{n.log_text()}"
@@ -1050,6 +1098,106 @@ class MemcachedServer(ServerProcess):
 
 
 # ---------------------------------------------------------------------------------------
+# helpers for tests: publish straight to nsqd, wait for a condition, run a Reader
+
+T = TypeVar("T")
+
+
+def publish(http_address: str, topic: str, bodies: bytes | Iterable[bytes],
+            chunk: int = 5000) -> None:
+    """Publish straight to the nsqd at ``http_address`` over its HTTP API, independent of
+    any client of ours: one body with ``/pub``, several with binary ``/mpub`` (bodies may
+    hold newlines) in MPUBs of ``chunk``. Raises :class:`HarnessError` with nsqd's answer
+    when it does not say OK."""
+    if isinstance(bodies, (bytes, bytearray, memoryview)):
+        posts = [(f"/pub?topic={topic}", bytes(bodies))]
+    else:
+        items = list(bodies)
+        posts = [(f"/mpub?topic={topic}&binary=true",
+                  len(part).to_bytes(4, "big")
+                  + b"".join(len(b).to_bytes(4, "big") + b for b in part))
+                 for part in (items[i:i + chunk] for i in range(0, len(items), chunk))]
+    for path, data in posts:
+        req = urllib.request.Request(f"http://{http_address}{path}", data=data, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                answer = resp.read()
+        except urllib.error.HTTPError as exc:
+            answer = exc.read()
+        except OSError as exc:
+            raise HarnessError(f"publishing to nsqd at {http_address} failed: {exc}; is it "
+                               "running, and is this its HTTP (not TCP) address?") from exc
+        if answer != b"OK":
+            raise HarnessError(f"nsqd at {http_address} refused POST {path.split('?')[0]} "
+                               f"to topic {topic!r}: {answer[:200]!r}")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the condition",
+               interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something true and return that; after
+    ``timeout`` seconds raise AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class ReaderRunner:
+    """Readers running on their own event-loop threads, for synchronous tests.
+
+    ``start(topic, channel, handler, **kwargs)`` builds a :class:`nsq_spark.Reader` with
+    those arguments on a new loop thread (so handler, batch and coroutine handlers run
+    as in an application) and returns it; ``stop(reader)`` closes it there (every message
+    answered, the connections closed) and ends the thread; ``close()`` stops all that are
+    left. The ``running_reader`` fixture is one, closed after the test."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, tuple[Any, Any]] = {}
+
+    def start(self, topic: str, channel: str, message_handler: Any = None,
+              **kwargs: Any) -> Any:
+        from nsq_spark._loop import LoopThread
+        from nsq_spark.consumer.reader import Reader
+
+        thread = LoopThread(name=f"test-reader-{topic}-{channel}")
+
+        async def build() -> Reader:
+            return Reader(topic, channel, message_handler, **kwargs)
+        try:
+            reader = thread.run_coroutine(build()).result(DEFAULT_START_TIMEOUT)
+        except BaseException:
+            thread.stop()
+            raise
+        self._running[id(reader)] = (reader, thread)
+        return reader
+
+    def stop(self, reader: Any, timeout: float = 30.0) -> None:
+        """Close ``reader`` on its loop (at most ``timeout`` s) and end its thread."""
+        entry = self._running.pop(id(reader), None)
+        if entry is None:
+            return
+        _, thread = entry
+        try:
+            thread.run_coroutine(reader.aclose()).result(timeout)
+        finally:
+            thread.stop()
+
+    def close(self) -> None:
+        for reader, _ in list(self._running.values()):
+            self.stop(reader)
+
+    def __enter__(self) -> "ReaderRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------
 # pytest plugin (registered through the ``pytest11`` entry point)
 
 try:
@@ -1094,6 +1242,14 @@ if pytest is not None:
         """``nsq_cluster`` in docker mode: the same marker shapes it."""
         marker = request.node.get_closest_marker("nsq_cluster")
         yield from _cluster_for(request, {**(marker.kwargs if marker else {}), "mode": "docker"})
+
+    @pytest.fixture
+    def running_reader() -> Iterator[ReaderRunner]:
+        """A :class:`ReaderRunner`: ``running_reader.start(topic, channel, handler,
+        nsqd_tcp_addresses=...)`` runs a Reader on its own loop thread; every Reader still
+        running is closed after the test."""
+        with ReaderRunner() as runner:
+            yield runner
 
     @pytest.fixture(scope="session")
     def redis_server() -> Iterator[RedisServer]:
