@@ -9,6 +9,35 @@ is our publishing API.
 Names are imported on first use, so ``import nsq_spark`` stays cheap (Spark executors
 import it for every task) and the optional parts (Spark, dedup backends) load only when
 asked for.
+
+Public modules (what users may import; tests/test_structure.py checks this list):
+  ``consumer``       the Reader facade (``consumer.reader``) and its parts
+  ``producer``       the Producer facade
+  ``publish``        the Producer's transports: TCP pipeline, blocking, HTTP; retry, stats
+  ``spool``          the durable publish spool: format, store, drain
+  ``publish_spool``  the spool's user documentation and the deprecated SpoolingProducer
+  ``rdy``            RDY policy (pure), used by the consumer
+  ``backoff``        backoff policy (pure), used by the consumer
+  ``compat``         pynsq's surface: Writer, AsyncConn, SyncConn, BackoffTimer, LegacyReader
+  ``dedup``          deduplicators and key functions
+  ``spark``          the PySpark data source and sink
+  ``testing``        the test harness: NSQ processes, pytest plugin, chaos, installer
+  ``protocol``       the wire format: commands, FrameDecoder, MessageBlock
+  ``message``        Message and its Responder
+  ``errors``         typed errors and the retry classification
+  ``config``         ConnectionConfig: every connection option, documented and bounded
+  ``addresses``      the one host:port rule
+  ``validate``       the one rule for numbers, strings and flags given by users
+  ``handshake``      the sans-IO handshake and ConnState
+  ``conn``           Connection (tornado)
+  ``sync_conn``      SyncConnection (blocking)
+  ``lookupd``        discovery: poller, response parser, blocking lookup
+  ``metrics``        the Prometheus collector
+  ``cli``            the ``nsq-spark`` command
+
+Private modules start with ``_`` (``_loop``, ``_codecs``, ``_strict_argparse``, ...).
+The old paths ``reader``, ``writer``, ``install`` and ``testing_chaos`` are re-exports
+kept for users; the project itself never imports them.
 """
 
 from __future__ import annotations
