@@ -8,6 +8,8 @@ import time
 import urllib.request
 from typing import Any, Awaitable, Callable, TypeVar
 
+from nsq_spark.testing import publish
+
 T = TypeVar("T")
 
 
@@ -36,13 +38,8 @@ def publish_by(producer: Any, path: str, topic: str, body: bytes,
 
 
 def http_pub(http_address: str, topic: str, bodies: list[bytes]) -> None:
-    """Publish through nsqd's HTTP /mpub?binary=true (length-prefixed bodies)."""
-    payload = len(bodies).to_bytes(4, "big") + b"".join(
-        len(b).to_bytes(4, "big") + b for b in bodies)
-    req = urllib.request.Request(f"http://{http_address}/mpub?topic={topic}&binary=true",
-                                 data=payload)
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        assert resp.read() == b"OK"
+    """Publish through nsqd's HTTP /mpub?binary=true (the plugin's :func:`publish`)."""
+    publish(http_address, topic, list(bodies))
 
 
 def channel_stats(http_address: str, topic: str, channel: str) -> dict[str, Any]:

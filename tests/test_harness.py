@@ -8,15 +8,13 @@ import urllib.request
 
 import pytest
 
-from nsq_spark.testing import HarnessError, NSQCluster, find_binary
+from nsq_spark.testing import HarnessError, NSQCluster, find_binary, publish, wait_until
 
 pytestmark = pytest.mark.nsqd
 
 
 def _http_pub(http_address: str, topic: str, body: bytes) -> None:
-    req = urllib.request.Request(f"http://{http_address}/pub?topic={topic}", data=body)
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        assert resp.read() == b"OK"
+    publish(http_address, topic, body)
 
 
 def _depth(cluster: NSQCluster, i: int, topic: str) -> int:
@@ -151,3 +149,64 @@ def test_docker_mode_without_an_engine_says_how_to_get_one(monkeypatch: pytest.M
     assert "no-engine.sock" in problem and "scripts/with-docker" in problem
     with pytest.raises(HarnessError, match="no Docker engine reachable"):
         NSQCluster(mode="docker").start()
+
+
+# -- the helpers for test bodies: publish, wait_until, wait_drained, running_reader -------------
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_publish_sends_one_body_or_many_with_newlines_in_them(nsq_cluster):
+    node = nsq_cluster.nsqds[0]
+    node.publish("h", b"one")
+    nsq_cluster.publish("h", [b"two\nlines", b"three"])
+    publish(node.http_address, "h", [b"x"] * 7, chunk=3)  # three MPUBs
+    assert _depth(nsq_cluster, 0, "h") == 10
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_publish_refused_by_nsqd_names_the_answer_and_the_topic(nsq_cluster):
+    with pytest.raises(HarnessError, match=r"refused POST /pub to topic 'bad topic!'.*INVALID_TOPIC"):
+        nsq_cluster.publish("bad topic!", b"x")
+    with pytest.raises(HarnessError, match="is it running, and is this its HTTP"):
+        publish(nsq_cluster.nsqd_tcp_addresses[0].replace(
+            str(nsq_cluster.nsqds[0].tcp_port), "1"), "t", b"x")
+
+
+def test_wait_until_returns_the_first_true_value_or_names_what_it_waited_for():
+    values = iter([0, None, [], "done"])
+    assert wait_until(lambda: next(values), 5, interval=0) == "done"
+    with pytest.raises(AssertionError, match=r"after 0.05s waiting for the sky to fall"):
+        wait_until(lambda: False, 0.05, "the sky to fall", interval=0.01)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_running_reader_handles_on_its_own_loop_and_stop_answers_everything(
+        nsq_cluster, running_reader):
+    import threading
+
+    nsq_cluster.publish("rr", [b"a", b"b", b"c"])
+    threads, got = set(), []
+
+    def handler(m):
+        threads.add(threading.get_ident())
+        got.append(m.body)
+        return True
+
+    r = running_reader.start("rr", "c", handler, max_in_flight=5,
+                             nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: r.finished == 3, 10, "3 finished")
+    assert threading.get_ident() not in threads and len(threads) == 1
+    running_reader.stop(r)
+    assert r.closed and sorted(got) == [b"a", b"b", b"c"]
+    nsq_cluster.wait_drained("rr", "c")
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_wait_drained_reports_what_nsqd_still_holds(nsq_cluster, running_reader):
+    r = running_reader.start("wd", "c", lambda m: m.enable_async(), max_in_flight=5,
+                             drain_timeout=0, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    nsq_cluster.publish("wd", [b"held"])
+    wait_until(lambda: r.messages_received == 1, 10, "the message in flight")
+    with pytest.raises(AssertionError, match=r"wd/c not drained after 0.2s: .*in_flight_count"):
+        nsq_cluster.wait_drained("wd", "c", timeout=0.2)
+    # the fixture closes the Reader after the test: the held message goes back to nsqd

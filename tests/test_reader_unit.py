@@ -1,4 +1,4 @@
-"""Reader helpers that need no socket: address parsing, pynsq units."""
+"""Reader rules that need no socket: address parsing, pynsq units, argument errors."""
 
 from __future__ import annotations
 
@@ -59,3 +59,26 @@ def test_dedup_key_defaults_to_the_deduplicators_own_key():
     assert r._dedup_key is by_message_id
     r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:1", dedup=OppositeBloomFilter(16))
     assert r._dedup_key is by_message_id
+
+
+def test_pull_api_rejected_with_handler_and_argument_errors():
+    from nsq_spark.errors import NSQError
+
+    T, C = "rt", "rc"
+    r = Reader(T, C, batch_handler=lambda ms: True, nsqd_tcp_addresses=["127.0.0.1:1"])
+    with pytest.raises(NSQError, match="without a message_handler"):
+        r.get_batch()
+    r.close()  # never started: closing is immediate, and it will not start later
+    assert r.closed
+    with pytest.raises(ValueError, match="nsqd_tcp_addresses or lookupd_http_addresses"):
+        Reader(T, C)
+    with pytest.raises(ValueError, match="host:port"):
+        Reader(T, C, nsqd_tcp_addresses="localhost")
+    with pytest.raises(ValueError, match="not both"):
+        Reader(T, C, lambda m: True, nsqd_tcp_addresses="h:1", batch_handler=print)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        Reader(T, C, nsqd_tcp_addresses="h:1", max_in_flight=-1)
+    with pytest.raises(Exception, match="topic"):
+        Reader("bad topic!", C, nsqd_tcp_addresses="h:1")
+    with pytest.raises(Exception, match="unknown connection option"):
+        Reader(T, C, nsqd_tcp_addresses="h:1", heartbeat_intervall=5)

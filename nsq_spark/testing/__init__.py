@@ -65,6 +65,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 import weakref
@@ -1109,11 +1110,12 @@ def publish(http_address: str, topic: str, bodies: bytes | Iterable[bytes],
     any client of ours: one body with ``/pub``, several with binary ``/mpub`` (bodies may
     hold newlines) in MPUBs of ``chunk``. Raises :class:`HarnessError` with nsqd's answer
     when it does not say OK."""
+    query = urllib.parse.urlencode({"topic": topic})
     if isinstance(bodies, (bytes, bytearray, memoryview)):
-        posts = [(f"/pub?topic={topic}", bytes(bodies))]
+        posts = [(f"/pub?{query}", bytes(bodies))]
     else:
         items = list(bodies)
-        posts = [(f"/mpub?topic={topic}&binary=true",
+        posts = [(f"/mpub?{query}&binary=true",
                   len(part).to_bytes(4, "big")
                   + b"".join(len(b).to_bytes(4, "big") + b for b in part))
                  for part in (items[i:i + chunk] for i in range(0, len(items), chunk))]
@@ -1149,24 +1151,26 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the cond
 class ReaderRunner:
     """Readers running on their own event-loop threads, for synchronous tests.
 
-    ``start(topic, channel, handler, **kwargs)`` builds a :class:`nsq_spark.Reader` with
-    those arguments on a new loop thread (so handler, batch and coroutine handlers run
-    as in an application) and returns it; ``stop(reader)`` closes it there (every message
+    ``start(topic, channel, handler, **kwargs)`` builds a :class:`nsq_spark.Reader` (or
+    ``reader_class``, e.g. a subclass with pynsq's hooks) with those arguments on a new
+    loop thread (so handler, batch and coroutine handlers run as in an application) and
+    returns it; ``stop(reader)`` closes it there (every message
     answered, the connections closed) and ends the thread; ``close()`` stops all that are
     left. The ``running_reader`` fixture is one, closed after the test."""
 
     def __init__(self) -> None:
         self._running: dict[int, tuple[Any, Any]] = {}
 
-    def start(self, topic: str, channel: str, message_handler: Any = None,
-              **kwargs: Any) -> Any:
+    def start(self, topic: str, channel: str, message_handler: Any = None, *,
+              reader_class: Any = None, **kwargs: Any) -> Any:
         from nsq_spark._loop import LoopThread
         from nsq_spark.consumer.reader import Reader
 
+        cls = reader_class or Reader
         thread = LoopThread(name=f"test-reader-{topic}-{channel}")
 
-        async def build() -> Reader:
-            return Reader(topic, channel, message_handler, **kwargs)
+        async def build() -> Any:
+            return cls(topic, channel, message_handler, **kwargs)
         try:
             reader = thread.run_coroutine(build()).result(DEFAULT_START_TIMEOUT)
         except BaseException:

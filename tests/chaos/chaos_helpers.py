@@ -10,8 +10,9 @@ import urllib.request
 from collections import Counter
 from typing import Any, Callable
 
-from nsq_spark.reader import Reader
-from reader_helpers import channel_stats, mpub
+from nsq_spark.consumer.reader import Reader
+from nsq_spark.testing import publish as mpub
+from reader_helpers import channel_stats
 
 T, C = "chaos", "zero_loss"
 

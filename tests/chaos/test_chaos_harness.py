@@ -1,4 +1,4 @@
-"""The chaos harness itself (nsq_spark.testing_chaos): where the binary is found, what a
+"""The chaos harness itself (nsq_spark.testing.chaos): where the binary is found, what a
 missing one says, the fixtures' skip-or-fail rule, and the client against a real
 toxiproxy-server (proxying, toxics, API errors, the bounded fault schedule)."""
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from nsq_spark.errors import ConfigError, InvalidAddressError
-from nsq_spark.install import InstallError
-from nsq_spark.testing_chaos import (BINARY_NAME, TOXIPROXY_VERSION, Toxiproxy,
+from nsq_spark.testing.install import InstallError
+from nsq_spark.testing.chaos import (BINARY_NAME, TOXIPROXY_VERSION, Toxiproxy,
                                      ToxiproxyError, cache_binary, ensure_toxiproxy,
                                      find_toxiproxy, inject_periodically, main)
 
@@ -118,7 +118,7 @@ def test_needs_toxiproxy(toxiproxy):
 
 def _run_pytest_without_binary(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
     (tmp_path / "conftest.py").write_text(
-        "from nsq_spark.testing_chaos import toxiproxy, toxiproxy_server  # noqa: F401\n")
+        "from nsq_spark.testing.chaos import toxiproxy, toxiproxy_server  # noqa: F401\n")
     (tmp_path / "test_uses_it.py").write_text(textwrap.dedent(USES_FIXTURE))
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["TOXIPROXY_BIN"] = str(tmp_path / "no-such-binary")
