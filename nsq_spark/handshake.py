@@ -242,7 +242,8 @@ class Handshake:
         have = len(self._plain)
         if have < 4:
             return 4 - have
-        return 4 + _SIZE.unpack_from(self._plain, 0)[0] - have
+        size: int = _SIZE.unpack_from(self._plain, 0)[0]
+        return 4 + size - have
 
     def receive_data(self, data: bytes) -> list[Action]:
         """Feed bytes read from nsqd (decompressed, once a codec is installed); returns

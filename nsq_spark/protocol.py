@@ -596,7 +596,8 @@ class MessageBlock:
         out[:, :4] = np.frombuffer(b"FIN ", np.uint8)
         out[:, 4:20] = np.frombuffer(d, np.uint8)[starts[:, None] + np.arange(ID_AT, BODY_AT)]
         out[:, 20] = 10
-        return out.tobytes()
+        fins: bytes = out.tobytes()
+        return fins
 
 
 @lru_cache(maxsize=None)

@@ -230,7 +230,8 @@ class SyncConnection(NegotiatedAttributes):
             raise TimeoutError("answer deadline")
         if left < self._rcvtimeo:
             self._set_rcvtimeo(left)
-        return self._sock.recv(65536)
+        data: bytes = self._sock.recv(65536)
+        return data
 
     def _set_rcvtimeo(self, seconds: float) -> None:
         import socket

@@ -58,7 +58,8 @@ def key_bytes(key: Key) -> bytes:
 def by_message_id(msg: Any) -> bytes:
     """The NSQ message id: catches redeliveries (timeout, requeue, lost connection),
     which carry the same id. Does not catch a publisher's retry (new id)."""
-    return msg.id
+    mid: bytes = msg.id
+    return mid
 
 
 def by_body_digest(msg: Any) -> bytes:
@@ -98,7 +99,8 @@ def check_and_set_many(dedup: Deduplicator, keys: Iterable[Key]) -> list[bool]:
     (the Redis and memcached stores pipeline the batch in one round trip)."""
     bulk = getattr(dedup, "check_and_set_many", None)
     if bulk is not None:
-        return bulk(keys)
+        seen: list[bool] = bulk(keys)
+        return seen
     cas = dedup.check_and_set
     return [cas(k) for k in keys]
 
@@ -120,7 +122,8 @@ def contains_many(dedup: Deduplicator, keys: Iterable[Key]) -> list[bool]:
     briefly marks them, so prefer structures that have the method (all of ours do)."""
     own = getattr(dedup, "contains_many", None)
     if own is not None:
-        return own(keys)
+        contained: list[bool] = own(keys)
+        return contained
     ks = list(keys)
     seen = check_and_set_many(dedup, ks)
     erase_many(dedup, [k for k, s in zip(ks, seen) if not s])

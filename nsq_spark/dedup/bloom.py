@@ -328,7 +328,7 @@ class RedisBloomFilter(PicklableBySpec):
         """True when ``key`` is (probably) a duplicate; a new key gets True with
         probability ``error_rate``. One round trip."""
         keys, args = self._args(key_bytes(key))
-        return self._script(keys=keys, args=args) == 1
+        return bool(self._script(keys=keys, args=args) == 1)
 
     def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
         """A batch in one round trip and one server-side script (each key atomic; a key

@@ -162,7 +162,8 @@ def from_spec(spec: str) -> Deduplicator:
     if getattr(d, "shared", False):
         d.spec = spec
         d.rebuild = from_spec   # what pickling calls in a Spark task (see PicklableBySpec)
-    return d
+    built: Deduplicator = d
+    return built
 
 
 def _redis_client(parts: Any, rest: dict[str, str]) -> Any:

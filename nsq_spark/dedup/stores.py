@@ -156,7 +156,7 @@ class RedisDeduplicator(PicklableBySpec):
         if self._days_script is None:
             return self.client.set(self._kprefix + k, b"1", nx=True, ex=self.ttl) is None
         keys, expire_at = self._day_keys()
-        return self._days_script(keys=keys, args=[k, expire_at]) == 1
+        return bool(self._days_script(keys=keys, args=[k, expire_at]) == 1)
 
     def check_and_set_many(self, keys: Iterable[Key]) -> list[bool]:
         """A batch in one round trip and one server-side script, in order (each key

@@ -91,7 +91,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _default_nsq_bin_dirs() -> list[Path]:
@@ -154,7 +155,8 @@ def _set_pdeathsig() -> None:
 
 def _http_get(url: str, timeout: float = 2.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()
+        body: bytes = resp.read()
+        return body
 
 
 def _flag_args(flags: dict[str, Any]) -> list[str]:
@@ -668,7 +670,8 @@ class _NsqdApi(_LoopbackPorts):
         url = f"http://{self.http_address}/stats?format=json"
         if topic:
             url += f"&topic={topic}"
-        return json.loads(_http_get(url))  # type: ignore[no-any-return]
+        stats: dict[str, Any] = json.loads(_http_get(url))
+        return stats
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
         """This nsqd's stats of ``topic/channel`` (``depth``, ``in_flight_count``, ...);
@@ -677,7 +680,8 @@ class _NsqdApi(_LoopbackPorts):
             if t["topic_name"] == topic:
                 for c in t["channels"]:
                     if c["channel_name"] == channel:
-                        return c  # type: ignore[no-any-return]
+                        found: dict[str, Any] = c
+                        return found
         return {}
 
     def publish(self, topic: str, bodies: bytes | Iterable[bytes], chunk: int = 5000) -> None:
@@ -690,7 +694,9 @@ class _LookupdApi(_LoopbackPorts):
 
     def nodes(self) -> list[dict[str, Any]]:
         """The producers this lookupd knows (``/nodes``)."""
-        return json.loads(_http_get(f"http://{self.http_address}/nodes"))["producers"]
+        producers: list[dict[str, Any]] = json.loads(
+            _http_get(f"http://{self.http_address}/nodes"))["producers"]
+        return producers
 
 
 class NsqdNode(_NsqdApi, ServerProcess):
