@@ -35,7 +35,8 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``metrics``        the Prometheus collector
   ``cli``            the ``nsq-spark`` command
 
-Private modules start with ``_`` (``_loop``, ``_codecs``, ``_strict_argparse``, ...).
+Private modules start with ``_`` (``_loop``, ``_codecs``, ``_strict_argparse``,
+``_version``; ``__version__`` is here).
 The old paths ``reader``, ``writer``, ``install`` and ``testing_chaos`` are re-exports
 kept for users; the project itself never imports them.
 """
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
                                     requeue, subscribe, touch, unpack_response,
                                     valid_channel_name, valid_topic_name)
 
-__version__ = "0.1.0.dev0"
+from ._version import __version__
 
 # public name -> module that defines it
 _EXPORTS = {

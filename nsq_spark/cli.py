@@ -155,7 +155,7 @@ def _connection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _version() -> str:
-    from nsq_spark import __version__
+    from nsq_spark._version import __version__
     return f"nsq-spark {__version__}"
 
 

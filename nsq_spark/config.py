@@ -33,12 +33,9 @@ from . import validate
 from .validate import MAX_SECONDS
 from .errors import ConfigError
 
-try:
-    from . import __version__ as _VERSION
-except ImportError:  # pragma: no cover
-    _VERSION = "0"
+from ._version import __version__
 
-DEFAULT_USER_AGENT = f"nsq_spark/{_VERSION}"
+DEFAULT_USER_AGENT = f"nsq_spark/{__version__}"
 _INT32_MAX = 2 ** 31 - 1
 
 # pynsq spellings and other accepted aliases -> our field names

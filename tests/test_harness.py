@@ -210,3 +210,24 @@ def test_wait_drained_reports_what_nsqd_still_holds(nsq_cluster, running_reader)
     with pytest.raises(AssertionError, match=r"wd/c not drained after 0.2s: .*in_flight_count"):
         nsq_cluster.wait_drained("wd", "c", timeout=0.2)
     # the fixture closes the Reader after the test: the held message goes back to nsqd
+
+
+# -- the facts the harness, the installer and the chaos tier share ---------------------------
+
+
+@pytest.mark.unit
+def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_path):
+    from nsq_spark.testing import _default_nsq_bin_dirs
+    from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION
+    from nsq_spark.testing.chaos import cache_binary
+    from nsq_spark.testing.install import default_bin_dir
+
+    monkeypatch.delenv("NSQ_BIN_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    nsq_cache = tmp_path / "nsq-spark" / f"nsq-v{NSQ_VERSION}" / "bin"
+    assert default_bin_dir() == nsq_cache and _default_nsq_bin_dirs() == [nsq_cache]
+    assert cache_binary().parent == tmp_path / "nsq-spark" / f"toxiproxy-v{TOXIPROXY_VERSION}" / "bin"
+    # NSQ_BIN_DIR: where install-nsq builds, and where the harness looks first
+    monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path / "mine"))
+    assert default_bin_dir() == tmp_path / "mine"
+    assert _default_nsq_bin_dirs() == [tmp_path / "mine", nsq_cache]

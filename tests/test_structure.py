@@ -7,10 +7,11 @@ modules are public, and a class's public attributes exist whatever branch its
 The import graph sees every edge a module has on another: module-level imports, imports
 inside functions, imports under ``if TYPE_CHECKING:`` (a type-level cycle is a cycle: the
 two modules cannot be understood, or split, one without the other) and
-``importlib.import_module("...")`` calls, whose module names are string constants. The one
-edge left out is a module's import of its own enclosing package (``from . import
-sibling``): that package's ``__init__`` has run before any of its modules, so the edge adds
-no order. A strongly connected component of more than one module is a cycle.
+``importlib.import_module("...")`` calls, whose module names are string constants.
+``from . import sibling`` is an edge to the sibling module; ``from . import NAME`` of a name
+defined in the enclosing package's ``__init__`` is an edge to that ``__init__`` (which, if
+it imported the module back, would hand it a half-initialised package). A strongly
+connected component of more than one module is a cycle.
 
 These are shape rules, not size rules: a class is as long as its one job needs (the line
 caps this file had invited trimming and were dropped in issue #23).
@@ -81,8 +82,7 @@ def _is_import_module(func: ast.expr) -> bool:
 
 def import_graph() -> dict[str, set[str]]:
     files = module_files()
-    return {mod: {m for m, _ in imported_names(mod, path, files)
-                  if m != mod and not mod.startswith(m + ".")}
+    return {mod: {m for m, _ in imported_names(mod, path, files) if m != mod}
             for mod, path in files.items()}
 
 
@@ -140,6 +140,7 @@ def test_the_walk_resolves_relative_imports():
     assert "nsq_spark.protocol" in graph["nsq_spark.conn"]
     assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
     assert "nsq_spark.addresses" in graph["nsq_spark.testing.chaos"]
+    assert "nsq_spark.testing" in graph["nsq_spark.testing.chaos"]  # names of its package
     assert "nsq_spark.testing._binaries" in graph["nsq_spark.testing.install"]
 
 
