@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.backoff import Action, Backoff, Decision, exponential
+from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential
 
 pytestmark = pytest.mark.unit
 

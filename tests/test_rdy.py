@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
+from nsq_spark.consumer.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
 
 pytestmark = pytest.mark.unit
 
