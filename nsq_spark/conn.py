@@ -391,20 +391,15 @@ class Connection(NegotiatedAttributes):
                                             "closing the connection")
                     self.messages_received += n
                     self.last_message = now
+                    # the callback of the decoder's shape (msgs holds blocks when blocks)
+                    cb: Callable[[Connection, Any], Any] | None = (
+                        self.on_blocks if blocks else self.on_messages)
+                    if cb is None:
+                        raise ProtocolError(f"nsqd at {self.address} sent messages but the "
+                                            "connection has no on_messages/on_blocks "
+                                            "callback")
                     try:
-                        if blocks:
-                            if self.on_blocks is None:
-                                raise ProtocolError(f"nsqd at {self.address} sent messages "
-                                                    "but the connection has no on_blocks "
-                                                    "callback")
-                            self.on_blocks(self, msgs)
-                        elif self.on_messages is None:
-                            raise ProtocolError(f"nsqd at {self.address} sent messages but "
-                                                "the connection has no on_messages callback")
-                        else:
-                            self.on_messages(self, msgs)
-                    except ProtocolError:
-                        raise
+                        cb(self, msgs)
                     except Exception:
                         log.exception("[%s] on_messages callback failed", self.address)
         except StreamClosedError as e:
