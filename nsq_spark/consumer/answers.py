@@ -246,13 +246,53 @@ class Answers:
         """``msgs`` go to the application: in flight from now on."""
         link.rdy.in_flight += len(msgs)
 
-    def hand_over_each(self, link: Link, msgs: Sequence["Message"]) -> Iterator["Message"]:
-        """Hand ``msgs`` over one at a time, as they are iterated (a per-message handler:
-        ``is_starved()`` inside it sees the messages handed so far, as pynsq shows)."""
+    def hand_over_each(self, link: Link, msgs: Sequence["Message"],
+                       call: Callable[["Message"], Any],
+                       other: Callable[[Link, "Message", Any, "Exception | None"], None]
+                       ) -> None:
+        """Hand ``msgs`` over one at a time to ``call`` (a per-message handler) and settle
+        each by its result; then flush.
+
+        A message is in flight from the moment it is handed over (``is_starved()`` inside
+        ``call`` sees the messages handed so far, as pynsq shows). Unless ``call`` answered
+        it, or delegated it (``enable_async()``: then it is held), a result True or None
+        finishes it and False requeues it (default delay, with backoff); an exception, or
+        any other result (an awaitable), goes to ``other(link, m, result, exc)``, the
+        strategy's. The finished ones leave flight together at the end of the chunk, in
+        the loop turn their FINs are written: one counter update per chunk, and the loop
+        is inline (a generator or a second pass cost 10 and 35 ns per message here)."""
         st = link.rdy
+        out = link.outstanding
+        done: list[bytes] = []  # this chunk's FINs by result (answers through Message
+        fin = done.append       # may add to link.fins meanwhile)
         for m in msgs:
             st.in_flight += 1
-            yield m
+            try:
+                r = call(m)
+            except Exception as exc:
+                other(link, m, None, exc)
+                continue
+            if m.responded:
+                continue
+            if m.delegated:
+                out[m.id] = m
+                if r is not None and r is not True and r is not False:
+                    other(link, m, r, None)
+                continue
+            if r is True or r is None:
+                m.responded = True
+                fin(m.id)
+            elif r is False:
+                m.responded = True
+                self._requeue(link, m, None, True)
+            else:
+                other(link, m, r, None)
+        if done:
+            link.fins.extend(done)
+            st.in_flight -= len(done)
+            self.oks += len(done)
+        self._mark(link)
+        self.flush()
 
     def hold(self, link: Link, msgs: Sequence["Message"]) -> None:
         """Handed-over ``msgs`` stay with the application beyond this chunk (async handlers,

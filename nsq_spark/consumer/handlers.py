@@ -75,39 +75,25 @@ class PerMessage(_Base):
     """``f(message)`` per message (also pynsq's overridden ``process_message`` and hooks)."""
 
     def __call__(self, link: "Link", msgs: list["Message"]) -> None:
-        call = self.call
-        answers = self.answers
-        # finished by their return value: settled together at the end of the chunk
-        done: list[Message] = []
-        fin = done.append
-        for m in answers.hand_over_each(link, msgs):
-            try:
-                r = call(m)
-            except Exception:
-                log.exception("[%s] handler failed on message %s from %s; requeueing",
-                              self.name, _mid(m), link.address)
-                if not m.responded:
-                    if m.delegated:
-                        answers.hold_one(link, m)
-                    else:
-                        answers.settle(link, m, False)
-                continue
-            if m.responded:
-                continue
-            if m.delegated:
-                answers.hold_one(link, m)
-                if r is not None and r is not True and r is not False:
-                    self._await(link, m, r)
-                continue
-            if r is True or r is None:
-                fin(m)
-            elif r is False:
-                answers.settle(link, m, False)
-            else:  # an awaitable (pynsq: a handler may return a Future or a coroutine)
-                m.delegated = True
-                answers.hold_one(link, m)
-                self._await(link, m, r)
-        answers.settle_chunk(link, done, True)
+        self.answers.hand_over_each(link, msgs, self.call, self._other)
+
+    def _other(self, link: "Link", m: "Message", r: Any, exc: Exception | None) -> None:
+        """What the ledger leaves to the strategy: a failed call, or an awaitable."""
+        if exc is not None:
+            log.error("[%s] handler failed on message %s from %s; requeueing",
+                      self.name, _mid(m), link.address, exc_info=exc)
+            if not m.responded:
+                if m.delegated:
+                    self.answers.hold_one(link, m)
+                else:
+                    self.answers.settle(link, m, False)
+            return
+        # an awaitable (pynsq: a handler may return a Future or a coroutine); its result
+        # decides later, unless the handler delegated the answer (then it only runs)
+        if not m.delegated:
+            m.delegated = True
+            self.answers.hold_one(link, m)
+        self._await(link, m, r)
 
     def _await(self, link: "Link", m: "Message", r: Any) -> None:
         try:
