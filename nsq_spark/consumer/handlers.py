@@ -2,13 +2,15 @@
 
 A strategy is called with every message of a read chunk that passed the intake gate,
 ``strategy(link, messages)``, on the loop thread. Each one asks the answers ledger to hand
-messages over (one at a time for per-message handlers, so that ``is_starved()`` inside a
-handler sees what pynsq shows), calls the handler, and asks the ledger to settle what the
-handler's result decides; the ledger flushes once per chunk. Messages a per-message
-handler answers by its return value are settled together when the chunk is done, in the
-same loop turn as their FINs are written: one counter update per chunk instead of one per
-message (~35 ns each on this machine class); answers given through ``Message`` leave at
-once. A strategy writes no record of a connection itself.
+messages over and to settle what the handler's result decides; the ledger flushes once per
+chunk. For per-message handlers the ledger runs the loop itself
+(:meth:`~nsq_spark.consumer.answers.Answers.hand_over_each`: one message at a time, so that
+``is_starved()`` inside a handler sees what pynsq shows) and leaves exceptions and
+awaitables to the strategy. Messages a per-message handler answers by its return value
+are settled together when the chunk is done, in the same loop turn as their FINs are
+written: one counter update per chunk instead of one per message (~35 ns each on this
+machine class); answers given through ``Message`` leave at once. A strategy writes no
+record of a connection itself.
 
 * :class:`PerMessage`: ``f(message)`` returning True/None (FIN), False (REQ), or an
   awaitable (its result decides later); ``message.enable_async()`` leaves the answer to
