@@ -26,7 +26,7 @@ reset, what already arrived is read and its frames handled, so the command gets
 BadMessageError (permanent) rather than a lost connection (retried).
 
 Flow control is enforced on the read side: every read chunk's messages are counted against
-the RDY sent and the FIN/REQ given (:class:`~nsq_spark.rdy.RdyCredit`, pure, one call per
+the RDY sent and the FIN/REQ given (:class:`~nsq_spark._rdy_credit.RdyCredit`, pure, one call per
 chunk); a server that sends more than it was granted is closed with a ProtocolError naming
 the counts before the chunk reaches ``on_messages``, and so is one that stops reading our
 answers (``MAX_ANSWER_BACKLOG`` bytes waiting) while it keeps sending. The read loop yields
@@ -71,7 +71,7 @@ from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerErr
 from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
                         SendBytes, StartTLS)
 from .message import Message, Responder
-from .rdy import RdyCredit
+from ._rdy_credit import RdyCredit
 from .sync_conn import SyncConnection  # re-exported for users (the project imports sync_conn)
 
 log = logging.getLogger(__name__)
@@ -158,8 +158,10 @@ class Connection(NegotiatedAttributes):
         self.config = config
         if on_messages is not None and on_blocks is not None:
             raise ValueError("give on_messages or on_blocks, not both")
-        # one delivery callback; _blocks says which decoder feeds it
-        self.on_messages: MessagesCallback | BlocksCallback | None = on_messages or on_blocks
+        # one callback per delivery shape (exactly one is set for a consumer); _blocks says
+        # which decoder feeds the read loop
+        self.on_messages: MessagesCallback | None = on_messages
+        self.on_blocks: BlocksCallback | None = on_blocks
         self._blocks = on_blocks is not None
         self.on_close = on_close
         self.on_response = on_response
@@ -387,7 +389,9 @@ class Connection(NegotiatedAttributes):
                                             "closing the connection")
                     self.messages_received += n
                     self.last_message = now
-                    cb = self.on_messages
+                    # the callback of the decoder's shape (msgs holds blocks when blocks)
+                    cb: Callable[[Connection, Any], Any] | None = (
+                        self.on_blocks if blocks else self.on_messages)
                     if cb is None:
                         raise ProtocolError(f"nsqd at {self.address} sent messages but the "
                                             "connection has no on_messages/on_blocks "
@@ -553,7 +557,7 @@ class Connection(NegotiatedAttributes):
     def subscribe(self, topic: str, channel: str) -> "asyncio.Future[bytes]":
         """SUB topic channel; await the result (OK, or a typed error such as BadTopicError)."""
         data = protocol.sub(topic, channel)  # validates names before anything is sent
-        if self.on_messages is None:
+        if self.on_messages is None and self.on_blocks is None:
             raise NSQError("set on_messages (or on_blocks) before subscribing: messages need "
                            "a destination")
         if self.state != ConnState.CONNECTED:

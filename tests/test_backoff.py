@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.backoff import Action, Backoff, Decision, exponential
+from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential
 
 pytestmark = pytest.mark.unit
 
@@ -119,3 +119,12 @@ def test_invariants(events, cap, mult):
             assert b.level == 0 and before[0] == 1
         assert 0 <= b.level <= b.max_level
         assert abs(b.level - before[0]) <= 1  # one result per call moves one level at most
+
+
+def test_the_old_import_path_still_gives_the_same_objects():
+    """nsq_spark.backoff is a re-export shim for users (the policy moved into consumer/)."""
+    import nsq_spark.backoff as old
+    import nsq_spark.consumer.backoff as new
+
+    for name in ("Backoff", "Decision", "Action", "exponential"):
+        assert getattr(old, name) is getattr(new, name), name

@@ -1,10 +1,11 @@
 """The Reader's behaviour with fake connections: no nsqd, no sockets.
 
 The real Reader, pool, intake gate, answers ledger, strategies and pull queue run on a
-real event loop; only :class:`~nsq_spark.conn.Connection` is replaced (in the pool's
-module) by :class:`FakeConn`, which records what would be written (RDY, FIN, REQ, TOUCH,
-CLS) and delivers the chunks a test gives it. The live suites (tests/test_reader*.py)
-keep the checks that need nsqd.
+real event loop; only the connections are fakes, made by the
+:class:`~fake_nsqd.FakeNsqd` factory the Reader is given (``connection_factory=``), typed
+against the consumer's connection port and checked by mypy. They record what would be
+written (RDY, FIN, REQ, TOUCH, CLS) and deliver the chunks a test gives them. The live
+suites (tests/test_reader*.py) keep the checks that need nsqd.
 """
 
 from __future__ import annotations
@@ -17,122 +18,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nsq_spark.consumer.pool as pool_module
+from fake_nsqd import FakeConn, FakeNsqd
+from nsq_spark.consumer import Reader
 from nsq_spark.errors import AlreadyRespondedError, NSQError
 from nsq_spark.message import Message
-from nsq_spark.reader import Reader
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
-
-
-class FakeConn:
-    """Stands in for a subscribed nsqd connection; ``log`` holds what it was asked to send."""
-
-    made: list["FakeConn"] = []
-
-    def __init__(self, host: str, port: int, config: Any = None, *, on_messages=None,
-                 on_blocks=None, on_close=None, on_heartbeat=None, responder=None) -> None:
-        self.address = f"{host}:{port}"
-        self.on_messages = on_messages
-        self.on_close = on_close
-        self.responder = responder
-        self.max_rdy_count = 2500
-        self.state = "init"
-        self.log: list[tuple] = []
-        self.last_recv = 0.0
-        self.messages_received = 0
-        self._next_id = 0
-        FakeConn.made.append(self)
-
-    async def connect(self) -> "FakeConn":
-        self.state = "connected"
-        return self
-
-    async def subscribe(self, topic: str, channel: str) -> bytes:
-        self.state = "subscribed"
-        return b"OK"
-
-    @property
-    def closed(self) -> bool:
-        return self.state == "closed"
-
-    @property
-    def writable(self) -> bool:
-        return self.state != "closed"
-
-    def send_rdy(self, n: int) -> None:
-        self.log.append(("RDY", n))
-
-    def fin_many(self, ids) -> bool:
-        self.log.append(("FIN", tuple(ids)))
-        return True
-
-    def fin_blocks(self, blocks) -> bool:
-        self.log.append(("FIN", tuple(i for b in blocks for i in b.ids())))
-        return True
-
-    def req(self, mid: bytes, delay: int) -> bool:
-        self.log.append(("REQ", mid, delay))
-        return True
-
-    def touch(self, mid: bytes) -> None:
-        self.log.append(("TOUCH", mid))
-
-    def send_cls(self) -> "asyncio.Future[bytes]":
-        self.log.append(("CLS",))
-        self.state = "closing"
-        fut = asyncio.get_running_loop().create_future()
-        fut.set_result(b"CLOSE_WAIT")
-        return fut
-
-    async def close(self) -> None:
-        if self.state != "closed":
-            self.state = "closed"
-            self.on_close(self, None)
-
-    def abort(self, exc=None) -> None:
-        self.state = "closed"
-
-    # -- test side --------------------------------------------------------------------
-
-    def deliver(self, n: int, attempts: int = 1) -> list[Message]:
-        """One read chunk of ``n`` messages."""
-        msgs = []
-        for _ in range(n):
-            self._next_id += 1
-            msgs.append(Message(b"%016d" % self._next_id, b"body", 0, attempts, self.responder))
-        self.messages_received += n
-        self.on_messages(self, msgs)
-        return msgs
-
-    def fins(self) -> list[bytes]:
-        return [i for e in self.log if e[0] == "FIN" for i in e[1]]
-
-    def reqs(self) -> list[tuple[bytes, int]]:
-        return [(e[1], e[2]) for e in self.log if e[0] == "REQ"]
-
-    def rdys(self) -> list[int]:
-        return [e[1] for e in self.log if e[0] == "RDY"]
-
-
-@pytest.fixture(autouse=True)
-def fake_connections(monkeypatch):
-    FakeConn.made = []
-    monkeypatch.setattr(pool_module, "Connection", FakeConn)
 
 
 async def started(handler: Callable | None = None, n_conns: int = 1, **kw: Any
                   ) -> tuple[Reader, list[FakeConn]]:
     """A handler-mode Reader on the running loop, subscribed to ``n_conns`` fakes."""
     addresses = [f"127.0.0.1:{4150 + i}" for i in range(n_conns)]
-    FakeConn.made = []
-    r = Reader("t", "c", handler, nsqd_tcp_addresses=addresses, **kw)
+    nsqd = FakeNsqd()
+    r = Reader("t", "c", handler, nsqd_tcp_addresses=addresses, connection_factory=nsqd, **kw)
+    await subscribed(r, n_conns)
+    return r, list(nsqd.made)
+
+
+async def subscribed(r: Reader, n_conns: int = 1) -> None:
     for _ in range(100):
         await asyncio.sleep(0)
         if len(r.conns) == n_conns:
             break
     assert len(r.conns) == n_conns
-    return r, list(FakeConn.made)
 
 
 def run(coro: Any) -> Any:
@@ -214,11 +123,11 @@ def test_overridden_pynsq_hooks_are_used():
             return True
 
     async def main():
+        nsqd = FakeNsqd()
         r = Mine("t", "c", lambda m: None, nsqd_tcp_addresses="127.0.0.1:4150",
-                 max_in_flight=10)
-        for _ in range(100):
-            await asyncio.sleep(0)
-        [c] = FakeConn.made
+                 max_in_flight=10, connection_factory=nsqd)
+        await subscribed(r)
+        [c] = nsqd.made
         msgs = c.deliver(3)
         assert seen == [msgs[1].id]  # the others were invalid: finished unhandled
         assert sorted(c.fins()) == sorted(m.id for m in msgs)
@@ -240,11 +149,12 @@ def test_over_max_tries_goes_to_giving_up_then_fin_or_req_if_it_raises():
 
     async def main():
         handled = []
+        nsqd = FakeNsqd()
         r = Mine("t", "c", handled.append, nsqd_tcp_addresses="127.0.0.1:4150",
-                 max_in_flight=10, max_tries=3, max_backoff_duration=0)
-        for _ in range(100):
-            await asyncio.sleep(0)
-        [c] = FakeConn.made
+                 max_in_flight=10, max_tries=3, max_backoff_duration=0,
+                 connection_factory=nsqd)
+        await subscribed(r)
+        [c] = nsqd.made
         ok = c.deliver(1, attempts=3)
         over = c.deliver(2, attempts=4)
         assert [m.id for m in handled] == [ok[0].id]
@@ -364,15 +274,16 @@ def test_close_stops_deliveries_and_requeues_what_arrives_meanwhile():
 
 
 def test_pull_counts_what_it_hands_out_and_bulk_answers_from_the_caller_thread():
+    nsqd = FakeNsqd()
     r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:4150", max_in_flight=10,
-               max_backoff_duration=0)
+               max_backoff_duration=0, connection_factory=nsqd)
     r.start()
     try:
         for _ in range(100):
             if r.conns:
                 break
             threading.Event().wait(0.01)
-        [c] = FakeConn.made
+        [c] = nsqd.made
         r.loop.call_soon_threadsafe(c.deliver, 4)
         got = r.get_batch(10, timeout=5)
         assert len(got) == 4 and r.stats()["in_flight"] == 4
@@ -406,7 +317,7 @@ def test_duplicates_are_finished_without_the_handler_and_requeued_ones_forgotten
         r, [c] = await started(handler, max_in_flight=10, max_backoff_duration=0,
                                dedup=OppositeBloomFilter(1024))
         first = c.deliver(2)
-        c._next_id = 0
+        c.rewind()
         again = c.deliver(2)  # the same ids: the failed one is handled again
         assert handled == [first[0].id, first[1].id, again[0].id]
         assert r.duplicates == 1
@@ -448,7 +359,7 @@ def test_every_message_is_answered_exactly_once_and_in_flight_never_drifts(
                                max_backoff_duration=0, drain_timeout=0)
         held = 0
         for chunk in chunks:
-            ids = [b"%016d" % (c._next_id + 1 + i) for i in range(len(chunk))]
+            ids = c.upcoming_ids(len(chunk))
             plan.update(zip(ids, chunk))
             c.deliver(len(chunk), attempts=attempts)
             await asyncio.sleep(0)

@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
+from nsq_spark.consumer.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
 
 pytestmark = pytest.mark.unit
 
@@ -504,3 +504,17 @@ class RdyMachine(RuleBasedStateMachine):
 
 RdyMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestRdyMachine = RdyMachine.TestCase
+
+
+def test_the_old_import_path_still_gives_the_same_objects():
+    """nsq_spark.rdy is a re-export shim for users (the policy moved into consumer/, the
+    read-side credit beside conn.py)."""
+    import nsq_spark._rdy_credit as credit
+    import nsq_spark.consumer.rdy as policy
+    import nsq_spark.rdy as old
+
+    for name in ("ConnRdy", "RdyPolicy", "NORMAL", "BACKOFF", "TESTING", "STARVED_RATIO",
+                 "commands_by_key"):
+        assert getattr(old, name) is getattr(policy, name), name
+    assert old.RdyCredit is credit.RdyCredit and old.RDY_LOWER_GRACE == credit.RDY_LOWER_GRACE
+    assert set(old.__all__) == set(policy.__all__) | set(credit.__all__)

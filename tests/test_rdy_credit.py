@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.rdy import RDY_LOWER_GRACE, RdyCredit
+from nsq_spark._rdy_credit import RDY_LOWER_GRACE, RdyCredit
 
 pytestmark = pytest.mark.unit
 

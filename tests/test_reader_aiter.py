@@ -4,8 +4,8 @@
 The first part runs against real nsqd and checks what nsqd saw (``/stats``): everything
 received and finished, batch sizes and timeouts, backpressure through RDY, close ending
 the iteration, cancellation and unanswered messages requeued. The second part runs the
-real Reader on a real loop with fake connections (no sockets; ``FakeConn`` of
-tests/test_consumer_reader.py) and a property test of the pull queue's one-at-a-time
+real Reader on a real loop with fake connections (no sockets: the typed fakes of
+tests/fake_nsqd.py, given as ``connection_factory=``) and a property test of the pull queue's one-at-a-time
 taking, to pin the rules down fast.
 """
 
@@ -21,12 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nsq_spark.consumer.pool as pool_module
+from fake_nsqd import FakeConn, FakeNsqd
+from nsq_spark.consumer import Reader
+from nsq_spark.consumer.lifecycle import Lifecycle
 from nsq_spark.consumer.pull import PullQueue
 from nsq_spark.errors import ConfigError, NSQError
-from nsq_spark.reader import Reader
 from reader_helpers import assert_drained, await_for, channel_stats, mpub
-from test_consumer_reader import FakeConn
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -336,9 +336,9 @@ def test_iterating_from_another_loop_or_mixing_pull_ways_is_a_typed_error(nsq_cl
 
 
 @pytest.fixture
-def fake_connections(monkeypatch):
-    FakeConn.made = []
-    monkeypatch.setattr(pool_module, "Connection", FakeConn)
+def fake_connections() -> FakeNsqd:
+    """The connection factory to give the Reader: fakes, no sockets."""
+    return FakeNsqd()
 
 
 async def first_step(r: Reader, it: Any) -> tuple[FakeConn, "asyncio.Future[Any]"]:
@@ -348,14 +348,16 @@ async def first_step(r: Reader, it: Any) -> tuple[FakeConn, "asyncio.Future[Any]
         await asyncio.sleep(0)
         if r.conns:
             break
-    [conn] = FakeConn.made
+    [conn] = r.conns.values()
+    assert isinstance(conn, FakeConn)
     return conn, step
 
 
 @pytest.mark.unit
 def test_messages_come_one_at_a_time_in_order_and_count_in_flight(fake_connections):
     async def main() -> None:
-        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=10)
+        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections, max_in_flight=10)
         it = r.__aiter__()
         c, step = await first_step(r, it)
         assert not step.done()  # nothing delivered: waiting
@@ -374,7 +376,8 @@ def test_messages_come_one_at_a_time_in_order_and_count_in_flight(fake_connectio
 @pytest.mark.unit
 def test_a_batch_is_cut_at_n_or_by_its_timeout_and_messages_left_stay_in_order(fake_connections):
     async def main() -> None:
-        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
+        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections, max_in_flight=100)
         it = r.batches(4, timeout=0.2)
         c, step = await first_step(r, it)
         sent = c.deliver(6)
@@ -394,7 +397,8 @@ def test_a_batch_is_cut_at_n_or_by_its_timeout_and_messages_left_stay_in_order(f
 @pytest.mark.unit
 def test_close_from_another_task_ends_a_waiting_iteration(fake_connections):
     async def main() -> None:
-        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
+        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections, max_in_flight=100)
         it = r.batches(10, timeout=60)
         c, step = await first_step(r, it)
         sent = c.deliver(3)  # a partial batch, waiting for 7 more or 60 s
@@ -412,7 +416,8 @@ def test_close_from_another_task_ends_a_waiting_iteration(fake_connections):
 @pytest.mark.unit
 def test_cancelled_waits_leave_no_stale_waiter_and_lose_nothing(fake_connections):
     async def main() -> None:
-        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=100)
+        r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections, max_in_flight=100)
         it = r.batches(10, timeout=60)
         c, step = await first_step(r, it)
         sent = c.deliver(2)
@@ -430,7 +435,8 @@ def test_cancelled_waits_leave_no_stale_waiter_and_lose_nothing(fake_connections
 
 @pytest.mark.unit
 def test_bad_arguments_and_wrong_contexts_are_typed_errors(fake_connections):
-    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"])
+    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="max_messages"):
             r.batches(bad)
@@ -445,7 +451,8 @@ def test_bad_arguments_and_wrong_contexts_are_typed_errors(fake_connections):
     r.close()
 
     async def with_handler() -> None:
-        h = Reader("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"])
+        h = Reader("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"],
+                   connection_factory=fake_connections)
         with pytest.raises(NSQError, match="without a message_handler"):
             await h.__aiter__().__anext__()
         await h.aclose()
@@ -456,6 +463,9 @@ def test_bad_arguments_and_wrong_contexts_are_typed_errors(fake_connections):
 
 
 class _Answers:
+    def hand_over_held(self, link: Any, msgs: list[Any]) -> None:
+        link.rdy.in_flight += len(msgs)
+
     def flush(self) -> None:
         pass
 
@@ -467,7 +477,7 @@ class _Answers:
     st.tuples(st.just("one"), st.just(0)),
     st.tuples(st.just("get"), st.integers(1, 7))), max_size=40))
 def test_take_one_and_get_messages_hand_out_each_message_once_in_order(ops):
-    q = PullQueue(_Answers())  # type: ignore[arg-type]
+    q = PullQueue(_Answers(), Lifecycle())  # type: ignore[arg-type]
     link = SimpleNamespace(rdy=SimpleNamespace(in_flight=0), outstanding={})
     put: list[int] = []
     out: list[int] = []

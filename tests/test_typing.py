@@ -86,3 +86,43 @@ def test_mypy_sees_the_real_classes_through_the_top_level_names(tmp_path):
     assert any(e.startswith("bad.py:7:") and '"str"; expected "bytes"' in e for e in errors), out
     assert any(e.startswith("bad.py:8:") and "message_handler" in e for e in errors), out
     assert proc.returncode == 1, out
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+BROKEN_FAKE = '''
+from fake_nsqd import FakeConn, FakeNsqd
+from nsq_spark.consumer.connection_port import ConnectNsqd, ConsumerConnection
+
+
+class NoTouch(FakeConn):
+    touch = None  # the port needs touch(message_id)
+
+
+def make(nsqd: FakeNsqd, conn: NoTouch) -> tuple[ConnectNsqd, ConsumerConnection]:
+    return nsqd, conn
+'''
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(180)
+def test_the_consumer_unit_tests_fake_conforms_to_the_connection_port(tmp_path):
+    """tests/fake_nsqd.py is checked by mypy (strict) against the consumer's connection
+    port; a fake that drifts from the port fails (the broken variant shows the check
+    bites)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "broken_fake.py").write_text(textwrap.dedent(BROKEN_FAKE))
+    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(PACKAGE_ROOT), str(TESTS_DIR)])}
+
+    def mypy(*files: str) -> tuple[int, str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", "", "--strict",
+             "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
+             "--python-version", "3.11", "--no-error-summary", "--show-error-codes", *files],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    code, out = mypy(str(TESTS_DIR / "fake_nsqd.py"))
+    assert code == 0, out
+    code, out = mypy("broken_fake.py")
+    assert code == 1 and "broken_fake.py:11:" in out and "ConsumerConnection" in out, out

@@ -3,9 +3,16 @@ each ``failure()`` raises and each ``success()`` lowers, in two parts: a short o
 ``ratio`` share of the range, filled in ``short_length`` steps) that reacts fast, and a
 long one (the rest, in ``long_length`` steps) that remembers a long run of failures.
 
-The arithmetic is decimal, so ``get_interval()`` gives the same numbers as pynsq's. The
-Reader does not use it (its backoff is :mod:`nsq_spark.backoff`); it is here for programs
-that use pynsq's timer directly.
+The arithmetic is decimal, so ``get_interval()`` gives the same numbers as pynsq's.
+
+This is the one ``BackoffTimer`` of the library. The Reader does not use it: its backoff is
+go-nsq's exponential policy, :class:`nsq_spark.consumer.backoff.Backoff`, run on the loop
+by :class:`nsq_spark.consumer.backoff.BackoffWindows` (which was also called
+``BackoffTimer`` once, although it shares nothing with this one but the name: it turns
+policy decisions into RDY commands and a timer, where this class computes an interval).
+pynsq's behaviour differs in kind (a linear two-speed interval, no windows, no RDY), so
+the two are not one class with a switch; this one is here for programs that use pynsq's
+timer directly.
 """
 
 from __future__ import annotations

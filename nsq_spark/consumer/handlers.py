@@ -1,13 +1,16 @@
 """Handler strategies, chosen once per consumer (never per message).
 
 A strategy is called with every message of a read chunk that passed the intake gate,
-``strategy(link, messages)``, on the loop thread. Each one hands messages over (adding
-them to the connection's in-flight count, one at a time for per-message handlers so that
-``is_starved()`` inside a handler sees what pynsq shows), answers what the handler's
-result decides, and flushes the ledger once per chunk. Messages a per-message handler
-answers by its return value leave flight together when the chunk is done, in the same loop
-turn as their FINs are written: one counter update per chunk instead of one per message
-(~35 ns each on this machine class); answers given through ``Message`` leave at once.
+``strategy(link, messages)``, on the loop thread. Each one asks the answers ledger to hand
+messages over and to settle what the handler's result decides; the ledger flushes once per
+chunk. For per-message handlers the ledger runs the loop itself
+(:meth:`~nsq_spark.consumer.answers.Answers.hand_over_each`: one message at a time, so that
+``is_starved()`` inside a handler sees what pynsq shows) and leaves exceptions and
+awaitables to the strategy. Messages a per-message handler answers by its return value
+are settled together when the chunk is done, in the same loop turn as their FINs are
+written: one counter update per chunk instead of one per message (~35 ns each on this
+machine class); answers given through ``Message`` leave at once. A strategy writes no
+record of a connection itself.
 
 * :class:`PerMessage`: ``f(message)`` returning True/None (FIN), False (REQ), or an
   awaitable (its result decides later); ``message.enable_async()`` leaves the answer to
@@ -27,7 +30,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .._loop import on_loop_future
-from ..errors import NSQError
 
 if TYPE_CHECKING:
     import asyncio
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.handlers")
 
-__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose", "not_started",
+__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose",
            "is_coroutine_function"]
 
 
@@ -67,14 +69,7 @@ class _Base:
 
     def settle_one(self, link: "Link", m: "Message", result: Any) -> None:
         """The final result of an async handling: answer unless the handler did."""
-        link.outstanding.pop(m.id, None)
-        if m.responded:
-            return
-        m.responded = True
-        if result is False:
-            self.answers.requeue(link, m, None, True)
-        else:
-            self.answers.finish(link, m)
+        self.answers.settle(link, m, result is not False)
         self.answers.schedule_flush()
 
 
@@ -82,51 +77,25 @@ class PerMessage(_Base):
     """``f(message)`` per message (also pynsq's overridden ``process_message`` and hooks)."""
 
     def __call__(self, link: "Link", msgs: list["Message"]) -> None:
-        call = self.call
-        answers = self.answers
-        st = link.rdy
-        # FINs decided by return values: a list of this chunk's own (the ledger may add to
-        # link.fins meanwhile, for answers given through Message), so its length counts them
-        done: list[bytes] = []
-        fin = done.append
-        out = link.outstanding
-        for m in msgs:
-            st.in_flight += 1
-            try:
-                r = call(m)
-            except Exception:
-                log.exception("[%s] handler failed on message %s from %s; requeueing",
-                              self.name, _mid(m), link.address)
-                if not m.responded:
-                    if m.delegated:
-                        out[m.id] = m
-                    else:
-                        m.responded = True
-                        answers.requeue(link, m, None, True)
-                continue
-            if m.responded:
-                continue
-            if m.delegated:
-                out[m.id] = m
-                if r is not None and r is not True and r is not False:
-                    self._await(link, m, r)
-                continue
-            if r is True or r is None:
-                m.responded = True
-                fin(m.id)  # out of flight at the end of the chunk: one update, not one each
-            elif r is False:
-                m.responded = True
-                answers.requeue(link, m, None, True)
-            else:  # an awaitable (pynsq: a handler may return a Future or a coroutine)
-                m.delegated = True
-                out[m.id] = m
-                self._await(link, m, r)
-        if done:
-            link.fins.extend(done)
-            st.in_flight -= len(done)
-            answers.add_oks(len(done))
-        answers.mark(link)
-        answers.flush()
+        self.answers.hand_over_each(link, msgs, self.call, self._other)
+
+    def _other(self, link: "Link", m: "Message", r: Any, exc: Exception | None) -> None:
+        """What the ledger leaves to the strategy: a failed call, or an awaitable."""
+        if exc is not None:
+            log.error("[%s] handler failed on message %s from %s; requeueing",
+                      self.name, _mid(m), link.address, exc_info=exc)
+            if not m.responded:
+                if m.delegated:
+                    self.answers.hold_one(link, m)
+                else:
+                    self.answers.settle(link, m, False)
+            return
+        # an awaitable (pynsq: a handler may return a Future or a coroutine); its result
+        # decides later, unless the handler delegated the answer (then it only runs)
+        if not m.delegated:
+            m.delegated = True
+            self.answers.hold_one(link, m)
+        self._await(link, m, r)
 
     def _await(self, link: "Link", m: "Message", r: Any) -> None:
         try:
@@ -152,12 +121,10 @@ class PerMessageCoroutine(_Base):
     """``async def f(message)``: one task per message; its result still counts (pynsq)."""
 
     def __call__(self, link: "Link", msgs: list["Message"]) -> None:
-        out = link.outstanding
-        link.rdy.in_flight += len(msgs)
+        self.answers.hand_over_held(link, msgs)
         spawn = self.tasks.spawn
         for m in msgs:
             m.delegated = True
-            out[m.id] = m
             spawn(self._run(link, m), "handler")
         self.answers.flush()
 
@@ -180,12 +147,13 @@ class Batch(_Base):
         self.coroutine = coroutine
 
     def __call__(self, link: "Link", msgs: list["Message"]) -> None:
-        link.rdy.in_flight += len(msgs)
+        answers = self.answers
         if self.coroutine:
-            self._hold(link, msgs)
+            answers.hand_over_held(link, msgs)
             self.tasks.spawn(self._run(link, msgs, None), "handler")
-            self.answers.flush()
+            answers.flush()
             return
+        answers.hand_over(link, msgs)
         try:
             r = self.call(msgs)
         except Exception:
@@ -193,17 +161,11 @@ class Batch(_Base):
                           "those it did not answer", self.name, len(msgs), link.address)
             r = False
         if r is not None and r is not True and r is not False:
-            self._hold(link, msgs)
+            answers.hold(link, msgs)
             self.tasks.spawn(self._run(link, msgs, r), "handler")
-            self.answers.flush()
+            answers.flush()
             return
-        self.settle(link, msgs, r)
-
-    @staticmethod
-    def _hold(link: "Link", msgs: list["Message"]) -> None:
-        out = link.outstanding
-        for m in msgs:
-            out[m.id] = m
+        answers.settle_chunk(link, msgs, r is not False)
 
     async def _run(self, link: "Link", msgs: list["Message"], awaitable: Any) -> None:
         try:
@@ -216,54 +178,15 @@ class Batch(_Base):
                           "True, False, None or an awaitable); requeueing those it did not "
                           "answer", self.name, len(msgs), link.address)
             r = False
-        self.settle(link, msgs, r)
-
-    def settle(self, link: "Link", msgs: list["Message"], r: Any) -> None:
-        answers = self.answers
-        out = link.outstanding
-        if r is False:
-            for m in msgs:
-                if m.responded:
-                    out.pop(m.id, None)
-                elif m.delegated:
-                    out[m.id] = m
-                else:
-                    m.responded = True
-                    out.pop(m.id, None)
-                    answers.requeue(link, m, None, True)
-        else:
-            fin = link.fins.append
-            n_fin = 0
-            if out:
-                for m in msgs:
-                    if m.responded:
-                        out.pop(m.id, None)
-                    elif m.delegated:
-                        out[m.id] = m
-                    else:
-                        m.responded = True
-                        out.pop(m.id, None)
-                        fin(m.id)
-                        n_fin += 1
-            else:  # the common case: nothing held, nothing to pop
-                for m in msgs:
-                    if not m.responded:
-                        if m.delegated:
-                            out[m.id] = m
-                        else:
-                            m.responded = True
-                            fin(m.id)
-                            n_fin += 1
-            link.rdy.in_flight -= n_fin
-            answers.add_oks(n_fin)
-        answers.mark(link)
-        answers.flush()
+        self.answers.settle_chunk(link, msgs, r is not False)
 
 
-def not_started(link: "Link", msgs: list["Message"]) -> None:
-    """The strategy before one is chosen: a delivery then is a bug, never a silent drop."""
-    raise NSQError(f"{len(msgs)} messages from {link.address} arrived before a handler "
-                   "strategy was chosen")
+def _unchanged(m: "Message") -> "Message":
+    return m
+
+
+def _valid(m: object) -> bool:
+    return True
 
 
 def choose(*, message_handler: Callable[..., Any] | None,
@@ -288,8 +211,8 @@ def choose(*, message_handler: Callable[..., Any] | None,
     assert handle is not None
     if preprocess is None and validate is None:
         return PerMessage(handle, *common)
-    pre = preprocess if preprocess is not None else (lambda m: m)
-    valid = validate if validate is not None else (lambda m: True)
+    pre: Callable[[Message], Any] = preprocess if preprocess is not None else _unchanged
+    valid: Callable[[Any], Any] = validate if validate is not None else _valid
 
     def call(m: "Message") -> Any:
         if not valid(pre(m)):

@@ -5,10 +5,15 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   jitter (tenacity) when they drop; ``connect_to`` (pynsq's ``connect_to_nsqd``) connects
   once; discovered producers are connected at each lookupd poll that lists them, and a
   dropped one makes the poller poll early.
-* A subscribed connection is added to the :class:`~nsq_spark.rdy.RdyPolicy`; a periodic
-  tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered to it.
+* Connections are made by the ``connect`` factory (:mod:`~nsq_spark.consumer.connection_port`:
+  what the consumer needs of a connection; default: the real one), and recorded by the
+  answers ledger (:class:`~nsq_spark.consumer.answers.Link`, written by the ledger only).
+* A subscribed connection is added to the :class:`~nsq_spark.consumer.rdy.RdyPolicy`; a
+  periodic tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered
+  to it.
 * Every read chunk is counted (``messages_received``, the policy's arrival rule) and
-  passed to ``on_messages(link, messages)`` / ``on_blocks(link, blocks)``.
+  handed to the ``deliveries`` port (the intake gate): ``on_messages(link, messages)`` /
+  ``on_blocks(link, blocks)``.
 * The last failure to connect or subscribe to each nsqd is kept until it subscribes
   (:meth:`Pool.connect_error_stats`, in ``Reader.stats()["connect_errors"]``), so that a
   caller who waited in vain can say why (AUTH refused, TLS verification failed, refused).
@@ -16,11 +21,12 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   heartbeat of a connection, and ``disabled()``: while it returns True every connection is
   held at RDY 0 (checked at each RDY change and each tick); the RDY the policy wanted is
   sent when it returns False again.
-* Closing is two steps the owner orders: :meth:`Pool.stop_deliveries` (no more connects,
-  RDY 0 and CLS, read on until quiet) and :meth:`Pool.close_all`.
+* Closing is two steps the owner orders: :meth:`Pool.stop_deliveries` (RDY 0 and CLS, read
+  on until quiet) and :meth:`Pool.close_all`; no connect starts once the consumer's
+  :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing.
 
-The pool is handed its collaborators (policy, ledger, loop bridge, task group, callbacks)
-and never imports its owner.
+The pool is handed its collaborators (policy, ledger, lifecycle, loop bridge, task group,
+ports, callbacks) and never imports its owner.
 """
 
 from __future__ import annotations
@@ -28,14 +34,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
-from ..conn import Connection
 from ..errors import ConnectionClosedError, is_transient
+from ..handshake import ConnState
 from ..lookupd import LookupdPoller, ProducerAddress, producer_address
-from .answers import Link
+from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 
 if TYPE_CHECKING:
     from .._loop import LoopBridge, TaskGroup
@@ -43,13 +49,14 @@ if TYPE_CHECKING:
     from ..config import ConnectionConfig
     from ..message import Message
     from ..protocol import MessageBlock
-    from ..rdy import ConnRdy, RdyPolicy
-    from .answers import Answers
+    from .answers import Answers, Link
+    from .lifecycle import Lifecycle
+    from .rdy import ConnRdy, RdyPolicy
 
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
+__all__ = ["Pool", "Deliveries", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
 # most CLOSE_QUIET_MAX), so that a message nsqd sent after it is requeued (see
@@ -58,23 +65,44 @@ CLOSE_QUIET = 0.02
 CLOSE_QUIET_MAX = 0.5
 
 
+class Deliveries(Protocol):
+    """Where the pool hands every read chunk (the intake gate), on the loop thread."""
+
+    def on_messages(self, link: "Link", msgs: list["Message"]) -> None: ...
+
+    def on_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None: ...
+
+
 class Pool:
+    """The connections of one consumer (see the module doc).
+
+    Args:
+        deliveries: gets every read chunk (the intake gate).
+        connect: makes a connection (:class:`~.connection_port.ConnectNsqd`); default: the
+            real :class:`nsq_spark.conn.Connection`.
+        on_link_lost: ``f(link)`` when a connection closed; returns how many messages of it
+            the caller still held (the pull queue's blocks), for the log.
+        on_heartbeat, disabled: pynsq's Reader hooks (see the module doc).
+    """
+
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
-                 policy: "RdyPolicy", answers: "Answers", bridge: "LoopBridge",
-                 tasks: "TaskGroup", name: str, direct: Sequence["Address"],
-                 make_poller: Callable[[Callable[[set[ProducerAddress]], Any]], LookupdPoller] | None,
+                 policy: "RdyPolicy[Link]", answers: "Answers", lifecycle: "Lifecycle",
+                 bridge: "LoopBridge", tasks: "TaskGroup", name: str,
+                 direct: Sequence["Address"],
+                 make_poller: Callable[[Callable[[set[ProducerAddress]], Any]],
+                                       LookupdPoller] | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
-                 reconnect_max: float,
-                 on_messages: Callable[[Link, list["Message"]], None],
-                 on_blocks: Callable[[Link, list["MessageBlock"]], None],
-                 on_link_lost: Callable[[Link], int],
-                 on_heartbeat: Callable[[Connection], Any] | None = None,
+                 reconnect_max: float, deliveries: Deliveries,
+                 on_link_lost: Callable[["Link"], int],
+                 connect: ConnectNsqd = connect_nsqd,
+                 on_heartbeat: Callable[[Any], Any] | None = None,
                  disabled: Callable[[], bool] | None = None) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
         self.policy = policy
         self.answers = answers
+        self.lifecycle = lifecycle
         self.bridge = bridge
         self.tasks = tasks
         self.name = name
@@ -84,15 +112,14 @@ class Pool:
         self.rdy_redistribute_interval = rdy_redistribute_interval
         self.reconnect_initial = reconnect_initial
         self.reconnect_max = reconnect_max
-        self.on_messages = on_messages
-        self.on_blocks = on_blocks
+        self.deliveries = deliveries
+        self.connect = connect
         self.on_link_lost = on_link_lost
         self.on_heartbeat = on_heartbeat
         self.disabled = disabled
-        self._held: dict["ConnRdy", int] = {}  # RDY held back while disabled()
+        self._held: dict["ConnRdy[Link]", int] = {}  # RDY held back while disabled()
         self.blocks = False  # deliver MessageBlocks (set before start)
-        self.closing = False
-        self.links: dict[str, Link] = {}
+        self.links: dict[str, "Link"] = {}
         # nsqd address -> the last connect/SUB failure, until it subscribes
         self.connect_errors: dict[str, BaseException] = {}
         self.messages_received = 0
@@ -118,11 +145,11 @@ class Pool:
         if self.poller is not None:
             self.poller.trigger()
 
-    def subscribed(self) -> list[Link]:
+    def subscribed(self) -> list["Link"]:
         return [s for s in list(self.links.values()) if s.conn is not None and s.subscribed]
 
     def _on_producers(self, producers: set[ProducerAddress]) -> None:
-        if self.closing:
+        if self.lifecycle.closing:
             return
         for host, port in producers:
             if producer_address((host, port)) not in self.links:
@@ -144,7 +171,7 @@ class Pool:
             wait=(wait_exponential(multiplier=self.reconnect_initial, max=self.reconnect_max)
                   + wait_random(0, self.reconnect_initial)),
             retry=retry_if_exception_type(Exception),
-            stop=lambda state: self.closing,
+            stop=lambda state: self.lifecycle.closing,
             before_sleep=lambda state: log.warning(
                 "[%s] cannot connect to nsqd %s (attempt %d), retrying in %.1fs: %s",
                 self.name, addr, state.attempt_number,
@@ -154,7 +181,7 @@ class Pool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    if self.closing:
+                    if self.lifecycle.closing:
                         return
                     await self._connect_once(host, port)
         except Exception as exc:  # only when closing
@@ -162,21 +189,19 @@ class Pool:
 
     async def _connect_once(self, host: str, port: int) -> None:
         address = producer_address((host, port))
-        if address in self.links or self.closing:
+        if address in self.links or self.lifecycle.closing:
             return
-        link = Link(self.answers, host, port, address)
+        answers = self.answers
+        link = answers.link(host, port, address)
         self.links[address] = link
-        if self.blocks:
-            conn = Connection(host, port, self.config,
-                              on_blocks=functools.partial(self._deliver_blocks, link),
-                              on_close=functools.partial(self._on_conn_close, link),
-                              on_heartbeat=self.on_heartbeat, responder=link)
-        else:
-            conn = Connection(host, port, self.config,
-                              on_messages=functools.partial(self._deliver, link),
-                              on_close=functools.partial(self._on_conn_close, link),
-                              on_heartbeat=self.on_heartbeat, responder=link)
-        link.conn = conn
+        blocks = self.blocks
+        conn = self.connect(
+            host, port, self.config,
+            on_messages=None if blocks else functools.partial(self._deliver, link),
+            on_blocks=functools.partial(self._deliver_blocks, link) if blocks else None,
+            on_close=functools.partial(self._on_conn_close, link),
+            on_heartbeat=self.on_heartbeat, responder=link)
+        answers.attach(link, conn)
         log.info("[%s] connecting to nsqd %s", self.name, address)
         try:
             await conn.connect()
@@ -185,17 +210,17 @@ class Pool:
         except BaseException as exc:
             if self.links.get(address) is link:
                 del self.links[address]
-            link.conn = None
+            answers.attach(link, None)
             conn.abort()
             if isinstance(exc, Exception):
                 self.connect_errors[address] = exc
             raise
-        if self.closing or conn.closed:
+        if self.lifecycle.closing or conn.closed:
             if self.links.get(address) is link:
                 del self.links[address]
             if not conn.closed:
                 await conn.close()
-            if self.closing:
+            if self.lifecycle.closing:
                 return
             raise ConnectionClosedError(f"nsqd at {address} closed the connection right "
                                         "after SUB")  # the caller retries
@@ -205,8 +230,7 @@ class Pool:
                      self.name, address, conn.max_rdy_count, policy.max_in_flight)
         st, cmds = policy.add(address, max(1, conn.max_rdy_count), self.bridge.time(),
                               handle=link)
-        link.rdy = st
-        link.subscribed = True
+        answers.subscribed(link, st)
         self.connect_errors.pop(address, None)
         self.apply(cmds)
         log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
@@ -214,24 +238,23 @@ class Pool:
 
     # -- deliveries: once per read chunk ------------------------------------------------
 
-    def _deliver(self, link: Link, conn: Connection, msgs: list["Message"]) -> None:
+    def _deliver(self, link: "Link", msgs: list["Message"]) -> None:
         n = len(msgs)
         self.messages_received += n
         cmds = self.policy.on_arrival(link.rdy, n, self.bridge.time())
         if cmds:
             self.apply(cmds)
-        self.on_messages(link, msgs)
+        self.deliveries.on_messages(link, msgs)
 
-    def _deliver_blocks(self, link: Link, conn: Connection,
-                        blocks: list["MessageBlock"]) -> None:
+    def _deliver_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None:
         n = sum(map(len, blocks))
         self.messages_received += n
         cmds = self.policy.on_arrival(link.rdy, n, self.bridge.time())
         if cmds:
             self.apply(cmds)
-        self.on_blocks(link, blocks)
+        self.deliveries.on_blocks(link, blocks)
 
-    def _on_conn_close(self, link: Link, conn: Connection, exc: BaseException | None) -> None:
+    def _on_conn_close(self, link: "Link", exc: BaseException | None) -> None:
         address = link.address
         if self.links.get(address) is link:
             del self.links[address]
@@ -243,7 +266,7 @@ class Pool:
         # already handed out stay so (pull queue, running handlers): handled at least once
         # beats dropped; their answers are counted in dropped_responses.
         lost = self.answers.forget_link(link) + self.on_link_lost(link)
-        if self.closing or not link.subscribed:
+        if self.lifecycle.closing or not link.subscribed:
             # never subscribed: _connect_once failed and its caller (the reconnect loop or
             # the next lookupd poll) retries; another loop here would double them each time
             return
@@ -258,13 +281,13 @@ class Pool:
 
     # -- RDY ----------------------------------------------------------------------------
 
-    def apply(self, cmds: Iterable[tuple["ConnRdy", int]] | None) -> None:
+    def apply(self, cmds: Iterable[tuple["ConnRdy[Link]", int]] | None) -> None:
         """Send the policy's RDY commands."""
         if not cmds:
             return
         paused = self._is_disabled()
         for st, n in cmds:
-            conn = st.handle.conn
+            conn = st.handle.conn if st.handle is not None else None
             if paused:  # remember what the policy wants; nsqd gets RDY 0 (once)
                 if n > 0:
                     self._held[st] = n
@@ -273,7 +296,7 @@ class Pool:
                 n = 0
                 if conn is not None and conn.rdy_count == 0:
                     continue
-            if conn is not None and conn.state == "subscribed":
+            if conn is not None and conn.state is ConnState.SUBSCRIBED:
                 try:
                     conn.send_rdy(n)
                 except Exception as exc:
@@ -281,7 +304,8 @@ class Pool:
                     # the chunk already decoded from being dispatched
                     self._rdy_refused(st, conn, n, exc)
 
-    def _rdy_refused(self, st: "ConnRdy", conn: Connection, n: int, exc: Exception) -> None:
+    def _rdy_refused(self, st: "ConnRdy[Link]", conn: ConsumerConnection, n: int,
+                     exc: Exception) -> None:
         limit = max(0, min(n, conn.max_rdy_count))
         log.error("[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
                   self.name, conn.address, n, exc, limit,
@@ -303,7 +327,7 @@ class Pool:
             return False
 
     def _tick(self) -> None:
-        if self.closing:
+        if self.lifecycle.closing:
             return
         if self._is_disabled():
             # disabled while connections have RDY: take it back (and remember it)
@@ -311,7 +335,8 @@ class Pool:
                         if link.conn is not None and link.conn.rdy_count > 0])
         elif self._held:
             held, self._held = self._held, {}
-            self.apply([(st, n) for st, n in held.items() if st.handle.conn is not None])
+            self.apply([(st, n) for st, n in held.items()
+                        if st.handle is not None and st.handle.conn is not None])
         self.apply(self.policy.tick(self.bridge.time()))
 
     def connection_stats(self) -> dict[str, dict[str, Any]]:
@@ -322,7 +347,8 @@ class Pool:
             st = link.rdy if link.subscribed else None
             c = link.conn
             out[address] = {
-                "state": c.state if c is not None else "connecting",
+                # plain strings, as before ConnState (users compare and serialize them)
+                "state": c.state.value if c is not None else ConnState.CONNECTING.value,
                 "rdy": st.rdy if st else 0,
                 "in_flight": st.in_flight if st else 0,
                 "finished": st.finished if st else 0,
@@ -348,10 +374,10 @@ class Pool:
 
     # -- closing ------------------------------------------------------------------------
 
-    async def stop_deliveries(self) -> list[Link]:
-        """No more connects or polls; RDY 0 and CLS on every subscribed connection, then
-        read on until they are quiet. Returns the subscribed links."""
-        self.closing = True
+    async def stop_deliveries(self) -> list["Link"]:
+        """No more connects or polls (the lifecycle is closing already); RDY 0 and CLS on
+        every subscribed connection, then read on until they are quiet. Returns the
+        subscribed links."""
         if self._redist is not None:
             self._redist.stop()
         if self.poller is not None:
@@ -362,7 +388,7 @@ class Pool:
         for link in links:
             conn = link.conn
             assert conn is not None
-            if conn.state == "subscribed":
+            if conn.state is ConnState.SUBSCRIBED:
                 conn.send_rdy(0)
                 cls.append(conn.send_cls())
         if cls:
@@ -370,7 +396,7 @@ class Pool:
             await self._until_quiet([link.conn for link in links if link.conn is not None])
         return links
 
-    async def _until_quiet(self, conns: list[Connection]) -> None:
+    async def _until_quiet(self, conns: list[ConsumerConnection]) -> None:
         """After CLOSE_WAIT: read on until the connections are quiet for CLOSE_QUIET s.
 
         nsqd's message pump may have taken a message from the channel just before our

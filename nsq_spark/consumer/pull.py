@@ -4,11 +4,13 @@ or for the asyncio iterators (:mod:`nsq_spark.consumer.aiter`).
 The loop thread puts what passed the intake gate (:meth:`PullQueue.put_messages`,
 :meth:`PullQueue.put_blocks`); the caller's thread takes it out (the loop's own thread,
 for the asyncio iterators, which :attr:`PullQueue.on_put` wakes). What is put is handed
-over, so it is counted in flight at once (the puller holds it from then on, as far as nsqd
-and ``is_starved()`` are concerned) and stays so until answered. Blocks queued or handed
-out and not answered are remembered here, so that ``close()`` requeues them (a Message
-is remembered by its connection's ``outstanding`` instead). One lock (a Condition) guards
-it all, but :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
+over (the answers ledger is asked to count it in flight at once: the puller holds it from
+then on, as far as nsqd and ``is_starved()`` are concerned) and stays so until answered.
+Blocks queued or handed out and not answered are remembered here, so that ``close()``
+requeues them (a Message is held by the ledger instead). Getters return at once once the
+consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing (:meth:`wake`
+wakes those waiting). One lock (a Condition) guards it all, but
+:meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
 
 :func:`iter_batches` is the pull API's blocking iterator over any ``get_batch``.
 """
@@ -26,13 +28,15 @@ if TYPE_CHECKING:
     from ..message import Message
     from ..protocol import MessageBlock
     from .answers import Answers, Link
+    from .lifecycle import Lifecycle
 
 __all__ = ["PullQueue", "iter_batches", "check_max_messages"]
 
 
 class PullQueue:
-    def __init__(self, answers: "Answers") -> None:
+    def __init__(self, answers: "Answers", lifecycle: "Lifecycle") -> None:
         self.answers = answers
+        self.lifecycle = lifecycle
         self.cond = threading.Condition()
         self._q: deque[Any] = deque()  # lists of messages, or MessageBlocks
         self._head = 0  # messages of _q[0] already taken one at a time (take_one)
@@ -40,7 +44,6 @@ class PullQueue:
         # time.monotonic() when the oldest message queued arrived (or an earlier one: a
         # partial take keeps it): a batch's timeout runs from its first message's arrival
         self.since = 0.0
-        self.stopped = False  # closing or closed: getters return at once
         self._blocks_out: set[MessageBlock] = set()
         # called on the loop thread after every put and on stop (the asyncio iterators'
         # wake-up; None for threads, which wait on ``cond``)
@@ -48,11 +51,13 @@ class PullQueue:
 
     # -- loop thread --------------------------------------------------------------------
 
+    @property
+    def stopped(self) -> bool:
+        """Closing or closed: getters return at once."""
+        return self.lifecycle.closing
+
     def put_messages(self, link: "Link", msgs: list["Message"]) -> None:
-        link.rdy.in_flight += len(msgs)
-        out = link.outstanding
-        for m in msgs:
-            out[m.id] = m
+        self.answers.hand_over_held(link, msgs)
         with self.cond:
             if not self.queued:
                 self.since = time.monotonic()
@@ -64,11 +69,8 @@ class PullQueue:
             self.on_put()
 
     def put_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None:
-        if not blocks:  # the intake gate kept them all back
-            self.answers.flush()
-            return
         n = sum(map(len, blocks))
-        link.rdy.in_flight += n
+        self.answers.hand_over_blocks(link, blocks)
         with self.cond:
             if not self.queued:
                 self.since = time.monotonic()
@@ -88,20 +90,19 @@ class PullQueue:
         return sum(map(len, gone))
 
     def take_unanswered_blocks(self) -> list["MessageBlock"]:
-        """Closing: every block not answered, marked answered; the queue emptied."""
+        """Closing: every block not answered (the ledger requeues them); the queue
+        emptied."""
         with self.cond:
             blocks = [b for b in self._blocks_out if not b._responded]
             self._blocks_out.clear()
             self._q.clear()
             self._head = self.queued = 0
-        for b in blocks:
-            b._responded = True
         return blocks
 
-    def stop(self) -> None:
-        """Wake every waiting getter; from now on they return at once."""
+    def wake(self) -> None:
+        """The lifecycle moved: wake every waiting getter (they return at once from now
+        on, as it is closing)."""
         with self.cond:
-            self.stopped = True
             self.cond.notify_all()
         if self.on_put is not None:
             self.on_put()
@@ -116,7 +117,7 @@ class PullQueue:
         """With the lock held: wait up to ``timeout`` s for something to hand out."""
         deadline = time.monotonic() + timeout
         while self.queued == 0:
-            if self.stopped:
+            if self.lifecycle.closing:
                 return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:

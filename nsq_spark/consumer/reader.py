@@ -32,8 +32,8 @@ Where pynsq and go-nsq differ, the choice made here:
   raises on it and leaves the message to time out);
 * the default requeue delay is ``requeue_delay * attempts`` seconds (pynsq), capped by
   ``max_requeue_delay`` (go-nsq, 15 min);
-* backoff is go-nsq's exponential one (see :mod:`nsq_spark.backoff`), ``max_backoff_duration=0``
-  turns it off;
+* backoff is go-nsq's exponential one (see :mod:`nsq_spark.consumer.backoff`),
+  ``max_backoff_duration=0`` turns it off;
 * every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
   addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
   are found again by an early lookupd poll;
@@ -42,13 +42,19 @@ Where pynsq and go-nsq differ, the choice made here:
   requeued at once, so nsqd never has to time a message out.
 
 The Reader is a facade: it validates, keeps pynsq's signature and hooks, wires the parts
-and orders closing. The parts are handed their collaborators and never import it:
-:mod:`~nsq_spark.consumer.pool` (connections, RDY), :mod:`~nsq_spark.consumer.intake`
-(the gate every delivery passes), :mod:`~nsq_spark.consumer.answers` (FIN/REQ/TOUCH, in
-flight), :mod:`~nsq_spark.consumer.handlers` (strategies), :mod:`~nsq_spark.consumer.pull`,
-:mod:`~nsq_spark.consumer.aiter`, :mod:`~nsq_spark.consumer.backoff_timer`,
-:mod:`~nsq_spark.consumer.run`, and
-:mod:`nsq_spark._loop` (threads <-> loop).
+and orders closing; it is not on the way of a message (the pool hands every read chunk to
+the intake gate, which hands what passes to the strategy or the pull queue chosen at
+start). The parts are handed their collaborators and never import it:
+:mod:`~nsq_spark.consumer.pool` (connections, RDY; it makes connections through the port
+of :mod:`~nsq_spark.consumer.connection_port`), :mod:`~nsq_spark.consumer.intake` (the
+gate every delivery passes), :mod:`~nsq_spark.consumer.dedup_gate`,
+:mod:`~nsq_spark.consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
+flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies),
+:mod:`~nsq_spark.consumer.pull`, :mod:`~nsq_spark.consumer.aiter`,
+:mod:`~nsq_spark.consumer.rdy` and :mod:`~nsq_spark.consumer.backoff` (the pure policies
+and the backoff windows), :mod:`~nsq_spark.consumer.lifecycle` (the one "closing?" value
+the parts read), :mod:`~nsq_spark.consumer.run`, and :mod:`nsq_spark._loop` (threads <->
+loop).
 
 Speed: the connection hands over every message of a read chunk at once; policies run
 once per chunk; the per-message path is "count it in flight, call the handler, record the
@@ -61,26 +67,31 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from ..addresses import parse_address_list, parse_http_address_list
-from ..backoff import Backoff
 from ..config import ConnectionConfig, check_reader_options
-from ..conn import Connection
 from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerAddress
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
-from ..rdy import RdyPolicy
 from . import handlers, pull
 from .aiter import AsyncIteration
 from .answers import FIN, REQ, Answers, Link
-from .backoff_timer import BackoffTimer
-from .intake import DedupGate, Intake
+from .backoff import Backoff, BackoffWindows
+from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
+from .dedup_gate import DedupGate
+from .intake import Intake
+from .lifecycle import Lifecycle
 from .pool import Pool
 from .pull import PullQueue
+from .rdy import RdyPolicy
 from .run import register
+
+if TYPE_CHECKING:
+    from ..conn import Connection
+    from ..dedup.base import Deduplicator, KeyFunc
 
 log = logging.getLogger("nsq_spark.reader")
 
@@ -126,6 +137,9 @@ class Reader:
             direct nsqd addresses (plus up to ``reconnect_initial`` of jitter).
         drain_timeout: seconds :meth:`close` lets in-flight handlers finish before it
             requeues what is still unanswered.
+        connection_factory: makes each nsqd connection
+            (:class:`~nsq_spark.consumer.connection_port.ConnectNsqd`); default: a real
+            :class:`~nsq_spark.conn.Connection`. For tests and instrumentation.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -151,14 +165,15 @@ class Reader:
             lookupd_request_timeout: float = 2,
             *,
             batch_handler: BatchHandler | None = None,
-            dedup: Any = None,
-            dedup_key: Any = None,
+            dedup: Deduplicator | None = None,
+            dedup_key: KeyFunc | str | None = None,
             max_requeue_delay: float = 15 * 60,
             backoff_multiplier: float = 1.0,
             rdy_redistribute_interval: float = 5.0,
             reconnect_initial: float = 1.0,
             reconnect_max: float = 60.0,
             drain_timeout: float = 5.0,
+            connection_factory: ConnectNsqd | None = None,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -203,37 +218,35 @@ class Reader:
         self.batch_handler: BatchHandler | None = batch_handler
 
         # the parts
+        self._lifecycle = lifecycle = Lifecycle()
         self._bridge = LoopBridge(f"[{self.name}] the Reader is closed; these messages will "
                                   "be redelivered by nsqd after their timeout")
         self._tasks = TaskGroup(self.name)
-        self._policy = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
+        self._policy: RdyPolicy[Link] = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
         self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
-        self._intake = Intake(self._answers, max_tries, lambda m: self.giving_up(m),
-                              self.name, dedup_gate)
-        self._pull = PullQueue(self._answers)
+        self._intake = Intake(self._answers, lifecycle, max_tries,
+                              lambda m: self.giving_up(m), self.name, dedup_gate)
+        self._pull = PullQueue(self._answers, lifecycle)
         self._aiter = AsyncIteration(self._pull, self._bridge,
                                      lambda: self._ensure_pull(here=True), self.name)
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
-                          policy=self._policy, answers=self._answers, bridge=self._bridge,
-                          tasks=self._tasks, name=self.name, direct=direct,
-                          make_poller=make_poller,
+                          policy=self._policy, answers=self._answers, lifecycle=lifecycle,
+                          bridge=self._bridge, tasks=self._tasks, name=self.name,
+                          direct=direct, make_poller=make_poller,
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
-                          on_messages=self._on_messages, on_blocks=self._on_blocks,
-                          on_link_lost=self._pull.drop_link,
+                          deliveries=self._intake, on_link_lost=self._pull.drop_link,
+                          connect=connection_factory or connect_nsqd,
                           on_heartbeat=_overridden(self, "heartbeat"),
                           disabled=_overridden(self, "disabled"))
-        self._backoff_timer = BackoffTimer(self._backoff, self._policy, self._pool.apply,
-                                           self._bridge, self.name)
-        self._answers.on_result = self._backoff_timer.record
-        self._strategy: handlers.Strategy = handlers.not_started
+        self._backoff_windows = BackoffWindows(self._backoff, self._policy, self._pool.apply,
+                                               self._bridge, lifecycle, self.name)
+        self._answers.on_result = self._backoff_windows.record
 
         self._mode: str | None = None  # "handler", "pull"
         self._started = False
-        self._closing = False
-        self._closed = False
         self._closed_event = asyncio.Event()  # binds to no loop until waited on
         self._close_future: Any = None
         self._thread: Any = None
@@ -295,7 +308,7 @@ class Reader:
         return self._policy.total_rdy
 
     @property
-    def conns(self) -> dict[str, Connection]:
+    def conns(self) -> dict[str, ConsumerConnection]:
         """``address -> Connection`` of the subscribed connections (pynsq)."""
         return {s.address: s.conn for s in self._pool.subscribed() if s.conn is not None}
 
@@ -345,13 +358,13 @@ class Reader:
             current_ioloop().add_callback(self._start_handler_mode)
 
     def _start_handler_mode(self) -> None:
-        if self._started or self._closing or self._mode == "pull":
+        if self._started or self._lifecycle.closing or self._mode == "pull":
             return
         if self.message_handler is None and self.batch_handler is None:
             return
         self._started = True
         self._mode = "handler"
-        self._strategy = self._choose_strategy()
+        self._intake.to_messages = self._choose_strategy()
         self._start_here()
 
     def _start_here(self) -> None:
@@ -370,19 +383,6 @@ class Reader:
             answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
 
     # ------------------------------------------------------------------------------------
-    # deliveries (loop thread, once per read chunk)
-
-    def _on_messages(self, link: Link, msgs: list[Message]) -> None:
-        msgs = self._intake.messages(link, msgs)
-        if msgs:
-            self._strategy(link, msgs)
-        else:
-            self._answers.flush()
-
-    def _on_blocks(self, link: Link, blocks: list[MessageBlock]) -> None:
-        self._pull.put_blocks(link, self._intake.blocks(link, blocks))
-
-    # ------------------------------------------------------------------------------------
     # pull API
 
     def _ensure_pull(self, blocks: bool = False, here: bool = False) -> None:
@@ -396,7 +396,7 @@ class Reader:
                 or self.batch_handler is not None:
             raise NSQError(f"[{self.name}] get_batch/iter_batches/get_blocks/async for are "
                            "for Readers without a message_handler or batch_handler")
-        if self._closing:
+        if self._lifecycle.closing:
             raise NSQError(f"[{self.name}] the Reader is closed")
         if self._started:
             if self._pool.blocks == blocks and (self._mode == "async") == here:
@@ -410,7 +410,8 @@ class Reader:
         self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
-        self._strategy = self._pull.put_messages
+        self._intake.to_messages = self._pull.put_messages
+        self._intake.to_blocks = self._pull.put_blocks
         if here:  # asyncio iteration: on the caller's running loop, no thread
             self._start_here()
         else:
@@ -421,8 +422,8 @@ class Reader:
         await self._closed_event.wait()
 
     def _on_thread_exit(self) -> None:
-        self._closed = True
-        self._pull.stop()
+        self._lifecycle.finish_closing()
+        self._pull.wake()
 
     def start(self, blocks: bool = False) -> "Reader":
         """Start a pull-mode Reader's background loop now (get_batch also does; with
@@ -512,11 +513,12 @@ class Reader:
         (handler mode, e.g. inside a handler) it starts closing and returns a Future."""
         bridge = self._bridge
         if not bridge.bound or not self._started:
-            self._closing = self._closed = True
-            self._pull.stop()
+            self._lifecycle.finish_closing()
+            self._pull.wake()
             return None
         if bridge.on_loop_thread():
-            self._pull.stop()  # at once: iterators hand nothing more out
+            self._lifecycle.begin_closing()  # at once: iterators hand nothing more out
+            self._pull.wake()
             if self._close_future is None:
                 self._close_future = asyncio.ensure_future(self._aclose())
             return self._close_future
@@ -537,10 +539,10 @@ class Reader:
 
     async def _aclose(self) -> None:
         answers = self._answers
-        self._closing = self._intake.closing = True
+        self._lifecycle.begin_closing()  # the parts read it: no deliveries, connects, windows
         log.info("[%s] closing (%d connections)", self.name, len(self._pool.links))
-        self._pull.stop()
-        self._backoff_timer.stop()
+        self._pull.wake()
+        self._backoff_windows.stop()
         # 1. stop deliveries: RDY 0 and CLS (nsqd answers CLOSE_WAIT and sends no more)
         links = await self._pool.stop_deliveries()
         # 2. let in-flight handlers finish (handler mode); pulled messages are not waited for
@@ -561,14 +563,14 @@ class Reader:
         answers.drain_cross_thread()
         answers.flush()
         await self._pool.close_all()
-        self._closed = True
-        self._pull.stop()
+        self._lifecycle.finish_closing()
+        self._pull.wake()
         self._closed_event.set()
         log.info("[%s] closed", self.name)
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._lifecycle.closed
 
     def __enter__(self) -> "Reader":
         return self
