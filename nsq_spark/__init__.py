@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nsq_spark.errors import NSQError
     from nsq_spark.errors import NSQError as Error
     from nsq_spark.message import Message
-    from nsq_spark.producer import Producer
+    from nsq_spark.publish.producer import Producer
     from nsq_spark.writer import Writer
     from nsq_spark.publish_spool import SpoolingProducer
     from nsq_spark.reader import Reader, run
@@ -45,7 +45,7 @@ _EXPORTS = {
     "Reader": "nsq_spark.reader",
     "run": "nsq_spark.reader",
     "Message": "nsq_spark.message",
-    "Producer": "nsq_spark.producer",
+    "Producer": "nsq_spark.publish.producer",
     "Writer": "nsq_spark.writer",
     "SpoolingProducer": "nsq_spark.publish_spool",
     "Connection": "nsq_spark.conn",

@@ -634,12 +634,13 @@ def test_spool_dir_makes_a_producer_with_the_spool_options(tmp_path):
                   message_id_digest=True)
     try:
         assert type(sp) is Producer
-        assert sp._store._sync_ms == 25 and sp._store.full == "raise" and sp.message_id_digest
+        store = sp._transport.store
+        assert store._sync_ms == 25 and store.full == "raise" and sp.message_id_digest
     finally:
         sp.close(timeout=0)
     plain = Producer("127.0.0.1:4150", max_tries=2)      # no connection until a publish
     try:
-        assert type(plain) is Producer and plain.max_tries == 2 and plain._spool is None
+        assert type(plain) is Producer and plain.max_tries == 2 and plain.spool_dir is None
     finally:
         plain.close()
     plain = Producer("127.0.0.1:4150", spool_dir=None)
