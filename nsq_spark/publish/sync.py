@@ -151,6 +151,9 @@ class BlockingPool:
         errors: list[BaseException] = []
         for key in health.candidates(health.order() if order is None else order):
             conn = self._slot(key)
+            # only a connect that happened now says nsqd is up: an open connection may
+            # be the one the other pool just saw break
+            connecting = conn.closed or conn.stale
             try:
                 conn.ensure_open(deadline)
             except Exception as exc:  # noqa: BLE001 - collected, reported together
@@ -159,7 +162,8 @@ class BlockingPool:
                     raise
                 errors.append(exc)
                 continue
-            health.connected(key)
+            if connecting:
+                health.connected(key)
             return key, conn
         detail = "; ".join(str(e) for e in errors)
         raise ConnectError(f"no nsqd reachable among {self.order}: {detail}")
