@@ -102,7 +102,7 @@ def test_the_walk_sees_a_cycle():
 
 def test_the_walk_resolves_relative_imports():
     graph = import_graph()
-    assert "nsq_spark.protocol" in graph["nsq_spark.producer"]
+    assert "nsq_spark.publish.direct" in graph["nsq_spark.publish.producer"]
     assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
 
 
@@ -118,10 +118,11 @@ def test_no_import_cycle_inside_nsq_spark():
 # facade -> the packages of its parts, which must never import it
 OWNERS = {
     "nsq_spark.consumer.reader": ("nsq_spark.consumer.", "nsq_spark._loop"),
-    "nsq_spark.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
+    "nsq_spark.publish.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
 }
 FACADE_ALIASES = {"nsq_spark.consumer.reader": {"nsq_spark.consumer", "nsq_spark.reader"},
-                  "nsq_spark.producer": {"nsq_spark.publish_spool", "nsq_spark.writer"}}
+                  "nsq_spark.publish.producer": {"nsq_spark.producer", "nsq_spark.publish_spool",
+                                                 "nsq_spark.writer"}}
 
 
 @pytest.mark.parametrize("owner", sorted(OWNERS))
