@@ -214,7 +214,6 @@ class Producer:
         self.rescan_interval = rescan_interval
         self.spool_dir: Path | None = None
         self.config = ConnectionConfig.from_options(**connection_options)
-        self._stats = PublishStats(log)
         self._direct: DirectTransport | None = None   # without spool_dir (for Writer)
         self._transport: Transport
         self.nsqd_tcp_addresses: list[str]
@@ -259,7 +258,7 @@ class Producer:
                               self.retry_max_wait),
             publish_timeout=self.publish_timeout, max_msg_size=self.max_msg_size,
             max_mpub_bytes=self.max_mpub_bytes,
-            blocking_connections=self.blocking_connections, stats=self._stats)
+            blocking_connections=self.blocking_connections, stats=PublishStats(log))
 
     def __repr__(self) -> str:
         addrs = self.nsqd_http_addresses if self.http_mode else self.nsqd_tcp_addresses
