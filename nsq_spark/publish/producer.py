@@ -212,34 +212,34 @@ class Producer:
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.rescan_interval = rescan_interval
-        self.spool_dir: Path | None = None
         self.config = ConnectionConfig.from_options(**connection_options)
+        # the one choice of mode: a transport, and the addresses it was given
         self._direct: DirectTransport | None = None   # without spool_dir (for Writer)
-        self._transport: Transport
-        self.nsqd_tcp_addresses: list[str]
-        self.nsqd_http_addresses: list[str]
+        spool: SpooledTransport | None = None
+        transport: Transport
+        sender: Sender | DirectTransport
         if spool_dir is None:
-            self._direct = self._transport = self._direct_transport(
+            self._direct = transport = sender = self._direct_transport(
                 nsqd_tcp_addresses, nsqd_http_addresses, spooled)
-            self.nsqd_tcp_addresses = self._direct.nsqd_tcp_addresses
-            self.nsqd_http_addresses = self._direct.nsqd_http_addresses
         else:
-            sender: Sender
             if producer_factory is not None:
                 sender = producer_factory()
-                self.nsqd_tcp_addresses = [] if nsqd_tcp_addresses is None else [
-                    str(a) for a in split_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")]
-                self.nsqd_http_addresses = []
             else:   # built now, so that a bad option fails here, not in the drain thread
-                direct = sender = self._direct_transport(
-                    nsqd_tcp_addresses, nsqd_http_addresses, spooled)
-                self.nsqd_tcp_addresses = direct.nsqd_tcp_addresses
-                self.nsqd_http_addresses = direct.nsqd_http_addresses
-            spool = SpooledTransport(spool_dir, sender, max_msg_size=max_msg_size,
-                                     retry_max_wait=retry_max_wait, **spool_options)
-            self.spool_dir = spool.spool_dir
-            self._transport = spool
+                sender = self._direct_transport(nsqd_tcp_addresses, nsqd_http_addresses,
+                                                spooled)
+            transport = spool = SpooledTransport(
+                spool_dir, sender, max_msg_size=max_msg_size, retry_max_wait=retry_max_wait,
+                **spool_options)
+        self._transport = transport
+        if isinstance(sender, DirectTransport):
+            self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses
+            self.nsqd_http_addresses = sender.nsqd_http_addresses
+        else:   # a producer_factory's sender: the addresses as given, for repr and stats
+            self.nsqd_tcp_addresses = [] if nsqd_tcp_addresses is None else [
+                str(a) for a in split_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")]
+            self.nsqd_http_addresses = []
         self.http_mode = bool(self.nsqd_http_addresses)
+        self.spool_dir: Path | None = None if spool is None else spool.spool_dir
 
     def _direct_transport(self, tcp_given: Any, http_given: Any, spooled: bool
                           ) -> DirectTransport:
