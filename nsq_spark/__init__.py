@@ -12,12 +12,10 @@ asked for.
 
 Public modules (what users may import; tests/test_structure.py checks this list):
   ``consumer``       the Reader facade (``consumer.reader``) and its parts
-  ``producer``       the Producer facade
-  ``publish``        the Producer's transports: TCP pipeline, blocking, HTTP; retry, stats
+  ``publish``        the Producer facade (``publish.producer``) and its transports:
+                     direct (TCP pipeline, blocking, HTTP) or spooled; health, retry, stats
   ``spool``          the durable publish spool: format, store, drain
-  ``publish_spool``  the spool's user documentation and the deprecated SpoolingProducer
-  ``rdy``            RDY policy (pure), used by the consumer
-  ``backoff``        backoff policy (pure), used by the consumer
+  ``publish_spool``  the deprecated SpoolingProducer (the spool's documentation: ``spool``)
   ``compat``         pynsq's surface: Writer, AsyncConn, SyncConn, BackoffTimer, LegacyReader
   ``dedup``          deduplicators and key functions
   ``spark``          the PySpark data source and sink
@@ -35,9 +33,10 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``metrics``        the Prometheus collector
   ``cli``            the ``nsq-spark`` command
 
-Private modules start with ``_`` (``_loop``, ``_codecs``, ``_strict_argparse``,
-``_version``; ``__version__`` is here).
-The old paths ``reader``, ``writer``, ``install`` and ``testing_chaos`` are re-exports
+Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``,
+``_strict_argparse``, ``_version``; ``__version__`` is here).
+The old paths ``reader``, ``writer``, ``producer``, ``rdy``, ``backoff``, ``install`` and
+``testing_chaos`` are re-exports
 kept for users; the project itself never imports them.
 """
 
@@ -55,7 +54,7 @@ if TYPE_CHECKING:
     from nsq_spark.errors import NSQError
     from nsq_spark.errors import NSQError as Error
     from nsq_spark.message import Message
-    from nsq_spark.producer import Producer
+    from nsq_spark.publish.producer import Producer
     from nsq_spark.compat.writer import Writer
     from nsq_spark.publish_spool import SpoolingProducer
     from nsq_spark.consumer.reader import Reader
@@ -76,7 +75,7 @@ _EXPORTS = {
     "Reader": "nsq_spark.consumer.reader",
     "run": "nsq_spark.consumer.run",
     "Message": "nsq_spark.message",
-    "Producer": "nsq_spark.producer",
+    "Producer": "nsq_spark.publish.producer",
     "Writer": "nsq_spark.compat.writer",
     "SpoolingProducer": "nsq_spark.publish_spool",
     "Connection": "nsq_spark.conn",

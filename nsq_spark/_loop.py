@@ -6,10 +6,13 @@ loop in pull mode) and is reached from any thread: answers to messages, ``close(
 "run it now, I am on the loop's thread" versus "hand it to the loop"; :class:`TaskGroup`
 keeps the tasks a consumer spawned, by kind, so that closing cancels the right ones;
 :func:`start_loop_thread` runs a loop on a daemon thread and cleans it up completely;
-:class:`LoopThread` is the same for objects that only need "a loop somewhere" (the
-Producer's futures API and its blocking callers): ``run_coroutine(coro)`` gives a
-``concurrent.futures.Future``, ``call_soon(fn, *args)`` is thread-safe,
-``in_loop_thread()`` tells where the caller is, ``stop(timeout)`` joins and closes.
+:class:`LoopThread` is the same for objects that only need "a loop somewhere":
+``run_coroutine(coro)`` gives a ``concurrent.futures.Future``, ``call_soon(fn, *args)`` is
+thread-safe, ``in_loop_thread()`` tells where the caller is, ``stop(timeout)`` joins and
+closes. :class:`LoopHome` is the loop of an object used from threads *and* coroutines
+(the Producer): chosen on first use -- the caller's running loop (no thread at all) or a
+:class:`LoopThread` of its own -- and the only code that hands its work across, checks
+that a blocking call is not made on it, and shuts it down.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from .errors import NSQError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoopBridge", "LoopThread", "TaskGroup", "start_loop_thread", "current_ioloop",
-           "on_loop_future"]
+__all__ = ["LoopBridge", "LoopHome", "LoopThread", "TaskGroup", "start_loop_thread",
+           "current_ioloop", "on_loop_future"]
 
 T = TypeVar("T")
 
@@ -251,6 +254,143 @@ class LoopThread:
         return True
 
 
+class LoopHome:
+    """The event loop an object's IO runs on, chosen on first use and kept.
+
+    Used from coroutines first (:meth:`bind_running`), it adopts the caller's running
+    loop and starts no thread; used from threads first (:meth:`for_threads`), it starts a
+    :class:`LoopThread` and every later caller, coroutines included, hops to that one. A
+    caller's loop that has ended (an ``asyncio.run()`` returned) is let go, ``on_lost()``
+    tells the owner to drop what lived on it, and the next use starts over.
+
+    Args:
+        name: the IO thread's name, and the owner's name in messages.
+        closed: True once the owner is closed (then no loop is started or bound).
+        on_lost: called when the bound loop turned out to be closed.
+        async_hint: the asynchronous call to name when a blocking one is made on the
+            loop itself (e.g. ``"await producer.apublish(...)"``).
+    """
+
+    def __init__(self, name: str, *, closed: Callable[[], bool], on_lost: Callable[[], None],
+                 async_hint: str) -> None:
+        self.name = name
+        self.closed = closed
+        self.on_lost = on_lost
+        self.async_hint = async_hint
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: LoopThread | None = None   # set when the loop is our own
+        self._lock = threading.Lock()
+
+    def current(self) -> asyncio.AbstractEventLoop:
+        """The loop (for code that runs on it)."""
+        loop = self.loop
+        assert loop is not None, f"the {self.name} runs on its loop: bind it first"
+        return loop
+
+    @property
+    def own_thread(self) -> bool:
+        """True when the loop runs on a thread of our own (not the caller's loop)."""
+        return self.thread is not None
+
+    def _let_go_if_ended(self) -> None:
+        loop = self.loop
+        if loop is not None and self.thread is None and loop.is_closed():
+            with self._lock:
+                self.on_lost()
+                self.loop = None
+
+    def _closed_error(self) -> NSQError:
+        return NSQError(f"the {self.name} is closed")
+
+    def check_off_loop(self) -> None:
+        """Raise when a blocking call comes from the caller's loop this one is bound to
+        (it would wait for the loop it blocks), or after closing."""
+        if self.closed():
+            raise self._closed_error()
+        loop = self.loop
+        if loop is not None and self.thread is None:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            if running is loop:
+                raise NSQError(f"a blocking call on the event loop the {self.name} runs on; "
+                               f"use `{self.async_hint}` there")
+
+    def for_threads(self) -> asyncio.AbstractEventLoop:
+        """The loop for callers on other threads: a bound loop that still runs, or a new
+        :class:`LoopThread` when there is none yet."""
+        self._let_go_if_ended()
+        loop = self.loop
+        if loop is not None:
+            if self.thread is None:
+                self.check_off_loop()
+                if loop.is_closed() or not loop.is_running():
+                    raise NSQError(f"the event loop this {self.name} was bound to is not "
+                                   "running; use the async API inside it, or a new one")
+            return loop
+        with self._lock:
+            if self.loop is None:
+                if self.closed():
+                    raise self._closed_error()
+                self.thread = LoopThread(f"nsq-{self.name}-io")
+                self.loop = self.thread.loop
+            return self.loop
+
+    def bind_running(self) -> asyncio.AbstractEventLoop:
+        """From a coroutine: the loop to use -- the running one, unless one was chosen
+        before (then the caller hops to it)."""
+        running = asyncio.get_running_loop()
+        self._let_go_if_ended()
+        if self.loop is None:
+            with self._lock:
+                if self.loop is None:
+                    if self.closed():
+                        raise self._closed_error()
+                    self.loop = running
+        return self.loop
+
+    def on_it(self) -> bool:
+        """True when the caller runs on the chosen loop (binding to the running loop if
+        none was chosen yet)."""
+        return self.bind_running() is asyncio.get_running_loop()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop from a thread; a future of its outcome."""
+        try:
+            loop = self.for_threads()
+        except BaseException:
+            coro.close()   # never awaited: no warning
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def shutdown(self, close: Callable[[], Coroutine[Any, Any, None]], timeout: float) -> None:
+        """Run ``close()`` on the loop, from wherever the caller is, then stop our own
+        thread. On a caller's loop from that loop's thread, ``close()`` is scheduled (it
+        cannot be waited for there); from another thread it is waited up to ``timeout``."""
+        loop = self.loop
+        if loop is None:
+            return
+        thread = self.thread
+        if thread is None:   # the caller's loop
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                asyncio.ensure_future(close())
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(close(), loop).result(timeout)
+            return
+        try:
+            thread.run_coroutine(close()).result(timeout)
+        except Exception as exc:  # noqa: BLE001 - closing goes on
+            log.warning("%s close: %s", self.name, exc)
+        thread.stop(10)
+        self.thread = None
+        self.loop = None
+
+
 def current_ioloop() -> Any:
     """This thread's tornado IOLoop, made if there is none (newer Pythons no longer create
     an event loop implicitly outside a running one)."""
@@ -271,4 +411,4 @@ def on_loop_future(result: Any, loop: Any) -> "asyncio.Future[Any]":
     from tornado.gen import convert_yielded
     if isinstance(result, concurrent.futures.Future):
         return asyncio.wrap_future(result, loop=loop)
-    return convert_yielded(result)  # type: ignore[no-any-return]
+    return convert_yielded(result)

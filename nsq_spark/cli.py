@@ -423,7 +423,7 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
                          "by the spooling publisher)")
     opened, total = _inputs(args.files, stdin)
     progress = Progress(stderr, total, args.quiet)
-    from nsq_spark.producer import Producer
+    from nsq_spark.publish.producer import Producer
 
     if args.spool_dir:
         producer = Producer(

@@ -118,7 +118,8 @@ def test_asyncio_api_binds_to_running_loop(nsqd: NSQCluster) -> None:
             assert set(await asyncio.gather(*futs)) == {b"OK"}
             await p.apublish(topic, b"d")
             await p.apublish(topic, b"deferred", defer_ms=60_000)
-            assert p._io is None  # no IO thread in asyncio mode
+            # no IO thread in asyncio mode
+            assert not [t for t in threading.enumerate() if t.name == "nsq-producer-io"]
             with pytest.raises(errors.NSQError, match="apublish"):
                 p.publish(topic, b"blocking on the loop")
 
@@ -317,10 +318,10 @@ def test_producer_with_snappy_and_deflate(nsqd: NSQCluster) -> None:
         with Producer(nsqd.nsqd_tcp_addresses, **opt) as p:
             p.mpublish(topic, [b"c" * 4000] * 10)
             p.publish(topic, b"d" * 4096)
-            conn = p._blocking._slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
+            conn = p._sync_slot(nsqd.nsqd_tcp_addresses[0])  # the blocking calls' connection
             assert conn.snappy or conn.deflate
             assert p.publish_async(topic, b"e" * 3000).result(10) == b"OK"  # the IO thread's
-            aconn = p._tcp._conns[nsqd.nsqd_tcp_addresses[0]]
+            aconn = p._direct_only.tcp._conns[nsqd.nsqd_tcp_addresses[0]]
             assert aconn.snappy or aconn.deflate
     got = _consume(nsqd.nsqd_tcp_addresses[0], topic, 24)
     assert sorted(m.body for m in got) == sorted(([b"c" * 4000] * 10 + [b"d" * 4096, b"e" * 3000]) * 2)

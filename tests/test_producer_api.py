@@ -266,13 +266,16 @@ def test_max_tries_defaults_to_the_deadline_and_to_1_inside_a_spool(tmp_path):
     spooling = Producer("127.0.0.1:4150", spool_dir=tmp_path)
     try:
         # no count: the retry budget is retry_deadline (an nsqd restart costs no error)
-        assert direct.max_tries is None and direct._retry.deadline == direct.retry_deadline
-        assert spooling.max_tries == 1 and spooling._spool.sender.max_tries == 1
+        retry = direct._transport.retry
+        assert direct.max_tries is None and retry.max_tries is None
+        assert retry.deadline == direct.retry_deadline
+        # the spool's sender fails fast: the drain retries without end itself
+        assert spooling.max_tries == 1 and spooling._transport.drain.sender.retry.max_tries == 1
     finally:
         direct.close()
         spooling.close(timeout=0)
     explicit = Producer("127.0.0.1:4150", spool_dir=tmp_path, max_tries=3)
     try:
-        assert explicit._spool.sender.max_tries == 3
+        assert explicit._transport.drain.sender.retry.max_tries == 3
     finally:
         explicit.close(timeout=0)

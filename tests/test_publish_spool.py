@@ -4,11 +4,13 @@ and the spooling publisher's drain logic against an in-process stand-in for the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -19,6 +21,7 @@ from nsq_spark.publish_spool import (
     SegmentStore, SpoolDirectoryError, SpoolError, SpoolFullError, SpoolingProducer,
     decode_records, encode_record, open_envelope, read_segment, wrap_envelope,
 )
+from nsq_spark.spool.drain import Sender
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +32,7 @@ def segs(d: Path) -> list[Path]:
 
 def drain(store: SegmentStore, limit: int = 1000) -> list[tuple[str, bytes, int | None]]:
     """Everything the store owns, acknowledged batch by batch."""
-    out = []
+    out: list[tuple[str, bytes, int | None]] = []
     for _ in range(limit):
         b = store.next_batch(max_messages=7, max_bytes=4096)
         if b is None:
@@ -362,39 +365,39 @@ def test_damaged_ack_file_means_resend_not_loss(tmp_path):
 
 
 class FakeProducer:
-    """Records what would go to nsqd; fails while `down` is set, refuses `poison`."""
+    """Records what would go to nsqd; fails while `down` is set, refuses `poison`. Typed
+    against the drain's port (:class:`nsq_spark.spool.drain.Sender`): mypy checks it."""
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink) -> None:
         self.sink = sink
 
-    def _check(self, bodies):
+    def _check(self, bodies: Sequence[bytes]) -> None:
         if self.sink.down.is_set():
             raise ConnectionRefusedError("nsqd down")
         if any(b.endswith(b"POISON") for b in bodies):
             raise NSQServerError("E_BAD_MESSAGE", "message too big")
 
-    def publish(self, topic, body, defer_ms=None):
+    def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
         self._check([body])
         self.sink.got.append((topic, body, defer_ms))
 
-    def mpublish(self, topic, bodies):
+    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
         self._check(bodies)
         self.sink.got.extend((topic, b, None) for b in bodies)
         self.sink.mpubs += 1
 
-    def close(self):
+    def close(self) -> None:
         self.sink.closed += 1
 
 
 class AsyncFakeProducer(FakeProducer):
     """With the Producer's ``mpublish_async`` (a concurrent.futures.Future)."""
 
-    def mpublish_async(self, topic, bodies):
-        import concurrent.futures
+    def mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                       ) -> concurrent.futures.Future[bytes]:
+        fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
 
-        fut = concurrent.futures.Future()
-
-        def later():
+        def later() -> None:
             time.sleep(0.001)
             try:
                 self.mpublish(topic, bodies)
@@ -408,14 +411,14 @@ class AsyncFakeProducer(FakeProducer):
 
 
 class Sink:
-    def __init__(self, cls=FakeProducer):
+    def __init__(self, cls: type[FakeProducer] = FakeProducer) -> None:
         self.cls = cls
-        self.got = []
+        self.got: list[tuple[str, bytes, int | None]] = []
         self.down = threading.Event()
         self.mpubs = 0
         self.closed = 0
 
-    def factory(self):
+    def factory(self) -> Sender:
         return self.cls(self)
 
 
@@ -634,12 +637,13 @@ def test_spool_dir_makes_a_producer_with_the_spool_options(tmp_path):
                   message_id_digest=True)
     try:
         assert type(sp) is Producer
-        assert sp._store._sync_ms == 25 and sp._store.full == "raise" and sp.message_id_digest
+        store = sp._transport.store
+        assert store._sync_ms == 25 and store.full == "raise" and sp.message_id_digest
     finally:
         sp.close(timeout=0)
     plain = Producer("127.0.0.1:4150", max_tries=2)      # no connection until a publish
     try:
-        assert type(plain) is Producer and plain.max_tries == 2 and plain._spool is None
+        assert type(plain) is Producer and plain.max_tries == 2 and plain.spool_dir is None
     finally:
         plain.close()
     plain = Producer("127.0.0.1:4150", spool_dir=None)

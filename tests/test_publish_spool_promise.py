@@ -298,10 +298,10 @@ def test_the_spooling_producer_accepts_exactly_what_the_direct_one_does(tmp_path
     with Producer(spool_dir=tmp_path, producer_factory=sink.factory) as p:
         for topic in TOPICS:
             for body in BODIES:
-                want = _outcome(lambda: direct._encode_pub(topic, body, None))
+                want = _outcome(lambda: direct._transport.encode_pub(topic, body, None))
                 got = _outcome(lambda: p.publish(topic, body))
                 assert got == want, (topic, body)
-                want = _outcome(lambda: direct._encode_mpub(topic, [b"a", body]))
+                want = _outcome(lambda: direct._transport.encode_mpub(topic, [b"a", body]))
                 got = _outcome(lambda: p.mpublish(topic, [b"a", body]))
                 assert got == want, (topic, body, "mpublish")
         assert p.flush(5)

@@ -138,6 +138,7 @@ def test_the_walk_sees_a_cycle():
 def test_the_walk_resolves_relative_imports():
     graph = import_graph()
     assert "nsq_spark.protocol" in graph["nsq_spark.conn"]
+    assert "nsq_spark.publish.direct" in graph["nsq_spark.publish.producer"]
     assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
     assert "nsq_spark.addresses" in graph["nsq_spark.testing.chaos"]
     assert "nsq_spark.testing" in graph["nsq_spark.testing.chaos"]  # names of its package
@@ -182,11 +183,11 @@ def test_no_import_cycle_inside_nsq_spark():
 # facade -> the packages of its parts, which must never import it
 OWNERS = {
     "nsq_spark.consumer.reader": ("nsq_spark.consumer.", "nsq_spark._loop"),
-    "nsq_spark.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
+    "nsq_spark.publish.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
 }
 FACADE_ALIASES = {"nsq_spark.consumer.reader": {"nsq_spark.consumer", "nsq_spark.reader"},
-                  "nsq_spark.producer": {"nsq_spark.publish_spool", "nsq_spark.writer",
-                                         "nsq_spark.compat.writer"}}
+                  "nsq_spark.publish.producer": {"nsq_spark.producer", "nsq_spark.publish_spool",
+                                                 "nsq_spark.writer", "nsq_spark.compat.writer"}}
 
 
 @pytest.mark.parametrize("owner", sorted(OWNERS))
@@ -206,6 +207,10 @@ SHIMS = {
     "nsq_spark.reader": ("nsq_spark.consumer.reader", "nsq_spark.consumer.run",
                          "nsq_spark.consumer.pool"),
     "nsq_spark.writer": ("nsq_spark.compat.writer",),
+    "nsq_spark.producer": ("nsq_spark.publish.producer", "nsq_spark.compat.writer",
+                           "nsq_spark.errors"),
+    "nsq_spark.rdy": ("nsq_spark.consumer.rdy", "nsq_spark._rdy_credit"),
+    "nsq_spark.backoff": ("nsq_spark.consumer.backoff",),
     "nsq_spark.install": ("nsq_spark.testing.install",),
     "nsq_spark.testing_chaos": ("nsq_spark.testing.chaos",),
 }

@@ -35,7 +35,7 @@ from tornado.ioloop import IOLoop
 
 from .. import protocol, validate
 from ..errors import ConfigError, NSQError, SendError
-from ..producer import Producer
+from ..publish.producer import Producer
 
 log = logging.getLogger("nsq_spark.producer")
 

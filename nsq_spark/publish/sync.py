@@ -5,8 +5,9 @@ cost ten times that, so a blocking ``publish`` talks to nsqd itself. Threads sha
 ``connections_per_nsqd`` :class:`~nsq_spark.conn.SyncConnection` per nsqd (a thread
 always uses the same one, chosen by its id) and pipeline on them. The first attempt uses
 the thread's open connection if it has one; anything else (connecting, reconnecting,
-another nsqd, waiting between attempts) goes through the retry policy. An nsqd that
-refused a connection is skipped for ``retry_wait`` seconds.
+another nsqd, waiting between attempts) goes through the retry policy. Which nsqd, in which order, and which are
+backing off after a failure is :class:`~.health.NsqdHealth`'s decision, shared with the
+pipelined path.
 
 ``timeout`` (the Producer's ``publish_timeout``) bounds one call as a whole: connecting,
 every attempt, every wait between attempts. Each socket wait gets only the time left, and
@@ -16,16 +17,16 @@ out raises NSQTimeoutError naming ``publish_timeout`` (its cause: the last failu
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from typing import Any, Callable, NoReturn
 
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import SyncConnection
+from nsq_spark.sync_conn import SyncConnection
 from nsq_spark.errors import ConnectError, NSQTimeoutError, is_transient
 
+from .health import NsqdHealth
 from .retry import RetryPolicy
 from .stats import PublishStats
 
@@ -38,40 +39,36 @@ class BlockingPool:
     Args:
         addresses: ``{"host:port": Address}`` in the configured order.
         config: connection options.
-        strategy: ``"round_robin"`` or ``"failover"``.
+        health: the strategy order and each nsqd's backoff (shared with the other pool).
         connections_per_nsqd: sockets per nsqd the threads share.
         retry: the retry policy (its ``max_tries`` bounds the attempts).
-        retry_wait: seconds an nsqd that refused a connection is skipped.
-        stats: counters and up/down transitions.
+        stats: counters.
         stopped: True once the owner closes (ends retrying).
         timeout: seconds one ``command`` may take in all, retries included (None: bounded
             by the retry policy and ``response_timeout`` per attempt only).
     """
 
     def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
-                 strategy: str, connections_per_nsqd: int, retry: RetryPolicy,
-                 retry_wait: float, stats: PublishStats, stopped: Callable[[], bool],
+                 health: NsqdHealth, connections_per_nsqd: int, retry: RetryPolicy,
+                 stats: PublishStats, stopped: Callable[[], bool],
                  timeout: float | None = None) -> None:
         self.addresses = addresses
         self.order = list(addresses)
         self.config = config
-        self.strategy = strategy
+        self.health = health
         self.connections_per_nsqd = connections_per_nsqd
         self.retry = retry
-        self.retry_wait = retry_wait
         self.stats = stats
         self.stopped = stopped
         self.timeout = timeout
         self._lock = threading.Lock()
         self._slots: dict[str, list[SyncConnection]] = {}
-        self._down_until: dict[str, float] = {}
-        self._rr = itertools.count()
 
     def command(self, data: bytes) -> bytes:
         """Send one encoded command and return nsqd's answer, retrying transient
         failures; the exception of the last attempt otherwise (counted in ``errors``), or
         NSQTimeoutError once ``timeout`` has passed."""
-        order: list[str] | None = self._order()
+        order: list[str] | None = self.health.order()
         assert order is not None
         ready = self._ready(order)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
@@ -122,13 +119,6 @@ class BlockingPool:
     def _on_retry(self, _: Any) -> None:
         self.stats.retried()
 
-    def _order(self) -> list[str]:
-        addrs = self.order
-        if self.strategy == "failover" or len(addrs) == 1:
-            return addrs
-        k = next(self._rr) % len(addrs)
-        return addrs[k:] + addrs[:k]
-
     def _slot(self, key: str) -> SyncConnection:
         slots = self._slots.get(key)
         if slots is None:
@@ -142,10 +132,10 @@ class BlockingPool:
         return slots[threading.get_ident() % len(slots)]
 
     def _ready(self, order: list[str]) -> tuple[str, SyncConnection] | None:
-        """The fast path: this thread's open connection to the first nsqd in order."""
-        now = time.monotonic()
+        """The fast path: this thread's open connection to the first nsqd in order that
+        is not backing off."""
         for key in order:
-            if self._down_until.get(key, 0) > now:
+            if self.health.backing_off(key):
                 continue
             conn = self._slot(key)
             if not conn.closed and not conn.stale:
@@ -157,24 +147,23 @@ class BlockingPool:
              ) -> tuple[str, SyncConnection]:
         """An open connection, connecting as needed, in strategy order; ConnectError with
         every cause when none can be opened."""
-        now = time.monotonic()
-        if order is None:
-            order = self._order()
-        up = [a for a in order if self._down_until.get(a, 0) <= now] or order
+        health = self.health
         errors: list[BaseException] = []
-        for key in up:
+        for key in health.candidates(health.order() if order is None else order):
             conn = self._slot(key)
+            # only a connect that happened now says nsqd is up: an open connection may
+            # be the one the other pool just saw break
+            connecting = conn.closed or conn.stale
             try:
                 conn.ensure_open(deadline)
             except Exception as exc:  # noqa: BLE001 - collected, reported together
-                self.stats.down(key, exc)
+                health.connect_failed(key, exc)
                 if not is_transient(exc):
                     raise
                 errors.append(exc)
-                self._down_until[key] = time.monotonic() + self.retry_wait
                 continue
-            self._down_until.pop(key, None)
-            self.stats.up(key)
+            if connecting:
+                health.connected(key)
             return key, conn
         detail = "; ".join(str(e) for e in errors)
         raise ConnectError(f"no nsqd reachable among {self.order}: {detail}")

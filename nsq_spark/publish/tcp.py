@@ -3,15 +3,16 @@ connection, answers matched in order, on one event loop.
 
 The pool keeps one tornado :class:`~nsq_spark.conn.Connection` per nsqd and picks one per
 command by the strategy (``"round_robin"`` over the connected ones, or ``"failover"``:
-the first healthy one in the configured order). A command goes out with
+the first healthy one in the configured order); the order and each nsqd's backoff are
+:class:`~.health.NsqdHealth`'s, shared with the blocking path. A command goes out with
 ``Connection.command_into`` and a small waiter object, so nothing per command is a
 coroutine on the fast path; every command written during one loop turn goes out in one
 socket write. Threads hand commands over through an inbox drained once per loop wakeup.
 
 A transient failure (:func:`nsq_spark.errors.is_transient`) sends the command to the retry
 path: the one retry policy, on whichever connection works (connecting to every candidate
-at once). An nsqd that refused a connection is not tried again before an exponential
-backoff has passed; the pool reconnects preferred nsqd in the background as it picks.
+at once). An nsqd that refused a connection is not tried again before its backoff has
+passed; the pool reconnects preferred nsqd in the background as it picks.
 
 ``timeout`` (the Producer's ``publish_timeout``) bounds every command as a whole, retries
 included: past it the command's future fails with NSQTimeoutError naming the option, and
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import itertools
 import logging
 import time
 from typing import Any, Callable
@@ -39,6 +39,7 @@ from nsq_spark.config import ConnectionConfig
 from nsq_spark.conn import Connection
 from nsq_spark.errors import ConnectError, NSQError, NSQTimeoutError, is_transient
 
+from .health import NsqdHealth
 from .retry import RetryPolicy
 from .stats import PublishStats
 
@@ -181,9 +182,9 @@ class PipelinedPool:
     Args:
         addresses: ``{"host:port": Address}`` in the configured order.
         config: connection options.
-        strategy: ``"round_robin"`` or ``"failover"``.
+        health: the strategy order and each nsqd's backoff (shared with the other pool).
         retry: the retry policy (its ``max_tries`` bounds the attempts).
-        stats: counters and up/down transitions.
+        stats: counters.
         loop: returns the loop to run on (the owner's, started or bound on first use).
         stopped: True once the owner closes (ends retrying, refuses new work).
         timeout: seconds a command may take in all, retries included (None: no bound
@@ -191,18 +192,17 @@ class PipelinedPool:
     """
 
     def __init__(self, addresses: dict[str, Address], config: ConnectionConfig, *,
-                 strategy: str, retry: RetryPolicy, stats: PublishStats,
+                 health: NsqdHealth, retry: RetryPolicy, stats: PublishStats,
                  loop: Callable[[], asyncio.AbstractEventLoop],
                  stopped: Callable[[], bool], timeout: float | None = None) -> None:
         self.addresses = addresses
         self.order = list(addresses)
         self.config = config
-        self.strategy = strategy
+        self.health = health
         self.retry = retry
         self.max_tries = retry.max_tries
         self.timeout = timeout
         self.retry_wait = retry.wait
-        self.retry_max_wait = retry.max_wait
         self.stats = stats
         self.loop = loop
         self.stopped = stopped
@@ -211,9 +211,6 @@ class PipelinedPool:
         self._live: tuple[Connection, ...] = ()  # connected, in configured order
         self._all_up = False
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
-        self._down_until: dict[str, float] = {}
-        self._down_count: dict[str, int] = {}
-        self._rr = itertools.count()
         self._inbox: collections.deque[_Request] = collections.deque()
         self._drain_scheduled = False
         self._retrying: set[asyncio.Task[Any]] = set()
@@ -388,9 +385,7 @@ class PipelinedPool:
             return None
         if not self._all_up:
             self._maybe_reconnect_preferred()
-        if self.strategy == "failover":
-            return live[0]  # _live keeps the configured order
-        return live[next(self._rr) % len(live)]
+        return self.health.choose(live)  # _live keeps the configured order
 
     def _update_live(self) -> None:
         self._live = tuple(self._conns[a] for a in self.order if a in self._conns)
@@ -398,26 +393,23 @@ class PipelinedPool:
 
     def _maybe_reconnect_preferred(self) -> None:
         """Bring back nsqd that were down, once their backoff has passed (no waiting)."""
-        now = self.loop().time()
+        health = self.health
         for key in self.order:
             if key not in self._conns and key not in self._connecting \
-                    and self._down_until.get(key, 0) <= now:
+                    and not health.backing_off(key):
                 asyncio.ensure_future(self._connect(key)).add_done_callback(_retrieve)
 
     async def _get_connection(self) -> tuple[str, Connection]:
         conn = self._pick()
         if conn is not None:
             return self._key_of.get(conn, ""), conn
-        now = self.loop().time()
-        candidates = [a for a in self.order if self._down_until.get(a, 0) <= now] \
-            or list(self.order)
-        tasks = [asyncio.ensure_future(self._connect(a)) for a in candidates]
+        tasks = [asyncio.ensure_future(self._connect(a)) for a in self.health.candidates()]
         for t in tasks:
             t.add_done_callback(_retrieve)  # late failures are recorded, not warned about
         errors: list[BaseException] = []
         # connect to all at once; failover takes them in the configured order, round-robin
         # whichever answers first
-        order = tasks if self.strategy == "failover" else asyncio.as_completed(tasks)
+        order = tasks if self.health.strategy == "failover" else asyncio.as_completed(tasks)
         for fut in order:
             try:
                 conn = await fut
@@ -446,19 +438,12 @@ class PipelinedPool:
                               on_close=lambda c, e: self._on_conn_close(key, c, e))
             await conn.connect()
         except BaseException as exc:
-            n = self._down_count.get(key, 0) + 1
-            self._down_count[key] = n
-            self._down_until[key] = loop.time() + min(self.retry_max_wait,
-                                                      self.retry_wait * 2 ** n)
-            if not self.stopped():
-                self.stats.down(key, exc)
+            self.health.connect_failed(key, exc, report=not self.stopped())
             fut.set_exception(exc)
             fut.exception()
             raise
         finally:
             self._connecting.pop(key, None)
-        self._down_count.pop(key, None)
-        self._down_until.pop(key, None)
         if self.stopped():
             conn.close()
             exc2 = NSQError("the producer is closed")
@@ -468,7 +453,7 @@ class PipelinedPool:
         self._conns[key] = conn
         self._key_of[conn] = key
         self._update_live()
-        self.stats.up(key)
+        self.health.connected(key)
         fut.set_result(conn)
         log.debug("producer connected to %s", key)
         return conn
@@ -479,8 +464,7 @@ class PipelinedPool:
             self._update_live()
         self._key_of.pop(conn, None)
         if exc is not None and not self.stopped():
-            self.stats.down(key, exc)
-            self._down_until[key] = self.loop().time() + self.retry_wait
+            self.health.connection_lost(key, exc)
 
     def connected(self) -> set[str]:
         return set(self._conns)
@@ -517,7 +501,7 @@ class PipelinedPool:
         self._key_of.clear()
         self._update_live()
         self._connecting.clear()
-        self._down_until.clear()
+        self.health.forget()
         self._retrying.clear()
         self._inbox.clear()
         self._by_deadline.clear()

@@ -71,7 +71,7 @@ def _column_bytes(rb: "pa.RecordBatch", name: str) -> list[bytes | None]:
 def publish_batches(opts: WriteOptions, batches: Iterator["pa.RecordBatch"],
                     producer_factory: Any = None) -> PublishCommit:
     """Publish every row of ``batches``; returns the counts."""
-    from nsq_spark.producer import Producer
+    from nsq_spark.publish.producer import Producer
 
     factory = producer_factory or (lambda: Producer(
         nsqd_addresses(opts), max_tries=opts.retries, **opts.connection))

@@ -2,8 +2,8 @@
 records to nsqd in order and acknowledges them in the store.
 
 It reads the oldest unacknowledged batch (consecutive records of one topic, or one
-deferred record), sends it through a *sender* (an ordinary, non-spooling
-:class:`nsq_spark.Producer`, handed in: this module does not import it),
+deferred record), sends it through a *sender* (the :class:`Sender` port: by default the Producer's
+direct transport, handed in: this module imports neither),
 reads the next batch during the round trip, and advances the segment's watermark when
 nsqd answered ``OK``.
 
@@ -84,7 +84,11 @@ def _retryable(exc: BaseException) -> bool:
 
 
 class Sender(Protocol):
-    """What the drain needs of a producer (``mpublish_async`` is used when present)."""
+    """What the drain needs of what it sends through: a direct transport, a Producer
+    without spool, or a test's fake. A ``mpublish_async`` returning a
+    ``concurrent.futures.Future`` is used when present (the next batch is read during the
+    round trip); ``stats()`` returning a dict, when present, is shown in the Producer's
+    ``stats()["producer"]``; ``published`` (an int) is its ``published``."""
 
     def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> Any: ...
 
@@ -125,7 +129,7 @@ class SpoolDrain:
         self.on_rejected = on_rejected
         self.on_error = on_error
         self.log_every = log_every
-        self.sender: Any = sender
+        self.sender: Sender | None = sender
         self.last_error: BaseException | None = None
         # health: "ok" or "failing" (nsqd has not taken a batch since failing_since)
         self.failing_since: float | None = None    # time.time() of the first failure
@@ -293,7 +297,7 @@ class SpoolDrain:
             return [wrap_envelope(b) for b in batch.bodies]
         return batch.bodies
 
-    def _sender(self) -> Any:
+    def _sender(self) -> Sender:
         if self.sender is None:
             raise RuntimeError("the spool drain was stopped")  # pragma: no cover - a bug
         return self.sender
@@ -301,10 +305,9 @@ class SpoolDrain:
     def _start_send(self, batch: Batch) -> "concurrent.futures.Future[Any] | None":
         """Send without waiting when the sender can (``mpublish_async``); else send
         synchronously and return None."""
-        sender = self._sender()
-        if batch.defer_ms is None and len(batch.bodies) > 1 and hasattr(sender, "mpublish_async"):
-            fut: concurrent.futures.Future[Any] = sender.mpublish_async(batch.topic,
-                                                                        self._bodies(batch))
+        send_async = getattr(self._sender(), "mpublish_async", None)
+        if batch.defer_ms is None and len(batch.bodies) > 1 and send_async is not None:
+            fut: concurrent.futures.Future[Any] = send_async(batch.topic, self._bodies(batch))
             return fut
         self._send_batch(batch)
         return None

@@ -3,7 +3,7 @@ safely between processes. No sockets, no retries: the drain (:mod:`.drain`) read
 from it and acknowledges them.
 
 The on-disk layout (segments, ``.ack`` watermarks, ``corrupt/``, ``rejected/``) is
-documented once, for users, in :mod:`nsq_spark.publish_spool`.
+documented once, for users, in :mod:`nsq_spark.spool`.
 
 Every :meth:`SegmentStore.append` is one ``pwrite(2)`` of whole records (format in
 :mod:`.format`), synced per the fsync policy. Every segment is owned by exactly one
@@ -628,7 +628,7 @@ class SegmentStore:
             log.warning("spool %s: ack file of %s is damaged; its messages are sent again "
                         "from the start (duplicates possible)", self.directory, name)
             return 0
-        return mark
+        return int(mark)
 
     def _write_ack(self, seg: _Segment) -> None:
         # written without fsync: it only saves resending; a stale watermark after a machine
