@@ -201,8 +201,13 @@ def summarize(arrivals: Arrivals, published: int, batches: Sequence[BatchTiming]
     duplicates = sum(n - 1 for n in counts.values() if n > 1)
     missing = sum(1 for s in range(published) if s not in counts)
     unexpected = sum(1 for s in counts if not 0 <= s < published)
-    latencies = sorted(a - p for p, a in zip(arrivals.published, arrivals.arrived)
-                       if start <= p < end)
+    in_window = [(p, a - p) for p, a in zip(arrivals.published, arrivals.arrived)
+                 if start <= p < end]
+    latencies = sorted(latency for _, latency in in_window)
+    # p99 per 5 s of publishing: one stall shows as one slice, a steady cost in all
+    slices: list[list[float]] = [[] for _ in range(max(1, math.ceil((end - start) / 5)))]
+    for p, latency in in_window:
+        slices[min(len(slices) - 1, int((p - start) // 5))].append(latency)
     measured = [b for b in batches if start <= b.started < end]
     seconds = end - start
     return {
@@ -216,6 +221,7 @@ def summarize(arrivals: Arrivals, published: int, batches: Sequence[BatchTiming]
         "latency_p50_s": round(percentile(latencies, 50), 3),
         "latency_p99_s": round(percentile(latencies, 99), 3),
         "latency_max_s": round(latencies[-1], 3) if latencies else math.nan,
+        "latency_p99_per_5s": [round(percentile(sorted(part), 99), 3) for part in slices],
         "batches": len(measured),
         "batches_per_s": round(len(measured) / seconds, 2) if seconds > 0 else math.nan,
         "rows_per_batch": round(_mean([b.rows for b in measured]), 1),
@@ -573,6 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", type=int, default=100, help="message body bytes (default 100)")
     ap.add_argument("--option", dest="source_options", action="append", default=[],
                     metavar="KEY=VALUE", help="an nsq source option (repeatable)")
+    ap.add_argument("--mem-queue-size", type=int, default=None,
+                    help="nsqd --mem-queue-size (default: nsqd's, 10000; a backlog beyond "
+                         "it goes through nsqd's disk queue)")
     ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON here")
     return ap
 
@@ -596,12 +605,13 @@ def main(argv: list[str] | None = None) -> int:
     from nsq_spark.testing import NSQCluster
 
     library_root = _library_root()
+    nsqd_flags = {} if args.mem_queue_size is None else {"mem_queue_size": args.mem_queue_size}
     started = time.time()
     print(f"library under test: {library_root}; load average at start: {_load()}",
           flush=True)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-spark-latency-") as tmp, \
-            NSQCluster(nsqd=1, lookupd=0) as nsq:
+            NSQCluster(nsqd=1, lookupd=0, **nsqd_flags) as nsq:
         work = Path(tmp)
         with StandaloneSpark(work / "cluster", args.workers, library_root) as cluster:
             spark = cluster.spark

@@ -137,6 +137,7 @@ def test_summary_counts_every_row_and_measures_only_the_window():
     assert s["batches"] == 2 and s["batches_per_s"] == 1.0
     assert s["triggerExecution_ms"] == 400.0 and s["addBatch_ms"] == 300.0
     assert s["rows_per_batch"] == 2.0
+    assert s["latency_p99_per_5s"] == [1.5]  # a 2 s window is one slice
 
 
 @pytest.mark.unit
@@ -146,6 +147,9 @@ def test_every_message_once_is_exactly_once():
     s = lat.summarize(arrivals, published=3, batches=[], window=(0.0, 20.0))
     assert s["exactly_once"] is True and s["latency_p99_s"] == 1.0
     assert s["batches"] == 0 and math.isnan(s["triggerExecution_ms"])
+    # 20 s: four slices, the rows (published at 10.0) in the third
+    assert s["latency_p99_per_5s"][2] == 1.0
+    assert [math.isnan(v) for v in s["latency_p99_per_5s"]] == [True, True, False, True]
 
 
 @pytest.mark.unit
