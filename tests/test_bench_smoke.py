@@ -136,6 +136,7 @@ def test_summary_counts_every_row_and_measures_only_the_window():
     assert s["latency_p50_s"] == 0.5 and s["latency_p99_s"] == 1.5
     assert s["batches"] == 2 and s["batches_per_s"] == 1.0
     assert s["triggerExecution_ms"] == 400.0 and s["addBatch_ms"] == 300.0
+    assert s["triggerExecution_max_ms"] == 500.0
     assert s["rows_per_batch"] == 2.0
     assert s["latency_p99_per_5s"] == [1.5]  # a 2 s window is one slice
 
