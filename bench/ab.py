@@ -10,6 +10,11 @@ directory and first on ``PYTHONPATH`` (the benchmarks start their children the s
 so both see the same machine, the same nsqd binaries and the same load. The benchmark's
 own output is printed under a header naming the revision and the round; compare the
 figures side by side. The worktree is removed at the end.
+
+The benchmark file itself is always this checkout's: it is copied over the before tree's
+(or into it, when the before revision does not have it, e.g. a benchmark written for the
+change being measured), so only the library differs. A benchmark that imports helpers
+from the tree it runs in (``tests/``, other ``bench/`` files) gets the before tree's.
 """
 
 from __future__ import annotations
@@ -57,7 +62,11 @@ def main() -> None:
         try:
             # the benchmark script itself comes from this checkout in both runs, so only
             # the library differs
-            (before / "bench" / f"{opts.module}.py").write_bytes(
+            bench_file = before / "bench" / f"{opts.module}.py"
+            if not bench_file.exists():
+                print(f"bench/{opts.module}.py is not in {opts.before}: running this "
+                      "checkout's copy against its library", flush=True)
+            bench_file.write_bytes(
                 (ROOT / "bench" / f"{opts.module}.py").read_bytes())
             for i in range(1, opts.rounds + 1):
                 _run(before, "before", i, opts.module, opts.args)

@@ -1,0 +1,213 @@
+"""The latency benchmark (bench/bench_spark_latency.py) measures what it says.
+
+Its pure parts (arguments, bodies, percentiles, the exactly-once count, the batch window,
+the overhead against ``rate``) without sockets; its paced publisher against a real nsqd;
+and one short run of the whole benchmark on a standalone cluster (the cluster tier).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import bench_spark_latency as lat
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- arguments --------------------------------------------------------------------------
+
+@pytest.mark.unit
+def test_triggers_are_default_or_an_interval_in_spark_terms():
+    assert lat.parse_triggers("1s,default") == [
+        lat.Trigger("1s", "1000 milliseconds"), lat.Trigger("default", None)]
+    assert lat.parse_triggers("500ms") == [lat.Trigger("500ms", "500 milliseconds")]
+    assert lat.parse_triggers("0.5s") == [lat.Trigger("0.5s", "500 milliseconds")]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", ["", "1", "1 s", "0s", "fast", "1s,1s", "default,"])
+def test_a_trigger_that_is_not_understood_is_refused_with_the_form_to_use(bad):
+    with pytest.raises(ValueError, match="trigger"):
+        lat.parse_triggers(bad)
+
+
+@pytest.mark.unit
+def test_rates_are_distinct_positive_whole_numbers():
+    assert lat.parse_rates("20,2000,20000") == [20, 2000, 20000]
+    for bad in ("", "20,20", "0", "-5", "1.5", "2k", "300000"):
+        with pytest.raises(ValueError, match="rates"):
+            lat.parse_rates(bad)
+
+
+@pytest.mark.unit
+def test_source_options_are_key_value_pairs():
+    assert lat.parse_source_options(["maxInFlight=5000", "a=b=c"]) == {
+        "maxInFlight": "5000", "a": "b=c"}
+    with pytest.raises(ValueError, match="key=value"):
+        lat.parse_source_options(["maxInFlight"])
+
+
+@pytest.mark.unit
+def test_the_command_line_refuses_what_cannot_be_measured(capsys):
+    for argv in (["--seconds", "0"], ["--size", "10"], ["--rates", "x"],
+                 ["--option", "novalue"]):
+        with pytest.raises(SystemExit) as exc:
+            lat.main(argv)
+        assert exc.value.code == 2, argv
+    assert "rates 'x'" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_the_rate_baseline_runs_next_to_the_nsq_runs_of_its_trigger():
+    args = lat.build_parser().parse_args(["--rates", "20,2000", "--triggers", "1s,default",
+                                          "--with-rate-source"])
+    assert [(s, r, t.label) for s, r, t in lat.configurations(args)] == [
+        ("rate", 20, "1s"), ("nsq", 20, "1s"), ("nsq", 2000, "1s"),
+        ("rate", 20, "default"), ("nsq", 20, "default"), ("nsq", 2000, "default")]
+    args = lat.build_parser().parse_args(["--rates", "20", "--triggers", "default"])
+    assert [s for s, _, _ in lat.configurations(args)] == ["nsq"]
+
+
+# -- bodies and statistics --------------------------------------------------------------
+
+@pytest.mark.unit
+@given(seq=st.integers(0, 10**9), at=st.floats(1e9, 4e9), size=st.integers(40, 300))
+def test_a_body_carries_its_sequence_number_and_publish_time(seq, at, size):
+    body = lat.make_body(seq, at, size)
+    assert len(body) == size
+    got_seq, got_at = lat.parse_body(body)
+    assert got_seq == seq and abs(got_at - at) <= 1e-6
+
+
+@pytest.mark.unit
+def test_percentile_is_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert lat.percentile(values, 50) == 50.0
+    assert lat.percentile(values, 99) == 99.0
+    assert lat.percentile(values, 100) == 100.0
+    assert lat.percentile([7.0], 99) == 7.0
+    assert math.isnan(lat.percentile([], 50))
+
+
+def _progress(at: float, rows: int, trigger_ms: float, add_ms: float | None) -> dict:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+    durations = {"triggerExecution": trigger_ms, "latestOffset": 5}
+    if add_ms is not None:
+        durations["addBatch"] = add_ms
+    return {"timestamp": stamp, "numInputRows": rows, "durationMs": durations}
+
+
+@pytest.mark.unit
+def test_batches_are_the_triggers_that_ran_one_and_carry_their_start_time():
+    t0 = 1_800_000_000.0
+    batches = lat.batch_timings([_progress(t0, 10, 300, 200), _progress(t0 + 1.5, 0, 4, None)])
+    assert batches == [lat.BatchTiming(t0, 10, {"triggerExecution": 300.0,
+                                                "latestOffset": 5.0, "addBatch": 200.0})]
+
+
+@pytest.mark.unit
+def test_summary_counts_every_row_and_measures_only_the_window():
+    t0 = 1_800_000_000.0
+    arrivals = lat.Arrivals()
+    arrivals.add([(0, t0 + 0.5), (1, t0 + 0.6)], t0 + 1.0)  # warm-up: not measured
+    arrivals.add([(2, t0 + 2.0), (3, t0 + 2.5)], t0 + 3.0)  # latencies 1.0, 0.5
+    arrivals.add([(3, t0 + 2.5), (9, t0 + 3.5)], t0 + 4.0)  # 3 again; 9 never published
+    batches = lat.batch_timings([
+        _progress(t0 + 1.0, 2, 1000, 900),  # before the window
+        _progress(t0 + 2.0, 2, 300, 200), _progress(t0 + 3.0, 2, 500, 400),
+        _progress(t0 + 3.5, 0, 2, None),  # idle trigger: no batch
+    ])
+    s = lat.summarize(arrivals, published=5, batches=batches, window=(t0 + 2, t0 + 4))
+    assert (s["published"], s["received"]) == (5, 6)
+    assert (s["duplicates"], s["missing"], s["unexpected"]) == (1, 1, 1)
+    assert s["exactly_once"] is False
+    # rows published in the window: 2, 3, 3 (again), 9 -> latencies 1.0, 0.5, 1.5, 0.5
+    assert s["measured_rows"] == 4
+    assert s["latency_p50_s"] == 0.5 and s["latency_p99_s"] == 1.5
+    assert s["batches"] == 2 and s["batches_per_s"] == 1.0
+    assert s["triggerExecution_ms"] == 400.0 and s["addBatch_ms"] == 300.0
+    assert s["triggerExecution_max_ms"] == 500.0
+    assert s["rows_per_batch"] == 2.0
+    assert s["latency_p99_per_5s"] == [1.5]  # a 2 s window is one slice
+
+
+@pytest.mark.unit
+def test_every_message_once_is_exactly_once():
+    arrivals = lat.Arrivals()
+    arrivals.add([(i, 10.0) for i in range(3)], 11.0)
+    s = lat.summarize(arrivals, published=3, batches=[], window=(0.0, 20.0))
+    assert s["exactly_once"] is True and s["latency_p99_s"] == 1.0
+    assert s["batches"] == 0 and math.isnan(s["triggerExecution_ms"])
+    # 20 s: four slices, the rows (published at 10.0) in the third
+    assert s["latency_p99_per_5s"][2] == 1.0
+    assert [math.isnan(v) for v in s["latency_p99_per_5s"]] == [True, True, False, True]
+
+
+@pytest.mark.unit
+def test_overhead_is_nsq_minus_rate_mean_trigger_execution_at_the_same_rate_and_trigger():
+    def r(source, rate, trigger, ms):
+        return {"source": source, "rate": rate, "trigger": trigger, "triggerExecution_ms": ms}
+
+    results = [r("rate", 20, "1s", 180.0), r("nsq", 2000, "1s", 400.0),
+               r("nsq", 20, "1s", 380.0), r("nsq", 20, "default", 300.0)]
+    assert lat.overheads(results) == [{
+        "trigger": "1s", "nsq_rate": 20, "rate_rate": 20, "nsq_triggerExecution_ms": 380.0,
+        "rate_triggerExecution_ms": 180.0, "overhead_ms": 200.0}]
+
+
+# -- the publisher against nsqd ---------------------------------------------------------
+
+@pytest.mark.nsqd
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_the_publisher_keeps_its_pace_and_nsqd_has_every_message(nsq_cluster):
+    node = nsq_cluster.nsqds[0]
+    pub = lat.PacedPublisher(node.http_address, "paced", rate=400, size=100)
+    pub.start()
+    time.sleep(1.5)
+    pub.stop()
+    pub.join(10)
+    assert pub.error is None
+    elapsed = pub.stopped_at - pub.started_at
+    # message i is due i/rate after the start: what was sent is what was due, give or
+    # take one request's worth
+    assert abs(pub.sent - 400 * elapsed) <= 40, (pub.sent, elapsed)
+    topics = [t for t in node.stats("paced")["topics"] if t["topic_name"] == "paced"]
+    assert topics[0]["message_count"] == pub.sent
+
+
+# -- the whole benchmark, briefly -------------------------------------------------------
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_short_run_on_a_standalone_cluster_is_exactly_once_and_measures_each_config(
+        tmp_path):
+    out = tmp_path / "figures.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_spark_latency", "--rates", "200",
+         "--triggers", "1s", "--seconds", "4", "--warmup", "2", "--session-warmup", "5",
+         "--drain-timeout", "20",
+         "--with-rate-source", "--json", str(out)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert [(r["source"], r["rate"], r["trigger"]) for r in figures["results"]] == [
+        ("rate", 20, "1s"), ("nsq", 200, "1s")]
+    for r in figures["results"]:
+        assert r["exactly_once"] and r["received"] == r["published"] > 0, r
+        assert 0 < r["latency_p50_s"] <= r["latency_p99_s"] < 10, r
+        # a loaded machine slows the batches, not the count: at least one in 4 s
+        assert r["batches"] >= 1 and r["triggerExecution_ms"] > 0, r
+    assert figures["overheads"][0]["trigger"] == "1s"
+    assert "per-batch overhead of nsq over rate, trigger 1s" in proc.stdout
