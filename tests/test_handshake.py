@@ -415,7 +415,7 @@ def test_handshake_and_codecs_do_no_io() -> None:
     import nsq_spark
 
     io_modules = {"socket", "asyncio", "tornado", "threading", "time", "select", "selectors"}
-    for name in ("handshake.py", "codecs.py"):
+    for name in ("handshake.py", "_codecs.py"):
         tree = ast.parse((Path(nsq_spark.__file__).parent / name).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}
