@@ -126,6 +126,7 @@ execution is refused (:func:`nsq_spark.spark.fetch.check_speculation_off`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -172,8 +173,42 @@ class SpoolFenced(SpoolConflict):
 
 @dataclass(frozen=True)
 class Completion:
+    """A partition's ``_COMPLETE`` record. ``bytes`` (bodies), the nsqd timestamps of
+    the oldest and newest row fetched (not replayed; None without such rows) and the
+    redeliveries dropped are what the driver reports as lag; a record written before
+    they existed reads as 0 / None."""
+
     chunks: int
     rows: int
+    bytes: int = 0
+    oldest_timestamp_ns: int | None = None
+    newest_timestamp_ns: int | None = None
+    redeliveries_dropped: int = 0
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """The completed partitions of one micro-batch, summed (:meth:`Spool.batch_summary`):
+    for the driver at commit. Timestamps: the oldest and newest of the partitions' (None
+    if none fetched rows)."""
+
+    rows: int = 0
+    bytes: int = 0
+    oldest_timestamp_ns: int | None = None
+    newest_timestamp_ns: int | None = None
+    redeliveries_dropped: int = 0
+    partitions: int = 0
+
+    def add(self, done: Completion) -> "BatchSummary":
+        def pick(a: int | None, b: int | None, f: Any) -> int | None:
+            return b if a is None else a if b is None else f(a, b)
+
+        return BatchSummary(
+            rows=self.rows + done.rows, bytes=self.bytes + done.bytes,
+            oldest_timestamp_ns=pick(self.oldest_timestamp_ns, done.oldest_timestamp_ns, min),
+            newest_timestamp_ns=pick(self.newest_timestamp_ns, done.newest_timestamp_ns, max),
+            redeliveries_dropped=self.redeliveries_dropped + done.redeliveries_dropped,
+            partitions=self.partitions + 1)
 
 
 def normalize_spool_path(path: str) -> str:
@@ -471,14 +506,18 @@ class Spool:
 
     def batch_rows(self, batch: int) -> int | None:
         """Rows the completed partitions of ``batch`` hold; None if nothing completed."""
-        total, seen = 0, False
+        summary = self.batch_summary(batch)
+        return summary.rows if summary.partitions else None
+
+    def batch_summary(self, batch: int) -> BatchSummary:
+        """The completed partitions of ``batch`` summed (``partitions`` 0: none)."""
+        out = BatchSummary()
         for name in self.fs.listdir(self.batch_dir(batch)):
-            if name.startswith("part-"):
+            if _BATCH_PART_RE.match(name):
                 done = PartitionSpool(self.fs, f"{self.batch_dir(batch)}/{name}").completion()
                 if done is not None:
-                    total += done.rows
-                    seen = True
-        return total if seen else None
+                    out = out.add(done)
+        return out
 
 
 class PartitionSpool:
@@ -568,8 +607,17 @@ class PartitionSpool:
             return None
         try:
             doc = json.loads(raw)
-            return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]))
-        except (ValueError, KeyError, TypeError):
+
+            def ns(key: str) -> int | None:
+                value = doc.get(key)
+                return None if value is None else int(value)
+
+            return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]),
+                              bytes=int(doc.get("bytes", 0)),
+                              oldest_timestamp_ns=ns("oldest_timestamp_ns"),
+                              newest_timestamp_ns=ns("newest_timestamp_ns"),
+                              redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)))
+        except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: torn completion marker (crash while writing it); removed", path)
             self.fs.remove(path)
             return None
@@ -679,13 +727,18 @@ class PartitionSpool:
             yield k, batches
             k += 1
 
-    def complete(self, chunks: int, rows: int) -> Completion:
+    def complete(self, chunks: int, rows: int, *, bytes: int = 0,
+                 oldest_timestamp_ns: int | None = None,
+                 newest_timestamp_ns: int | None = None,
+                 redeliveries_dropped: int = 0) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
         self.check_marker()
-        doc = json.dumps({"chunks": chunks, "rows": rows}).encode()
+        mine = Completion(chunks, rows, bytes, oldest_timestamp_ns, newest_timestamp_ns,
+                          redeliveries_dropped)
+        doc = json.dumps(dataclasses.asdict(mine)).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
-            return Completion(chunks, rows)
+            return mine
         winner = self.completion()
         assert winner is not None
         return winner
