@@ -158,7 +158,8 @@ class StandInReader:
             return []
         frames = b"".join(encode_message_frame(m.id, m.body, m.timestamp, m.attempts)
                           for m in out)
-        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)
+        # only the responder's .address is read
+        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)  # type: ignore[arg-type]
         assert not others and sum(map(len, blocks)) == len(out)
         return blocks
 
@@ -724,3 +725,27 @@ def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypa
     ctx._localProperties = {"spark.speculation": "false"}
     assert len(bodies(fetch_stream_partition(o, Spool(str(tmp_path), "q15"), 1, 0, None,
                                              lambda _: StandInReader(make_messages(1), [])))) == 1
+
+
+# -- issue #24: the completion record carries what the driver reports as lag ---------------
+
+
+def test_old_completion_records_stay_readable_and_a_batch_sums_its_partitions(tmp_path):
+    from nsq_spark.spark.spool import BatchSummary, Completion
+
+    spool = Spool(str(tmp_path), "q16")
+    old = spool.partition(1, 0)
+    os.makedirs(old.path)
+    with open(f"{old.path}/_COMPLETE", "w") as f:  # written before the lag fields
+        f.write('{"chunks": 2, "rows": 5}')
+    assert old.completion() == Completion(2, 5)
+    spool.partition(1, 1).complete(1, 3, bytes=30, oldest_timestamp_ns=20,
+                                   newest_timestamp_ns=40, redeliveries_dropped=2)
+    spool.partition(1, 2).complete(1, 4, bytes=7, oldest_timestamp_ns=10,
+                                   newest_timestamp_ns=30, redeliveries_dropped=1)
+    os.makedirs(spool.partition(1, 3).path)  # not complete: not counted
+    assert spool.batch_summary(1) == BatchSummary(
+        rows=12, bytes=37, oldest_timestamp_ns=10, newest_timestamp_ns=40,
+        redeliveries_dropped=3, partitions=3)
+    assert spool.batch_rows(1) == 12
+    assert spool.batch_summary(2) == BatchSummary() and spool.batch_rows(2) is None
