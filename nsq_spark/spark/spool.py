@@ -50,7 +50,10 @@ attempt finds the same directory:
    chunk after its own that another attempt wrote before the seal (rows it hands to
    Spark too: that attempt may have FINished them), writes the redelivery index, and
    writes ``_COMPLETE`` (same no-replace rule; if another attempt wrote one first, the
-   task follows that one).
+   task follows that one). ``_COMPLETE`` is JSON: chunks and rows (what replay needs),
+   and for the driver's lag metrics the body bytes, the nsqd timestamps of the oldest
+   and newest row and the redeliveries dropped (:class:`Completion`; summed per batch by
+   :meth:`Spool.batch_summary`).
 6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``, each
    batch's ``_DRIVER`` marker first. Spark asks ``latestOffset(start)`` only once the
    batch ending at ``start`` is committed by the sink, so the driver deletes up to
