@@ -146,7 +146,8 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     # nsqd's redeliveries of what is spooled are dropped (see .seen); loaded only when
     # this task fetches
     t = time.perf_counter()
-    gate = Redeliveries(spool, batch, index) if opts.redelivery_window > 0 else None
+    gate = (Redeliveries(spool, batch, index, opts.topic) if opts.redelivery_window > 0
+            else None)
     timings.seen += time.perf_counter() - t
     # an earlier attempt may have died part-way: its chunks are FINished, so they are
     # part of this partition's result; continue after them

@@ -426,7 +426,7 @@ class FetchTask:
             self.dead_letters.write(dead)
         self.part.write_chunk(k, rb)
         if keys is not None:  # the other tasks of the batch check against these
-            self.part.write_chunk_keys(k, keys)
+            self.part.write_chunk_keys(k, keys, self.gate.tag if self.gate else None)
         self.timings.spool_write += time.perf_counter() - t
 
     def _settle(self, reader: ReaderPort, job: _Chunk, planner: ChunkPlanner

@@ -158,6 +158,8 @@ COMPLETE = "_COMPLETE"
 SEAL = "_SEAL"
 MARKER = "_DRIVER"
 QUERY_MARKER = "_QUERY"
+# In a chunk's keys file, the count's top bit: the topic's tag follows (.seen).
+TAGGED = 1 << 63
 
 
 class SpoolError(RuntimeError):
@@ -668,19 +670,26 @@ class PartitionSpool:
 
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
-    def write_chunk_keys(self, k: int, keys: "Any") -> None:
-        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first,
-        so that the other tasks of the batch need not parse the chunk. Not fsynced: a
-        missing or short file only sends them to the chunk itself."""
+    def write_chunk_keys(self, k: int, keys: "Any", tag: int | None = None) -> None:
+        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first
+        (with :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), so that
+        the other tasks of the batch need not parse the chunk. Not fsynced: a missing or
+        short file only sends them to the chunk itself."""
         import numpy as np
 
         if self.fence is not None and not self.fs.exists(self.fence):
             return  # committed meanwhile: nothing more under the batch (no FIN follows)
-        data = np.concatenate((np.array([len(keys)], np.uint64), keys)).astype("<u8")
+        head = [len(keys)] if tag is None else [len(keys) | TAGGED, tag]
+        data = np.concatenate((np.array(head, np.uint64), keys)).astype("<u8")
         self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
 
     def read_chunk_keys(self, k: int) -> "Any":
         """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+        tagged = self.read_chunk_keys_tagged(k)
+        return None if tagged is None else tagged[0]
+
+    def read_chunk_keys_tagged(self, k: int) -> "tuple[Any, int | None] | None":
+        """(sorted keys, topic tag or None) of chunk ``k``; None if absent or short."""
         import numpy as np
 
         try:
@@ -690,9 +699,14 @@ class PartitionSpool:
         if len(data) < 8 or len(data) % 8:
             return None
         words = np.frombuffer(data, "<u8")
-        if int(words[0]) != len(words) - 1:
+        head = int(words[0])
+        if head & TAGGED:
+            if len(words) < 2 or head & ~TAGGED != len(words) - 2:
+                return None
+            return words[2:].astype(np.uint64), int(words[1])
+        if head != len(words) - 1:
             return None
-        return words[1:].astype(np.uint64)
+        return words[1:].astype(np.uint64), None
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):
