@@ -259,3 +259,15 @@ def test_timings_go_to_the_observers_only(tmp_path, monkeypatch):
     files = os.listdir(tmp_path / "t")
     assert len(files) == 1
     assert json.load(open(tmp_path / "t" / files[0]))["rows"] == 2
+
+
+def test_a_batch_read_takes_the_topic_and_stops_at_its_byte_share(tmp_path):
+    from nsq_spark.spark.fetch import fetch_batch_partition
+
+    o = dataclasses.replace(read_opts(tmp_path), spool_chunk_size=2)
+    queue, log = make_messages(10), []
+    reader = StandInReader(queue, log)
+    rows = list(fetch_batch_partition(o, 10, lambda _: reader, topic="other", max_bytes=13))
+    assert bodies(rows) == [b"body-%d" % i for i in range(4)]  # 2 chunks of 12 bytes each
+    assert {t for rb in rows for t in rb.column("topic").to_pylist()} == {"other"}
+    assert reader.closed and len(queue) == 6
