@@ -94,7 +94,8 @@ def _hex_lut() -> "np.ndarray":
         for i, c in enumerate(b"ABCDEF"):
             lut[c] = 10 + i
         _HEX_LUT = lut
-    return _HEX_LUT
+    lut_: "np.ndarray" = _HEX_LUT
+    return lut_
 
 
 def id_keys(ids: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarray"]:
@@ -161,7 +162,7 @@ class IdSet:
     binary search per run."""
 
     def __init__(self, keys: "np.ndarray | None" = None) -> None:
-        self._runs: list = []
+        self._runs: list["np.ndarray"] = []
         if keys is not None and len(keys):
             self.add(keys)
 
@@ -214,7 +215,8 @@ def first_copies(keys: "np.ndarray", valid: "np.ndarray", seen: Iterable[IdSet]
     order = np.argsort(keys, kind="stable")  # equal keys stay in arrival order
     in_order = keys[order]
     drop[order[1:][in_order[1:] == in_order[:-1]]] = True  # all but the first of each
-    return ~(drop & valid)
+    keep: "np.ndarray" = ~(drop & valid)
+    return keep
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,7 @@ class _FS:
             return os.path.exists(path)
         from pyarrow import fs as pafs
 
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     # -- files --------------------------------------------------------------------------
 
@@ -318,7 +318,7 @@ class _FS:
             with open(path, "rb") as f:
                 return f.read()
         with self.fs.open_input_stream(path) as f:
-            return f.read()
+            return bytes(f.read())
 
     def create_exclusive(self, path: str, data: "bytes | memoryview") -> bool:
         """Write ``data`` durably at ``path`` unless it exists; False if it existed.
