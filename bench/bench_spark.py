@@ -17,10 +17,10 @@ back:
   ``Trigger.AvailableNow``.
 
 Both times include query start. The ratio within a round is the figure (the machine may
-be shared). The fetch tasks report where their time goes through
-``NSQ_SPARK_TIMINGS_DIR``: fetch (Reader connect, get_batch waits, FIN, close), convert
-(messages -> Arrow record batch), spool wait (time the task waited for a chunk to be
-durable), spool write (the writer thread: Arrow IPC encode, write, fsync -- overlapping
+be shared). The fetch tasks report where their time goes to the observer of
+:mod:`bench.timings` (files in ``NSQ_SPARK_TIMINGS_DIR``): fetch (Reader connect,
+get_batch waits, FIN, close), convert (messages -> Arrow record batch), spool wait
+(time the task waited for a chunk to be durable), spool write (the writer thread: Arrow IPC encode, write, fsync -- overlapping
 the fetch), hand-over (Spark taking each batch), seen (the redelivery index: loading it
 and checking each chunk's ids). CPU seconds per process kind during each
 query (Spark's JVM, its Python workers, nsqd) come from /proc.
@@ -399,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     from nsq_spark.testing import NSQCluster
 
     timings_dir = tempfile.mkdtemp(prefix="nsq-spark-timings-")
-    os.environ["NSQ_SPARK_TIMINGS_DIR"] = timings_dir
+    from bench import timings  # the fetch tasks' observer (files: workers are processes)
+
+    timings.install(timings_dir)
     spark = _session()
     spark.dataSource.register(CeilingDataSource)
     import nsq_spark.spark

@@ -75,6 +75,17 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            workers' ``NSQ_SPARK_LOG_LEVEL`` environment variable. INFO shows
                            each fetch task's rows and timings, redeliveries dropped (with
                            the first ids) and the backlog per trigger (:mod:`.logs`).
+``readerCache``            streaming: keep each fetch task's connected Reader in the
+                           executor's Python worker for the next task of the same partition
+                           (default true; Kafka: ``spark.kafka.consumer.cache.*``). Saves
+                           the connect, IDENTIFY, SUB and close of every micro-batch
+                           (:mod:`.reader_cache`). false: each task connects and closes.
+``readerCacheIdleTimeout`` seconds a cached Reader may stay unused before it is closed
+                           (default 5; Kafka: ``spark.kafka.consumer.cache.timeout``). A
+                           paused Reader may hold messages nsqd sent before it saw RDY 0,
+                           so this must stay well below nsqd's ``--msg-timeout`` (60 s by
+                           default): at most half of ``msgTimeout`` when that is given,
+                           and at most 300.
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -419,6 +430,9 @@ class ReadOptions:
     redelivery_window: float = DEFAULT_WINDOW
     redelivery_window_max_ids: int = DEFAULT_MAX_IDS
     log_level: str | None = None  # the connector's log level in Spark's workers (.logs)
+    # the executor's Reader cache (see READER_CACHE_OPTIONS)
+    reader_cache: bool = True
+    reader_cache_idle_timeout: float = 5.0
 
     __repr__ = _redacted_repr
 
@@ -461,7 +475,8 @@ def _address_pair(opts: _Opts) -> tuple[list[str], list[str]]:
 
 def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOptions:
     """Validate reading options; raises NSQOptionError naming the first bad option."""
-    check_known(options, READ_OPTIONS, "reading (spark.read/readStream.format(\"nsq\"))")
+    check_known(options, READ_OPTIONS + READER_CACHE_OPTIONS,
+                "reading (spark.read/readStream.format(\"nsq\"))")
     opts = _Opts(options)
     check_needs(opts)
     topic = opts.require("topic", "the NSQ topic to read")
@@ -524,7 +539,36 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
         or DEFAULT_MAX_IDS,
         log_level=_log_level(opts),
+        **_reader_cache_options(opts),
     )
+
+
+# -- the executor's Reader cache (spark/reader_cache.py) --------------------------------
+# One block, so that it merges with other options' changes cleanly.
+READER_CACHE_OPTIONS = ("readerCache", "readerCacheIdleTimeout")
+# Seconds: the cap of readerCacheIdleTimeout; and its largest share of msgTimeout.
+MAX_READER_CACHE_IDLE, READER_CACHE_SHARE_OF_MSG_TIMEOUT = 300.0, 0.5
+
+
+def _reader_cache_options(opts: _Opts) -> dict[str, Any]:
+    """``readerCache`` and ``readerCacheIdleTimeout``: a paused cached Reader may hold
+    messages in flight on nsqd, so it must be closed (requeueing them) well before nsqd's
+    msg_timeout would redeliver them elsewhere."""
+    idle = opts.seconds("readerCacheIdleTimeout", 5.0)
+    if idle > MAX_READER_CACHE_IDLE:
+        raise NSQOptionError(f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most "
+                             f"{MAX_READER_CACHE_IDLE:g} s: a paused Reader may hold "
+                             "messages in flight on nsqd until it is closed")
+    msg_timeout = opts.int("msgTimeout", None, 1000, MAX_SECONDS * 1000)
+    if msg_timeout is not None \
+            and idle > msg_timeout / 1000 * READER_CACHE_SHARE_OF_MSG_TIMEOUT:
+        raise NSQOptionError(
+            f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most half of "
+            f"'msgTimeout' ({msg_timeout} ms): a cached Reader may hold messages that nsqd "
+            "would otherwise redeliver elsewhere; lower readerCacheIdleTimeout or raise "
+            "msgTimeout")
+    return {"reader_cache": opts.bool("readerCache", True),
+            "reader_cache_idle_timeout": idle}
 
 
 def _log_level(opts: _Opts) -> str | None:

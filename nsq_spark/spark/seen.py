@@ -37,10 +37,19 @@ read (bench/RESULTS.md, "Redelivery index", has the measured cost).
 Keys: nsqd's ids are 16 hex digits, i.e. exactly 64 bits, so each is kept as the
 ``uint64`` it spells (exact: two ids collide only if they are equal). An id that is not
 16 hex digits (not from nsqd) is never taken for a duplicate.
+
+Topics: nsqd numbers each topic's messages itself (time in ms, node id, a sequence that
+restarts every ms), so two topics of one query routinely hold messages with the same id.
+Ids are therefore compared within one topic only: a gate made for a topic loads only
+index files tagged with that topic (:func:`topic_tag`, ``-x<tag>`` in the name; files
+from before the tag are taken for no topic -- a redelivery then passes as a row, never
+the other way round), and reads only the peers' keys files of its topic (the tag is in
+the file; a peer chunk without one is read, and its rows of other topics skipped).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -63,7 +72,13 @@ DEFAULT_MAX_IDS = 5_000_000
 # At most this many runs in an IdSet (see IdSet).
 _MAX_RUNS = 24
 
-_NAME_RE = re.compile(r"^b(\d+)-p(\d+)-n(\d+)-d(\d+)-t(\d+)-[0-9a-f]+\.arrow$")
+_NAME_RE = re.compile(r"^b(\d+)-p(\d+)-n(\d+)-d(\d+)-t(\d+)-[0-9a-f]+(?:-x([0-9a-f]{16}))?"
+                      r"\.arrow$")
+
+
+def topic_tag(topic: str) -> int:
+    """A topic's 64-bit tag (ids are compared within one topic: module doc)."""
+    return int.from_bytes(hashlib.blake2b(topic.encode(), digest_size=8).digest(), "big")
 
 _HEX_LUT: Any = None
 
@@ -79,7 +94,8 @@ def _hex_lut() -> "np.ndarray":
         for i, c in enumerate(b"ABCDEF"):
             lut[c] = 10 + i
         _HEX_LUT = lut
-    return _HEX_LUT
+    lut_: "np.ndarray" = _HEX_LUT
+    return lut_
 
 
 def id_keys(ids: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarray"]:
@@ -146,7 +162,7 @@ class IdSet:
     binary search per run."""
 
     def __init__(self, keys: "np.ndarray | None" = None) -> None:
-        self._runs: list = []
+        self._runs: list["np.ndarray"] = []
         if keys is not None and len(keys):
             self.add(keys)
 
@@ -199,7 +215,8 @@ def first_copies(keys: "np.ndarray", valid: "np.ndarray", seen: Iterable[IdSet]
     order = np.argsort(keys, kind="stable")  # equal keys stay in arrival order
     in_order = keys[order]
     drop[order[1:][in_order[1:] == in_order[:-1]]] = True  # all but the first of each
-    return ~(drop & valid)
+    keep: "np.ndarray" = ~(drop & valid)
+    return keep
 
 
 @dataclass(frozen=True)
@@ -210,14 +227,16 @@ class IndexFile:
     ids: int
     dropped: int
     written_ms: int
+    topic_tag: int | None = None  # None: written before ids were kept per topic
 
 
 def parse_index_name(name: str) -> IndexFile | None:
     m = _NAME_RE.match(name)
     if not m:
         return None
-    b, p, n, d, t = (int(g) for g in m.groups())
-    return IndexFile(name, b, p, n, d, t)
+    b, p, n, d, t = (int(g) for g in m.groups()[:5])
+    tag = m.group(6)
+    return IndexFile(name, b, p, n, d, t, None if tag is None else int(tag, 16))
 
 
 def to_prune(files: list[IndexFile], committed: int, now_ms: int, window_s: float,
@@ -256,8 +275,10 @@ class SeenIndex:
                 out.append(f)
         return out
 
-    def write(self, batch: int, part: int, keys: "np.ndarray", dropped: int) -> str:
-        """Durably write the sorted unique ``keys`` of a completed partition."""
+    def write(self, batch: int, part: int, keys: "np.ndarray", dropped: int,
+              tag: int | None = None) -> str:
+        """Durably write the sorted unique ``keys`` of a completed partition (of the
+        topic ``tag``)."""
         import numpy as np
         import pyarrow as pa
 
@@ -266,21 +287,23 @@ class SeenIndex:
         keys = np.unique(np.asarray(keys, np.uint64))
         rb = pa.RecordBatch.from_arrays([pa.array(keys, pa.uint64())], names=["id64"])
         name = (f"b{batch:012d}-p{part:05d}-n{len(keys)}-d{dropped}"
-                f"-t{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}.arrow")
+                f"-t{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+                f"{'' if tag is None else f'-x{tag:016x}'}.arrow")
         fs = self.spool.fs
         fs.makedirs(self.dir)
         path = f"{self.dir}/{name}"
         fs.create_exclusive(path, _ipc_bytes(rb))
         return path
 
-    def load_before(self, batch: int) -> IdSet:
-        """Every id remembered from batches below ``batch``, as one sorted run."""
+    def load_before(self, batch: int, tag: int | None = None) -> IdSet:
+        """Every id remembered from batches below ``batch`` (of the topic ``tag`` only,
+        when given), as one sorted run."""
         import numpy as np
         import pyarrow as pa
 
         arrays = []
         for f in self.files():
-            if f.batch >= batch:
+            if f.batch >= batch or (tag is not None and f.topic_tag != tag):
                 continue
             try:
                 data = self.spool.fs.read_bytes(f"{self.dir}/{f.name}")
@@ -311,11 +334,14 @@ class SeenIndex:
 class Redeliveries:
     """A fetch task's gate: which rows of a chunk are first copies (see the module doc)."""
 
-    def __init__(self, spool: "Spool", batch: int, index: int) -> None:
+    def __init__(self, spool: "Spool", batch: int, index: int,
+                 topic: str | None = None) -> None:
         self.spool = spool
         self.batch = batch
         self.index = index
-        self.earlier = SeenIndex(spool).load_before(batch)
+        self.topic = topic
+        self.tag = None if topic is None else topic_tag(topic)
+        self.earlier = SeenIndex(spool).load_before(batch, self.tag)
         self.mine = IdSet()
         self.peers = IdSet()
         self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
@@ -345,21 +371,33 @@ class Redeliveries:
                 # the keys file is written once the chunk is durable: trusted only in
                 # this contiguous walk (a durable chunk after a torn one has one too,
                 # but the walk stops at the torn one, and a retry deletes both)
-                sorted_keys = peer.read_chunk_keys(k)
-                if sorted_keys is not None:
-                    self.peers.add(sorted_keys, sorted_unique=True)
+                tagged = peer.read_chunk_keys_tagged(k)
+                if tagged is not None and (self.tag is None or tagged[1] is not None):
+                    if self.tag is None or tagged[1] == self.tag:  # else another topic's
+                        self.peers.add(tagged[0], sorted_unique=True)
                     k += 1
                     continue
                 if not fs.exists(peer.chunk_path(k)):
                     break
                 try:
-                    ids = peer.read_chunk_ids(k)
+                    ids = self._chunk_ids(peer, k)
                 except (OSError, ValueError):  # being written: its messages are not
                     break  # FINished yet, so no second copy of them exists yet
                 keys, valid = id_keys(ids)
                 self.peers.add(keys[valid])
                 k += 1
             self._peer_next[name] = k
+
+    def _chunk_ids(self, peer: "PartitionSpool", k: int) -> "pa.ChunkedArray":
+        """The ids of a peer's chunk k, of this gate's topic only (when it has one)."""
+        if self.topic is None:
+            return peer.read_chunk_ids(k)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = [rb.column("id").filter(pc.equal(rb.column("topic"), self.topic))
+               for rb in peer.read_chunk(k)]
+        return pa.chunked_array(ids, pa.string())
 
     def keep(self, rb: "pa.RecordBatch") -> "pa.RecordBatch":
         """``rb`` without the rows whose id was spooled before (or repeats an earlier row
@@ -395,7 +433,7 @@ class Redeliveries:
     def finish(self) -> None:
         """Before the partition's ``_COMPLETE``: its ids go to the index."""
         SeenIndex(self.spool).write(self.batch, self.index, self.mine.sorted_keys(),
-                                    self.dropped)
+                                    self.dropped, self.tag)
 
 
 def partition_keys(part: "PartitionSpool", chunks: int) -> "np.ndarray":

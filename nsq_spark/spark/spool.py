@@ -50,7 +50,10 @@ attempt finds the same directory:
    chunk after its own that another attempt wrote before the seal (rows it hands to
    Spark too: that attempt may have FINished them), writes the redelivery index, and
    writes ``_COMPLETE`` (same no-replace rule; if another attempt wrote one first, the
-   task follows that one).
+   task follows that one). ``_COMPLETE`` is JSON: chunks and rows (what replay needs),
+   and for the driver's lag metrics the body bytes, the nsqd timestamps of the oldest
+   and newest row and the redeliveries dropped (:class:`Completion`; summed per batch by
+   :meth:`Spool.batch_summary`).
 6. ``commit(end)`` on the driver deletes the spool of every batch up to ``end``, each
    batch's ``_DRIVER`` marker first. Spark asks ``latestOffset(start)`` only once the
    batch ending at ``start`` is committed by the sink, so the driver deletes up to
@@ -126,6 +129,7 @@ execution is refused (:func:`nsq_spark.spark.fetch.check_speculation_off`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -154,6 +158,8 @@ COMPLETE = "_COMPLETE"
 SEAL = "_SEAL"
 MARKER = "_DRIVER"
 QUERY_MARKER = "_QUERY"
+# In a chunk's keys file, the count's top bit: the topic's tag follows (.seen).
+TAGGED = 1 << 63
 
 
 class SpoolError(RuntimeError):
@@ -172,8 +178,42 @@ class SpoolFenced(SpoolConflict):
 
 @dataclass(frozen=True)
 class Completion:
+    """A partition's ``_COMPLETE`` record. ``bytes`` (bodies), the nsqd timestamps of
+    the oldest and newest row fetched (not replayed; None without such rows) and the
+    redeliveries dropped are what the driver reports as lag; a record written before
+    they existed reads as 0 / None."""
+
     chunks: int
     rows: int
+    bytes: int = 0
+    oldest_timestamp_ns: int | None = None
+    newest_timestamp_ns: int | None = None
+    redeliveries_dropped: int = 0
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """The completed partitions of one micro-batch, summed (:meth:`Spool.batch_summary`):
+    for the driver at commit. Timestamps: the oldest and newest of the partitions' (None
+    if none fetched rows)."""
+
+    rows: int = 0
+    bytes: int = 0
+    oldest_timestamp_ns: int | None = None
+    newest_timestamp_ns: int | None = None
+    redeliveries_dropped: int = 0
+    partitions: int = 0
+
+    def add(self, done: Completion) -> "BatchSummary":
+        def pick(a: int | None, b: int | None, f: Any) -> int | None:
+            return b if a is None else a if b is None else f(a, b)
+
+        return BatchSummary(
+            rows=self.rows + done.rows, bytes=self.bytes + done.bytes,
+            oldest_timestamp_ns=pick(self.oldest_timestamp_ns, done.oldest_timestamp_ns, min),
+            newest_timestamp_ns=pick(self.newest_timestamp_ns, done.newest_timestamp_ns, max),
+            redeliveries_dropped=self.redeliveries_dropped + done.redeliveries_dropped,
+            partitions=self.partitions + 1)
 
 
 def normalize_spool_path(path: str) -> str:
@@ -260,7 +300,7 @@ class _FS:
             return os.path.exists(path)
         from pyarrow import fs as pafs
 
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     # -- files --------------------------------------------------------------------------
 
@@ -278,7 +318,7 @@ class _FS:
             with open(path, "rb") as f:
                 return f.read()
         with self.fs.open_input_stream(path) as f:
-            return f.read()
+            return bytes(f.read())
 
     def create_exclusive(self, path: str, data: "bytes | memoryview") -> bool:
         """Write ``data`` durably at ``path`` unless it exists; False if it existed.
@@ -471,14 +511,18 @@ class Spool:
 
     def batch_rows(self, batch: int) -> int | None:
         """Rows the completed partitions of ``batch`` hold; None if nothing completed."""
-        total, seen = 0, False
+        summary = self.batch_summary(batch)
+        return summary.rows if summary.partitions else None
+
+    def batch_summary(self, batch: int) -> BatchSummary:
+        """The completed partitions of ``batch`` summed (``partitions`` 0: none)."""
+        out = BatchSummary()
         for name in self.fs.listdir(self.batch_dir(batch)):
-            if name.startswith("part-"):
+            if _BATCH_PART_RE.match(name):
                 done = PartitionSpool(self.fs, f"{self.batch_dir(batch)}/{name}").completion()
                 if done is not None:
-                    total += done.rows
-                    seen = True
-        return total if seen else None
+                    out = out.add(done)
+        return out
 
 
 class PartitionSpool:
@@ -568,8 +612,17 @@ class PartitionSpool:
             return None
         try:
             doc = json.loads(raw)
-            return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]))
-        except (ValueError, KeyError, TypeError):
+
+            def ns(key: str) -> int | None:
+                value = doc.get(key)
+                return None if value is None else int(value)
+
+            return Completion(chunks=int(doc["chunks"]), rows=int(doc["rows"]),
+                              bytes=int(doc.get("bytes", 0)),
+                              oldest_timestamp_ns=ns("oldest_timestamp_ns"),
+                              newest_timestamp_ns=ns("newest_timestamp_ns"),
+                              redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)))
+        except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: torn completion marker (crash while writing it); removed", path)
             self.fs.remove(path)
             return None
@@ -617,19 +670,26 @@ class PartitionSpool:
 
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
-    def write_chunk_keys(self, k: int, keys: "Any") -> None:
-        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first,
-        so that the other tasks of the batch need not parse the chunk. Not fsynced: a
-        missing or short file only sends them to the chunk itself."""
+    def write_chunk_keys(self, k: int, keys: "Any", tag: int | None = None) -> None:
+        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first
+        (with :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), so that
+        the other tasks of the batch need not parse the chunk. Not fsynced: a missing or
+        short file only sends them to the chunk itself."""
         import numpy as np
 
         if self.fence is not None and not self.fs.exists(self.fence):
             return  # committed meanwhile: nothing more under the batch (no FIN follows)
-        data = np.concatenate((np.array([len(keys)], np.uint64), keys)).astype("<u8")
+        head = [len(keys)] if tag is None else [len(keys) | TAGGED, tag]
+        data = np.concatenate((np.array(head, np.uint64), keys)).astype("<u8")
         self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
 
     def read_chunk_keys(self, k: int) -> "Any":
         """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+        tagged = self.read_chunk_keys_tagged(k)
+        return None if tagged is None else tagged[0]
+
+    def read_chunk_keys_tagged(self, k: int) -> "tuple[Any, int | None] | None":
+        """(sorted keys, topic tag or None) of chunk ``k``; None if absent or short."""
         import numpy as np
 
         try:
@@ -639,9 +699,14 @@ class PartitionSpool:
         if len(data) < 8 or len(data) % 8:
             return None
         words = np.frombuffer(data, "<u8")
-        if int(words[0]) != len(words) - 1:
+        head = int(words[0])
+        if head & TAGGED:
+            if len(words) < 2 or head & ~TAGGED != len(words) - 2:
+                return None
+            return words[2:].astype(np.uint64), int(words[1])
+        if head != len(words) - 1:
             return None
-        return words[1:].astype(np.uint64)
+        return words[1:].astype(np.uint64), None
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):
@@ -679,13 +744,18 @@ class PartitionSpool:
             yield k, batches
             k += 1
 
-    def complete(self, chunks: int, rows: int) -> Completion:
+    def complete(self, chunks: int, rows: int, *, bytes: int = 0,
+                 oldest_timestamp_ns: int | None = None,
+                 newest_timestamp_ns: int | None = None,
+                 redeliveries_dropped: int = 0) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
         self.check_marker()
-        doc = json.dumps({"chunks": chunks, "rows": rows}).encode()
+        mine = Completion(chunks, rows, bytes, oldest_timestamp_ns, newest_timestamp_ns,
+                          redeliveries_dropped)
+        doc = json.dumps(dataclasses.asdict(mine)).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
-            return Completion(chunks, rows)
+            return mine
         winner = self.completion()
         assert winner is not None
         return winner

@@ -47,6 +47,9 @@ def main() -> None:
           .option("numPartitions", 2).option("maxInFlight", 1000)
           .option("maxMessagesPerTrigger", cfg["max_per_trigger"])
           .option("idleTimeout", 0.5).option("maxFetchPeriod", 20)
+          # the executors keep their Readers between batches (the default, said here
+          # because the test kills one that holds them); INFO says when one is reused
+          .option("readerCache", "true").option("logLevel", "INFO")
           .option("spoolPath", cfg["spool"]).load())
     q = (df.writeStream.format("parquet").option("path", cfg["output"])
          .option("checkpointLocation", cfg["checkpoint"])

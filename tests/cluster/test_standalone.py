@@ -5,10 +5,14 @@ pyspark's ``spark-class``, 127.0.0.1, one core and 1 GiB each), the package inst
 from its wheel for the workers' and the driver's Python (not this checkout), the spool on
 an S3-compatible server (moto's server mode) reached by pyarrow's S3 filesystem, the
 credentials handed to the executors with ``spark.executorEnv.*``. A streaming query
-writes NSQ to Parquet, with no dedup in the query; one executor is SIGKILLed mid-stream.
-Every body must arrive exactly once: nsqd redelivers what the killed executor had spooled
-but not FINished (after ``msg_timeout``), and the source drops those redeliveries (its
-redelivery index on the S3 spool). Everything started here is stopped by pid.
+writes NSQ to Parquet, with no dedup in the query; one executor is SIGKILLed mid-stream,
+once its log shows that a fetch task reused a cached Reader (``readerCache``): it holds
+connected Readers, paused between batches, maybe with messages nsqd sent before it saw
+RDY 0. Every body must arrive exactly once: nsqd redelivers what the killed executor had
+spooled but not FINished, and what its cached Readers held (at once: their sockets close
+with the process; else after ``msg_timeout``), and the source drops the redeliveries of
+what it spooled (its redelivery index on the S3 spool). Everything started here is
+stopped by pid.
 """
 
 from __future__ import annotations
@@ -101,6 +105,16 @@ class Procs:
                 p.wait(5)
 
 
+def _reused_a_reader(worker_dir: Path) -> bool:
+    """An executor under ``worker_dir`` logged a fetch task that took a cached Reader
+    (the fetch task's INFO line says "Reader reused")."""
+    for log in glob.glob(str(worker_dir / "app-*" / "*" / "stderr")):
+        with open(log, errors="replace") as f:
+            if "Reader reused" in f.read():
+                return True
+    return False
+
+
 @pytest.fixture
 def workdir():
     with tempfile.TemporaryDirectory(prefix="nsq-cluster-") as d:
@@ -191,7 +205,7 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, workdir, mon
                "topic": topic, "channel": channel, "spool": spool,
                "lookupd": ",".join(nsq_cluster.lookupd_http_addresses),
                "output": str(workdir / "out"), "checkpoint": str(workdir / "ckpt"),
-               "max_per_trigger": 4000, "stop_file": str(stop_file), "max_seconds": 150}
+               "max_per_trigger": 2000, "stop_file": str(stop_file), "max_seconds": 150}
         driver = subprocess.Popen([str(python), str(HERE / "cluster_driver.py"),
                                    json.dumps(cfg)],
                                   # pyspark takes the executors' Python from the driver's
@@ -205,22 +219,24 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, workdir, mon
         assert first.startswith("EXECUTOR_NSQ_SPARK "), (first, (workdir / "driver.log").read_text()[-3000:])
         assert first.split()[1].startswith(str(workdir / "site")), first  # the wheel's copy
         phase("driver up, executors import " + first.split()[1])
-        # -- kill one executor mid-stream ---------------------------------------------------
+        # -- kill one executor that holds cached Readers, mid-stream ------------------------
         deadline = time.monotonic() + 120
         killed = None
         while time.monotonic() < deadline and killed is None:
             c = channel_counts(node, topic, channel)
-            if c["clients"] and c["depth"] < N_MESSAGES * 0.8:
-                for w in workers:
+            # mid-stream: messages still queued (cached Readers stay subscribed after)
+            if c["clients"] and 0 < c["depth"] < N_MESSAGES * 0.8:
+                for i, w in enumerate(workers):
                     execs = [pid for pid, cmd in _children(w.pid)
                              if "CoarseGrainedExecutorBackend" in cmd]
-                    if execs:
+                    if execs and _reused_a_reader(workdir / f"work{i}"):
                         os.kill(execs[0], signal.SIGKILL)
                         killed = execs[0]
                         break
             assert driver.poll() is None, (workdir / "driver.log").read_text()[-3000:]
             time.sleep(0.2)
-        assert killed is not None, "no executor was fetching while messages were queued"
+        assert killed is not None, ("no executor that reused a cached Reader was fetching "
+                                    "while messages were queued")
         phase(f"executor {killed} SIGKILLed")
         # -- drained: every message FINished; then the driver processes all and stops -------
         deadline = time.monotonic() + 120

@@ -12,6 +12,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 import nsq_spark.spark.fetch as fetch  # noqa: E402
+import nsq_spark.spark.fetch_task as fetch_task  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
 from nsq_spark.spark.spool import Spool  # noqa: E402
 from reader_helpers import assert_drained, channel_stats, mpub  # noqa: E402
@@ -30,7 +31,7 @@ def test_chunks_are_cut_at_the_starved_window(nsq_cluster, tmp_path, monkeypatch
     # or when the task goes idle; push the interval beyond the test, so that the outcome
     # does not hang on timing: without the rule the task goes idle (idleTimeout 1 s) after
     # nsqd's first window of 100 messages and ends short.
-    monkeypatch.setattr(fetch, "FLUSH_INTERVAL", 3600.0)
+    monkeypatch.setattr(fetch_task, "FLUSH_INTERVAL", 3600.0)
     sent = [b"body-%d" % i for i in range(N)]
     mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
     opts = parse_read_options({

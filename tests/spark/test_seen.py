@@ -4,6 +4,7 @@ of the same batch, or an earlier attempt of the same partition already spooled."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -257,3 +258,48 @@ def test_peers_read_the_keys_file_and_fall_back_to_the_chunk(tmp_path):
     # a retry discarding chunks from 1 on takes their keys files with them
     assert peer.discard_from(1) == 2
     assert peer.read_chunk_keys(1) is None and peer.chunk_count() == 1
+
+
+def test_ids_are_compared_within_one_topic_only(tmp_path):
+    """nsqd numbers each topic's messages itself, so two topics of one query hold the
+    same ids: neither an earlier batch of another topic nor a peer partition of another
+    topic makes a row a 'redelivery'; the same topic still does."""
+    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark.seen import Redeliveries, SeenIndex, topic_tag
+
+    o = read_opts(tmp_path)
+    spool = Spool(str(tmp_path), "q")
+    fetch(o, spool, 1, 0, make_messages(4), [])  # topic "t", ids 0..3
+    assert {f.topic_tag for f in SeenIndex(spool).files()} == {topic_tag("t")}
+    b = dataclasses.replace(o, topic="b")
+    log: list = []
+    assert fetch(b, spool, 2, 0, make_messages(4), log) == [b"body-%d" % i for i in range(4)]
+    assert fetch(o, spool, 2, 1, make_messages(1, 3) + make_messages(1, 8), []) == \
+        [b"body-8"]  # topic t: id 3 is a redelivery of batch 1
+    # peers of batch 3: partition 1 of topic "b" holds ids 30..33 (a chunk with its
+    # tagged keys file, one without: read itself); partition 0 of topic "t" sees neither
+    fetch(b, spool, 3, 1, make_messages(4, 30), [])
+    peer = spool.partition(3, 1)
+    assert peer.read_chunk_keys_tagged(0)[1] == topic_tag("b")
+    os.unlink(f"{peer.path}/c000001.keys")
+    gate = Redeliveries(spool, 3, 0, "t")
+    fresh = messages_to_batch(make_messages(3, 30) + make_messages(1, 3), "t", "c")
+    assert gate.keep(fresh).column("id").to_pylist() == ["%016d" % i for i in (30, 31, 32)]
+    gate_b = Redeliveries(spool, 3, 0, "b")  # the same ids in topic "b": redeliveries
+    assert gate_b.keep(messages_to_batch(make_messages(2, 31), "b", "c")).num_rows == 0
+    assert gate_b.dropped == 2
+
+
+def test_index_files_without_a_topic_tag_are_taken_for_no_topic(tmp_path):
+    import numpy as np
+
+    from nsq_spark.spark.seen import SeenIndex, parse_index_name, topic_tag
+
+    spool = Spool(str(tmp_path), "q")
+    index = SeenIndex(spool)
+    old = os.path.basename(index.write(1, 0, np.array([5, 6], np.uint64), 0))
+    new = os.path.basename(index.write(1, 1, np.array([7], np.uint64), 0, topic_tag("t")))
+    assert parse_index_name(old).topic_tag is None
+    assert parse_index_name(new).topic_tag == topic_tag("t")
+    assert index.load_before(2, topic_tag("t")).sorted_keys().tolist() == [7]
+    assert index.load_before(2).sorted_keys().tolist() == [5, 6, 7]  # no topic: all

@@ -9,13 +9,14 @@ its retry, replay of a completed partition, and FIN only after the chunk is dura
 from __future__ import annotations
 
 import os
+from typing import Any, Iterable
 
 import pytest
 
 from nsq_spark.message import Message
-from nsq_spark.protocol import FrameDecoder, encode_message_frame
+from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
 from nsq_spark.spark.datasource import split_shares
-from nsq_spark.spark.fetch import fetch_stream_partition
+from nsq_spark.spark.fetch import ReaderPort, fetch_stream_partition
 from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
 from nsq_spark.spark.sink import _slices
 from nsq_spark.spark.spool import Spool, SpoolConflict
@@ -129,21 +130,23 @@ def test_mpub_slices_respect_count_and_bytes():
 class StandInReader:
     """The Reader's block pull API over a list of messages (each get_blocks call encodes
     them as nsqd would and decodes them into a real MessageBlock); records FIN/REQ in the
-    shared ``log``."""
+    shared ``log``. Typed against the fetch task's port (:data:`_PORT_CHECK`)."""
 
-    def __init__(self, queue: list[Message], log: list, fail_after_gets: int | None = None,
-                 max_in_flight: int | None = None):
+    def __init__(self, queue: list[Message], log: list[Any],
+                 fail_after_gets: int | None = None,
+                 max_in_flight: int | None = None) -> None:
         self.queue, self.log, self.gets = queue, log, 0
         self.fail_after_gets = fail_after_gets
         self.closed = False
         # nsqd's rule when given: no more un-answered messages than max_in_flight
         self.max_in_flight, self.outstanding = max_in_flight, 0
 
-    def set_max_in_flight(self, n):
-        self.log.append(("MIF", n))
-        self.max_in_flight = n
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        self.log.append(("MIF", max_in_flight))
+        self.max_in_flight = max_in_flight
 
-    def get_blocks(self, max_messages=1000, timeout=1.0):
+    def get_blocks(self, max_messages: int = 1000, timeout: float = 1.0
+                   ) -> list[MessageBlock]:
         if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
             raise ConnectionError("stand-in: task dies here")
         self.gets += 1
@@ -155,24 +158,35 @@ class StandInReader:
             return []
         frames = b"".join(encode_message_frame(m.id, m.body, m.timestamp, m.attempts)
                           for m in out)
-        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)
+        # only the responder's .address is read
+        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)  # type: ignore[arg-type]
         assert not others and sum(map(len, blocks)) == len(out)
         return blocks
 
-    def finish_blocks(self, blocks):
+    def finish_blocks(self, blocks: Iterable[MessageBlock]) -> None:
+        blocks = list(blocks)
         self.log.append(("FIN", [i for b in blocks for i in b.ids()]))
         self.outstanding -= sum(map(len, blocks))
 
-    def requeue_blocks(self, blocks, delay_ms=None):
+    def requeue_blocks(self, blocks: Iterable[MessageBlock],
+                       delay_ms: int | None = None) -> None:
+        blocks = list(blocks)
         self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
         self.outstanding -= sum(map(len, blocks))
         self.queue[:0] = [m for b in blocks for m in b.messages()]
 
-    def is_starved(self):
+    def is_starved(self) -> bool:
         return False
 
-    def close(self):
+    def stats(self) -> dict[str, Any]:
+        return {"connections": {Addr.address: {"state": "subscribed"}},
+                "connect_errors": {}}
+
+    def close(self) -> None:
         self.closed = True
+
+
+_PORT_CHECK: ReaderPort = StandInReader([], [])  # mypy: the stand-in fits the port
 
 
 class Addr:
@@ -711,3 +725,27 @@ def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypa
     ctx._localProperties = {"spark.speculation": "false"}
     assert len(bodies(fetch_stream_partition(o, Spool(str(tmp_path), "q15"), 1, 0, None,
                                              lambda _: StandInReader(make_messages(1), [])))) == 1
+
+
+# -- issue #24: the completion record carries what the driver reports as lag ---------------
+
+
+def test_old_completion_records_stay_readable_and_a_batch_sums_its_partitions(tmp_path):
+    from nsq_spark.spark.spool import BatchSummary, Completion
+
+    spool = Spool(str(tmp_path), "q16")
+    old = spool.partition(1, 0)
+    os.makedirs(old.path)
+    with open(f"{old.path}/_COMPLETE", "w") as f:  # written before the lag fields
+        f.write('{"chunks": 2, "rows": 5}')
+    assert old.completion() == Completion(2, 5)
+    spool.partition(1, 1).complete(1, 3, bytes=30, oldest_timestamp_ns=20,
+                                   newest_timestamp_ns=40, redeliveries_dropped=2)
+    spool.partition(1, 2).complete(1, 4, bytes=7, oldest_timestamp_ns=10,
+                                   newest_timestamp_ns=30, redeliveries_dropped=1)
+    os.makedirs(spool.partition(1, 3).path)  # not complete: not counted
+    assert spool.batch_summary(1) == BatchSummary(
+        rows=12, bytes=37, oldest_timestamp_ns=10, newest_timestamp_ns=40,
+        redeliveries_dropped=3, partitions=3)
+    assert spool.batch_rows(1) == 12
+    assert spool.batch_summary(2) == BatchSummary() and spool.batch_rows(2) is None

@@ -1,0 +1,592 @@
+"""One streaming fetch task's IO: the Reader, the writer threads, FIN and the hand-over,
+driven by the pure :class:`~nsq_spark.spark.chunking.ChunkPlanner`.
+
+:class:`FetchTask` runs steps 3-5 of the spool protocol (:mod:`nsq_spark.spark.spool`)
+for one (batch, partition): it asks the planner what to do, does it, and tells the
+planner what happened. A full chunk goes to a writer thread (Arrow IPC, write, fsync)
+while the next chunk's messages arrive -- that is why a chunk is by default half of
+``maxInFlight`` --; as soon as it is durable, and the fence holds, it is FINished (nsqd
+then refills the window). Settled chunks go to Spark in order, joined into record
+batches of about ``HANDOVER_ROWS`` rows (a crash before that loses nothing: they are in
+the spool).
+
+What the task needs of a Reader is :class:`ReaderPort` (the Reader's public block API);
+where it gets one is a :class:`ReaderLease`: a new Reader closed at the end, or one taken
+from and given back to this worker's cache (:mod:`.reader_cache`). The end of a task is
+RDY 0 and what the Reader already holds (:mod:`.chunking` says why there is no timed
+drain); a task that fails closes its Reader, which requeues what it holds.
+
+Timings (seconds fetching, writing, handing over; rows) go to whoever observes them
+(:func:`observe_timings`: the benchmark does); they are logged at INFO per task too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
+
+from .chunking import Action, ChunkPlanner, body_bytes
+from .filters import DeadLetterSplit, Dedup
+from .options import ReadOptions
+from .reader_cache import CachedReaders, cache_key
+from .schema import blocks_to_batch
+from .seen import Redeliveries
+from .spool import FLUSH_INTERVAL, PartitionSpool, SpoolConflict, SpoolFenced
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from nsq_spark.message import Message
+    from nsq_spark.protocol import MessageBlock
+
+# The fetch task's lines keep the logger name they had before the task became its own
+# module: users' log configurations filter on it (logs.py documents it).
+log = logging.getLogger("nsq_spark.spark.fetch")
+
+
+class ReaderPort(Protocol):
+    """What a fetch task uses of ``nsq_spark.Reader`` (its public block API)."""
+
+    def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]: ...
+
+    def finish_blocks(self, blocks: Iterable["MessageBlock"]) -> None: ...
+
+    def requeue_blocks(self, blocks: Iterable["MessageBlock"],
+                       delay_ms: int | None = None) -> None: ...
+
+    def set_max_in_flight(self, max_in_flight: int) -> None: ...
+
+    def is_starved(self) -> bool: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> Any: ...
+
+
+ReaderFactory = Callable[[ReadOptions], ReaderPort]
+
+# Seconds a fetch task waits for its first message when the driver saw a backlog.
+FIRST_WAIT = 5.0
+# Seconds between looks at the Reader's connections during a first wait.
+FIRST_WAIT_SLICE = 0.25
+# Settled chunks are handed to Spark together once they hold this many rows (or bytes),
+# and at the end of the task.
+HANDOVER_ROWS = 10_000
+HANDOVER_BYTES = 8 << 20
+# Seconds get_blocks waits while a chunk is in the writer thread, so that its FIN goes
+# out soon after it is durable.
+WRITER_POLL = 0.002
+# The drain at the end takes everything the Reader holds, however many.
+DRAIN_ALL = 1_000_000
+# nsqd's default --msg-timeout, seconds: what a cached Reader's idle timeout stays under
+# when the options do not say the connection's msg_timeout.
+NSQD_MSG_TIMEOUT = 60.0
+
+
+# -- timings -------------------------------------------------------------------------------
+
+TimingsObserver = Callable[[dict[str, float]], None]
+_observers: list[TimingsObserver] = []
+_observers_lock = threading.Lock()
+# "module:function" of an observer each Python worker installs at its first task (the
+# benchmark's executors are other processes; it names its observer here).
+OBSERVER_ENV = "NSQ_SPARK_TASK_OBSERVER"
+_env_observer_loaded = False
+
+
+def observe_timings(observer: TimingsObserver) -> Callable[[], None]:
+    """Call ``observer`` with each fetch task's timings (:class:`TaskTimings` as a dict)
+    in this process; returns the function that removes it."""
+    with _observers_lock:
+        _observers.append(observer)
+
+    def remove() -> None:
+        with _observers_lock:
+            if observer in _observers:
+                _observers.remove(observer)
+    return remove
+
+
+def _load_env_observer() -> None:
+    global _env_observer_loaded
+    if _env_observer_loaded:
+        return
+    _env_observer_loaded = True
+    spec = os.environ.get(OBSERVER_ENV)
+    if not spec:
+        return
+    module, _, name = spec.partition(":")
+    try:
+        observe_timings(getattr(importlib.import_module(module), name))
+    except Exception as exc:  # an observer must never fail a task
+        log.warning("%s=%r: cannot load the timings observer: %s", OBSERVER_ENV, spec, exc)
+
+
+class TaskTimings:
+    """Seconds and counts of one fetch task. fetch: Reader open/get_blocks/FIN/release;
+    convert: blocks -> Arrow batch; spool: waiting for a chunk to be durable (critical
+    path); spool_write: the writer thread's time (Arrow IPC encode, write, fsync;
+    overlaps fetching); handover: Spark taking the batch from the generator; dedup:
+    shared-store round trips; open/close: the parts of fetch spent getting the Reader
+    and releasing it (a close requeues the rest; the cache only pauses it); seen:
+    loading the redelivery index and checking ids; redelivered: rows dropped; reused: 1
+    if the Reader came from the cache."""
+
+    __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
+                 "close", "seen", "rows", "replayed", "redelivered", "reused", "_started",
+                 "_cpu")
+
+    def __init__(self) -> None:
+        self.fetch = self.convert = self.spool = self.spool_write = 0.0
+        self.handover = self.dedup = self.open = self.close = self.seen = 0.0
+        self.rows = self.replayed = self.redelivered = self.reused = 0
+        self._started = time.time()
+        self._cpu = time.process_time()  # a Python worker runs one task at a time
+
+    def as_dict(self) -> dict[str, float]:
+        out: dict[str, float] = {k: getattr(self, k) for k in self.__slots__
+                                 if not k.startswith("_")}
+        out.update(t_start=self._started, t_end=time.time(),
+                   cpu=time.process_time() - self._cpu)
+        return out
+
+    def publish(self) -> None:
+        """To the observers (none by default)."""
+        _load_env_observer()
+        with _observers_lock:
+            observers = list(_observers)
+        if not observers:
+            return
+        doc = self.as_dict()
+        for observer in observers:
+            try:
+                observer(doc)
+            except Exception as exc:
+                log.warning("timings observer %r failed: %s", observer, exc)
+
+
+# -- where the Reader comes from -------------------------------------------------------------
+
+
+class ReaderLease:
+    """A fetch task's Reader: new (closed at the end), or from this worker's cache
+    (given back paused at the end of a task that succeeded; closed if it failed)."""
+
+    def __init__(self, opts: ReadOptions, factory: ReaderFactory, index: int,
+                 cache: "CachedReaders[ReaderPort] | None") -> None:
+        self.opts = opts
+        self.factory = factory
+        self.cache = cache
+        self.key = cache_key(opts, opts.topic, index) if cache is not None else None
+        self.reader: ReaderPort | None = None
+        self.reused = False
+
+    def open(self, max_in_flight: int) -> ReaderPort:
+        opts = self.opts
+        if max_in_flight != opts.max_in_flight:
+            opts = dataclasses.replace(opts, max_in_flight=max_in_flight)
+        if self.cache is None:
+            self.reader = self.factory(opts)
+            return self.reader
+        reader, self.reused = self.cache.take(self.key, lambda: self.factory(opts))
+        if self.reused:
+            reader.set_max_in_flight(max_in_flight)  # it was paused (RDY 0)
+        self.reader = reader
+        return reader
+
+    def release(self, ok: bool) -> None:
+        reader, self.reader = self.reader, None
+        if reader is None:
+            return
+        if self.cache is None:
+            reader.close()  # requeues whatever was pulled and not FINished
+        elif ok:
+            self.cache.give_back(self.key, reader, self.idle_timeout())
+        else:
+            self.cache.discard(reader)
+
+    def idle_timeout(self) -> float:
+        """The cache's idle timeout for this Reader: the option, and at most half the
+        connection's msg_timeout (what it holds must be requeued well before)."""
+        msg_timeout = self.opts.connection.get("msg_timeout") or NSQD_MSG_TIMEOUT
+        return min(self.opts.reader_cache_idle_timeout, float(msg_timeout) / 2)
+
+
+# -- the task ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PartitionTally:
+    """What the partition's completion record says of its rows: count, body bytes, the
+    nsqd timestamps of the oldest and newest (ns; None without rows)."""
+
+    rows: int = 0
+    bytes: int = 0
+    oldest_timestamp_ns: int | None = None
+    newest_timestamp_ns: int | None = None
+
+    def add(self, rb: "pa.RecordBatch") -> None:
+        if not rb.num_rows:
+            return
+        import pyarrow.compute as pc
+
+        self.rows += rb.num_rows
+        self.bytes += batch_body_bytes(rb)
+        lo_hi = pc.min_max(rb.column("timestamp"))
+        lo, hi = lo_hi["min"].value, lo_hi["max"].value  # microseconds (Spark's unit)
+        if lo is not None:
+            lo, hi = lo * 1000, hi * 1000
+            self.oldest_timestamp_ns = lo if self.oldest_timestamp_ns is None \
+                else min(self.oldest_timestamp_ns, lo)
+            self.newest_timestamp_ns = hi if self.newest_timestamp_ns is None \
+                else max(self.newest_timestamp_ns, hi)
+
+
+def batch_body_bytes(rb: "pa.RecordBatch") -> int:
+    """Bytes of the ``body`` column's values (no copy: the offsets' span)."""
+    body = rb.column("body")
+    if not len(body):
+        return 0
+    import numpy as np
+
+    offsets = np.frombuffer(body.buffers()[1], dtype=np.int32, count=len(body) + 1,
+                            offset=body.offset * 4)
+    return int(offsets[-1] - offsets[0])
+
+
+def blocks_body_bytes(blocks: list["MessageBlock"]) -> int:
+    from nsq_spark.protocol import BODY_AT
+
+    return sum(body_bytes(b.offsets, len(b), BODY_AT) for b in blocks)
+
+
+@dataclasses.dataclass
+class _Chunk:
+    """A chunk in a writer thread: the blocks to FIN once it is durable, its rows."""
+
+    future: "Future[None]"
+    blocks: list["MessageBlock"]
+    n: int
+    keep: list["Message"]
+    drop: list["Message"]
+    rb: "pa.RecordBatch"
+
+
+class FetchTask:
+    """Fetch, spool, FIN and hand over the rest of one partition's share (module doc).
+
+    ``chunk_no``/``rows``/``tally``: what earlier attempts left (replayed before this
+    runs); ``share``/``byte_share``: what this run may still take (None: no cap)."""
+
+    def __init__(self, opts: ReadOptions, part: PartitionSpool, batch: int, index: int,
+                 chunk_no: int, tally: PartitionTally, share: int | None,
+                 byte_share: int | None, lease: ReaderLease, timings: TaskTimings,
+                 gate: Redeliveries | None = None) -> None:
+        self.opts = opts
+        self.part = part
+        self.batch = batch
+        self.index = index
+        self.chunk_no = chunk_no
+        self.tally = tally
+        self.share = share
+        self.byte_share = byte_share
+        self.lease = lease
+        self.timings = timings
+        self.gate = gate
+        self.label = f"batch {batch} part {index}"
+        self.dedup = Dedup(opts.dedup) if opts.dedup else None
+        self.dead_letters = DeadLetterSplit(opts, f"batch{batch}-part{index}")
+        self.chunk_size = opts.spool_chunk_size
+        self.max_in_flight = opts.max_in_flight
+        if share is not None and share < self.max_in_flight:
+            # a small share: take no more in flight than it, so that the other tasks of
+            # the batch get their part instead of waiting while this one holds everything
+            self.max_in_flight = share
+            self.chunk_size = min(self.chunk_size, share)
+        # chunks of the in-flight window that may wait in the writers while the next fills
+        self.max_jobs = max(1, self.max_in_flight // self.chunk_size - 1)
+        self.held: list["pa.RecordBatch"] = []  # settled chunks not yet handed over
+        self.held_rows = self.held_bytes = 0
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> Iterator["pa.RecordBatch"]:
+        perf, t = time.perf_counter, time.perf_counter()
+        reader = self.lease.open(self.max_in_flight)
+        self.timings.open = perf() - t
+        self.timings.fetch += self.timings.open
+        self.timings.reused = int(self.lease.reused)
+        writer = ThreadPoolExecutor(max_workers=self.max_jobs, thread_name_prefix="nsq-spool")
+        ok = False
+        try:
+            yield from self._loop(reader, writer)
+            ok = True
+        finally:
+            writer.shutdown(wait=True)
+            t = perf()
+            self.lease.release(ok)
+            self.timings.close = perf() - t
+            self.timings.fetch += self.timings.close
+            self.timings.publish()
+            tm = self.timings
+            log.info("%s: %d rows (%d replayed), %d redeliveries dropped, Reader %s; fetch "
+                     "%.3fs convert %.3fs spool wait %.3fs (write %.3fs in the background) "
+                     "handover %.3fs dedup %.3fs seen %.3fs", self.label,
+                     tm.rows + tm.replayed, tm.replayed, tm.redelivered,
+                     "reused" if tm.reused else "new", tm.fetch, tm.convert, tm.spool,
+                     tm.spool_write, tm.handover, tm.dedup, tm.seen)
+
+    def _loop(self, reader: ReaderPort, writer: ThreadPoolExecutor
+              ) -> Iterator["pa.RecordBatch"]:
+        opts, tm, perf = self.opts, self.timings, time.perf_counter
+        planner = ChunkPlanner(
+            now=time.monotonic(), chunk_size=self.chunk_size, max_jobs=self.max_jobs,
+            share=self.share, byte_share=self.byte_share, idle_timeout=opts.idle_timeout,
+            max_fetch_period=opts.max_fetch_period, flush_interval=FLUSH_INTERVAL,
+            first_wait=FIRST_WAIT, writer_poll=WRITER_POLL,
+            # a capped share means the driver saw a backlog: the first message may take
+            # a lookupd round and a connect to arrive
+            expecting=self.share is not None, max_in_flight=self.max_in_flight)
+        pending: list[MessageBlock] = []
+        jobs: deque[_Chunk] = deque()
+        while True:
+            if jobs and jobs[0].future.done():
+                planner.oldest_durable = True
+            step = planner.next(time.monotonic())
+            if step.action is Action.FETCH:
+                t = perf()
+                if step.first:  # fails at once if every nsqd refused
+                    got = first_blocks(reader, step.want, step.timeout, opts, self.label)
+                else:
+                    got = reader.get_blocks(max_messages=step.want, timeout=step.timeout)
+                tm.fetch += perf() - t
+                if step.first and not got and step.timeout >= planner.idle_wait():
+                    check_subscribed(reader, opts, self.label, step.timeout)
+                n = sum(map(len, got))
+                starved = bool(n) and not jobs and reader.is_starved()
+                pending.extend(got)
+                planner.fetched(n, blocks_body_bytes(got) if n else 0, time.monotonic(),
+                                step.timeout, starved)
+            elif step.action is Action.DRAIN:
+                # the end is decided: RDY 0, and what the Reader already holds goes into
+                # the last chunk (the share is a target; a requeue would be a redelivery)
+                t = perf()
+                reader.set_max_in_flight(0)
+                got = reader.get_blocks(max_messages=DRAIN_ALL, timeout=0)
+                tm.fetch += perf() - t
+                pending.extend(got)
+                planner.drained(sum(map(len, got)), blocks_body_bytes(got) if got else 0,
+                                time.monotonic())
+            elif step.action is Action.CUT:
+                planner.cut()
+                jobs.append(self._cut(pending, writer))
+                pending = []
+            elif step.action is Action.SETTLE:
+                yield from self._settle(reader, jobs.popleft(), planner)
+            else:  # FINISH
+                break
+        yield from self._hand_over()
+        yield from seal_and_complete(self.part, self.batch, self.index, self.chunk_no,
+                                     self.tally, self.gate, tm)
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def _cut(self, blocks: list["MessageBlock"], writer: ThreadPoolExecutor) -> _Chunk:
+        """Convert, filter (redeliveries, dead letters) and submit one chunk."""
+        tm, perf, gate = self.timings, time.perf_counter, self.gate
+        t = perf()
+        if self.dedup is not None:
+            rb, keep, drop = self.dedup.batch(blocks, self.opts.topic, self.opts.channel)
+        else:
+            rb, keep, drop = blocks_to_batch(blocks, self.opts.topic, self.opts.channel), [], []
+        tm.convert += perf() - t
+        if gate is not None:  # redeliveries of spooled messages: FINished, not rows
+            t = perf()
+            rb = gate.keep(rb)
+            tm.seen += perf() - t
+        t = perf()
+        rb, dead = self.dead_letters.split(rb)
+        tm.convert += perf() - t
+        keys = gate.last_keys if gate is not None and dead is None else None
+        future = writer.submit(self._write, self.chunk_no, rb, dead, keys)
+        self.chunk_no += 1
+        self.tally.add(rb)
+        return _Chunk(future, blocks, sum(map(len, blocks)), keep, drop, rb)
+
+    def _write(self, k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None",
+               keys: Any) -> None:
+        """In a writer thread: dead letters, the chunk, its id keys."""
+        t = time.perf_counter()
+        if dead is not None:
+            self.dead_letters.write(dead)
+        self.part.write_chunk(k, rb)
+        if keys is not None:  # the other tasks of the batch check against these
+            self.part.write_chunk_keys(k, keys, self.gate.tag if self.gate else None)
+        self.timings.spool_write += time.perf_counter() - t
+
+    def _settle(self, reader: ReaderPort, job: _Chunk, planner: ChunkPlanner
+                ) -> Iterator["pa.RecordBatch"]:
+        """Chunk durable -> fence -> FIN -> hand over."""
+        tm, perf = self.timings, time.perf_counter
+        t = perf()
+        try:
+            job.future.result()
+            # the fence, after the chunk is durable and before its FIN: a batch already
+            # committed, or a partition sealed by another attempt, gets no FIN from here
+            reason = self.part.fenced()
+            if reason is not None:
+                raise SpoolFenced(f"{self.label}: {reason}; this attempt FINishes nothing "
+                                  "more")
+        except BaseException:
+            reader.requeue_blocks(job.blocks, delay_ms=0)
+            raise
+        tm.spool += perf() - t
+        t = perf()
+        cap = planner.rdy_cap_before_fin(job.n)
+        if cap is not None:  # nothing beyond the share arrives to be requeued at the end
+            reader.set_max_in_flight(cap)
+        reader.finish_blocks(job.blocks)
+        planner.settled()
+        tm.fetch += perf() - t
+        if self.dedup is not None:
+            t = perf()
+            self.dedup.mark(job.keep)
+            tm.dedup += perf() - t
+            if job.drop:
+                log.info("%s: dropped %d redelivered duplicates", self.label, len(job.drop))
+        tm.rows += job.n
+        self.held.append(job.rb)
+        self.held_rows += job.rb.num_rows
+        self.held_bytes += job.rb.nbytes
+        if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES:
+            yield from self._hand_over()
+
+    def _hand_over(self) -> Iterator["pa.RecordBatch"]:
+        """Durable and FINished chunks to Spark, as one record batch (fewer, larger
+        batches cost Spark less per row than many small ones)."""
+        if not self.held:
+            return
+        perf = time.perf_counter
+        t = perf()
+        out = self.held[0] if len(self.held) == 1 else concat_batches(self.held)
+        self.held = []
+        self.held_rows = self.held_bytes = 0
+        self.timings.convert += perf() - t
+        t = perf()
+        yield out
+        self.timings.handover += perf() - t
+
+
+def concat_batches(batches: list["pa.RecordBatch"]) -> "pa.RecordBatch":
+    import pyarrow as pa
+
+    if hasattr(pa, "concat_batches"):  # pyarrow >= 19
+        return pa.concat_batches(batches)
+    table = pa.Table.from_batches(batches).combine_chunks()
+    return (table.to_batches() or [batches[0].slice(0, 0)])[0]
+
+
+def seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
+                      tally: PartitionTally, gate: Redeliveries | None,
+                      timings: TaskTimings) -> Iterator["pa.RecordBatch"]:
+    """Seal the partition, take in the chunks another attempt wrote before the seal (it
+    may have FINished them: they must be rows), then the index, then ``_COMPLETE``."""
+    part.seal()
+    for k, batches in part.chunks_from(chunks):
+        log.warning("batch %d part %d: chunk %d was written by another attempt of this "
+                    "task before the seal; its rows are taken in", batch, index, k)
+        for rb in batches:
+            tally.add(rb)
+            timings.replayed += rb.num_rows
+            if gate is not None:
+                gate.remember(rb)
+            yield rb
+        chunks = k + 1
+    if gate is not None:
+        timings.redelivered = gate.dropped
+        gate.finish()  # before _COMPLETE: a complete partition always has its index
+    final = part.complete(chunks, tally.rows, bytes=tally.bytes,
+                          oldest_timestamp_ns=tally.oldest_timestamp_ns,
+                          newest_timestamp_ns=tally.newest_timestamp_ns,
+                          redeliveries_dropped=timings.redelivered)
+    if final.chunks != chunks:  # pragma: no cover - needs two racing attempts
+        raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
+                            f"the partition with {final.chunks} chunks")
+
+
+# -- is anything subscribed? ------------------------------------------------------------------
+
+
+def check_subscribed(reader: ReaderPort, opts: ReadOptions, what: str, wait: float) -> None:
+    """After a first wait in vain for a batch nsqd reported: no subscription for a reason
+    no retry fixes (AUTH, TLS) fails the task with the cause; an nsqd that is down is
+    transient (the driver reports it; the next trigger tries again), so only logged."""
+    causes = not_subscribed(reader)
+    if not causes:
+        return
+    from nsq_spark.errors import SubscribeRefusedError
+
+    err = not_subscribed_error(opts, what, wait, causes)
+    if isinstance(err, SubscribeRefusedError):
+        raise err
+    log.warning("%s; the batch goes on without them", err)
+
+
+def not_subscribed(reader: ReaderPort) -> dict[str, dict[str, Any]] | None:
+    """None when the Reader has a subscribed connection; else the last failure of each
+    nsqd it tried (``Reader.stats()["connect_errors"]``: ``{address: {"error":
+    "AuthFailedError: ...", "transient": False}}``), maybe empty."""
+    from nsq_spark.handshake import ConnState
+
+    st = reader.stats()
+    if any(c.get("state") == ConnState.SUBSCRIBED for c in st["connections"].values()):
+        return None
+    return dict(st.get("connect_errors") or {})
+
+
+def first_blocks(reader: ReaderPort, want: int, wait: float, opts: ReadOptions,
+                 what: str) -> list["MessageBlock"]:
+    """``reader.get_blocks`` for up to ``wait`` seconds, in slices; raises
+    :func:`not_subscribed_error` for ``what`` as soon as no connection is up or connecting
+    and an nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the
+    rest."""
+    started = time.monotonic()
+    deadline = started + wait
+    while True:
+        left = deadline - time.monotonic()
+        got = reader.get_blocks(max_messages=want,
+                                timeout=max(0.0, min(FIRST_WAIT_SLICE, left)))
+        if got or left <= FIRST_WAIT_SLICE:
+            return list(got)
+        st = reader.stats()
+        causes = st.get("connect_errors") or {}
+        if not st["connections"] and any(not c.get("transient", True)
+                                         for c in causes.values()):
+            raise not_subscribed_error(opts, what, time.monotonic() - started, dict(causes))
+
+
+def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
+                         causes: dict[str, dict[str, Any]]) -> Exception:
+    """The error of a fetch that subscribed nowhere: each nsqd's cause in the message (the
+    driver shows only the task's error, not the executor's log). SubscribeRefusedError
+    when a cause is one no retry fixes (AUTH, TLS), else ConnectError."""
+    from nsq_spark.errors import ConnectError, SubscribeRefusedError
+
+    where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses else
+             f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
+    head = (f"{what} could not subscribe to {opts.topic}/{opts.channel} on any nsqd of "
+            f"{where} within {round(wait, 1):g} s from host {os.uname().nodename}")
+    detail = "; ".join(f"nsqd {a}: {c.get('error')}" for a, c in sorted(causes.items()))
+    if any(not c.get("transient", True) for c in causes.values()):
+        return SubscribeRefusedError(
+            f"{head}: {detail}; fix the connection options (authSecret, tlsV1, tlsCaFile, "
+            "tlsCertFile, tlsKeyFile, ...) or nsqd's --auth-http-address / TLS setup")
+    return ConnectError(f"{head}{': ' + detail if detail else ''}; check that they are "
+                        "reachable from the executors")

@@ -1,0 +1,50 @@
+"""The executor's Reader cache against a real nsqd: the next task of a partition reuses
+the connected Reader (no connect, no SUB), nothing is requeued between the batches, and a
+Reader closed from the cache leaves nsqd with no client and nothing in flight.
+
+No Spark session: fetch_stream_partition is called directly, as Spark tasks would in one
+reused Python worker."""
+
+from __future__ import annotations
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from nsq_spark.spark.fetch import fetch_stream_partition, observe_timings  # noqa: E402
+from nsq_spark.spark.options import parse_read_options  # noqa: E402
+from nsq_spark.spark.reader_cache import readers  # noqa: E402
+from nsq_spark.spark.spool import Spool  # noqa: E402
+from reader_helpers import channel_stats, mpub, wait_for  # noqa: E402
+
+pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
+
+T, C = "cached_t", "cached_c"
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_the_next_batch_reuses_the_connected_reader(nsq_cluster, tmp_path):
+    sent = [b"cached-%d" % i for i in range(30)]
+    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    opts = parse_read_options({
+        "topic": T, "channel": C, "nsqdTcpAddresses": nsq_cluster.nsqd_tcp_addresses[0],
+        "maxInFlight": "100", "spoolPath": str(tmp_path), "idleTimeout": "1",
+        "maxFetchPeriod": "20"}, streaming=True)
+    spool = Spool(str(tmp_path), "q")
+    timings: list[dict[str, float]] = []
+    stop = observe_timings(timings.append)
+    got: list[bytes] = []
+    try:
+        for batch, share in ((1, 10), (2, 10), (3, 10)):
+            got += [b for rb in fetch_stream_partition(opts, spool, batch, 0, share)
+                    for b in rb.column("body").to_pylist()]
+    finally:
+        stop()
+    assert sorted(got) == sorted(sent) and len(got) == len(set(got))
+    assert [t["reused"] for t in timings] == [0, 1, 1]
+    c = channel_stats(nsq_cluster, 0, T, C)
+    assert len(c["clients"]) == 1  # one connection for the three batches, kept
+    assert c["requeue_count"] == 0 and c["in_flight_count"] == 0
+    readers().close_all()
+    wait_for(lambda: not channel_stats(nsq_cluster, 0, T, C)["clients"], 10,
+             "the cached Reader closed")
