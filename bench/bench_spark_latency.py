@@ -513,15 +513,15 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
             drain_until = time.time() + args.drain_timeout
             while len(sink.arrivals) < published and time.time() < drain_until:
                 _wait_running(query, time.time() + 0.2)
-        else:
-            # the rate source numbers its rows 0, 1, ...: what it generated is what the
-            # sink received up to the highest number (a gap or repeat shows as missing or
-            # duplicate)
-            published = max(sink.arrivals.seqs, default=-1) + 1
     finally:
         if publisher is not None:
             publisher.stop()
         query.stop()
+    if publisher is None:
+        # the rate source numbers its rows 0, 1, ...: what it generated is what the sink
+        # received up to the highest number (a gap or repeat shows as missing or
+        # duplicate). Counted once the query has stopped: a batch may still be arriving
+        published = max(sink.arrivals.seqs, default=-1) + 1
     result = {"source": source, "rate": rate, "trigger": trigger.label,
               "warmup_s": warmup, "seconds": seconds,
               **summarize(sink.arrivals, published, batch_timings(_progress_dicts(query)),
