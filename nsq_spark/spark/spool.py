@@ -232,6 +232,7 @@ class _FS:
         self.uri = uri
         self.local: bool
         self.fs: Any = None
+        self.object_store = False  # s3/gcs: a finished upload is atomic, no rename
         if "://" not in uri and not uri.startswith("file:"):
             self.local, self.root = True, uri
             return
@@ -245,7 +246,7 @@ class _FS:
                              "gs://") from exc
         self.local = isinstance(fs, pafs.LocalFileSystem)
         self.fs, self.root = fs, root
-        self.object_store = fs.type_name in ("s3", "gcs")
+        self.object_store = bool(fs.type_name in ("s3", "gcs"))
 
     def join(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
