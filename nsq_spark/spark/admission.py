@@ -27,7 +27,7 @@ remainder, ties to the earlier item), so the same offset always gives the same t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = ["Limits", "TopicPlan", "apportion", "hold_back", "plan_topics", "split_shares",
            "task_shares"]
@@ -55,11 +55,11 @@ class TopicPlan:
     size: int  # messages for those tasks in all (0: no cap)
     max_bytes: int | None  # body bytes for those tasks in all (None: no cap)
 
-    def as_offset(self) -> list:
+    def as_offset(self) -> list[Any]:
         return [self.topic, self.parts, self.size, self.max_bytes]
 
     @classmethod
-    def from_offset(cls, entry: Sequence) -> "TopicPlan":
+    def from_offset(cls, entry: Sequence[Any]) -> "TopicPlan":
         topic, parts, size, max_bytes = entry
         return cls(str(topic), int(parts), int(size),
                    None if max_bytes is None else int(max_bytes))
@@ -124,8 +124,16 @@ def plan_topics(backlogs: Mapping[str, int | None], limits: Limits,
         parts = [min(p, n) for p, (_, n) in zip(parts, kept)]
     budgets: list[int | None] = [None] * len(kept)
     if limits.max_bytes is not None:
-        budgets = list(apportion(limits.max_bytes, weights))
+        budgets = list(_at_least_one_each(limits.max_bytes, parts, weights))
     return tuple(TopicPlan(t, p, n, b) for (t, n), p, b in zip(kept, parts, budgets))
+
+
+def _at_least_one_each(total: int, counts: Sequence[int], weights: Sequence[int]) -> list[int]:
+    """``total`` over groups of ``counts`` items, at least 1 per item (a task takes at
+    least one message, so its byte share is at least 1), the rest by ``weights``: the
+    parts sum to ``max(total, sum(counts))``."""
+    rest = apportion(max(0, total - sum(counts)), weights)
+    return [c + r for c, r in zip(counts, rest)]
 
 
 def split_shares(size: int, n: int) -> list[int | None]:
@@ -141,5 +149,5 @@ def task_shares(plan: TopicPlan) -> list[tuple[int | None, int | None]]:
     shares = split_shares(plan.size, plan.parts)
     if plan.max_bytes is None:
         return [(s, None) for s in shares]
-    weights = [s or 0 for s in shares]
-    return [(s, max(1, b)) for s, b in zip(shares, apportion(plan.max_bytes, weights))]
+    budgets = _at_least_one_each(plan.max_bytes, [1] * len(shares), [s or 0 for s in shares])
+    return [(s, b) for s, b in zip(shares, budgets)]

@@ -507,7 +507,7 @@ class Subscription:
         self.lookupd_http = list(lookupd_http_addresses)
         self.nsqd_http = list(nsqd_http_addresses)
         self._handle = handle
-        self.handles: dict[str, TopicBacklog] = {}
+        self.handles: dict[str, TopicBacklog] = {t: handle(t) for t in self.fixed}
         self._matched: list[str] = []
         self._warned_at = 0.0
 

@@ -111,6 +111,7 @@ from .schema import SCHEMA_DDL  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+Offset = dict[str, Any]  # what Spark keeps in the offsets log (JSON)
 # Offsets of this version carry "parts" and mean the query marker was written.
 OFFSET_VERSION = 2
 # Seconds between two measurements of the backlog while the source is idle (the last call
@@ -240,7 +241,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_empty = 0
         self._last_rows: dict[int, int] = {}
         self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
-        self._latest: dict | None = None  # the latest offset planned or seen
+        self._latest: Offset | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
         self._counted: set[str] = set()  # index files whose drops are in _dropped
 
@@ -274,7 +275,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             self._subscription.check_reachable(require_producer=self._available_now)
             self._started = True
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         query = uuid.uuid4().hex
         # the query marker waits for the first latestOffset: Spark may call this on a
         # restart too and throw the token away, which must leave nothing behind
@@ -325,7 +326,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             rows = self._spool(query).batch_rows(batch)
         return rows
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+    def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
         limits = self._limits(limit)
         self._start()
         now = self._clock()
@@ -427,7 +428,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return
         self._last_summary = (batch, summary)
 
-    def _marked(self, start: dict) -> int:
+    def _marked(self, start: Offset) -> int:
         """The offset version for the next batch. The query marker is written before the
         first batch is planned (so every batch in the offsets log had it), and for an
         older query (offsets without ``v``) at its first trigger here, so that from then
@@ -444,7 +445,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return 0  # no marker promised: a restart does not look for one
         return OFFSET_VERSION
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> Offset | None:
         """For the query's progress (``sources[].latestOffset``): the latest offset with
         the topics, channel, backlog, redeliveries dropped and the flat numbers of
         :mod:`.progress` (see the module doc)."""
@@ -476,7 +477,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                               self._wall()))
         return out
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         if int(end["batch"]) <= int(start["batch"]):
             return []
         batch = int(end["batch"])
@@ -487,7 +488,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         marker = spool.write_marker(batch)
         return partitions_of(query, batch, self._plans(spool, end), marker)
 
-    def _plans(self, spool: Any, end: dict) -> list[TopicPlan]:
+    def _plans(self, spool: Any, end: Offset) -> list[TopicPlan]:
         """The topics and tasks of the batch ending at ``end``, as it was planned: a batch
         run again from the checkpoint fetches the same topics with as many tasks, whatever
         the options or the pattern's matches are now."""
@@ -512,14 +513,14 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         o = self.opts
         return o.topic if o.topic_pattern is None and len(o.topics) == 1 else None
 
-    def _parts(self, spool: Any, end: dict) -> int:
+    def _parts(self, spool: Any, end: Offset) -> int:
         """Fetch tasks of the batch ending at ``end``: as many as when it was planned."""
         if "parts" in end:
             return int(end["parts"])
         # an offset from before "parts": at least the partitions its spool holds
-        return max(self.opts.num_partitions, spool.partition_count(int(end["batch"])))
+        return max(self.opts.num_partitions, int(spool.partition_count(int(end["batch"]))))
 
-    def _check_spool_kept(self, spool: Any, end: dict) -> None:
+    def _check_spool_kept(self, spool: Any, end: Offset) -> None:
         """The query marker must be there; if not, the spool was deleted. A batch planned
         by this driver owes nothing yet (its tasks have not run): the marker is written
         again, with a warning. A batch from the checkpoint may have FINished its messages
@@ -550,7 +551,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             "batch's loss (nsqd does not have them any more). Never delete spoolPath "
             "while a query that uses it is stopped with a checkpoint")
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         spool = self._spool(end["query"])
         batch = int(end["batch"])
         try:
@@ -624,13 +625,13 @@ class NSQStartlessStreamReader(NSQStreamReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
-        self._seen: dict | None = None
+        self._seen: Offset | None = None
 
-    def _see(self, offset: dict) -> None:
+    def _see(self, offset: Offset) -> None:
         if self._seen is None or int(offset["batch"]) >= int(self._seen["batch"]):
             self._seen = offset
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         # after a restart before the first commit, Spark asks for the initial offset
         # again: the same query's batch 0, so that the logged batch 1 is replayed
         if self._seen is not None:
@@ -640,17 +641,17 @@ class NSQStartlessStreamReader(NSQStreamReader):
         self._see(offset)
         return offset
 
-    def latestOffset(self) -> dict:  # type: ignore[override]
+    def latestOffset(self) -> Offset:  # type: ignore[override]
         if self._seen is None:  # a new query: Spark may ask before the initial offset
             self.initialOffset()
         assert self._seen is not None
         return super().latestOffset(self._seen, None)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         self._see(end)
         return super().partitions(start, end)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         self._see(end)
         super().commit(end)
 
@@ -715,7 +716,7 @@ class NSQWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[Any]) -> None:
         total = sum(m.messages for m in messages if m is not None)
         log.info("nsq sink: published %d messages", total)
 
@@ -730,10 +731,10 @@ class NSQStreamWriter(StreamArrowWriterBase):
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[Any], batchId: int) -> None:
         total = sum(m.messages for m in messages if m is not None)
         log.info("nsq sink: batch %d published %d messages", batchId, total)
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[Any], batchId: int) -> None:
         log.warning("nsq sink: batch %d aborted; messages already published stay published "
                     "and the batch is published again when Spark retries it", batchId)
