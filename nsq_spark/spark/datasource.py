@@ -114,13 +114,6 @@ log = logging.getLogger(__name__)
 Offset = dict[str, Any]  # what Spark keeps in the offsets log (JSON)
 # Offsets of this version carry "parts" and mean the query marker was written.
 OFFSET_VERSION = 2
-# Seconds between two measurements of the backlog while the source is idle (the last call
-# planned nothing and no batch ended since). With the default trigger Spark asks every
-# ~10 ms while idle; each measurement is a lookupd /lookup plus one /stats per nsqd (and a
-# lookupd /topics for a pattern), about BACKLOG_POLL_COST of the driver's Python worker.
-# A batch that ends is measured at once, so a steady stream waits for no poll; new data
-# after a quiet spell waits half this on average. See ``backlogPollInterval``.
-DEFAULT_POLL_INTERVAL = 0.1
 # Seconds between two INFO lines with an unchanged backlog (a changed one is logged at
 # once): Spark's pace for progress events of an idle query, as for the WARNINGs (.backlog).
 BACKLOG_LOG_EVERY = 10.0
@@ -382,7 +375,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
     def _measure(self, batch: int, now: float) -> dict[str, int | None]:
         """Each topic's fetchable backlog: measured now, or the measurement of less than
-        ``backlogPollInterval`` ago while the source is idle (see DEFAULT_POLL_INTERVAL)."""
+        ``backlogPollInterval`` ago while the source is idle (why and how much:
+        :data:`.options.DEFAULT_POLL_INTERVAL`)."""
         idle = (self._measured is not None and not self._planned_last and
                 batch == self._measured_after)
         if idle and now - self._measured_at < self._poll_interval:

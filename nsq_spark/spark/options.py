@@ -153,6 +153,16 @@ def _redacted_repr(self: Any) -> str:
     return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+# Seconds between two measurements of the backlog while the source is idle (the last call
+# planned nothing and no batch ended since): ``backlogPollInterval``'s default. With the
+# default trigger Spark asks every ~10 ms while idle; a measurement is a lookupd /lookup
+# plus a /stats per nsqd (and a /topics for a pattern). Measured with
+# bench/bench_backlog_poll.py (one nsqd, one lookupd, this 2-core machine): at every call,
+# 82 measurements/s (164 HTTP requests/s) and 12% of a core in the driver's Python worker;
+# at 0.1 s, 9/s and 2%, and new data after a quiet spell is planned 43 ms later at the
+# median, 94 ms at p95 (0 s: 2 / 3 ms; 0.05 s: 33 / 43 ms; 0.25 s: 129 / 246 ms). A batch
+# that ends is measured at once, so a steady stream (2,000 msg/s) waits for no poll.
+DEFAULT_POLL_INTERVAL = 0.1
 # MPUB counts and sizes are 32-bit; nsqd counts attempts in 16 bits.
 MAX_INT32, MAX_ATTEMPTS = 2 ** 31 - 1, 65535
 # A fetch task keeps up to maxInFlight messages in memory; numPartitions tasks a batch.
@@ -452,7 +462,7 @@ class ReadOptions:
     min_messages_per_trigger: int | None = None
     max_trigger_delay: float = 900.0
     max_bytes_per_trigger: int | None = None
-    backlog_poll_interval: float = 0.1  # seconds between measurements while idle
+    backlog_poll_interval: float = DEFAULT_POLL_INTERVAL  # seconds between them while idle
     # seconds spooled ids are remembered to drop redeliveries (0: off); cap on their number
     redelivery_window: float = DEFAULT_WINDOW
     redelivery_window_max_ids: int = DEFAULT_MAX_IDS
@@ -563,7 +573,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         min_messages_per_trigger=min_rows,
         max_trigger_delay=opts.seconds("maxTriggerDelay", 900.0),
         max_bytes_per_trigger=opts.int("maxBytesPerTrigger", None, maximum=2 ** 63 - 1),
-        backlog_poll_interval=_seconds_or_zero(opts, "backlogPollInterval", 0.1,
+        backlog_poll_interval=_seconds_or_zero(opts, "backlogPollInterval",
+                                               DEFAULT_POLL_INTERVAL,
                                                "0 measures at every trigger"),
         channel=channel, nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
