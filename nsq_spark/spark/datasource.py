@@ -3,12 +3,21 @@
 Driver side of the source. Offsets are micro-batch numbers chosen here::
 
     {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2}
+    {"query": "<token>", "batch": 43, "size": 900, "parts": 3, "v": 2,
+     "plan": [["orders", 2, 800, null], ["refunds", 1, 100, null]]}
 
 ``query`` is a token drawn by ``initialOffset`` (it names this query's spool directory),
 ``batch`` counts micro-batches, ``size`` is how many messages the batch may fetch in all
 (0: no cap; the fetch tasks stop when idle or after ``maxFetchPeriod``). ``partitions``
 splits ``size`` over ``parts`` fetch tasks; ``read`` runs on executors
 (:mod:`nsq_spark.spark.fetch`, protocol in :mod:`nsq_spark.spark.spool`).
+
+``plan`` (several topics, a ``topicPattern``, or ``maxBytesPerTrigger``): per topic
+``[topic, tasks, messages, bytes]`` (:class:`~.admission.TopicPlan`), decided by
+:mod:`.admission`; the tasks are numbered across topics, so the spool layout per (batch,
+partition index) is unchanged. A batch run again from the checkpoint reads the topics its
+offset names, whatever the pattern matches now. A query on one ``topic`` without a byte
+cap writes no ``plan``: its offsets look as they did before.
 
 ``parts`` is ``numPartitions`` when the batch was planned. A batch Spark runs again from
 the checkpoint (the driver restarted before its commit) keeps it whatever
@@ -32,21 +41,37 @@ published after the query starts. A batch starts only when nsqd reports a backlo
 channel (``/stats`` depth, through lookupd or ``nsqdHttpAddresses``); with neither, every
 trigger starts one. After the start, an unreachable nsqd or lookupd is a transient fault:
 logged, and retried at the next trigger, as Spark's Kafka source keeps polling brokers. The size is
-the backlog, capped by the read limit (``maxMessagesPerTrigger``). Under
-``Trigger.AvailableNow`` the backlog measured at query start is the target: batches run
-until that many messages were planned or the channel is empty.
+the backlog, capped by the read limit (``maxMessagesPerTrigger``); ``minMessagesPerTrigger``
+holds a batch back until ``maxTriggerDelay`` (timed here, from the last batch); see
+:mod:`.admission`. Under ``Trigger.AvailableNow`` the backlog measured at query start is
+the target (the minimum is ignored): batches run until that many messages were planned or
+the channel is empty. While idle the backlog is measured every ``backlogPollInterval``
+(0.1 s), not at each of Spark's calls (every ~10 ms); a batch that ends is measured at
+once (figures at :data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
+:class:`~.backlog.Nsqds` (channel created on each nsqd, backlog, pauses) in one
+:class:`~.backlog.Subscription`, which lists a pattern's topics again at each measurement.
 
-The backlog is visible: each trigger logs it (INFO) and ``reportLatestOffset`` puts it
-in the query's progress, ``StreamingQueryProgress.sources[0].latestOffset``::
+The backlog is visible: it is logged (INFO) when it changes, and every 10 s while it
+does not, and ``reportLatestOffset`` puts it in the query's progress,
+``StreamingQueryProgress.sources[0].latestOffset``::
 
-    {"query": ..., "batch": 42, "topic": "t", "channel": "c",
+    {"query": ..., "batch": 42, "topic": "t", "topics": ["t"], "channel": "c",
      "backlog": {"depth": 1200, "fetchable": 700, "inFlight": 300, "deferred": 0,
                  "nsqds": 3, "nsqdsAnswered": 2,
                  "paused": [{"nsqd": "10.0.0.7:4151", "paused": "channel", "depth": 500}],
                  "nsqdsUnreachable": [{"nsqd": "10.0.0.9:4151",
                                        "error": "URLError: ... Connection refused"}],
                  "measuredAt": "2026-11-23T00:01:02Z"},
-     "redeliveriesDropped": 17}
+     "redeliveriesDropped": 17,
+     "backlogMessages": 700, "lagSeconds": 1.25, "lastBatch": 41, "lastBatchRows": 5000,
+     "lastBatchBytes": 512000, "lastBatchRedeliveriesDropped": 0,
+     "lastBatchOldestAgeSeconds": 3.5, "pausedNsqds": 1, "unreachableNsqds": 1}
+
+The flat numbers at the end are the lag as metrics (:mod:`.progress`, which says when
+each is measured and what ``lagSeconds`` is; :func:`.progress.source_lag` reads them for
+a ``StreamingQueryListener``); ``lastBatch*`` come from the spool of the batch that just
+ran (``Spool.batch_summary``), read when Spark asks for the next one. Several topics add
+``backlogByTopic`` (and ``topicPattern``); ``paused`` entries then name their topic.
 
 ``depth`` is the channel's depth plus the topic's (not yet copied to the channel), summed
 over nsqds; ``fetchable`` the part of it a batch can read, which is what the batch is
@@ -57,8 +82,9 @@ nothing there until it is unpaused, so a backlog only there plans no batch);
 also logged (WARNING, at once and then every 10 s while they last), naming the topic,
 channel and nsqd (details in :mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
-``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
-metrics; the offsets are where a source can say something in the progress.
+``redeliveryWindow`` (:mod:`.seen`), counted since the driver started, at the commits
+(``lastBatchRedeliveriesDropped`` is the batch's own). pyspark's Python data source API
+has no custom metrics; the offsets are where a source can say something in the progress.
 
 Redeliveries: the fetch tasks drop messages whose id is already spooled
 (:mod:`nsq_spark.spark.seen`); the driver deletes the index files that fell out of the
