@@ -36,6 +36,12 @@ Unreachable: an nsqd that answered ``/stats`` before (or that lookupd lists, or 
 it answers again; one that lookupd no longer lists is forgotten after
 ``FORGET_UNREACHABLE`` seconds (a decommissioned nsqd does not warn forever).
 
+Several topics (``topics``, ``topicPattern``): :class:`Subscription` holds one
+:class:`Nsqds` per topic (each creates the channel on its nsqds, measures its backlog and
+reports its pauses, as for one topic) behind the :class:`TopicBacklog` port, and lists a
+pattern's topics (:func:`list_topics`: lookupd ``/topics``, or the nsqds' ``/stats``) at
+each measurement; :func:`combine` sums the topics' measurements for the progress.
+
 Reachability (:func:`check_reachable`): at query start, and for every batch read, the
 driver must reach at least one nsqd (a V2 handshake on a TCP address, an HTTP answer
 from a listed or discovered nsqd) and, with lookupd, at least one lookupd must answer.

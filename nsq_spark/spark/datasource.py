@@ -129,7 +129,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: 
                                     InputPartition, WriterCommitMessage)
 
 from .admission import (NO_LIMITS, Limits, TopicPlan, hold_back,  # noqa: E402
-                        plan_topics, split_shares, task_shares)
+                        plan_topics, task_shares)
+from .admission import split_shares  # noqa: E402,F401 (its old home: kept importable)
 from .logs import configure as configure_logging  # noqa: E402
 from .logs import task_rows  # noqa: E402
 from .options import parse_read_options, parse_write_options  # noqa: E402

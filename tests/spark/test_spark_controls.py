@@ -434,3 +434,28 @@ def test_combined_backlog_names_each_pause_with_its_topic():
                                 "topic": "a"}]
     assert shown["nsqdsUnreachable"] == [{"nsqd": "n2:4151", "error": "refused"}]
     assert combine({"a": a}) is a and combine({}) is None
+
+
+class Unreachable(FakeTopic):
+    def check_reachable(self, require_producer: bool) -> None:
+        from nsq_spark.errors import ConnectError
+
+        raise ConnectError("no nsqd answered (test)")
+
+
+def test_a_query_on_several_topics_starts_while_one_of_them_answers(caplog):
+    from nsq_spark.errors import ConnectError
+    from nsq_spark.spark.backlog import Subscription
+
+    handles: dict[str, TopicBacklog] = {"a": Unreachable(), "b": FakeTopic(3)}
+    sub = Subscription(("a", "b"), None, [], ["127.0.0.1:1"], lambda t: handles[t])
+    sub.check_reachable(require_producer=False)  # b answers: a warning for a
+    assert "topic a: no nsqd answered" in caplog.text
+    assert sub.backlogs() == {"a": 0, "b": 3}
+    alone = Subscription(("a",), None, [], ["127.0.0.1:1"], lambda t: Unreachable())
+    with pytest.raises(ConnectError, match="no nsqd answered"):
+        alone.check_reachable(require_producer=False)
+    none: dict[str, TopicBacklog] = {"a": Unreachable(), "b": Unreachable()}
+    both = Subscription(("a", "b"), None, [], ["127.0.0.1:1"], lambda t: none[t])
+    with pytest.raises(ConnectError):
+        both.check_reachable(require_producer=False)
