@@ -252,6 +252,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         # the numbers of the latest batch that ran (from its spool), for the progress
         self._last_summary: tuple[int, Any] | None = None
         self._summarized = -1
+        self._ran: set[int] = set()  # batches whose partitions this driver handed out
         self._started = False
         self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
         self._available_now = False
@@ -438,8 +439,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     def _summarize(self, query: str, batch: int) -> None:
         """Read the numbers of ``batch`` (it ran: Spark asks for the next one) from its
         spool for the progress, once. A failure costs the numbers, not the batch."""
-        if batch <= 0 or batch == self._summarized:
-            return
+        if batch not in self._ran or batch == self._summarized:
+            return  # committed before this driver started: its spool is gone
         self._summarized = batch
         try:
             summary = self._spool(query).batch_summary(batch)
@@ -507,7 +508,9 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         if int(end.get("v", 0)) >= OFFSET_VERSION:
             self._check_spool_kept(spool, end)
         marker = spool.write_marker(batch)
-        return partitions_of(query, batch, self._plans(spool, end), marker)
+        tasks = partitions_of(query, batch, self._plans(spool, end), marker)
+        self._ran.add(batch)
+        return tasks
 
     def _plans(self, spool: Any, end: Offset) -> list[TopicPlan]:
         """The topics and tasks of the batch ending at ``end``, as it was planned: a batch

@@ -345,6 +345,7 @@ def test_the_report_has_the_lag_of_the_batch_that_just_ran(tmp_path):
     r._wall = lambda: 1_700_000_010.0
     start = r.initialOffset()
     end = r.latestOffset(start, None)
+    r.partitions(start, end)  # Spark runs batch 1
     real = r._spool
     numbers = {1: Numbers(10, 1234, 1_700_000_001_000_000_000, 1_700_000_007_500_000_000,
                           2, 2)}
@@ -365,18 +366,33 @@ def test_the_report_has_the_lag_of_the_batch_that_just_ran(tmp_path):
     assert lag.topics == ("t",) and lag.channel == "c" and lag.backlog_messages == 4
 
 
+class NoNumbers:
+    """A spool whose numbers cannot be read."""
+
+    def batch_summary(self, batch: int) -> BatchNumbers:
+        raise OSError("spool unreachable")
+
+    def tidy(self, batch: int) -> int:
+        return 0
+
+    def has_query_marker(self) -> bool:
+        return True
+
+    def write_query_marker(self) -> None:
+        pass
+
+
 def test_a_spool_without_numbers_costs_the_numbers_not_the_batch(tmp_path, caplog):
     r, fakes = driver(tmp_path, {"t": 10})
     start = r.initialOffset()
     end = r.latestOffset(start, None)
-
-    class NoNumbers:
-        def batch_summary(self, batch: int) -> BatchNumbers:
-            raise OSError("spool unreachable")
-
-        def tidy(self, batch: int) -> int:
-            return 0
-
+    # restarted on a checkpoint whose last batch was committed before: its spool is
+    # gone, and it is not asked for numbers (no warning)
+    restarted, _ = driver(tmp_path, {"t": 10})
+    restarted._spool = lambda query: NoNumbers()
+    restarted.latestOffset(end, None)
+    assert "could not read" not in caplog.text
+    r.partitions(start, end)
     r._spool = lambda query: NoNumbers()
     assert r.latestOffset(end, None)["batch"] == 2
     assert "could not read the numbers of batch 1" in caplog.text
