@@ -10,7 +10,9 @@ install); :func:`register` does it explicitly::
 Options: :mod:`nsq_spark.spark.options`. Spool protocol and guarantees:
 :mod:`nsq_spark.spark.spool`. What each pyspark version supports:
 :mod:`nsq_spark.spark._compat`; a feature the running one lacks is refused when the query
-starts with :class:`SparkVersionError`, naming the version it needs.
+starts with :class:`SparkVersionError`, naming the version it needs. The source's lag
+as numbers, for a ``StreamingQueryListener``: :func:`source_lag`
+(:mod:`nsq_spark.spark.progress`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 from nsq_spark.errors import SparkVersionError
 
 from .options import NSQOptionError
+from .progress import SourceLag, source_lag
 
-__all__ = ["register", "NSQDataSource", "NSQOptionError", "SparkVersionError"]
+__all__ = ["register", "NSQDataSource", "NSQOptionError", "SourceLag", "SparkVersionError",
+           "source_lag"]
 
 
 def register(spark: Any) -> None:

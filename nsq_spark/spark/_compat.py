@@ -18,7 +18,7 @@ admission control          no     no     yes    yes
 * streaming write: ``DataSourceStreamArrowWriter`` (the Arrow stream writer our sink is)
   exists from 4.1 on.
 * admission control: ``pyspark.sql.streaming.datasource`` (``ReadLimit``, ``ReadMaxRows``,
-  ``SupportsTriggerAvailableNow``) and a planner that calls ``latestOffset(start, limit)``,
+  ``ReadMinRows``, ``ReadMaxBytes``, ``SupportsTriggerAvailableNow``) and a planner that calls ``latestOffset(start, limit)``,
   ``prepareForTriggerAvailableNow()`` and ``reportLatestOffset()``: from 4.2 on. The 4.0
   and 4.1 planners call ``latestOffset()`` with no argument; the stream reader then keeps
   the start offset itself (see :mod:`.datasource`).
@@ -60,6 +60,8 @@ except ImportError:  # 4.0: a stand-in base; NSQDataSource.streamWriter refuses 
 
 ReadAllAvailable: Any
 ReadMaxRows: Any
+ReadMinRows: Any
+ReadMaxBytes: Any
 try:  # 4.2+: read limits and Trigger.AvailableNow for Python stream readers
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
     from pyspark.sql.streaming.datasource import (
@@ -68,6 +70,11 @@ try:  # 4.2+: read limits and Trigger.AvailableNow for Python stream readers
 except ImportError:  # 4.0, 4.1: the planner never asks; a plain base keeps the MRO simple
     ReadAllAvailable = ReadMaxRows = None
     _ADMISSION_CONTROL = False
+try:  # ReadMinRows and ReadMaxBytes came with the others (4.2); a build without them
+    # gets the options applied by the source alone, as on 4.0 and 4.1
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMinRows
+except ImportError:
+    ReadMinRows = ReadMaxBytes = None
 
     class TriggerAvailableNowBase:  # type: ignore[no-redef]
         """Stand-in: pyspark < 4.2 has no ``SupportsTriggerAvailableNow``."""
@@ -75,7 +82,7 @@ except ImportError:  # 4.0, 4.1: the planner never asks; a plain base keeps the 
 _FOUND = pyspark.__version__
 
 __all__ = ["API", "SparkAPI", "require", "StreamArrowWriterBase", "TriggerAvailableNowBase",
-           "ReadAllAvailable", "ReadMaxRows"]
+           "ReadAllAvailable", "ReadMaxBytes", "ReadMaxRows", "ReadMinRows"]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,12 @@ Unreachable: an nsqd that answered ``/stats`` before (or that lookupd lists, or 
 it answers again; one that lookupd no longer lists is forgotten after
 ``FORGET_UNREACHABLE`` seconds (a decommissioned nsqd does not warn forever).
 
+Several topics (``topics``, ``topicPattern``): :class:`Subscription` holds one
+:class:`Nsqds` per topic (each creates the channel on its nsqds, measures its backlog and
+reports its pauses, as for one topic) behind the :class:`TopicBacklog` port, and lists a
+pattern's topics (:func:`list_topics`: lookupd ``/topics``, or the nsqds' ``/stats``) at
+each measurement; :func:`combine` sums the topics' measurements for the progress.
+
 Reachability (:func:`check_reachable`): at query start, and for every batch read, the
 driver must reach at least one nsqd (a V2 handshake on a TCP address, an HTTP answer
 from a listed or discovered nsqd) and, with lookupd, at least one lookupd must answer.
@@ -54,8 +60,8 @@ import time
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from nsq_spark.addresses import parse_address
 from nsq_spark.errors import ConnectError
@@ -193,9 +199,13 @@ class Paused:
     nsqd: str  # HTTP address
     what: str  # "channel", "topic" or "topic+channel"
     depth: int  # the topic's and the channel's depth there
+    topic: str | None = None  # named when the query reads several topics (combine)
 
     def as_progress(self) -> dict:
-        return {"nsqd": self.nsqd, "paused": self.what, "depth": self.depth}
+        out = {"nsqd": self.nsqd, "paused": self.what, "depth": self.depth}
+        if self.topic is not None:
+            out["topic"] = self.topic
+        return out
 
 
 @dataclass(frozen=True)
@@ -442,11 +452,172 @@ class Nsqds:
             time.sleep(0.2)
 
 
+def list_topics(lookupd_http_addresses: list[str], nsqd_http_addresses: list[str]
+                ) -> tuple[list[str], dict[str, str]]:
+    """Every topic the lookupds list (``/topics``), or with no lookupd the nsqds
+    (``/stats``), asked at once: the sorted union and ``{address: error}`` of those that
+    did not answer. ``topicPattern`` is matched against it at every trigger."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from nsq_spark.lookupd import lookup_url
+
+    def from_lookupd(address: str) -> list[str]:
+        scheme, netloc, _, _, _ = urlsplit(lookup_url(address, "_"))
+        doc = _get_json(urlunsplit((scheme, netloc, "/topics", "", "")))
+        return [str(t) for t in doc.get("topics", doc.get("data", {}).get("topics", []))]
+
+    def from_nsqd(address: str) -> list[str]:
+        doc = _get_json(f"http://{address}/stats?format=json&include_clients=false")
+        topics = doc.get("topics", doc.get("data", {}).get("topics", [])) or []
+        return [str(t.get("topic_name")) for t in topics if t.get("topic_name")]
+
+    ask, where = (from_lookupd, lookupd_http_addresses) if lookupd_http_addresses else \
+        (from_nsqd, nsqd_http_addresses)
+    found: set[str] = set()
+    failed: dict[str, str] = {}
+    for addr, names, err in _each(ask, where):
+        if names is None:
+            failed[addr] = err
+        else:
+            found.update(names)
+    return sorted(found), failed
+
+
+class TopicBacklog(Protocol):
+    """What the driver needs of one topic's nsqds (:class:`Nsqds`; fakes in tests)."""
+
+    last: Backlog | None
+
+    def check_reachable(self, require_producer: bool) -> None: ...
+
+    def backlog(self) -> int | None: ...
+
+    def settled_backlog(self) -> int | None: ...
+
+
+class Subscription:
+    """The topics of one reading query (``topic``, ``topics`` or ``topicPattern``) and the
+    driver's :class:`TopicBacklog` of each, made by ``handle`` when a topic is first seen.
+
+    A pattern is matched (``re.fullmatch``) against :func:`list_topics` at every call of
+    :meth:`topics`; when no lookupd (nsqd) answers, the topics matched last time stand (a
+    transient fault, logged every ``WARN_EVERY`` seconds at most)."""
+
+    def __init__(self, topics: tuple[str, ...], pattern: str | None,
+                 lookupd_http_addresses: list[str], nsqd_http_addresses: list[str],
+                 handle: Callable[[str], TopicBacklog]) -> None:
+        import re
+
+        self.fixed = tuple(topics)
+        self.pattern = re.compile(pattern) if pattern is not None else None
+        self.lookupd_http = list(lookupd_http_addresses)
+        self.nsqd_http = list(nsqd_http_addresses)
+        self._handle = handle
+        self.handles: dict[str, TopicBacklog] = {t: handle(t) for t in self.fixed}
+        self._matched: list[str] = []
+        self._warned_at = 0.0
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"topics matching {self.pattern.pattern!r}"
+        return ",".join(self.fixed)
+
+    def topics(self) -> list[str]:
+        """The topics now: the fixed ones, or those the pattern matches."""
+        if self.pattern is None:
+            names = list(self.fixed)
+        else:
+            listed, failed = list_topics(self.lookupd_http, self.nsqd_http)
+            if failed and not listed and self._matched:
+                now = time.time()
+                if now - self._warned_at >= WARN_EVERY:
+                    self._warned_at = now
+                    log.warning("nsq source: could not list the topics for %s (%s); "
+                                "going on with %s", self.describe(),
+                                "; ".join(f"{a}: {e}" for a, e in failed.items()),
+                                ",".join(self._matched))
+                names = list(self._matched)
+            else:
+                names = [t for t in listed if self.pattern.fullmatch(t)]
+                if names != self._matched:
+                    log.info("nsq source: %s: %s", self.describe(), ",".join(names) or "none")
+                self._matched = names
+        for name in names:
+            if name not in self.handles:
+                self.handles[name] = self._handle(name)
+        return names
+
+    def check_reachable(self, require_producer: bool) -> None:
+        """:meth:`Nsqds.check_reachable` for each topic: raises only when every topic
+        fails (the first error), or, with ``require_producer``, when a pattern matches
+        nothing."""
+        if self.pattern is not None:
+            listed, failed = list_topics(self.lookupd_http, self.nsqd_http)
+            if failed and not listed:
+                where = "lookupdHttpAddresses" if self.lookupd_http else "nsqdHttpAddresses"
+                raise _fail(f"could not list the topics for {self.describe()} at {where}",
+                            failed, "check that these are the HTTP ports of running "
+                            "nsqlookupd (nsqd) processes, reachable from the driver")
+        names = self.topics()
+        if not names:
+            if require_producer:
+                raise ConnectError(f"no topic matches topicPattern {self.pattern.pattern!r}"
+                                   if self.pattern is not None else "no topic given")
+            return
+        errors: list[ConnectError] = []
+        for name in names:
+            try:
+                self.handles[name].check_reachable(require_producer)
+            except ConnectError as exc:
+                errors.append(exc)
+                if len(names) > 1:
+                    log.warning("nsq source: topic %s: %s", name, exc)
+        if errors and (len(errors) == len(names) or len(names) == 1):
+            raise errors[0]
+
+    def backlogs(self) -> dict[str, int | None]:
+        """Each current topic's fetchable backlog (None: cannot be measured)."""
+        return {name: self.handles[name].backlog() for name in self.topics()}
+
+    def settled_backlog(self) -> int | None:
+        """The sum of :meth:`Nsqds.settled_backlog` over the current topics."""
+        got = [self.handles[name].settled_backlog() for name in self.topics()]
+        if any(g is None for g in got):
+            return None
+        return sum(g or 0 for g in got)
+
+    def measured(self) -> dict[str, Backlog]:
+        """The latest measurement of each topic that has one."""
+        return {name: h.last for name, h in self.handles.items() if h.last is not None}
+
+
+def combine(measured: dict[str, Backlog]) -> Backlog | None:
+    """One :class:`Backlog` for several topics: counts summed, ``nsqds`` the most any
+    topic has, the pauses of each (their depth per topic), an unreachable nsqd once."""
+    if not measured:
+        return None
+    if len(measured) == 1:
+        return next(iter(measured.values()))
+    items = list(measured.values())
+    unreachable: dict[str, str] = {}
+    for b in items:
+        for addr, err in b.unreachable:
+            unreachable.setdefault(addr, err)
+    return Backlog(sum((b.stats for b in items), ChannelStats()),
+                   max(b.nsqds for b in items), max(b.answered for b in items),
+                   max(b.at for b in items),
+                   sum(b.stats.backlog if b.fetchable is None else b.fetchable
+                       for b in items),
+                   tuple(replace(p, topic=name) for name, b in measured.items()
+                         for p in b.paused), tuple(unreachable.items()))
+
+
 def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
             lookupd_http_addresses: list[str]) -> int | None:
     """Messages waiting on the channel across nsqds; None when nothing could be asked."""
     return Nsqds(topic, channel, [], nsqd_http_addresses, lookupd_http_addresses).backlog()
 
 
-__all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "backlog",
-           "create_channel", "lookup", "lookup_nsqd_http", "nsqd_stats", "probe_nsqd_tcp"]
+__all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "Subscription",
+           "TopicBacklog", "backlog", "combine",
+           "create_channel", "list_topics", "lookup", "lookup_nsqd_http", "nsqd_stats", "probe_nsqd_tcp"]

@@ -3,12 +3,21 @@
 Driver side of the source. Offsets are micro-batch numbers chosen here::
 
     {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2}
+    {"query": "<token>", "batch": 43, "size": 900, "parts": 3, "v": 2,
+     "plan": [["orders", 2, 800, null], ["refunds", 1, 100, null]]}
 
 ``query`` is a token drawn by ``initialOffset`` (it names this query's spool directory),
 ``batch`` counts micro-batches, ``size`` is how many messages the batch may fetch in all
 (0: no cap; the fetch tasks stop when idle or after ``maxFetchPeriod``). ``partitions``
 splits ``size`` over ``parts`` fetch tasks; ``read`` runs on executors
 (:mod:`nsq_spark.spark.fetch`, protocol in :mod:`nsq_spark.spark.spool`).
+
+``plan`` (several topics, a ``topicPattern``, or ``maxBytesPerTrigger``): per topic
+``[topic, tasks, messages, bytes]`` (:class:`~.admission.TopicPlan`), decided by
+:mod:`.admission`; the tasks are numbered across topics, so the spool layout per (batch,
+partition index) is unchanged. A batch run again from the checkpoint reads the topics its
+offset names, whatever the pattern matches now. A query on one ``topic`` without a byte
+cap writes no ``plan``: its offsets look as they did before.
 
 ``parts`` is ``numPartitions`` when the batch was planned. A batch Spark runs again from
 the checkpoint (the driver restarted before its commit) keeps it whatever
@@ -32,21 +41,37 @@ published after the query starts. A batch starts only when nsqd reports a backlo
 channel (``/stats`` depth, through lookupd or ``nsqdHttpAddresses``); with neither, every
 trigger starts one. After the start, an unreachable nsqd or lookupd is a transient fault:
 logged, and retried at the next trigger, as Spark's Kafka source keeps polling brokers. The size is
-the backlog, capped by the read limit (``maxMessagesPerTrigger``). Under
-``Trigger.AvailableNow`` the backlog measured at query start is the target: batches run
-until that many messages were planned or the channel is empty.
+the backlog, capped by the read limit (``maxMessagesPerTrigger``); ``minMessagesPerTrigger``
+holds a batch back until ``maxTriggerDelay`` (timed here, from the last batch); see
+:mod:`.admission`. Under ``Trigger.AvailableNow`` the backlog measured at query start is
+the target (the minimum is ignored): batches run until that many messages were planned or
+the channel is empty. While idle the backlog is measured every ``backlogPollInterval``
+(0.1 s), not at each of Spark's calls (every ~10 ms); a batch that ends is measured at
+once (figures at :data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
+:class:`~.backlog.Nsqds` (channel created on each nsqd, backlog, pauses) in one
+:class:`~.backlog.Subscription`, which lists a pattern's topics again at each measurement.
 
-The backlog is visible: each trigger logs it (INFO) and ``reportLatestOffset`` puts it
-in the query's progress, ``StreamingQueryProgress.sources[0].latestOffset``::
+The backlog is visible: it is logged (INFO) when it changes, and every 10 s while it
+does not, and ``reportLatestOffset`` puts it in the query's progress,
+``StreamingQueryProgress.sources[0].latestOffset``::
 
-    {"query": ..., "batch": 42, "topic": "t", "channel": "c",
+    {"query": ..., "batch": 42, "topic": "t", "topics": ["t"], "channel": "c",
      "backlog": {"depth": 1200, "fetchable": 700, "inFlight": 300, "deferred": 0,
                  "nsqds": 3, "nsqdsAnswered": 2,
                  "paused": [{"nsqd": "10.0.0.7:4151", "paused": "channel", "depth": 500}],
                  "nsqdsUnreachable": [{"nsqd": "10.0.0.9:4151",
                                        "error": "URLError: ... Connection refused"}],
                  "measuredAt": "2026-11-23T00:01:02Z"},
-     "redeliveriesDropped": 17}
+     "redeliveriesDropped": 17,
+     "backlogMessages": 700, "lagSeconds": 1.25, "lastBatch": 41, "lastBatchRows": 5000,
+     "lastBatchBytes": 512000, "lastBatchRedeliveriesDropped": 0,
+     "lastBatchOldestAgeSeconds": 3.5, "pausedNsqds": 1, "unreachableNsqds": 1}
+
+The flat numbers at the end are the lag as metrics (:mod:`.progress`, which says when
+each is measured and what ``lagSeconds`` is; :func:`.progress.source_lag` reads them for
+a ``StreamingQueryListener``); ``lastBatch*`` come from the spool of the batch that just
+ran (``Spool.batch_summary``), read when Spark asks for the next one. Several topics add
+``backlogByTopic`` (and ``topicPattern``); ``paused`` entries then name their topic.
 
 ``depth`` is the channel's depth plus the topic's (not yet copied to the channel), summed
 over nsqds; ``fetchable`` the part of it a batch can read, which is what the batch is
@@ -57,8 +82,9 @@ nothing there until it is unpaused, so a backlog only there plans no batch);
 also logged (WARNING, at once and then every 10 s while they last), naming the topic,
 channel and nsqd (details in :mod:`.backlog`). ``inFlight`` is the messages sent to consumers and not yet answered;
 ``redeliveriesDropped`` the redeliveries the fetch tasks dropped within
-``redeliveryWindow`` (:mod:`.seen`). pyspark's Python data source API has no custom
-metrics; the offsets are where a source can say something in the progress.
+``redeliveryWindow`` (:mod:`.seen`), counted since the driver started, at the commits
+(``lastBatchRedeliveriesDropped`` is the batch's own). pyspark's Python data source API
+has no custom metrics; the offsets are where a source can say something in the progress.
 
 Redeliveries: the fetch tasks drop messages whose id is already spooled
 (:mod:`nsq_spark.spark.seen`); the driver deletes the index files that fell out of the
@@ -89,17 +115,22 @@ Arrow stream writer: ``df.writeStream.format("nsq")`` is refused when the query 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 # _compat first: on a pyspark without the Python data source API it raises
 # SparkVersionError naming the version needed, instead of an ImportError from below
-from ._compat import (API, ReadAllAvailable, ReadMaxRows, StreamArrowWriterBase,
-                      TriggerAvailableNowBase, require)
+from ._compat import (API, ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows,
+                      StreamArrowWriterBase, TriggerAvailableNowBase, require)
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: E402
                                     DataSourceReader, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
 
+from .admission import (NO_LIMITS, Limits, TopicPlan, hold_back,  # noqa: E402
+                        plan_topics, task_shares)
+from .admission import split_shares  # noqa: E402,F401 (its old home: kept importable)
 from .logs import configure as configure_logging  # noqa: E402
 from .logs import task_rows  # noqa: E402
 from .options import parse_read_options, parse_write_options  # noqa: E402
@@ -107,8 +138,12 @@ from .schema import SCHEMA_DDL  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+Offset = dict[str, Any]  # what Spark keeps in the offsets log (JSON)
 # Offsets of this version carry "parts" and mean the query marker was written.
 OFFSET_VERSION = 2
+# Seconds between two INFO lines with an unchanged backlog (a changed one is logged at
+# once): Spark's pace for progress events of an idle query, as for the WARNINGs (.backlog).
+BACKLOG_LOG_EVERY = 10.0
 
 
 class NSQDataSource(DataSource):
@@ -143,35 +178,51 @@ class NSQDataSource(DataSource):
 
 
 class NSQPartition(InputPartition):
-    """One fetch task: (query, batch, index) decides its spool directory."""
+    """One fetch task: (query, batch, index) decides its spool directory; ``topic`` what
+    it reads (None: the options' ``topic``), ``max_bytes`` its byte share (None: no cap)."""
+
+    # a partition pickled before these existed reads them from the class
+    topic: str | None = None
+    max_bytes: int | None = None
 
     def __init__(self, query: str, batch: int, index: int, share: int | None,
-                 marker: str | None = None) -> None:
+                 marker: str | None = None, topic: str | None = None,
+                 max_bytes: int | None = None) -> None:
         self.query = query
         self.batch = batch
         self.index = index
         self.share = share
         self.marker = marker  # the driver's shared-spool marker the task must see
+        self.topic = topic
+        self.max_bytes = max_bytes
 
     def __repr__(self) -> str:
         return (f"NSQPartition(query={self.query!r}, batch={self.batch}, index={self.index}, "
-                f"share={self.share}, marker={self.marker!r})")
+                f"share={self.share}, marker={self.marker!r}, topic={self.topic!r}, "
+                f"max_bytes={self.max_bytes})")
 
 
-def _nsqds(opts: Any) -> Any:
-    from .backlog import Nsqds
+def _subscription(opts: Any) -> Any:
+    """The query's topics and the driver's :class:`~.backlog.Nsqds` of each."""
+    from .backlog import Nsqds, Subscription
 
-    return Nsqds(opts.topic, opts.channel, opts.nsqd_tcp_addresses, opts.nsqd_http_addresses,
-                 opts.lookupd_http_addresses)
+    def nsqds(topic: str) -> Nsqds:
+        return Nsqds(topic, opts.channel, opts.nsqd_tcp_addresses, opts.nsqd_http_addresses,
+                     opts.lookupd_http_addresses)
+
+    return Subscription(opts.topics, opts.topic_pattern, opts.lookupd_http_addresses,
+                        opts.nsqd_http_addresses, nsqds)
 
 
-def split_shares(size: int, n: int) -> list[int | None]:
-    """``size`` messages over ``n`` tasks; 0 means no cap (every task uncapped)."""
-    if size <= 0:
-        return [None] * n
-    base, extra = divmod(size, n)
-    shares = [base + (1 if i < extra else 0) for i in range(n)]
-    return [s for s in shares if s > 0]
+def partitions_of(query: str, batch: int, plans: Sequence[TopicPlan],
+                  marker: str | None = None) -> list[NSQPartition]:
+    """The fetch tasks of a planned batch, numbered across its topics."""
+    out: list[NSQPartition] = []
+    for plan in plans:
+        for share, max_bytes in task_shares(plan):
+            out.append(NSQPartition(query, batch, len(out), share, marker, plan.topic,
+                                    max_bytes))
+    return out
 
 
 class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
@@ -186,7 +237,22 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
             check_dedup_spec(self.opts.dedup)
         self.spool_path = normalize_spool_path(self.opts.spool_path)
-        self._nsqds = _nsqds(self.opts)
+        self._subscription = _subscription(self.opts)
+        self._clock: Callable[[], float] = time.monotonic  # trigger delay, poll interval
+        self._wall: Callable[[], float] = time.time  # ages of messages (nsqd's clock)
+        self._poll_interval = self.opts.backlog_poll_interval
+        self._last_batch_at: float | None = None  # for maxTriggerDelay: last plan, or start
+        # the latest measurement: per topic, when (clock), after which batch, and whether
+        # the call that made it planned a batch (only an idle source reuses it)
+        self._measured: dict[str, int | None] | None = None
+        self._measured_at = 0.0
+        self._measured_after = -1
+        self._planned_last = False
+        self._logged: tuple[Any, float] | None = None  # (what was logged, when)
+        # the numbers of the latest batch that ran (from its spool), for the progress
+        self._last_summary: tuple[int, Any] | None = None
+        self._summarized = -1
+        self._ran: set[int] = set()  # batches whose partitions this driver handed out
         self._started = False
         self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
         self._available_now = False
@@ -196,22 +262,30 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_empty = 0
         self._last_rows: dict[int, int] = {}
         self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
-        self._latest: dict | None = None  # the latest offset planned or seen
+        self._latest: Offset | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
         self._counted: set[str] = set()  # index files whose drops are in _dropped
 
     def __repr__(self) -> str:
-        return f"NSQStreamReader(topic={self.opts.topic!r}, channel={self.opts.channel!r})"
+        return (f"NSQStreamReader(topic={self._subscription.describe()!r}, "
+                f"channel={self.opts.channel!r})")
 
     # -- driver ------------------------------------------------------------------------
+
+    @property
+    def _nsqds(self) -> Any:
+        """The driver's handle on the nsqds of a query on one topic (tests put a fake
+        :class:`~.backlog.TopicBacklog` here)."""
+        return self._subscription.handles[self.opts.topic]
+
+    @_nsqds.setter
+    def _nsqds(self, handle: Any) -> None:
+        self._subscription.handles[self.opts.topic] = handle
 
     def _spool(self, query: str) -> Any:
         from .spool import Spool
 
         return Spool(self.spool_path, query)
-
-    def _backlog(self) -> int | None:
-        return self._nsqds.backlog()
 
     def _start(self) -> None:
         """Once per query run: an nsqd must be reachable (else ConnectError naming the
@@ -219,10 +293,10 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         published from now on wait on it. Later outages are transient: logged, and the
         query goes on (like Spark's Kafka source, which keeps polling)."""
         if not self._started:
-            self._nsqds.check_reachable(require_producer=self._available_now)
+            self._subscription.check_reachable(require_producer=self._available_now)
             self._started = True
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         query = uuid.uuid4().hex
         # the query marker waits for the first latestOffset: Spark may call this on a
         # restart too and throw the token away, which must leave nothing behind
@@ -230,14 +304,38 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         return {"query": query, "batch": 0, "size": 0, "v": OFFSET_VERSION}
 
     def getDefaultReadLimit(self) -> Any:
-        if self.opts.max_messages_per_trigger and ReadMaxRows is not None:
-            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        """One of Spark's read limits (pyspark passes one, not a composite): the others
+        the source applies from its options (:meth:`_limits`)."""
+        o = self.opts
+        if o.max_messages_per_trigger and ReadMaxRows is not None:
+            return ReadMaxRows(o.max_messages_per_trigger)
+        if o.min_messages_per_trigger and ReadMinRows is not None:
+            return ReadMinRows(o.min_messages_per_trigger)
+        if o.max_bytes_per_trigger and ReadMaxBytes is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
         return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def _limits(self, limit: Any) -> Limits:
+        """The limits of this trigger: the options', unless Spark asks for everything
+        (``ReadAllAvailable`` in place of the default limit: ``Trigger.Once``). pyspark <
+        4.2 passes no limit: the options apply."""
+        o = self.opts
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            return NO_LIMITS
+        own = Limits(o.max_messages_per_trigger, o.min_messages_per_trigger,
+                     o.max_trigger_delay, o.max_bytes_per_trigger)
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            own = replace(own, max_rows=limit.max_rows)
+        elif ReadMinRows is not None and isinstance(limit, ReadMinRows):
+            own = replace(own, min_rows=limit.min_rows)
+        elif ReadMaxBytes is not None and isinstance(limit, ReadMaxBytes):
+            own = replace(own, max_bytes=limit.max_bytes)
+        return own
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
         self._start()
-        self._an_target = self._nsqds.settled_backlog()
+        self._an_target = self._subscription.settled_backlog()
         self._an_fetched = 0
         self._an_counted = set()
         self._an_empty = 0
@@ -249,13 +347,12 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             rows = self._spool(query).batch_rows(batch)
         return rows
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        cap = None
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            cap = limit.max_rows
-        elif limit is None and self.opts.max_messages_per_trigger:  # pyspark < 4.2
-            cap = self.opts.max_messages_per_trigger
+    def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
+        limits = self._limits(limit)
         self._start()
+        now = self._clock()
+        if self._last_batch_at is None:  # maxTriggerDelay counts from the source's start
+            self._last_batch_at = now
         batch = int(start["batch"])
         if self._available_now and batch in self._planned and batch not in self._an_counted:
             # what the previous batch really fetched (tasks may fetch less than planned).
@@ -266,37 +363,94 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             rows = self._rows_of(start["query"], batch) or 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
-        # Spark asks for the next batch only after the sink committed this one
+        # Spark asks for the next batch only after the sink committed this one: its
+        # numbers are final, and its spool can go (after they are read)
+        self._summarize(start["query"], batch)
         self._tidy(start["query"], batch)
-        backlog = self._backlog()
+        backlogs = self._measure(batch, now)
         self._latest = start
-        measured = self._nsqds.last
-        if backlog is not None and measured is not None:
-            log.info("nsq source %s/%s: backlog %s", self.opts.topic, self.opts.channel,
-                     measured.as_progress())
-        if backlog is None:
+        self._planned_last = False
+        measured = None if any(v is None for v in backlogs.values()) else \
+            sum(v or 0 for v in backlogs.values())
+        cap = limits.max_rows
+        if measured is None:
             # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
             if self._available_now and batch > 0 and self._an_empty:
                 return start
-            size = cap or 0
-        else:
-            if backlog <= 0:
+        elif self._available_now and self._an_target is not None:
+            left = self._an_target - self._an_fetched
+            # the backlog may sit in flight with another consumer: give up after two
+            # batches that found nothing
+            if left <= 0 or self._an_empty >= 2:
                 return start
-            size = backlog if cap is None else min(backlog, cap)
-            if self._available_now and self._an_target is not None:
-                left = self._an_target - self._an_fetched
-                # the backlog may sit in flight with another consumer: give up after two
-                # batches that found nothing
-                if left <= 0 or self._an_empty >= 2:
-                    return start
-                size = min(size, left)
-        end = {"query": start["query"], "batch": batch + 1, "size": int(size),
-               "parts": self.opts.num_partitions, "v": self._marked(start)}
+            cap = left if cap is None else min(cap, left)
+        # AvailableNow ignores the minimum: waiting for more would never end the run
+        if not self._available_now and hold_back(measured, limits, now - self._last_batch_at):
+            return start
+        plan = plan_topics(backlogs, replace(limits, max_rows=cap), self.opts.num_partitions)
+        if not plan:
+            return start
+        end = {"query": start["query"], "batch": batch + 1,
+               "size": sum(p.size for p in plan), "parts": sum(p.parts for p in plan),
+               "v": self._marked(start)}
+        if self._single_topic is None or any(p.max_bytes is not None for p in plan):
+            end["plan"] = [p.as_offset() for p in plan]
         self._planned.add(batch + 1)
         self._latest = end
+        self._last_batch_at = now
+        self._planned_last = True
         return end
 
-    def _marked(self, start: dict) -> int:
+    def _measure(self, batch: int, now: float) -> dict[str, int | None]:
+        """Each topic's fetchable backlog: measured now, or the measurement of less than
+        ``backlogPollInterval`` ago while the source is idle (why and how much:
+        :data:`.options.DEFAULT_POLL_INTERVAL`)."""
+        idle = (self._measured is not None and not self._planned_last and
+                batch == self._measured_after)
+        if idle and now - self._measured_at < self._poll_interval:
+            assert self._measured is not None
+            return self._measured
+        self._measured = self._subscription.backlogs()
+        self._measured_at, self._measured_after = now, batch
+        self._log_backlog(now)
+        return self._measured
+
+    def _log_backlog(self, now: float) -> None:
+        """INFO: the backlog when it changed, or every BACKLOG_LOG_EVERY seconds."""
+        from .backlog import combine
+
+        measured = combine(self._current_measurements())
+        if measured is None:
+            return
+        shown = measured.as_progress()
+        what = {k: v for k, v in shown.items() if k != "measuredAt"}
+        if self._logged is not None and self._logged[0] == what and \
+                now - self._logged[1] < BACKLOG_LOG_EVERY:
+            return
+        self._logged = (what, now)
+        log.info("nsq source %s/%s: backlog %s", self._subscription.describe(),
+                 self.opts.channel, shown)
+
+    def _current_measurements(self) -> dict[str, Any]:
+        """The latest :class:`~.backlog.Backlog` of each topic measured last time."""
+        measured = self._subscription.measured()
+        return {t: measured[t] for t in (self._measured or {}) if t in measured}
+
+    def _summarize(self, query: str, batch: int) -> None:
+        """Read the numbers of ``batch`` (it ran: Spark asks for the next one) from its
+        spool for the progress, once. A failure costs the numbers, not the batch."""
+        if batch not in self._ran or batch == self._summarized:
+            return  # committed before this driver started: its spool is gone
+        self._summarized = batch
+        try:
+            summary = self._spool(query).batch_summary(batch)
+        except Exception as exc:  # metrics only: the data is safe
+            log.warning("nsq source: could not read the numbers of batch %d from the spool "
+                        "under %s: %s", batch, self.spool_path, exc)
+            return
+        self._last_summary = (batch, summary)
+
+    def _marked(self, start: Offset) -> int:
         """The offset version for the next batch. The query marker is written before the
         first batch is planned (so every batch in the offsets log had it), and for an
         older query (offsets without ``v``) at its first trigger here, so that from then
@@ -313,20 +467,39 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return 0  # no marker promised: a restart does not look for one
         return OFFSET_VERSION
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> Offset | None:
         """For the query's progress (``sources[].latestOffset``): the latest offset with
-        the topic, channel, backlog and redeliveries dropped (see the module doc)."""
+        the topics, channel, backlog, redeliveries dropped and the flat numbers of
+        :mod:`.progress` (see the module doc)."""
+        from .backlog import combine
+        from .progress import lag_fields
+
         if self._latest is None:
             return None
-        out: dict[str, Any] = {**self._latest, "topic": self.opts.topic,
-                               "channel": self.opts.channel,
+        out: dict[str, Any] = {**self._latest, "channel": self.opts.channel,
                                "redeliveriesDropped": self._dropped}
-        measured = self._nsqds.last
+        topics = list(self._measured or self.opts.topics)
+        if self._single_topic is not None:
+            out["topic"] = self._single_topic
+        else:
+            out["backlogByTopic"] = dict(self._measured or {})
+            if self.opts.topic_pattern is not None:
+                out["topicPattern"] = self.opts.topic_pattern
+        out["topics"] = topics
+        measured = combine(self._current_measurements())
+        total = None
         if measured is not None:
             out["backlog"] = measured.as_progress()
+            total = out["backlog"]["fetchable"]
+        elif self._measured is not None and not self._measured:
+            total = 0  # a pattern that matches no topic: nothing waits
+        batch, summary = self._last_summary or (None, None)
+        out.update(lag_fields(total, len(measured.paused) if measured else 0,
+                              len(measured.unreachable) if measured else 0, batch, summary,
+                              self._wall()))
         return out
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         if int(end["batch"]) <= int(start["batch"]):
             return []
         batch = int(end["batch"])
@@ -335,17 +508,43 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         if int(end.get("v", 0)) >= OFFSET_VERSION:
             self._check_spool_kept(spool, end)
         marker = spool.write_marker(batch)
-        shares = split_shares(int(end.get("size", 0)), self._parts(spool, end))
-        return [NSQPartition(query, batch, i, s, marker) for i, s in enumerate(shares)]
+        tasks = partitions_of(query, batch, self._plans(spool, end), marker)
+        self._ran.add(batch)
+        return tasks
 
-    def _parts(self, spool: Any, end: dict) -> int:
+    def _plans(self, spool: Any, end: Offset) -> list[TopicPlan]:
+        """The topics and tasks of the batch ending at ``end``, as it was planned: a batch
+        run again from the checkpoint fetches the same topics with as many tasks, whatever
+        the options or the pattern's matches are now."""
+        if "plan" in end:
+            return [TopicPlan.from_offset(entry) for entry in end["plan"]]
+        if self._single_topic is None:
+            from .options import NSQOptionError
+
+            raise NSQOptionError(
+                f"the checkpoint owes micro-batch {end['batch']}, planned when the query "
+                "read one 'topic' (its offset names no topic list), but the options now "
+                "give several topics or a 'topicPattern': which topic that batch read is "
+                "not recorded. Restart with .option(\"topic\", ...) as before until that "
+                "batch is committed, or start on a new checkpointLocation")
+        return [TopicPlan(self._single_topic, self._parts(spool, end),
+                          int(end.get("size", 0)), None)]
+
+    @property
+    def _single_topic(self) -> str | None:
+        """The topic of a query on one topic (its offsets need no ``plan`` unless bytes
+        are capped, and look as before ``plan`` existed); None for several or a pattern."""
+        o = self.opts
+        return o.topic if o.topic_pattern is None and len(o.topics) == 1 else None
+
+    def _parts(self, spool: Any, end: Offset) -> int:
         """Fetch tasks of the batch ending at ``end``: as many as when it was planned."""
         if "parts" in end:
             return int(end["parts"])
         # an offset from before "parts": at least the partitions its spool holds
-        return max(self.opts.num_partitions, spool.partition_count(int(end["batch"])))
+        return max(self.opts.num_partitions, int(spool.partition_count(int(end["batch"]))))
 
-    def _check_spool_kept(self, spool: Any, end: dict) -> None:
+    def _check_spool_kept(self, spool: Any, end: Offset) -> None:
         """The query marker must be there; if not, the spool was deleted. A batch planned
         by this driver owes nothing yet (its tasks have not run): the marker is written
         again, with a warning. A batch from the checkpoint may have FINished its messages
@@ -376,7 +575,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             "batch's loss (nsqd does not have them any more). Never delete spoolPath "
             "while a query that uses it is stopped with a checkpoint")
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         spool = self._spool(end["query"])
         batch = int(end["batch"])
         try:
@@ -407,7 +606,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return
         log.info("nsq source %s/%s: batch %d committed; %d ids remembered for "
                  "redeliveries (%d index files pruned), %d redeliveries dropped",
-                 self.opts.topic, self.opts.channel, batch, remembered, pruned,
+                 self._subscription.describe(), self.opts.channel, batch, remembered, pruned,
                  self._dropped)
 
     def _tidy(self, query: str, batch: int) -> None:
@@ -429,12 +628,14 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         from .fetch import fetch_stream_partition
 
         assert isinstance(partition, NSQPartition)
-        return task_rows(f"{self.opts.topic}/{self.opts.channel} batch {partition.batch} "
+        topic = partition.topic or self.opts.topic
+        return task_rows(f"{topic}/{self.opts.channel} batch {partition.batch} "
                          f"part {partition.index}", self.opts.log_level,
                          fetch_stream_partition(self.opts, self._spool(partition.query),
                                                 partition.batch, partition.index,
                                                 partition.share,
-                                                marker=getattr(partition, "marker", None)))
+                                                marker=getattr(partition, "marker", None),
+                                                topic=topic, max_bytes=partition.max_bytes))
 
 
 class NSQStartlessStreamReader(NSQStreamReader):
@@ -448,13 +649,13 @@ class NSQStartlessStreamReader(NSQStreamReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
-        self._seen: dict | None = None
+        self._seen: Offset | None = None
 
-    def _see(self, offset: dict) -> None:
+    def _see(self, offset: Offset) -> None:
         if self._seen is None or int(offset["batch"]) >= int(self._seen["batch"]):
             self._seen = offset
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         # after a restart before the first commit, Spark asks for the initial offset
         # again: the same query's batch 0, so that the logged batch 1 is replayed
         if self._seen is not None:
@@ -464,17 +665,17 @@ class NSQStartlessStreamReader(NSQStreamReader):
         self._see(offset)
         return offset
 
-    def latestOffset(self) -> dict:  # type: ignore[override]
+    def latestOffset(self) -> Offset:  # type: ignore[override]
         if self._seen is None:  # a new query: Spark may ask before the initial offset
             self.initialOffset()
         assert self._seen is not None
         return super().latestOffset(self._seen, None)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         self._see(end)
         return super().partitions(start, end)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         self._see(end)
         super().commit(end)
 
@@ -495,16 +696,21 @@ class NSQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         # fail here, on the driver, within seconds, rather than return 0 rows
-        _nsqds(self.opts).check_reachable(require_producer=True)
-        shares = split_shares(self.opts.max_messages, self.opts.num_partitions)
-        return [NSQPartition("batch-read", 0, i, s) for i, s in enumerate(shares)]
+        subscription = _subscription(self.opts)
+        subscription.check_reachable(require_producer=True)
+        # maxMessages over the topics (listed once for a pattern) and numPartitions tasks
+        plans = plan_topics({t: None for t in subscription.topics()},
+                            Limits(max_rows=self.opts.max_messages), self.opts.num_partitions)
+        return partitions_of("batch-read", 0, plans)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from .fetch import fetch_batch_partition
 
         assert isinstance(partition, NSQPartition) and partition.share
-        return task_rows(f"{self.opts.topic}/{self.opts.channel} read part {partition.index}",
-                         self.opts.log_level, fetch_batch_partition(self.opts, partition.share))
+        topic = partition.topic or self.opts.topic
+        return task_rows(f"{topic}/{self.opts.channel} read part {partition.index}",
+                         self.opts.log_level,
+                         fetch_batch_partition(self.opts, partition.share, topic=topic))
 
 
 class _PublishCommitMessage(WriterCommitMessage):
@@ -534,7 +740,7 @@ class NSQWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[Any]) -> None:
         total = sum(m.messages for m in messages if m is not None)
         log.info("nsq sink: published %d messages", total)
 
@@ -549,10 +755,10 @@ class NSQStreamWriter(StreamArrowWriterBase):
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
         return _publish(self.options, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[Any], batchId: int) -> None:
         total = sum(m.messages for m in messages if m is not None)
         log.info("nsq sink: batch %d published %d messages", batchId, total)
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[Any], batchId: int) -> None:
         log.warning("nsq sink: batch %d aborted; messages already published stay published "
                     "and the batch is published again when Spark retries it", batchId)

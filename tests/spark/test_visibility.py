@@ -40,6 +40,9 @@ def wait_for(cond, timeout: float = 15.0, what: str = "condition") -> None:
 def stream_reader(**options: str):
     from nsq_spark.spark.datasource import NSQStreamReader
 
+    # each call must see what the test changed on nsqd just before: measure every time
+    # (an idle source measures every backlogPollInterval seconds)
+    options.setdefault("backlogPollInterval", "0")
     return NSQStreamReader(options)
 
 
