@@ -179,10 +179,20 @@ class NsqdStats:
     def fetchable(self) -> int:
         """What a fetch task can get from this nsqd: nothing while the channel is paused
         (nsqd sends nothing on it), the channel's depth alone while the topic is paused
-        (nsqd copies nothing more into its channels)."""
+        (nsqd copies nothing more into its channels).
+
+        The channel's in-flight count is part of it. Between micro-batches no fetch task
+        runs, so what is in flight on the query's channel is held by the executors'
+        paused cached Readers (sent by nsqd before it saw RDY 0 at a task's end,
+        :mod:`.reader_cache`): the next task that takes such a Reader spools them first.
+        Counted as depth alone, a query whose last task left some held would plan no
+        batch for them (``Trigger.AvailableNow`` stopped short of its target). Another
+        consumer on the same channel makes this count its in-flight messages too: at
+        worst an empty batch."""
         if self.channel_paused:
             return 0
-        return self.stats.depth if self.topic_paused else self.stats.backlog
+        queued = self.stats.depth if self.topic_paused else self.stats.backlog
+        return queued + self.stats.in_flight
 
     @property
     def paused(self) -> str | None:

@@ -191,7 +191,7 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     task = FetchTask(opts, part, batch, index, have, tally,
                      None if share is None else share - tally.rows,
                      None if max_bytes is None else max_bytes - tally.bytes,
-                     ReaderLease(opts, reader_factory, index, cache), timings, gate)
+                     ReaderLease(opts, reader_factory, cache), timings, gate)
     yield from task.run()
 
 

@@ -179,12 +179,12 @@ class ReaderLease:
     """A fetch task's Reader: new (closed at the end), or from this worker's cache
     (given back paused at the end of a task that succeeded; closed if it failed)."""
 
-    def __init__(self, opts: ReadOptions, factory: ReaderFactory, index: int,
+    def __init__(self, opts: ReadOptions, factory: ReaderFactory,
                  cache: "CachedReaders[ReaderPort] | None") -> None:
         self.opts = opts
         self.factory = factory
         self.cache = cache
-        self.key = cache_key(opts, opts.topic, index) if cache is not None else None
+        self.key = cache_key(opts, opts.topic) if cache is not None else None
         self.reader: ReaderPort | None = None
         self.reused = False
 

@@ -4,8 +4,8 @@ side's counterpart of Kafka's ``spark.kafka.consumer.cache.*``).
 A fetch task that opens its own Reader pays for connect + IDENTIFY + SUB + the first
 message (25-30 ms here), and for ``close`` (22 ms) at its end, every micro-batch. Spark
 reuses its Python workers (``spark.python.worker.reuse``, on by default), so the next
-task of the same partition usually runs in the same process: it takes the Reader the
-last one left here, still subscribed, with RDY 0.
+task of the query in this process takes the Reader the last one left here, still
+subscribed, with RDY 0.
 
 The rules:
 
@@ -14,8 +14,9 @@ The rules:
   paused (RDY 0). A task that fails closes its Reader instead (:meth:`discard`): close
   requeues whatever it holds.
 * **Keyed** by what makes the connection: addresses, topic, channel, the connection
-  options (TLS, AUTH, compression, msg_timeout ...), max_in_flight and the partition
-  index (:func:`cache_key`). Two queries on one channel share nothing.
+  options (TLS, AUTH, compression, msg_timeout ...) and max_in_flight (:func:`cache_key`),
+  not the partition index: the next task of the query in this worker takes it, whichever
+  partition it fetches. Two queries on one channel share nothing.
 * **Held messages cannot outlive nsqd's msg_timeout unnoticed.** A paused Reader may
   hold messages nsqd sent before it saw RDY 0 (un-FINished, in flight on nsqd): the
   next task takes them first. A Reader idle in the cache longer than its idle timeout
@@ -182,12 +183,15 @@ class CachedReaders(Generic[R]):
                 log.exception("reader cache sweep failed")
 
 
-def cache_key(opts: Any, topic: str, index: int) -> tuple[Any, ...]:
+def cache_key(opts: Any, topic: str) -> tuple[Any, ...]:
     """What makes a Reader's connection: addresses, topic, channel, the connection
-    options, max_in_flight, and the partition index."""
+    options, max_in_flight. Not the partition index: any task of the query that runs in
+    this worker next takes the Reader, whichever partition it fetches (nothing a paused
+    Reader holds is spooled yet, so it belongs to no partition), and so the messages it
+    holds reach the next batch even when Spark runs that partition on another worker."""
     conn = json.dumps(opts.connection, sort_keys=True, default=repr)
     return (tuple(opts.nsqd_tcp_addresses), tuple(opts.lookupd_http_addresses), topic,
-            opts.channel, conn, opts.max_in_flight, index)
+            opts.channel, conn, opts.max_in_flight)
 
 
 _READERS: CachedReaders[Any] | None = None

@@ -105,12 +105,11 @@ def test_a_failed_task_closes_its_reader_and_close_all_closes_the_rest():
 
 def test_the_key_tells_connections_and_partitions_apart(tmp_path):
     o = read_opts(tmp_path)
-    base = cache_key(o, "t", 0)
-    assert base == cache_key(read_opts(tmp_path), "t", 0)
-    assert base != cache_key(o, "t", 1)
-    assert base != cache_key(o, "t2", 0)
-    assert base != cache_key(read_opts(tmp_path, authSecret="x"), "t", 0)
-    assert base != cache_key(dataclasses.replace(o, max_in_flight=8), "t", 0)
+    base = cache_key(o, "t")
+    assert base == cache_key(read_opts(tmp_path), "t")
+    assert base != cache_key(o, "t2")
+    assert base != cache_key(read_opts(tmp_path, authSecret="x"), "t")
+    assert base != cache_key(dataclasses.replace(o, max_in_flight=8), "t")
 
 
 def test_cache_options_are_bounded_below_msg_timeout():
@@ -133,9 +132,9 @@ def test_cache_options_are_bounded_below_msg_timeout():
 def test_the_lease_keeps_the_idle_timeout_under_half_the_msg_timeout(tmp_path):
     o = read_opts(tmp_path, readerCacheIdleTimeout="20", msgTimeout="60000")
     cache: CachedReaders[ReaderPort] = CachedReaders(Clock(), sweeper=False)
-    assert ReaderLease(o, lambda _: StandInReader([], []), 0, cache).idle_timeout() == 20
+    assert ReaderLease(o, lambda _: StandInReader([], []), cache).idle_timeout() == 20
     short = ReaderLease(read_opts(tmp_path, **{"nsq.msg_timeout": "8"}),
-                        lambda _: StandInReader([], []), 0, cache)
+                        lambda _: StandInReader([], []), cache)
     assert short.idle_timeout() == 4.0
 
 

@@ -139,6 +139,21 @@ def test_a_pause_holds_back_what_nsqd_will_not_send(topic_paused, channel_paused
     assert (st.fetchable, st.paused) == (fetchable, paused)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("topic_paused, channel_paused, fetchable", [
+    (False, False, 12), (True, False, 9), (False, True, 0)])
+def test_what_paused_cached_readers_hold_is_fetchable(topic_paused, channel_paused,
+                                                      fetchable):
+    # between batches the channel's in-flight messages are held by the executors' paused
+    # Readers: the next task takes them, so a batch is planned for them (AvailableNow
+    # stopped short of them when only the depth counted)
+    from nsq_spark.spark.backlog import ChannelStats, NsqdStats
+
+    st = NsqdStats(ChannelStats(topic_depth=3, depth=7, in_flight=2), topic_paused,
+                   channel_paused)
+    assert st.fetchable == fetchable
+
+
 # -- the causes of a failed fetch reach the task's error -----------------------------------
 
 
