@@ -29,14 +29,14 @@ setup: $(VENV)/.installed
 	scripts/install-toxiproxy >/dev/null
 	scripts/install-docker
 
-# mypy checks the package's types first (py.typed is shipped, so users' checkers read
-# them). with-docker runs pytest with a private Docker engine for the docker tier
+# mypy --strict checks the package's types first (py.typed is shipped, so users' checkers
+# read them). with-docker runs pytest with a private Docker engine for the docker tier
 # (tests/docker), stopped and removed afterwards; without one the tier is skipped with the
 # reason. Two pytest-xdist workers, a test file each at a time: the suite mostly waits on
 # servers and JVMs (4.7 CPU-minutes in 11.3 minutes serially), so two run in 8.4 minutes.
 PYTEST_WORKERS ?= 2
 test: setup
-	$(PY) -m mypy -p nsq_spark
+	$(PY) -m mypy --strict -p nsq_spark
 	scripts/with-docker $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 demo: setup

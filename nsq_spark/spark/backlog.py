@@ -61,7 +61,7 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from nsq_spark.addresses import parse_address
 from nsq_spark.errors import ConnectError
@@ -104,9 +104,10 @@ def _each(fn: Callable[[str], T], addresses: Iterable[str]) -> list[tuple[str, T
         return list(pool.map(call, addresses))
 
 
-def _get_json(url: str) -> dict:
+def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:
-        return json.loads(resp.read())
+        doc: dict[str, Any] = json.loads(resp.read())
+        return doc
 
 
 @dataclass
@@ -211,7 +212,7 @@ class Paused:
     depth: int  # the topic's and the channel's depth there
     topic: str | None = None  # named when the query reads several topics (combine)
 
-    def as_progress(self) -> dict:
+    def as_progress(self) -> dict[str, Any]:
         out = {"nsqd": self.nsqd, "paused": self.what, "depth": self.depth}
         if self.topic is not None:
             out["topic"] = self.topic
@@ -230,7 +231,7 @@ class Backlog:
     paused: tuple[Paused, ...] = ()
     unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd HTTP address, what it said)
 
-    def as_progress(self) -> dict:
+    def as_progress(self) -> dict[str, Any]:
         """For the query's progress (``latestOffset``) and the log."""
         return {"depth": self.stats.backlog,
                 "fetchable": self.stats.backlog if self.fetchable is None else self.fetchable,

@@ -64,7 +64,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr
 

@@ -265,8 +265,9 @@ class _Opts:
         except ValueError:
             raise NSQOptionError(f"option '{name}' must be an integer >= {minimum}, "
                                  f"not {raw!r}") from None
-        return validate.integer(value, f"option '{name}'", lo=minimum, hi=maximum,
-                                error=NSQOptionError, **rule)  # type: ignore[no-any-return]
+        checked: int | None = validate.integer(value, f"option '{name}'", lo=minimum,
+                                               hi=maximum, error=NSQOptionError, **rule)
+        return checked
 
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
+    from pyspark.sql.types import StructType
 
     from nsq_spark.message import Message
     from nsq_spark.protocol import MessageBlock
@@ -41,7 +42,7 @@ def arrow_schema() -> "pa.Schema":
     return _ARROW_SCHEMA
 
 
-def spark_schema():  # -> pyspark.sql.types.StructType
+def spark_schema() -> "StructType":
     from pyspark.sql.types import (BinaryType, IntegerType, StringType, StructField,
                                    StructType, TimestampType)
 
@@ -173,4 +174,4 @@ def _TS_TYPE() -> "pa.DataType":
 
 
 def _as_bytes(value: object) -> bytes:
-    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[arg-type,call-overload]
+    return value if isinstance(value, bytes) else bytes(value)  # type: ignore[call-overload]

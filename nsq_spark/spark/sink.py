@@ -65,7 +65,8 @@ def _column_bytes(rb: "pa.RecordBatch", name: str) -> list[bytes | None]:
         col = col.cast(pa.binary())
     elif not (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)):
         raise NSQOptionError(f"column '{name}' must be binary or string, not {col.type}")
-    return col.to_pylist()
+    values: list[bytes | None] = col.to_pylist()
+    return values
 
 
 def publish_batches(opts: WriteOptions, batches: Iterator["pa.RecordBatch"],
