@@ -18,6 +18,14 @@ Per configuration (a source, a rate, a trigger), one streaming query:
   source's defaults (``--option key=value`` adds or overrides options).
 * ``rate`` (``--with-rate-source``): Spark's own ``rate`` source, same rate, partitions
   and trigger: the per-batch cost of a source that does no IO, the baseline.
+* ``pyrate`` (``--with-python-floor``): the same as a Python data source
+  (``bench/pyrate_source.py``, registered in the driver, imported by the executors from
+  the checkout): rows generated at the same rate from the query's start, stamped with
+  their generation time, read at once with no IO, returned as one Arrow record batch per
+  task as nsq's fetch tasks return theirs. Its per-batch cost is that of Spark's Python
+  data source machinery (the driver's Python runner planning, a Python worker per task,
+  Arrow transfer): the floor under any Python source. Its offset counts rows, not whole
+  seconds as ``rate``'s does, so a trigger finds every row generated until then.
 
 A ``foreachBatch`` sink collects each batch (``toArrow``) and stamps its rows with the
 time the collect returned: the rows' arrival. The first ``--warmup`` seconds are not
@@ -29,24 +37,31 @@ imports the library there. Figures per configuration:
   stops, the query runs until everything arrived or ``--drain-timeout``), duplicates
   (a sequence number twice) and missing ones: an exactly-once check, not a sample;
 * publish-to-row latency p50 / p99 of the messages published in the window (for
-  ``rate``: the row's ``timestamp``, when the source says it was generated, to arrival);
+  ``rate`` and ``pyrate``: the row's ``timestamp``, when the source says it was
+  generated, to arrival);
 * the mean ``triggerExecution``, ``addBatch`` and ``latestOffset`` durations and rows of
   the batches that started in the window (from the query progress), and batches/s.
 
 With the rate source, the per-batch overhead of nsq over rate is stated per trigger: the
 difference of mean ``triggerExecution`` of nsq and of rate at the same rate (the lowest
 nsq rate measured, 20/s by default: tiny batches, so the difference is fixed cost).
+With ``pyrate``, so are the overhead of nsq over it (what nsq costs beyond any Python
+source) and of pyrate over rate (what the Python machinery costs beyond a JVM source).
 
 Run from a checkout (the lock: one JVM-heavy job at a time on the machine)::
 
     flock /tmp/nsq-spark-heavy.lock python -m bench.bench_spark_latency \\
-        --rates 20,2000,20000 --triggers 1s,default --seconds 20 --with-rate-source
+        --rates 20,2000,20000 --triggers 1s,default --seconds 20 --with-rate-source \\
+        --with-python-floor
 
 Before and after, interleaved in one run (the before revision need not have this file:
 ``bench/ab.py`` runs this checkout's copy of it against the before tree's library)::
 
     flock /tmp/nsq-spark-heavy.lock python -m bench.ab --before b891415 --rounds 1 \\
         bench_spark_latency --rates 20,2000,20000 --with-rate-source
+
+(``--with-python-floor`` there needs ``bench/pyrate_source.py`` in the before tree: it is
+imported from the tree the benchmark runs in, like the cluster helpers.)
 
 The exit status is 1 if any configuration lost or duplicated a message.
 """
@@ -233,22 +248,49 @@ def summarize(arrivals: Arrivals, published: int, batches: Sequence[BatchTiming]
     }
 
 
-def overheads(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per trigger with a ``rate`` run: mean triggerExecution of nsq at the same rate as
-    rate's (else nsq's lowest) minus rate's."""
+def overheads(results: Sequence[dict[str, Any]], over: str = "nsq",
+              base: str = "rate") -> list[dict[str, Any]]:
+    """Per trigger with a ``base`` run: mean triggerExecution of ``over`` at the same rate
+    as the base's (else ``over``'s lowest) minus the base's; the same for addBatch. Keys
+    named after the sources: ``nsq_rate``, ``rate_triggerExecution_ms``, ..."""
     out = []
-    for base in (r for r in results if r["source"] == "rate"):
-        same = [r for r in results if r["source"] == "nsq" and r["trigger"] == base["trigger"]]
+    for b in (r for r in results if r["source"] == base):
+        same = [r for r in results if r["source"] == over and r["trigger"] == b["trigger"]]
         if not same:
             continue
-        nsq = min(same, key=lambda r: (r["rate"] != base["rate"], r["rate"]))
-        out.append({"trigger": base["trigger"], "nsq_rate": nsq["rate"],
-                    "rate_rate": base["rate"],
-                    "nsq_triggerExecution_ms": nsq["triggerExecution_ms"],
-                    "rate_triggerExecution_ms": base["triggerExecution_ms"],
-                    "overhead_ms": round(nsq["triggerExecution_ms"]
-                                         - base["triggerExecution_ms"], 1)})
+        o = min(same, key=lambda r: (r["rate"] != b["rate"], r["rate"]))
+        out.append({"trigger": b["trigger"], "over": over, "base": base,
+                    f"{over}_rate": o["rate"], f"{base}_rate": b["rate"],
+                    f"{over}_triggerExecution_ms": o["triggerExecution_ms"],
+                    f"{base}_triggerExecution_ms": b["triggerExecution_ms"],
+                    "overhead_ms": round(o["triggerExecution_ms"]
+                                         - b["triggerExecution_ms"], 1),
+                    "addBatch_overhead_ms": round(o["addBatch_ms"] - b["addBatch_ms"], 1)})
     return out
+
+
+# (over, base, what the difference is) of the overhead lines, in the order printed
+OVERHEADS = (("nsq", "rate", "per-batch overhead of nsq over rate"),
+             ("nsq", "pyrate", "per-batch overhead of nsq over a Python source (pyrate)"),
+             ("pyrate", "rate", "per-batch overhead of a Python source (pyrate) over rate"))
+
+
+def all_overheads(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for over, base, _ in OVERHEADS for o in overheads(results, over, base)]
+
+
+def overhead_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The overhead statements, one per (over, base) pair and trigger measured."""
+    lines = []
+    for over, base, what in OVERHEADS:
+        for o in overheads(results, over, base):
+            lines.append(
+                f"{what}, trigger {o['trigger']}: {o['overhead_ms']:.0f} ms (mean "
+                f"triggerExecution: {over} {o[f'{over}_rate']}/s "
+                f"{o[f'{over}_triggerExecution_ms']:.0f} ms - {base} {o[f'{base}_rate']}/s "
+                f"{o[f'{base}_triggerExecution_ms']:.0f} ms; addBatch "
+                f"{o['addBatch_overhead_ms']:+.0f} ms)")
+    return lines
 
 
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
@@ -432,6 +474,23 @@ def _check_executors_import(spark: Any, library_root: str, executors: int) -> No
                            "run with PYTHONPATH set to the checkout under test")
 
 
+def _register_pyrate(spark: Any, executors: int) -> None:
+    """Registers ``pyrate`` in the session; the executors must import its module from
+    the same file as this process (they unpickle the reader by reference to it)."""
+    try:
+        from bench import pyrate_source
+    except ImportError as exc:
+        raise RuntimeError(f"--with-python-floor: cannot import bench.pyrate_source ({exc}); "
+                           "run from a checkout that has bench/pyrate_source.py") from None
+    here = str(Path(pyrate_source.__file__).resolve())
+    where = set(spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
+        lambda _: __import__("bench.pyrate_source").pyrate_source.__file__).collect())
+    if {str(Path(w).resolve()) for w in where} != {here}:
+        raise RuntimeError(f"the executors import bench.pyrate_source from {sorted(where)}, "
+                           f"not from {here}: run from the checkout on PYTHONPATH")
+    spark.dataSource.register(pyrate_source.PyRateDataSource)
+
+
 def _progress_dicts(query: Any) -> list[dict[str, Any]]:
     return [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
 
@@ -484,8 +543,8 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
                   .option("spoolPath", str(work / f"spool-{index}")))
         for key, value in args.source_options.items():
             reader = reader.option(key, value)
-    else:
-        reader = (spark.readStream.format("rate").option("rowsPerSecond", rate)
+    else:  # rate, pyrate (bench/pyrate_source.py): the same options
+        reader = (spark.readStream.format(source).option("rowsPerSecond", rate)
                   .option("numPartitions", args.partitions))
     writer = (reader.load().writeStream.foreachBatch(sink)
               .option("checkpointLocation", str(work / f"ckpt-{index}")))
@@ -518,7 +577,7 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
             publisher.stop()
         query.stop()
     if publisher is None:
-        # the rate source numbers its rows 0, 1, ...: what it generated is what the sink
+        # the rate source (and pyrate) numbers its rows 0, 1, ...: what it generated is what the sink
         # received up to the highest number (a gap or repeat shows as missing or
         # duplicate). Counted once the query has stopped: a batch may still be arriving
         published = max(sink.arrivals.seqs, default=-1) + 1
@@ -533,11 +592,13 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
 
 
 def configurations(args: Any) -> Iterator[tuple[str, int, Trigger]]:
-    """Per trigger: the rate baseline first, then nsq at each rate (the baseline next to
-    the runs it is compared with)."""
+    """Per trigger: the rate baseline first, then pyrate, then nsq at each rate (the
+    baselines next to the runs they are compared with)."""
     for trigger in args.triggers:
         if args.with_rate_source:
             yield "rate", args.rate_source_rate, trigger
+        if args.with_python_floor:
+            yield "pyrate", args.rate_source_rate, trigger
         for rate in args.rates:
             yield "nsq", rate, trigger
 
@@ -574,8 +635,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for the last messages after publishing stops")
     ap.add_argument("--with-rate-source", action="store_true",
                     help="also run Spark's rate source per trigger (the baseline)")
+    ap.add_argument("--with-python-floor", action="store_true",
+                    help="also run pyrate per trigger: the rate source as a Python data "
+                         "source (bench/pyrate_source.py), the floor of any Python source")
     ap.add_argument("--rate-source-rate", type=int, default=20,
-                    help="rows/s of the rate source (default 20)")
+                    help="rows/s of the rate and pyrate sources (default 20)")
     ap.add_argument("--partitions", type=int, default=2, help="numPartitions (default 2)")
     ap.add_argument("--workers", type=int, default=2,
                     help="standalone workers, one 1-core executor each (default 2)")
@@ -622,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
             import nsq_spark.spark
 
             nsq_spark.spark.register(spark)
+            if args.with_python_floor:
+                _register_pyrate(spark, args.workers)
             if args.session_warmup:
                 # the first query on a fresh cluster starts the executors' Python workers
                 # and imports the library there: seconds, and not what is measured
@@ -638,11 +704,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(result), flush=True)
     print(f"\nload average at end: {_load()}; {time.time() - started:.0f} s in all\n")
     print(markdown_table(results))
-    for o in overheads(results):
-        print(f"\nper-batch overhead of nsq over rate, trigger {o['trigger']}: "
-              f"{o['overhead_ms']:.0f} ms (mean triggerExecution: nsq {o['nsq_rate']}/s "
-              f"{o['nsq_triggerExecution_ms']:.0f} ms - rate {o['rate_rate']}/s "
-              f"{o['rate_triggerExecution_ms']:.0f} ms)")
+    for line in overhead_lines(results):
+        print(f"\n{line}")
     bad = [r for r in results if not r["exactly_once"]]
     for r in results:
         if r["exactly_once"]:
@@ -654,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['unexpected']} unexpected of {r['published']:,} published")
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results,
-                                               "overheads": overheads(results)}, indent=2))
+                                               "overheads": all_overheads(results)},
+                                              indent=2))
     return 1 if bad else 0
 
 

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench import bench_spark_latency as lat
+from bench import pyrate_source
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,6 +77,12 @@ def test_the_rate_baseline_runs_next_to_the_nsq_runs_of_its_trigger():
         ("rate", 20, "default"), ("nsq", 20, "default"), ("nsq", 2000, "default")]
     args = lat.build_parser().parse_args(["--rates", "20", "--triggers", "default"])
     assert [s for s, _, _ in lat.configurations(args)] == ["nsq"]
+    args = lat.build_parser().parse_args(["--rates", "20,2000", "--triggers", "1s,default",
+                                          "--with-rate-source", "--with-python-floor"])
+    assert [(s, r, t.label) for s, r, t in lat.configurations(args)] == [
+        ("rate", 20, "1s"), ("pyrate", 20, "1s"), ("nsq", 20, "1s"), ("nsq", 2000, "1s"),
+        ("rate", 20, "default"), ("pyrate", 20, "default"), ("nsq", 20, "default"),
+        ("nsq", 2000, "default")]
 
 
 # -- bodies and statistics --------------------------------------------------------------
@@ -155,14 +162,91 @@ def test_every_message_once_is_exactly_once():
 
 @pytest.mark.unit
 def test_overhead_is_nsq_minus_rate_mean_trigger_execution_at_the_same_rate_and_trigger():
-    def r(source, rate, trigger, ms):
-        return {"source": source, "rate": rate, "trigger": trigger, "triggerExecution_ms": ms}
+    def r(source, rate, trigger, ms, add_ms=0.0):
+        return {"source": source, "rate": rate, "trigger": trigger, "triggerExecution_ms": ms,
+                "addBatch_ms": add_ms}
 
-    results = [r("rate", 20, "1s", 180.0), r("nsq", 2000, "1s", 400.0),
-               r("nsq", 20, "1s", 380.0), r("nsq", 20, "default", 300.0)]
+    results = [r("rate", 20, "1s", 180.0, 100.0), r("nsq", 2000, "1s", 400.0),
+               r("nsq", 20, "1s", 380.0, 250.0), r("nsq", 20, "default", 300.0)]
     assert lat.overheads(results) == [{
-        "trigger": "1s", "nsq_rate": 20, "rate_rate": 20, "nsq_triggerExecution_ms": 380.0,
-        "rate_triggerExecution_ms": 180.0, "overhead_ms": 200.0}]
+        "trigger": "1s", "over": "nsq", "base": "rate", "nsq_rate": 20, "rate_rate": 20,
+        "nsq_triggerExecution_ms": 380.0, "rate_triggerExecution_ms": 180.0,
+        "overhead_ms": 200.0, "addBatch_overhead_ms": 150.0}]
+    # no pyrate run: only the line against rate
+    assert [line.split(",")[0] for line in lat.overhead_lines(results)] == [
+        "per-batch overhead of nsq over rate"]
+
+
+@pytest.mark.unit
+def test_with_pyrate_the_overheads_are_stated_against_it_too():
+    def r(source, trigger, ms, add_ms):
+        return {"source": source, "rate": 20, "trigger": trigger, "triggerExecution_ms": ms,
+                "addBatch_ms": add_ms}
+
+    results = [r("rate", "1s", 140.0, 60.0), r("pyrate", "1s", 190.0, 100.0),
+               r("nsq", "1s", 225.0, 130.0)]
+    got = {(o["over"], o["base"]): o["overhead_ms"] for o in lat.all_overheads(results)}
+    assert got == {("nsq", "rate"): 85.0, ("nsq", "pyrate"): 35.0, ("pyrate", "rate"): 50.0}
+    lines = lat.overhead_lines(results)
+    assert lines[1] == (
+        "per-batch overhead of nsq over a Python source (pyrate), trigger 1s: 35 ms (mean "
+        "triggerExecution: nsq 20/s 225 ms - pyrate 20/s 190 ms; addBatch +30 ms)")
+    assert lines[2].startswith("per-batch overhead of a Python source (pyrate) over rate, "
+                               "trigger 1s: 50 ms")
+
+
+# -- pyrate: the rate source as a Python data source ------------------------------------
+
+@pytest.mark.unit
+def test_pyrate_counts_the_rows_generated_before_now_and_stamps_each_when_generated():
+    t0 = 1_800_000_000_000_000
+    assert pyrate_source.rows_at(t0, t0, 20) == 0
+    assert pyrate_source.rows_at(t0, t0 - 5, 20) == 0  # a clock behind the start
+    assert pyrate_source.rows_at(t0, t0 + 1, 20) == 1  # row 0: generated at the start
+    assert pyrate_source.rows_at(t0, t0 + 50_000, 20) == 1  # row 1 is due now, not before
+    assert pyrate_source.rows_at(t0, t0 + 50_001, 20) == 2
+    assert pyrate_source.rows_at(t0, t0 + 10_000_000, 20) == 200
+    assert pyrate_source.generated_us(t0, 0, 20) == t0
+    assert pyrate_source.generated_us(t0, 3, 20) == t0 + 150_000
+    assert pyrate_source.generated_us(t0, 1, 3) == t0 + 333_333
+    # every row counted at a time was generated before it: latency is never negative
+    for now in range(t0, t0 + 1_000_000, 7_919):
+        n = pyrate_source.rows_at(t0, now, 3)
+        assert n == 0 or pyrate_source.generated_us(t0, n - 1, 3) < now
+        assert pyrate_source.generated_us(t0, n, 3) >= now
+
+
+@pytest.mark.unit
+@given(lo=st.integers(0, 1000), n=st.integers(0, 50), parts=st.integers(1, 8))
+def test_pyrate_splits_a_range_over_at_most_num_partitions_tasks_each_row_once(lo, n, parts):
+    tasks = pyrate_source.plan(7, 20, lo, lo + n, parts)
+    assert len(tasks) == min(parts, n)
+    rows = sorted(v for t in tasks for v in range(t.first, t.end, t.step))
+    assert rows == list(range(lo, lo + n))
+    assert all(t.start_us == 7 and t.rows_per_second == 20 for t in tasks)
+
+
+@pytest.mark.unit
+def test_pyrate_reads_its_rows_at_once_as_one_arrow_batch_and_offsets_are_row_counts():
+    reader = pyrate_source.PyRateStreamReader({"rowsPerSecond": "20", "numPartitions": "2"})
+    start = reader.initialOffset()
+    assert start == {"start_us": reader.start_us, "rows": 0}
+    later = {"start_us": reader.start_us, "rows": 5}
+    # the clock cannot take back rows Spark saw; a restart keeps the offset's start
+    assert reader.latestOffset(later, None)["rows"] >= 5
+    assert reader.latestOffset({"start_us": 0, "rows": 0}, None)["start_us"] == 0
+    tasks = reader.partitions(start, later)
+    batches = [list(reader.read(t)) for t in tasks]
+    assert [len(b) for b in batches] == [1, 1]
+    values = sorted(v for b in batches for v in b[0].column("value").to_pylist())
+    assert values == [0, 1, 2, 3, 4]
+    stamps = {v: ts for b in batches for v, ts in zip(b[0].column("value").to_pylist(),
+                                                      b[0].column("timestamp").to_pylist())}
+    assert stamps[4].timestamp() == pytest.approx(reader.start_us / 1e6 + 0.2, abs=1e-6)
+    assert reader.partitions(later, later) == []
+    assert pyrate_source.PyRateDataSource({}).schema() == "value long, timestamp timestamp"
+    with pytest.raises(ValueError, match="rowsPerSecond"):
+        pyrate_source.PyRateStreamReader({"rowsPerSecond": "0"})
 
 
 # -- the publisher against nsqd ---------------------------------------------------------
@@ -197,17 +281,19 @@ def test_a_short_run_on_a_standalone_cluster_is_exactly_once_and_measures_each_c
         [sys.executable, "-m", "bench.bench_spark_latency", "--rates", "200",
          "--triggers", "1s", "--seconds", "4", "--warmup", "2", "--session-warmup", "5",
          "--drain-timeout", "20",
-         "--with-rate-source", "--json", str(out)],
+         "--with-rate-source", "--with-python-floor", "--json", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
         text=True, timeout=220)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert [(r["source"], r["rate"], r["trigger"]) for r in figures["results"]] == [
-        ("rate", 20, "1s"), ("nsq", 200, "1s")]
+        ("rate", 20, "1s"), ("pyrate", 20, "1s"), ("nsq", 200, "1s")]
     for r in figures["results"]:
         assert r["exactly_once"] and r["received"] == r["published"] > 0, r
         assert 0 < r["latency_p50_s"] <= r["latency_p99_s"] < 10, r
         # a loaded machine slows the batches, not the count: at least one in 4 s
         assert r["batches"] >= 1 and r["triggerExecution_ms"] > 0, r
-    assert figures["overheads"][0]["trigger"] == "1s"
+    assert [(o["over"], o["base"], o["trigger"]) for o in figures["overheads"]] == [
+        ("nsq", "rate", "1s"), ("nsq", "pyrate", "1s"), ("pyrate", "rate", "1s")]
     assert "per-batch overhead of nsq over rate, trigger 1s" in proc.stdout
+    assert "per-batch overhead of nsq over a Python source (pyrate), trigger 1s" in proc.stdout
