@@ -337,7 +337,19 @@ class Answers:
         (``enable_async()``: left to the application, and held) is finished if ``ok``,
         requeued with backoff otherwise; then the ledger is flushed."""
         out = link.outstanding
-        if not ok:
+        fin = link.fins.append
+        n_fin = 0
+        if ok and not out:  # the common case: nothing held, nothing to pop
+            for m in msgs:
+                if not m.responded:
+                    if m.delegated:
+                        out[m.id] = m
+                    else:
+                        m.responded = True
+                        fin(m.id)
+                        n_fin += 1
+        else:
+            todo = []
             for m in msgs:
                 if m.responded:
                     out.pop(m.id, None)
@@ -346,30 +358,15 @@ class Answers:
                 else:
                     m.responded = True
                     out.pop(m.id, None)
+                    todo.append(m)
+            if not ok:
+                for m in todo:
                     self._requeue(link, m, None, True)
-        else:
-            fin = link.fins.append
-            n_fin = 0
-            if out:
-                for m in msgs:
-                    if m.responded:
-                        out.pop(m.id, None)
-                    elif m.delegated:
-                        out[m.id] = m
-                    else:
-                        m.responded = True
-                        out.pop(m.id, None)
-                        fin(m.id)
-                        n_fin += 1
-            else:  # the common case: nothing held, nothing to pop
-                for m in msgs:
-                    if not m.responded:
-                        if m.delegated:
-                            out[m.id] = m
-                        else:
-                            m.responded = True
-                            fin(m.id)
-                            n_fin += 1
+            else:
+                for m in todo:
+                    fin(m.id)
+                n_fin = len(todo)
+        if n_fin:
             # out of flight with their FINs queued, in the same loop turn they are written:
             # one counter update per chunk instead of one per message
             link.rdy.in_flight -= n_fin
