@@ -70,9 +70,18 @@ def imported_names(mod: str, path: Path, files: dict[str, Path]) -> list[tuple[s
             else:
                 computed_import = True
     if computed_import:
+        # a logger's name is no import, though it may read as a module's
+        logger_names = {id(a) for c in ast.walk(tree)
+                        if isinstance(c, ast.Call) and _is_get_logger(c.func) for a in c.args}
         out += [(c.value, None) for c in ast.walk(tree)
-                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in files]
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in files
+                and id(c) not in logger_names]
     return [(m, n) for m, n in out if m in files]
+
+
+def _is_get_logger(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "getLogger") or \
+        (isinstance(func, ast.Name) and func.id == "getLogger")
 
 
 def _is_import_module(func: ast.expr) -> bool:
@@ -160,6 +169,8 @@ def test_type_checking_function_level_and_import_module_imports_are_edges(tmp_pa
 def test_a_computed_import_module_depends_on_every_module_named_in_the_file(tmp_path):
     edges = _graph_of(
         "import importlib\n"
+        "import logging\n"
+        "log = logging.getLogger('nsq_spark.lookupd')  # a logger's name: no edge\n"
         "TABLE = {'Reader': 'nsq_spark.consumer.reader', 'x': 'not a module'}\n"
         "def get(name):\n"
         "    return importlib.import_module(TABLE[name])\n", tmp_path)

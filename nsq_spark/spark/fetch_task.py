@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The fetch task's lines keep the logger name they had before the task became its own
 # module: users' log configurations filter on it (logs.py documents it).
-log = logging.getLogger(f"{__package__}.fetch")
+log = logging.getLogger("nsq_spark.spark.fetch")
 
 
 class ReaderPort(Protocol):
