@@ -230,3 +230,32 @@ def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_
     monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path / "mine"))
     assert default_bin_dir() == tmp_path / "mine"
     assert _default_nsq_bin_dirs() == [tmp_path / "mine", nsq_cache]
+
+
+def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_repeats(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernel may give two binds in a row the same port once the first socket is closed
+    # (CI saw nsqlookupd's TCP and HTTP listeners given one port); free_port must skip it.
+    import nsq_spark.testing as harness
+
+    kernel_ports = iter([41001, 41001, 41001, 41002])
+
+    class RepeatingSocket:
+        def __init__(self, *args: object) -> None:
+            self.port = next(kernel_ports)
+
+        def __enter__(self) -> "RepeatingSocket":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def bind(self, address: object) -> None:
+            return None
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(harness, "_RECENT_PORTS", harness.collections.deque(maxlen=8))
+    monkeypatch.setattr(harness.socket, "socket", RepeatingSocket)
+    assert [harness.free_port(), harness.free_port()] == [41001, 41002]

@@ -53,6 +53,7 @@ here (the reason a docker test tier prints when it skips).
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import hashlib
 import json
@@ -63,6 +64,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -87,12 +89,26 @@ class HarnessError(RuntimeError):
 # helpers
 
 
+# Ports this process handed out recently. The kernel may give the same port to two binds in
+# a row once the first socket is closed (seen on CI: nsqlookupd got one port for its TCP and
+# HTTP listeners and could never start), so a port is not handed out twice in a window.
+_RECENT_PORTS: collections.deque[int] = collections.deque(maxlen=4096)
+_RECENT_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not
+    handed out among its last 4096 ports."""
+    with _RECENT_PORTS_LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port: int = s.getsockname()[1]
+            if port not in _RECENT_PORTS:
+                _RECENT_PORTS.append(port)
+                return port
+    raise HarnessError("free_port: the kernel kept returning ports this process already "
+                       "handed out; widen net.ipv4.ip_local_port_range")
 
 
 def _default_nsq_bin_dirs() -> list[Path]:
