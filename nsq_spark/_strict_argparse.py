@@ -1,6 +1,7 @@
 """The command-line parser of every ``nsq-spark`` command: no abbreviations, no secret echoed.
 
-Standard library only (``install-nsq`` parses its options before the dependencies exist).
+Standard library only (``install-nsq`` parses its options before the dependencies exist):
+:mod:`nsq_spark.validate`, whose secret rule this uses, imports nothing else either.
 
 Two things argparse does that a command taking secrets must not:
 
@@ -12,8 +13,9 @@ Two things argparse does that a command taking secrets must not:
   with it.
 * **echoing values in usage errors**: ``unrecognized arguments: --auth-secret=X``,
   ``invalid choice: 'X'``. :meth:`StrictParser.error` replaces the value of every option
-  whose name looks secret (:data:`SECRET_NAME`; a ``...-file`` option names a path, not a
-  secret) and of every unknown option by ``***``.
+  whose name looks secret (:func:`nsq_spark.validate.is_secret_name`, the project's one
+  rule; a ``...-file`` option names a path, not a secret) and of every unknown option by
+  ``***``.
 
 Subparsers made with ``add_subparsers().add_parser`` are StrictParsers too (argparse makes
 them of the parent's class).
@@ -26,15 +28,16 @@ import re
 import sys
 from typing import Any, NoReturn, Sequence
 
-__all__ = ["StrictParser", "SECRET_NAME", "redact"]
+from nsq_spark.validate import is_secret_name
 
-#: option names whose value is a secret (``--auth-secret``, ``-password``, ``--token``...)
-SECRET_NAME = re.compile(r"auth|secret|passw|token|credential|api.?key", re.IGNORECASE)
+__all__ = ["StrictParser", "redact"]
+
 _HIDDEN = "***"
 
 
 def _is_secret_option(name: str) -> bool:
-    return (name.startswith("-") and SECRET_NAME.search(name) is not None
+    # a --x-file option names the file holding the secret: its path is shown
+    return (name.startswith("-") and is_secret_name(name)
             and not re.search(r"[-_]file$", name))
 
 

@@ -175,12 +175,17 @@ def _short(value: Any) -> str:
 
 # -- secrets -------------------------------------------------------------------------------
 
-_SECRET_NAME = re.compile(r"secret|passw|token|credential|private", re.IGNORECASE)
+#: The one rule of which names hold a secret: options, query parameters and the command
+#: line's flags (:mod:`nsq_spark._strict_argparse`) alike. Broad on purpose: hiding a value
+#: that was not secret costs a less helpful message; showing one that was costs the secret.
+_SECRET_NAME = re.compile(r"auth|secret|passw|token|credential|private|api.?key",
+                          re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether an option or query-parameter name holds a secret (auth_secret, authSecret,
-    password, secret_key, session_token, ...)."""
+    """Whether an option, query-parameter or command-line option name holds a secret
+    (auth_secret, authSecret, ``--auth``, password, secret_key, session_token, api_key,
+    ...)."""
     return bool(_SECRET_NAME.search(name))
 
 

@@ -237,3 +237,26 @@ def test_redaction_keeps_what_is_not_secret():
     assert secret_values(argv) == ["abc", "pw"]
     assert redact("got abc and pw for topic t, file /etc/s", argv) == \
         "got *** and *** for topic t, file /etc/s"
+
+
+@pytest.mark.parametrize("name", ["--auth", "-auth-secret", "--api-key", "--apikey",
+                                  "--private-key", "--session-token", "--credentials",
+                                  "-password", "--secret"])
+def test_the_command_line_hides_what_the_options_rule_calls_secret(name):
+    from nsq_spark import validate
+    from nsq_spark._strict_argparse import secret_values
+
+    assert validate.is_secret_name(name)
+    assert secret_values([name, "v1", f"{name}=v2"]) == ["v1", "v2"]
+    # a ...-file option names where the secret is, not the secret: its path is shown
+    assert secret_values([f"{name}-file", "/p", f"{name}_file=/q"]) == []
+    assert validate.redact_options({name.lstrip("-"): "v"}) == {name.lstrip("-"): "***"}
+
+
+def test_names_without_a_secret_are_shown_on_the_command_line_and_in_options():
+    from nsq_spark import validate
+    from nsq_spark._strict_argparse import secret_values
+
+    for name in ["--topic", "--channel", "--nsqd-tcp-address", "--max-in-flight"]:
+        assert not validate.is_secret_name(name)
+        assert secret_values([name, "v"]) == []
