@@ -95,6 +95,41 @@ def test_async_with_a_spooling_producer(tmp_path):
     assert not list(tmp_path.glob("*.seg"))
 
 
+def test_a_spooling_publish_nowait_returns_a_future_already_settled(tmp_path):
+    sender = Recorder()
+    p = Producer(spool_dir=tmp_path, producer_factory=lambda: sender)
+
+    async def main() -> None:
+        fut = p.publish_nowait("t", b"n1")
+        assert fut.done() and fut.result() == b"OK"   # no loop turn needed
+        with pytest.raises(InvalidBodyError):
+            p.publish_nowait("t", b"")                # bad input raises in the call
+        await asyncio.to_thread(p.close)
+        late = p.publish_nowait("t", b"late")
+        assert late.done() and isinstance(late.exception(), nsq_spark.errors.NSQError)
+
+    try:
+        asyncio.run(main())
+    finally:
+        p.close()
+    assert sender.got == [("t", b"n1", None)]
+
+
+def test_publish_nowait_outside_a_running_loop_raises_before_spooling(tmp_path):
+    sender = Recorder()
+    direct = Producer("127.0.0.1:1")
+    spooled = Producer(spool_dir=tmp_path, producer_factory=lambda: sender)
+    try:
+        for p in (direct, spooled):
+            with pytest.raises(RuntimeError, match="no running event loop"):
+                p.publish_nowait("t", b"no loop")
+        assert spooled.spool_stats.appended == 0
+    finally:
+        direct.close()
+        spooled.close()
+    assert sender.got == []
+
+
 def test_closed_spooling_producer_refuses_and_keeps_nothing_half_done(tmp_path):
     sender = Recorder()
     p = Producer(spool_dir=tmp_path, producer_factory=lambda: sender)

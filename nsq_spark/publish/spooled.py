@@ -136,7 +136,18 @@ class SpooledTransport:
 
     def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None
                        ) -> "asyncio.Future[bytes]":
-        return asyncio.wrap_future(self.publish_async(topic, body, defer_ms))
+        # Outside a running loop this raises RuntimeError before anything is spooled, as
+        # the direct path does. The future is settled here, not a loop turn later
+        # (asyncio.wrap_future would be): done() is true on return.
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        records = self._records(topic, (body,), defer_ms, False)   # bad input raises here
+        try:
+            self._append(records)
+        except BaseException as exc:  # noqa: BLE001 - handed over, as publish_async does
+            fut.set_exception(exc)
+        else:
+            fut.set_result(b"OK")
+        return fut
 
     # -- flush, redrive --------------------------------------------------------------------
 
