@@ -199,7 +199,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
          help="with --spool-dir: seconds to wait at the end for nsqd to acknowledge "
          "everything (default 30; what is left is sent by the next run)")
     _add(p, "--message-id-digest", action="store_true",
-         help="wrap each body in the message-id envelope (see nsq_spark.publish_spool)")
+         help="wrap each body in the message-id envelope (see nsq_spark.spool)")
     _add(p, "--skip-empty", action="store_true",
          help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")

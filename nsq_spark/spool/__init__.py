@@ -18,8 +18,9 @@ PUB/MPUB/DPUB (the rule is :func:`nsq_spark.spool.drain.refused`). Such a messag
 Every other failure is a failing *connection*, not a bad message: nsqd unreachable or
 exiting (``E_PUB_FAILED``), the wrong port (nsqd's HTTP port, another service), AUTH
 refused or the auth server down, a TLS certificate that does not verify, protocol
-garbage, a timeout. The spool retries it with capped exponential backoff (``retry_wait``
-0.05 s up to ``retry_max_wait``) for as long as the producer lives, and makes it loud:
+garbage, a timeout. The spool retries it with capped exponential backoff (jittered, from
+0.05 s up to ``retry_max_wait``; the Producer's ``retry_wait`` is not used here) for as
+long as the producer lives, and makes it loud:
 
 * ``stats()["health"]`` is ``"failing"`` (``"ok"`` again after the next delivery), with
   ``last_error`` (the cause), ``failing_since`` (epoch seconds) and
@@ -122,8 +123,9 @@ something; until an append works again, every delivered segment is deleted as so
 is delivered. So publishing resumes, without a restart, as soon as there is room.
 
 A spool directory deleted (or replaced) under a running producer makes the next
-``publish`` raise :class:`SpoolDirectoryError` (one ``fstat`` per call checks that the
-current segment still has a name; the periodic rescan checks the directory itself)
+``publish`` raise :class:`SpoolDirectoryError` (an ``fstat`` checks that the current
+segment still has a name: on every call with ``spool_fsync="always"``, else at most once
+per millisecond; the periodic rescan checks the directory itself)
 instead of appending to files nobody can find again. What was spooled before is still
 sent while that producer lives; create a new producer to go on.
 
