@@ -167,7 +167,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{publish,tail,spool,install-nsq}")
 
-    p = sub.add_parser("publish", allow_abbrev=False, help="publish lines of files or stdin to a topic",
+    p = sub.add_parser("publish", help="publish lines of files or stdin to a topic",
                        description="Publish one message per line (like to_nsq), with a "
                        "progress bar on stderr and an optional durable spool.")
     _add(p, "--topic", required=True, help="topic to publish to")
@@ -204,7 +204,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
          help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")
 
-    t = sub.add_parser("tail", allow_abbrev=False, help="print the messages of a topic (like nsq_tail)",
+    t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
                        description="Consume a topic and write each message body and a "
                        "newline to stdout (like nsq_tail).")
     _add(t, "--topic", action="append", required=True, dest="topics",
@@ -237,11 +237,11 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
         _add(sp, "--log-level", default="warning",
              choices=["debug", "info", "warning", "error"], help="log level (stderr)")
 
-    s = sub.add_parser("spool", allow_abbrev=False, help="manage a publish spool directory",
+    s = sub.add_parser("spool", help="manage a publish spool directory",
                        description="Manage a publish spool directory (--spool-dir, "
                        "Producer(spool_dir=...)).")
     ss = s.add_subparsers(dest="spool_command", required=True, metavar="{redrive}")
-    r = ss.add_parser("redrive", allow_abbrev=False,
+    r = ss.add_parser("redrive",
                       help="send the messages nsqd refused (DIR/rejected) again",
                       description="Move the messages nsqd refused for good (DIR/rejected) "
                       "back into the spool's queue; the next producer on DIR sends them "

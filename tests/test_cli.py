@@ -214,11 +214,19 @@ def test_no_option_is_taken_by_a_prefix(argv, capsys):
 def test_every_parser_and_subparser_refuses_abbreviations():
     import argparse
 
+    from nsq_spark._strict_argparse import StrictParser
+
+    def with_subparsers(parser):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return [parser, *[q for a in subs for p in a.choices.values()
+                          for q in with_subparsers(p)]]
+
     parser = cli.build_parser()
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    parsers = [parser, *[p for a in subs for p in a.choices.values()]]
+    parsers = with_subparsers(parser)
     assert len(parsers) >= 4
+    assert "nsq-spark spool redrive" in {p.prog for p in parsers}   # nested ones too
     assert all(not p.allow_abbrev for p in parsers)
+    assert all(isinstance(p, StrictParser) for p in parsers)
     with pytest.raises(SystemExit):
         parsers[1].parse_args(["--top", "t"])
 

@@ -64,7 +64,6 @@ class DirectTransport:
         addresses: dict[str, Address] = {str(a): a for a in tcp}
         self.nsqd_tcp_addresses = list(addresses)
         self.nsqd_http_addresses = [f"{s}://{a}{p}" for s, a, p in http]
-        self.http_mode = bool(http)
         self.config = config
         self.publish_timeout = publish_timeout
         self.max_msg_size = max_msg_size
@@ -118,7 +117,7 @@ class DirectTransport:
     # -- blocking ------------------------------------------------------------------------
 
     def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
-        if self.http_mode:
+        if self.http is not None:
             self._wait(self.publish_async(topic, body, defer_ms))
             return
         data = self.encode_pub(topic, body, defer_ms)
@@ -126,7 +125,7 @@ class DirectTransport:
         self.blocking.command(data)
 
     def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
-        if self.http_mode:
+        if self.http is not None:
             self._wait(self.mpublish_async(topic, bodies))
             return
         for data in self.encode_mpub(topic, bodies):

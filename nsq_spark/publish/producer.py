@@ -401,7 +401,7 @@ class Producer:
 
     @property
     def _direct_only(self) -> DirectTransport:
-        if self._direct is None or self.spool_dir is not None:
+        if self._direct is None:   # set exactly when there is no spool_dir
             raise ConfigError("this needs a Producer without spool_dir")
         return self._direct
 
