@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import types
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,16 @@ def _http_pub(http_address: str, topic: str, body: bytes) -> None:
 def _depth(cluster: NSQCluster, i: int, topic: str) -> int:
     topics = cluster.nsqds[i].stats(topic)["topics"]
     return sum(t["depth"] for t in topics if t["topic_name"] == topic)
+
+
+def _pyspark_versions_script() -> types.ModuleType:
+    """scripts/install-pyspark-versions as a module, loaded (not run) in this process."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "install-pyspark-versions"
+    loader = importlib.machinery.SourceFileLoader("install_pyspark_versions", str(path))
+    module = types.ModuleType(loader.name)
+    module.__file__ = str(path)
+    loader.exec_module(module)
+    return module
 
 
 def _alive(pid: int) -> bool:
@@ -217,15 +230,18 @@ def test_wait_drained_reports_what_nsqd_still_holds(nsq_cluster, running_reader)
 @pytest.mark.unit
 def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_path):
     from nsq_spark.testing import _default_nsq_bin_dirs
-    from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION
+    from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION, cache_root
     from nsq_spark.testing.chaos import cache_binary
     from nsq_spark.testing.install import default_bin_dir
 
     monkeypatch.delenv("NSQ_BIN_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "nsq-spark"
     nsq_cache = tmp_path / "nsq-spark" / f"nsq-v{NSQ_VERSION}" / "bin"
     assert default_bin_dir() == nsq_cache and _default_nsq_bin_dirs() == [nsq_cache]
     assert cache_binary().parent == tmp_path / "nsq-spark" / f"toxiproxy-v{TOXIPROXY_VERSION}" / "bin"
+    # the version tier's venvs (scripts/install-pyspark-versions) live under the same root
+    assert _pyspark_versions_script().venv_dir("9.9.9") == tmp_path / "nsq-spark" / "pyspark-9.9.9"
     # NSQ_BIN_DIR: where install-nsq builds, and where the harness looks first
     monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path / "mine"))
     assert default_bin_dir() == tmp_path / "mine"
