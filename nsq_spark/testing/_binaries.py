@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 __all__ = ["NSQ_VERSION", "NSQ_APPS", "TOXIPROXY_VERSION", "InstallError", "cache_root",
-           "cache_bin_dir", "nsq_bin_dir", "reports_version", "go_toolchain", "run_go"]
+           "cache_bin_dir", "nsq_bin_dir", "reports_version", "run_go"]
 
 NSQ_VERSION = "1.3.0"
 NSQ_APPS = ("nsqd", "nsqlookupd", "nsqadmin", "to_nsq", "nsq_tail")
@@ -61,11 +60,6 @@ def reports_version(binary: Path, version: str, flag: str = "--version",
     except (OSError, subprocess.SubprocessError):
         return False
     return re.search(rf"\b{re.escape(prefix + version)}\b", out) is not None
-
-
-def go_toolchain() -> str | None:
-    """The ``go`` binary on PATH, or None."""
-    return shutil.which("go")
 
 
 def run_go(go: str, *args: str, cwd: str | os.PathLike[str] | None = None,
