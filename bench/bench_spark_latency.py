@@ -366,14 +366,6 @@ class PacedPublisher(threading.Thread):
             conn.close()
 
 
-def _post(http_address: str, path: str) -> None:
-    import urllib.request
-
-    req = urllib.request.Request(f"http://{http_address}{path}", data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        resp.read()
-
-
 def _cluster_helpers() -> Any:
     """The cluster tier's process helpers (``Procs``: started processes, stopped by pid
     with the executors under each worker first; ``_wait_http``), from the checkout this
@@ -532,9 +524,10 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
     sink = _Sink(source)
     label = f"{source}_{rate}_{trigger.label}".replace(".", "_")
     if source == "nsq":
+        from nsq_spark.spark.backlog import create_channel
+
         topic, channel = f"lat{index}_{label}", "spark"
-        _post(nsqd.http_address, f"/topic/create?topic={topic}")
-        _post(nsqd.http_address, f"/channel/create?topic={topic}&channel={channel}")
+        create_channel(nsqd.http_address, topic, channel)
         reader = (spark.readStream.format("nsq")
                   .option("topic", topic).option("channel", channel)
                   .option("nsqdTcpAddresses", nsqd.tcp_address)
