@@ -456,11 +456,23 @@ def _library_root() -> str:
     return str(Path(nsq_spark.__file__).resolve().parent.parent)
 
 
+def _executor_files(spark: Any, executors: int, module: str) -> set[str]:
+    """The files (resolved) the executors import ``module`` from (four tasks per executor,
+    so that each executor is very likely asked)."""
+    def file_of(_: int) -> str:
+        import importlib
+
+        return str(importlib.import_module(module).__file__)
+
+    where = spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
+        file_of).collect()
+    return {str(Path(w).resolve()) for w in where}
+
+
 def _check_executors_import(spark: Any, library_root: str, executors: int) -> None:
-    where = set(spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
-        lambda _: __import__("nsq_spark").__file__).collect())
+    where = _executor_files(spark, executors, "nsq_spark")
     expected = {str(Path(library_root) / "nsq_spark" / "__init__.py")}
-    if {str(Path(w).resolve()) for w in where} != expected:
+    if where != expected:
         raise RuntimeError(f"the executors import nsq_spark from {sorted(where)}, not from "
                            f"{library_root}: the two sides would measure different code; "
                            "run with PYTHONPATH set to the checkout under test")
@@ -475,9 +487,8 @@ def _register_pyrate(spark: Any, executors: int) -> None:
         raise RuntimeError(f"--with-python-floor: cannot import bench.pyrate_source ({exc}); "
                            "run from a checkout that has bench/pyrate_source.py") from None
     here = str(Path(pyrate_source.__file__).resolve())
-    where = set(spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
-        lambda _: __import__("bench.pyrate_source").pyrate_source.__file__).collect())
-    if {str(Path(w).resolve()) for w in where} != {here}:
+    where = _executor_files(spark, executors, "bench.pyrate_source")
+    if where != {here}:
         raise RuntimeError(f"the executors import bench.pyrate_source from {sorted(where)}, "
                            f"not from {here}: run from the checkout on PYTHONPATH")
     spark.dataSource.register(pyrate_source.PyRateDataSource)
