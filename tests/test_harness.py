@@ -15,10 +15,6 @@ from nsq_spark.testing import HarnessError, NSQCluster, find_binary, publish, wa
 pytestmark = pytest.mark.nsqd
 
 
-def _http_pub(http_address: str, topic: str, body: bytes) -> None:
-    publish(http_address, topic, body)
-
-
 def _depth(cluster: NSQCluster, i: int, topic: str) -> int:
     topics = cluster.nsqds[i].stats(topic)["topics"]
     return sum(t["depth"] for t in topics if t["topic_name"] == topic)
@@ -61,7 +57,7 @@ def test_kill_and_restart_keep_disk_queued_messages() -> None:
         http = cluster.nsqd_http_addresses[0]
         tcp_before = cluster.nsqd_tcp_addresses[0]
         for i in range(25):
-            _http_pub(http, "harness", b"m%d" % i)
+            publish(http, "harness", b"m%d" % i)
         assert _depth(cluster, 0, "harness") == 25
         cluster.kill(0)
         assert not cluster.nsqds[0].running
@@ -184,6 +180,7 @@ def test_publish_refused_by_nsqd_names_the_answer_and_the_topic(nsq_cluster):
             str(nsq_cluster.nsqds[0].tcp_port), "1"), "t", b"x")
 
 
+@pytest.mark.unit
 def test_wait_until_returns_the_first_true_value_or_names_what_it_waited_for():
     values = iter([0, None, [], "done"])
     assert wait_until(lambda: next(values), 5, interval=0) == "done"
@@ -248,6 +245,7 @@ def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_
     assert _default_nsq_bin_dirs() == [tmp_path / "mine", nsq_cache]
 
 
+@pytest.mark.unit
 def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_repeats(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The kernel may give two binds in a row the same port once the first socket is closed
