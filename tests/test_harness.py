@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import threading
 import types
 import urllib.request
 from pathlib import Path
@@ -219,6 +220,35 @@ def test_wait_drained_reports_what_nsqd_still_holds(nsq_cluster, running_reader)
     with pytest.raises(AssertionError, match=r"wd/c not drained after 0.2s: .*in_flight_count"):
         nsq_cluster.wait_drained("wd", "c", timeout=0.2)
     # the fixture closes the Reader after the test: the held message goes back to nsqd
+
+
+@pytest.mark.unit
+def test_closing_the_runner_stops_every_reader_when_one_fails_to_stop() -> None:
+    from nsq_spark.testing import ReaderRunner
+
+    class ReaderClosingOnTopic:
+        """Stands in for a Reader: built on the loop thread, closed there by ``aclose``."""
+
+        def __init__(self, topic: str, channel: str, handler: object) -> None:
+            self.topic, self.closed = topic, False
+
+        async def aclose(self) -> None:
+            self.closed = True
+            if self.topic.startswith("bad"):
+                raise RuntimeError(f"{self.topic} refuses to close")
+
+    runner = ReaderRunner()
+    readers = [runner.start(topic, "c", reader_class=ReaderClosingOnTopic)
+               for topic in ("first", "bad1", "middle", "bad2", "last")]
+    loop_threads = {t for t in threading.enumerate() if t.name.startswith("test-reader-")}
+    assert len(loop_threads) == 5
+    with pytest.raises(RuntimeError, match="bad1 refuses to close") as raised:
+        runner.close()
+    assert raised.value.__notes__ == [
+        "stopping another reader failed too: RuntimeError('bad2 refuses to close')"]
+    assert [r.closed for r in readers] == [True] * 5
+    assert not any(t.is_alive() for t in loop_threads)
+    runner.close()  # nothing left to stop
 
 
 # -- the facts the harness, the installer and the chaos tier share ---------------------------
