@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from nsq_spark.spark import fetch
+    from nsq_spark.spark.backlog import create_channel
     from nsq_spark.spark.options import parse_read_options
     from nsq_spark.spark.spool import Spool
     from nsq_spark.testing import NSQCluster
@@ -47,10 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             tempfile.TemporaryDirectory(prefix="nsq-fetch-task-") as work:
         http = cluster.nsqd_http_addresses[0]
         topic = "fetch_task_cost"
-        for what in ("topic", "channel"):  # the channel exists, as for a running query
-            urllib.request.urlopen(urllib.request.Request(
-                f"http://{http}/{what}/create?topic={topic}&channel=c", data=b"",
-                method="POST"), timeout=30).read()
+        create_channel(http, topic, "c")  # the channel exists, as for a running query
         options = {"topic": topic, "channel": "c",
                    "nsqdTcpAddresses": cluster.nsqd_tcp_addresses[0], "spoolPath": work,
                    "idleTimeout": "1", "maxFetchPeriod": "10", "redeliveryWindow": "0"}

@@ -366,14 +366,6 @@ class PacedPublisher(threading.Thread):
             conn.close()
 
 
-def _post(http_address: str, path: str) -> None:
-    import urllib.request
-
-    req = urllib.request.Request(f"http://{http_address}{path}", data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        resp.read()
-
-
 def _cluster_helpers() -> Any:
     """The cluster tier's process helpers (``Procs``: started processes, stopped by pid
     with the executors under each worker first; ``_wait_http``), from the checkout this
@@ -464,11 +456,23 @@ def _library_root() -> str:
     return str(Path(nsq_spark.__file__).resolve().parent.parent)
 
 
+def _executor_files(spark: Any, executors: int, module: str) -> set[str]:
+    """The files (resolved) the executors import ``module`` from (four tasks per executor,
+    so that each executor is very likely asked)."""
+    def file_of(_: int) -> str:
+        import importlib
+
+        return str(importlib.import_module(module).__file__)
+
+    where = spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
+        file_of).collect()
+    return {str(Path(w).resolve()) for w in where}
+
+
 def _check_executors_import(spark: Any, library_root: str, executors: int) -> None:
-    where = set(spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
-        lambda _: __import__("nsq_spark").__file__).collect())
+    where = _executor_files(spark, executors, "nsq_spark")
     expected = {str(Path(library_root) / "nsq_spark" / "__init__.py")}
-    if {str(Path(w).resolve()) for w in where} != expected:
+    if where != expected:
         raise RuntimeError(f"the executors import nsq_spark from {sorted(where)}, not from "
                            f"{library_root}: the two sides would measure different code; "
                            "run with PYTHONPATH set to the checkout under test")
@@ -483,9 +487,8 @@ def _register_pyrate(spark: Any, executors: int) -> None:
         raise RuntimeError(f"--with-python-floor: cannot import bench.pyrate_source ({exc}); "
                            "run from a checkout that has bench/pyrate_source.py") from None
     here = str(Path(pyrate_source.__file__).resolve())
-    where = set(spark.sparkContext.parallelize(range(executors * 4), executors * 4).map(
-        lambda _: __import__("bench.pyrate_source").pyrate_source.__file__).collect())
-    if {str(Path(w).resolve()) for w in where} != {here}:
+    where = _executor_files(spark, executors, "bench.pyrate_source")
+    if where != {here}:
         raise RuntimeError(f"the executors import bench.pyrate_source from {sorted(where)}, "
                            f"not from {here}: run from the checkout on PYTHONPATH")
     spark.dataSource.register(pyrate_source.PyRateDataSource)
@@ -532,9 +535,10 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
     sink = _Sink(source)
     label = f"{source}_{rate}_{trigger.label}".replace(".", "_")
     if source == "nsq":
+        from nsq_spark.spark.backlog import create_channel
+
         topic, channel = f"lat{index}_{label}", "spark"
-        _post(nsqd.http_address, f"/topic/create?topic={topic}")
-        _post(nsqd.http_address, f"/channel/create?topic={topic}&channel={channel}")
+        create_channel(nsqd.http_address, topic, channel)
         reader = (spark.readStream.format("nsq")
                   .option("topic", topic).option("channel", channel)
                   .option("nsqdTcpAddresses", nsqd.tcp_address)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import threading
+import types
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +16,19 @@ from nsq_spark.testing import HarnessError, NSQCluster, find_binary, publish, wa
 pytestmark = pytest.mark.nsqd
 
 
-def _http_pub(http_address: str, topic: str, body: bytes) -> None:
-    publish(http_address, topic, body)
-
-
 def _depth(cluster: NSQCluster, i: int, topic: str) -> int:
     topics = cluster.nsqds[i].stats(topic)["topics"]
     return sum(t["depth"] for t in topics if t["topic_name"] == topic)
+
+
+def _pyspark_versions_script() -> types.ModuleType:
+    """scripts/install-pyspark-versions as a module, loaded (not run) in this process."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "install-pyspark-versions"
+    loader = importlib.machinery.SourceFileLoader("install_pyspark_versions", str(path))
+    module = types.ModuleType(loader.name)
+    module.__file__ = str(path)
+    loader.exec_module(module)
+    return module
 
 
 def _alive(pid: int) -> bool:
@@ -48,7 +58,7 @@ def test_kill_and_restart_keep_disk_queued_messages() -> None:
         http = cluster.nsqd_http_addresses[0]
         tcp_before = cluster.nsqd_tcp_addresses[0]
         for i in range(25):
-            _http_pub(http, "harness", b"m%d" % i)
+            publish(http, "harness", b"m%d" % i)
         assert _depth(cluster, 0, "harness") == 25
         cluster.kill(0)
         assert not cluster.nsqds[0].running
@@ -171,6 +181,7 @@ def test_publish_refused_by_nsqd_names_the_answer_and_the_topic(nsq_cluster):
             str(nsq_cluster.nsqds[0].tcp_port), "1"), "t", b"x")
 
 
+@pytest.mark.unit
 def test_wait_until_returns_the_first_true_value_or_names_what_it_waited_for():
     values = iter([0, None, [], "done"])
     assert wait_until(lambda: next(values), 5, interval=0) == "done"
@@ -211,27 +222,60 @@ def test_wait_drained_reports_what_nsqd_still_holds(nsq_cluster, running_reader)
     # the fixture closes the Reader after the test: the held message goes back to nsqd
 
 
+@pytest.mark.unit
+def test_closing_the_runner_stops_every_reader_when_one_fails_to_stop() -> None:
+    from nsq_spark.testing import ReaderRunner
+
+    class ReaderClosingOnTopic:
+        """Stands in for a Reader: built on the loop thread, closed there by ``aclose``."""
+
+        def __init__(self, topic: str, channel: str, handler: object) -> None:
+            self.topic, self.closed = topic, False
+
+        async def aclose(self) -> None:
+            self.closed = True
+            if self.topic.startswith("bad"):
+                raise RuntimeError(f"{self.topic} refuses to close")
+
+    runner = ReaderRunner()
+    readers = [runner.start(topic, "c", reader_class=ReaderClosingOnTopic)
+               for topic in ("first", "bad1", "middle", "bad2", "last")]
+    loop_threads = {t for t in threading.enumerate() if t.name.startswith("test-reader-")}
+    assert len(loop_threads) == 5
+    with pytest.raises(RuntimeError, match="bad1 refuses to close") as raised:
+        runner.close()
+    assert raised.value.__notes__ == [
+        "stopping another reader failed too: RuntimeError('bad2 refuses to close')"]
+    assert [r.closed for r in readers] == [True] * 5
+    assert not any(t.is_alive() for t in loop_threads)
+    runner.close()  # nothing left to stop
+
+
 # -- the facts the harness, the installer and the chaos tier share ---------------------------
 
 
 @pytest.mark.unit
 def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_path):
     from nsq_spark.testing import _default_nsq_bin_dirs
-    from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION
+    from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION, cache_root
     from nsq_spark.testing.chaos import cache_binary
     from nsq_spark.testing.install import default_bin_dir
 
     monkeypatch.delenv("NSQ_BIN_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "nsq-spark"
     nsq_cache = tmp_path / "nsq-spark" / f"nsq-v{NSQ_VERSION}" / "bin"
     assert default_bin_dir() == nsq_cache and _default_nsq_bin_dirs() == [nsq_cache]
     assert cache_binary().parent == tmp_path / "nsq-spark" / f"toxiproxy-v{TOXIPROXY_VERSION}" / "bin"
+    # the version tier's venvs (scripts/install-pyspark-versions) live under the same root
+    assert _pyspark_versions_script().venv_dir("9.9.9") == tmp_path / "nsq-spark" / "pyspark-9.9.9"
     # NSQ_BIN_DIR: where install-nsq builds, and where the harness looks first
     monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path / "mine"))
     assert default_bin_dir() == tmp_path / "mine"
     assert _default_nsq_bin_dirs() == [tmp_path / "mine", nsq_cache]
 
 
+@pytest.mark.unit
 def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_repeats(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The kernel may give two binds in a row the same port once the first socket is closed

@@ -279,18 +279,12 @@ def test_single_re_exported_names_are_the_objects_of_their_homes(module, names):
         assert getattr(mod, name) is getattr(importlib.import_module(home_module), home_name)
 
 
-def test_the_old_paths_of_moved_modules_still_work_for_users():
-    from nsq_spark.conn import SyncConnection
-    from nsq_spark.install import ensure_nsq
+def test_the_old_paths_give_the_objects_the_package_root_gives():
+    # each old path against its home (ensure_nsq, inject_periodically, SyncConnection, ...):
+    # test_each_old_import_path_... and test_single_re_exported_names_... above
     from nsq_spark.reader import Reader, run
-    from nsq_spark.sync_conn import SyncConnection as Home
-    from nsq_spark.testing.chaos import inject_periodically
-    from nsq_spark.testing.install import ensure_nsq as ensure_home
-    from nsq_spark.testing_chaos import inject_periodically as old_inject
     from nsq_spark.writer import Writer
 
-    assert SyncConnection is Home and ensure_nsq is ensure_home
-    assert old_inject is inject_periodically
     assert Reader is nsq_spark.Reader and run is nsq_spark.run and Writer is nsq_spark.Writer
 
 

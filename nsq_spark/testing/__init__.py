@@ -1213,8 +1213,20 @@ class ReaderRunner:
             thread.stop()
 
     def close(self) -> None:
+        """Stop every reader still running. A reader that fails to stop does not leave the
+        others running (their loop threads would outlive the test): all are stopped, then
+        the first failure is raised, with the later ones in its notes."""
+        first: Exception | None = None
         for reader, _ in list(self._running.values()):
-            self.stop(reader)
+            try:
+                self.stop(reader)
+            except Exception as exc:  # not KeyboardInterrupt: an interrupt ends the cleanup
+                if first is None:
+                    first = exc
+                else:
+                    first.add_note(f"stopping another reader failed too: {exc!r}")
+        if first is not None:
+            raise first
 
     def __enter__(self) -> "ReaderRunner":
         return self

@@ -2,8 +2,9 @@
 the Toxiproxy installer share, written once.
 
 * the versions: nsq v1.3.0, toxiproxy v2.12.0;
-* the per-user cache rule: ``$XDG_CACHE_HOME/nsq-spark/<name>-v<version>/bin`` (default
-  ``~/.cache``); for nsq, ``$NSQ_BIN_DIR`` overrides it;
+* the per-user cache rule: ``$XDG_CACHE_HOME/nsq-spark`` (default ``~/.cache``), with the
+  binaries in ``<name>-v<version>/bin`` (for nsq, ``$NSQ_BIN_DIR`` overrides it) and the
+  version tier's venvs (scripts/install-pyspark-versions) in ``pyspark-<version>``;
 * asking a binary its version (``--version`` / ``-version``) and comparing;
 * running the Go toolchain for a one-time build (static: ``CGO_ENABLED=0``; module mode),
   with an :class:`InstallError` that quotes Go's own message.
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["NSQ_VERSION", "NSQ_APPS", "TOXIPROXY_VERSION", "InstallError", "cache_bin_dir",
-           "nsq_bin_dir", "reports_version", "go_toolchain", "run_go"]
+__all__ = ["NSQ_VERSION", "NSQ_APPS", "TOXIPROXY_VERSION", "InstallError", "cache_root",
+           "cache_bin_dir", "nsq_bin_dir", "reports_version", "run_go"]
 
 NSQ_VERSION = "1.3.0"
 NSQ_APPS = ("nsqd", "nsqlookupd", "nsqadmin", "to_nsq", "nsq_tail")
@@ -31,11 +31,16 @@ class InstallError(RuntimeError):
     """A binary could not be provided; the message lists the ways out."""
 
 
-def cache_bin_dir(name: str, version: str) -> Path:
-    """The per-user cache of ``name`` at ``version``: ``$XDG_CACHE_HOME`` (else
-    ``~/.cache``) ``/nsq-spark/<name>-v<version>/bin``."""
+def cache_root() -> Path:
+    """The per-user cache of nsq-spark: ``$XDG_CACHE_HOME/nsq-spark`` (else
+    ``~/.cache/nsq-spark``), shared by every checkout of the same user."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "nsq-spark" / f"{name}-v{version}" / "bin"
+    return cache / "nsq-spark"
+
+
+def cache_bin_dir(name: str, version: str) -> Path:
+    """The per-user cache of ``name`` at ``version``: ``<cache_root()>/<name>-v<version>/bin``."""
+    return cache_root() / f"{name}-v{version}" / "bin"
 
 
 def nsq_bin_dir(version: str = NSQ_VERSION) -> Path:
@@ -55,11 +60,6 @@ def reports_version(binary: Path, version: str, flag: str = "--version",
     except (OSError, subprocess.SubprocessError):
         return False
     return re.search(rf"\b{re.escape(prefix + version)}\b", out) is not None
-
-
-def go_toolchain() -> str | None:
-    """The ``go`` binary on PATH, or None."""
-    return shutil.which("go")
 
 
 def run_go(go: str, *args: str, cwd: str | os.PathLike[str] | None = None,

@@ -36,6 +36,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -47,8 +48,7 @@ from typing import IO, Any, Iterator, Sequence
 from ..addresses import parse_address
 from ..errors import ConfigError
 from . import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
-from ._binaries import TOXIPROXY_VERSION, InstallError, cache_bin_dir, go_toolchain, \
-    reports_version, run_go
+from ._binaries import TOXIPROXY_VERSION, InstallError, cache_bin_dir, reports_version, run_go
 
 __all__ = ["TOXIPROXY_VERSION", "TOXIPROXY_MODULE", "BINARY_NAME", "INSTALL_HINT", "TOXIC_TYPES",
            "STREAMS", "InstallError", "ToxiproxyError", "cache_binary", "find_toxiproxy",
@@ -103,7 +103,7 @@ def _log(stream: IO[str], text: str) -> None:
 
 
 def _build(target: Path, version: str, stderr: IO[str]) -> None:
-    go = go_toolchain()
+    go = shutil.which("go")
     if go is None:
         raise InstallError(
             f"cannot build toxiproxy-server v{version}: there is no Go toolchain (`go`) "

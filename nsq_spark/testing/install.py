@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from ._binaries import NSQ_APPS as APPS
-from ._binaries import NSQ_VERSION, InstallError, go_toolchain, nsq_bin_dir, reports_version, \
-    run_go
+from ._binaries import NSQ_VERSION, InstallError, nsq_bin_dir, reports_version, run_go
 
 __all__ = ["NSQ_VERSION", "APPS", "InstallError", "default_bin_dir", "complete_dir",
            "ensure_nsq", "main"]
@@ -41,17 +40,13 @@ def default_bin_dir(version: str = NSQ_VERSION) -> Path:
     return nsq_bin_dir(version)
 
 
-def _version_ok(binary: Path, version: str) -> bool:
-    return reports_version(binary, version)
-
-
 def complete_dir(directory: Path, version: str = NSQ_VERSION) -> bool:
     """True when every app is an executable in ``directory`` and nsqd/nsqlookupd report
     ``version``."""
     if not all(os.access(directory / app, os.X_OK) for app in APPS):
         return False
-    return _version_ok(directory / "nsqd", version) and \
-        _version_ok(directory / "nsqlookupd", version)
+    return reports_version(directory / "nsqd", version) and \
+        reports_version(directory / "nsqlookupd", version)
 
 
 def _log(stream: IO[str], text: str) -> None:
@@ -71,7 +66,7 @@ def _no_way_out(bin_dir: Path, version: str) -> InstallError:
 
 
 def _build(bin_dir: Path, version: str, stderr: IO[str]) -> None:
-    go = go_toolchain()
+    go = shutil.which("go")
     if go is None:
         raise _no_way_out(bin_dir, version)
     gov = subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip()
