@@ -101,7 +101,7 @@ class RdyCredit:
         if now >= self._win_end:
             self._roll(now)
         unanswered = self.received - self.answered + n
-        if unanswered > self.rdy_limit(now) + self._prev_max:
+        if unanswered > self.credit(now):
             return self.violation(n, now)
         self.received += n
         if unanswered > self._win_max:
@@ -113,7 +113,7 @@ class RdyCredit:
         limit = self.rdy_limit(now)
         return (f"{self.unanswered + n} messages received and unanswered ({self.received + n} "
                 f"received, {self.answered} answered), over the credit of "
-                f"{limit + self._prev_max} (RDY {self.rdy}"
+                f"{self.credit(now)} (RDY {self.rdy}"
                 + (f", {limit} until nsqd applies the lowered RDY" if limit != self.rdy else "")
                 + (f", plus {self._prev_max} that may have timed out" if self._prev_max
                    else "")
