@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nsq_spark.consumer
-from fake_nsqd import FakeConn, FakeNsqd
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.consumer.answers import Answers, Link
@@ -30,7 +30,7 @@ def ledger(dedup: DedupGate | None = None) -> tuple[Answers, Link, FakeConn, lis
     results: list[bool] = []
     answers = Answers(LoopBridge("closed"), "t:c", 1000, 5000, results.append, dedup)
     link = answers.link("127.0.0.1", 4150, "127.0.0.1:4150")
-    conn = FakeNsqd()("127.0.0.1", 4150, ConnectionConfig(), on_messages=lambda m: None,
+    conn = FakeConnections()("127.0.0.1", 4150, ConnectionConfig(), on_messages=lambda m: None,
                       on_blocks=None, on_close=lambda exc: None, on_heartbeat=None,
                       responder=link)
     answers.attach(link, conn)
