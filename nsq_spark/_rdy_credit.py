@@ -47,8 +47,8 @@ class RdyCredit:
     batch of answers) and calls :meth:`on_rdy` for every RDY it sends.
     """
 
-    __slots__ = ("received", "answered", "rdy", "grace", "window", "_held", "_held_until",
-                 "_win_end", "_win_max", "_prev_max")
+    __slots__ = ("received", "answered", "rdy", "grace", "window", "_held", "_win_end",
+                 "_win_max", "_prev_max")
 
     def __init__(self, msg_timeout: float = 60.0, grace: float = RDY_LOWER_GRACE,
                  now: float = 0.0) -> None:
@@ -60,8 +60,9 @@ class RdyCredit:
         self.rdy = 0  # the RDY last sent
         self.grace = grace
         self.window = msg_timeout / 2
-        self._held = 0  # a previous, higher RDY still allowed ...
-        self._held_until = 0.0  # ... until then
+        # (value, until): each lowering's previous RDY, allowed until its own lowering's
+        # grace is over; values fall and deadlines rise along the list (see on_rdy)
+        self._held: list[tuple[int, float]] = []
         self._win_end = now + self.window
         self._win_max = 0  # the largest unanswered count of the current window
         self._prev_max = 0  # ... and of the previous one
@@ -71,19 +72,24 @@ class RdyCredit:
         return self.received - self.answered
 
     def on_rdy(self, count: int, now: float) -> None:
-        """RDY ``count`` was sent."""
-        limit = self.rdy_limit(now)
-        if count < limit:  # lowered: what nsqd may still fill until it reads this RDY
-            self._held = limit
-            self._held_until = now + self.grace
+        """RDY ``count`` was sent. Only a lowering of the last RDY holds anything: the
+        previous value, for ``grace`` seconds from this lowering. Any other RDY extends
+        nothing, or a consumer that resends RDY would keep its highest RDY allowed forever."""
+        if count < self.rdy:  # lowered: what nsqd may still fill until it reads this RDY
+            # an entry expiring sooner with no larger value can never be the limit again
+            self._held = [(value, until) for value, until in self._held
+                          if until >= now and value > self.rdy]
+            self._held.append((self.rdy, now + self.grace))
         self.rdy = count
 
     def rdy_limit(self, now: float) -> int:
-        """The most RDY nsqd may be applying now (the last one sent, or a higher one sent
-        within ``grace`` seconds before it)."""
-        if self._held > self.rdy and now <= self._held_until:
-            return self._held
-        return self.rdy
+        """The most RDY nsqd may be applying now: the last one sent, or a higher one it
+        replaced by a lowering at most ``grace`` seconds ago."""
+        limit = self.rdy
+        for value, until in self._held:
+            if now <= until and value > limit:
+                limit = value
+        return limit
 
     def credit(self, now: float) -> int:
         """The most messages that may be unanswered now."""
@@ -95,7 +101,7 @@ class RdyCredit:
         if now >= self._win_end:
             self._roll(now)
         unanswered = self.received - self.answered + n
-        if unanswered > self.rdy_limit(now) + self._prev_max:
+        if unanswered > self.credit(now):
             return self.violation(n, now)
         self.received += n
         if unanswered > self._win_max:
@@ -107,7 +113,7 @@ class RdyCredit:
         limit = self.rdy_limit(now)
         return (f"{self.unanswered + n} messages received and unanswered ({self.received + n} "
                 f"received, {self.answered} answered), over the credit of "
-                f"{limit + self._prev_max} (RDY {self.rdy}"
+                f"{self.credit(now)} (RDY {self.rdy}"
                 + (f", {limit} until nsqd applies the lowered RDY" if limit != self.rdy else "")
                 + (f", plus {self._prev_max} that may have timed out" if self._prev_max
                    else "")

@@ -219,7 +219,8 @@ class Handshake:
         self._decoder = decoder if decoder is not None else protocol.FrameDecoder(
             None, config.max_frame_size)
         self._step = _Step.IDENTIFY
-        self._plain = bytearray()  # the frame being read exactly (before a codec)
+        self._plain = bytearray()  # bytes of frames not yet whole: read exactly before a
+        # codec is installed, decompressed ones after it
         self._compressed = False
         self._late: list[tuple[int, bytes]] = []  # frames that followed the last answer
 

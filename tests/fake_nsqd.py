@@ -1,6 +1,6 @@
 """A fake nsqd connection for the consumer's unit tests, typed against the port.
 
-:class:`FakeNsqd` is a :class:`~nsq_spark.consumer.connection_port.ConnectNsqd` (the
+:class:`FakeConnections` is a :class:`~nsq_spark.consumer.connection_port.ConnectNsqd` (the
 Reader takes it as ``connection_factory=``); the :class:`FakeConn` s it makes are
 :class:`~nsq_spark.consumer.connection_port.ConsumerConnection` s that record what would be
 written (RDY, FIN, REQ, TOUCH, CLS) and deliver the chunks a test gives them. mypy checks
@@ -21,7 +21,7 @@ from nsq_spark.handshake import ConnState
 from nsq_spark.message import Message, Responder
 from nsq_spark.protocol import MessageBlock
 
-__all__ = ["FakeConn", "FakeNsqd"]
+__all__ = ["FakeConn", "FakeConnections"]
 
 Logged = tuple[Any, ...]
 
@@ -107,7 +107,9 @@ class FakeConn:
 
     def deliver(self, n: int, attempts: int = 1) -> list[Message]:
         """One read chunk of ``n`` messages."""
-        assert self.on_messages is not None, "a blocks connection: use deliver_blocks"
+        assert self.on_messages is not None, (
+            "a blocks connection (a Reader started with blocks=True): this fake delivers "
+            "Message lists only; blocks are not faked")
         msgs = [Message(self.next_id(), b"body", 0, attempts, self.responder)
                 for _ in range(n)]
         self.messages_received += n
@@ -132,7 +134,7 @@ class FakeConn:
         return [e[1] for e in self.log if e[0] == "RDY"]
 
 
-class FakeNsqd:
+class FakeConnections:
     """The connection factory of a test: makes :class:`FakeConn` s, keeps them in
     :attr:`made` (in connection order)."""
 
@@ -149,6 +151,6 @@ class FakeNsqd:
         return conn
 
 
-def _conforms(nsqd: FakeNsqd, conn: FakeConn) -> tuple[ConnectNsqd, ConsumerConnection]:
+def _conforms(nsqd: FakeConnections, conn: FakeConn) -> tuple[ConnectNsqd, ConsumerConnection]:
     """Never called: mypy checks here that the fakes satisfy the port's Protocols."""
     return nsqd, conn

@@ -4,9 +4,7 @@ reference each other both ways (``TYPE_CHECKING`` imports included)."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nsq_spark.consumer
-from fake_nsqd import FakeConn, FakeNsqd
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.consumer.answers import Answers, Link
@@ -22,6 +20,8 @@ from nsq_spark.consumer.dedup_gate import DedupGate
 from nsq_spark.consumer.lifecycle import Lifecycle, Phase
 from nsq_spark.dedup import OppositeBloomFilter
 from nsq_spark.message import Message
+from test_structure import (SHIMS, USER_REEXPORTS, cycles, import_graph, imported_names,
+                            module_files)
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +30,7 @@ def ledger(dedup: DedupGate | None = None) -> tuple[Answers, Link, FakeConn, lis
     results: list[bool] = []
     answers = Answers(LoopBridge("closed"), "t:c", 1000, 5000, results.append, dedup)
     link = answers.link("127.0.0.1", 4150, "127.0.0.1:4150")
-    conn = FakeNsqd()("127.0.0.1", 4150, ConnectionConfig(), on_messages=lambda m: None,
+    conn = FakeConnections()("127.0.0.1", 4150, ConnectionConfig(), on_messages=lambda m: None,
                       on_blocks=None, on_close=lambda exc: None, on_heartbeat=None,
                       responder=link)
     answers.attach(link, conn)
@@ -161,23 +161,16 @@ def test_the_lifecycle_only_moves_forward() -> None:
 
 # -- shape: no two consumer parts reference each other ------------------------------------------
 
-CONSUMER = Path(nsq_spark.consumer.__file__).parent
+CONSUMER = nsq_spark.consumer.__name__
 
 
 def consumer_edges() -> dict[str, set[str]]:
-    """module -> the consumer modules it imports, ``TYPE_CHECKING`` ones included."""
-    names = {p.stem for p in CONSUMER.glob("*.py")} - {"__init__"}
-    edges: dict[str, set[str]] = {n: set() for n in names}
-    for name in names:
-        for node in ast.walk(ast.parse((CONSUMER / f"{name}.py").read_text())):
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1 and node.module in names:
-                    edges[name].add(node.module)
-                elif node.level == 1 and node.module is None:
-                    edges[name].update(a.name for a in node.names if a.name in names)
-                elif node.module and node.module.startswith("nsq_spark.consumer."):
-                    edges[name].add(node.module.rpartition(".")[2])
-    return edges
+    """consumer part -> the consumer parts it imports, ``TYPE_CHECKING`` ones included: the
+    consumer's slice of tests/test_structure.py's import graph (one walker, not two)."""
+    graph = import_graph()
+    parts = {m for m in graph if m.startswith(CONSUMER + ".")}
+    return {m.rpartition(".")[2]: {t.rpartition(".")[2] for t in graph[m] & parts}
+            for m in parts}
 
 
 def test_the_walk_sees_type_checking_edges() -> None:
@@ -188,19 +181,16 @@ def test_the_walk_sees_type_checking_edges() -> None:
 
 def test_no_cycle_among_the_consumers_parts_type_level_included() -> None:
     edges = consumer_edges()
-
-    def reaches(a: str, b: str, seen: set[str]) -> bool:
-        return any(n == b or (n not in seen and reaches(n, b, seen | {n})) for n in edges[a])
-
-    cyclic = sorted(m for m in edges if reaches(m, m, set()))
-    assert cyclic == [], {m: sorted(edges[m]) for m in cyclic}
+    cyclic = cycles(edges)
+    assert cyclic == [], {m: sorted(edges[m]) for c in cyclic for m in c}
 
 
 def test_nothing_in_the_consumer_imports_a_compatibility_shim() -> None:
-    shims = {"nsq_spark.reader", "nsq_spark.rdy", "nsq_spark.backoff"}
-    for path in CONSUMER.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                    [f"nsq_spark.{node.module}" if node.level == 2 and node.module else
-                     node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not set(mods) & shims, f"{path.name} imports {set(mods) & shims}"
+    files = module_files()
+    through_shims = sorted(
+        f"{mod} imports {target}{'.' + name if name else ''}"
+        for mod, path in files.items() if mod == CONSUMER or mod.startswith(CONSUMER + ".")
+        for target, name in imported_names(mod, path, files)
+        if target in SHIMS or name in USER_REEXPORTS.get(target, {}))
+    assert {"nsq_spark.reader", "nsq_spark.rdy", "nsq_spark.backoff"} <= set(SHIMS)
+    assert through_shims == []

@@ -2,8 +2,8 @@
 
 The real Reader, pool, intake gate, answers ledger, strategies and pull queue run on a
 real event loop; only the connections are fakes, made by the
-:class:`~fake_nsqd.FakeNsqd` factory the Reader is given (``connection_factory=``), typed
-against the consumer's connection port and checked by mypy. They record what would be
+:class:`~fake_nsqd.FakeConnections` factory the Reader is given (``connection_factory=``),
+typed against the consumer's connection port and checked by mypy. They record what would be
 written (RDY, FIN, REQ, TOUCH, CLS) and deliver the chunks a test gives them. The live
 suites (tests/test_reader*.py) keep the checks that need nsqd.
 """
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_nsqd import FakeConn, FakeNsqd
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer import Reader
 from nsq_spark.errors import AlreadyRespondedError, NSQError
 from nsq_spark.message import Message
@@ -30,7 +30,7 @@ async def started(handler: Callable | None = None, n_conns: int = 1, **kw: Any
                   ) -> tuple[Reader, list[FakeConn]]:
     """A handler-mode Reader on the running loop, subscribed to ``n_conns`` fakes."""
     addresses = [f"127.0.0.1:{4150 + i}" for i in range(n_conns)]
-    nsqd = FakeNsqd()
+    nsqd = FakeConnections()
     r = Reader("t", "c", handler, nsqd_tcp_addresses=addresses, connection_factory=nsqd, **kw)
     await subscribed(r, n_conns)
     return r, list(nsqd.made)
@@ -123,7 +123,7 @@ def test_overridden_pynsq_hooks_are_used():
             return True
 
     async def main():
-        nsqd = FakeNsqd()
+        nsqd = FakeConnections()
         r = Mine("t", "c", lambda m: None, nsqd_tcp_addresses="127.0.0.1:4150",
                  max_in_flight=10, connection_factory=nsqd)
         await subscribed(r)
@@ -149,7 +149,7 @@ def test_over_max_tries_goes_to_giving_up_then_fin_or_req_if_it_raises():
 
     async def main():
         handled = []
-        nsqd = FakeNsqd()
+        nsqd = FakeConnections()
         r = Mine("t", "c", handled.append, nsqd_tcp_addresses="127.0.0.1:4150",
                  max_in_flight=10, max_tries=3, max_backoff_duration=0,
                  connection_factory=nsqd)
@@ -274,7 +274,7 @@ def test_close_stops_deliveries_and_requeues_what_arrives_meanwhile():
 
 
 def test_pull_counts_what_it_hands_out_and_bulk_answers_from_the_caller_thread():
-    nsqd = FakeNsqd()
+    nsqd = FakeConnections()
     r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:4150", max_in_flight=10,
                max_backoff_duration=0, connection_factory=nsqd)
     r.start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -65,6 +65,28 @@ def test_raising_rdy_again_keeps_nothing_extra():
     assert c.rdy_limit(1.0) == 20 and c.credit(1.0) == 20
 
 
+def test_a_resent_rdy_does_not_extend_the_grace_of_an_earlier_lowering():
+    # a consumer resends RDY often: each lowering holds the previous value for the grace
+    # period from that lowering only, so RDY 50 is not allowed forever
+    c = RdyCredit(msg_timeout=600, grace=2)
+    for step, count in enumerate([50, 10, 5] + [3, 4] * 5 + [3]):
+        c.on_rdy(count, step * 1.9)
+    assert c.rdy == 3  # sent at 24.7, lowering 4
+    assert c.rdy_limit(24.7) == 4  # the value this last lowering replaced, nothing older
+    assert c.rdy_limit(26.8) == 3
+
+
+def test_each_held_value_expires_on_its_own_lowerings_clock():
+    c = RdyCredit(msg_timeout=600, grace=2)
+    c.on_rdy(50, 0.0)
+    c.on_rdy(10, 1.0)  # holds 50 until 3.0
+    c.on_rdy(5, 2.0)  # holds 10 until 4.0
+    c.on_rdy(7, 2.5)  # a raise: holds nothing, extends nothing
+    assert c.rdy_limit(3.0) == 50
+    assert c.rdy_limit(3.5) == 10
+    assert c.rdy_limit(4.5) == 7
+
+
 def test_messages_held_past_half_the_timeout_allow_their_redelivery():
     # a puller holds 10 messages past msg_timeout: nsqd times them out and sends 10 more
     c = RdyCredit(msg_timeout=60)
@@ -86,10 +108,45 @@ def test_bad_arguments():
 
 
 def test_the_default_grace_is_generous():
+    # only restates the constant's intent; the grace *rule* is checked by the examples
+    # above and the properties below
     assert RDY_LOWER_GRACE >= 30
 
 
 # -- properties ----------------------------------------------------------------------------
+
+rdy_steps = st.lists(st.tuples(st.floats(0.0, 3.0), st.integers(0, 60)), max_size=40)
+
+
+@given(steps=rdy_steps, probe=st.floats(0.0, 3.0))
+def test_the_rdy_limit_is_the_last_rdy_or_a_value_lowered_within_the_grace(steps, probe):
+    # the rule written from its definition: every lowering keeps the value it replaced
+    # for GRACE seconds after that lowering, whatever RDYs follow
+    c = RdyCredit(msg_timeout=600, grace=GRACE)
+    now, last, lowerings = 0.0, 0, []
+    for dt, count in steps:
+        now += dt
+        c.on_rdy(count, now)
+        if count < last:
+            lowerings.append((last, now))
+        last = count
+    at = now + probe
+    expected = max([last] + [value for value, t in lowerings if at <= t + GRACE])
+    assert c.rdy_limit(at) == expected
+
+
+@given(high=st.integers(2, 100), steps=rdy_steps, after=st.floats(0.001, 5.0))
+def test_a_held_value_expires_grace_seconds_after_its_own_lowering(high, steps, after):
+    c = RdyCredit(msg_timeout=600, grace=GRACE)
+    c.on_rdy(high, 0.0)
+    c.on_rdy(0, 0.0)  # the lowering that holds `high`
+    now = 0.0
+    for dt, count in steps:  # any RDYs below it, as often as they like
+        now = min(now + dt, GRACE)
+        c.on_rdy(count % high, now)
+    assert c.rdy_limit(GRACE) == high
+    assert c.rdy_limit(GRACE + after) < high
+
 
 TIMEOUT = 10.0  # msg_timeout of the model, seconds
 GRACE = 2.0

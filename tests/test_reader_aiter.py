@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fake_nsqd import FakeConn, FakeNsqd
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer import Reader
 from nsq_spark.consumer.lifecycle import Lifecycle
 from nsq_spark.consumer.pull import PullQueue
@@ -336,9 +336,9 @@ def test_iterating_from_another_loop_or_mixing_pull_ways_is_a_typed_error(nsq_cl
 
 
 @pytest.fixture
-def fake_connections() -> FakeNsqd:
+def fake_connections() -> FakeConnections:
     """The connection factory to give the Reader: fakes, no sockets."""
-    return FakeNsqd()
+    return FakeConnections()
 
 
 async def first_step(r: Reader, it: Any) -> tuple[FakeConn, "asyncio.Future[Any]"]:

@@ -91,7 +91,7 @@ def test_mypy_sees_the_real_classes_through_the_top_level_names(tmp_path):
 TESTS_DIR = Path(__file__).resolve().parent
 
 BROKEN_FAKE = '''
-from fake_nsqd import FakeConn, FakeNsqd
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer.connection_port import ConnectNsqd, ConsumerConnection
 
 
@@ -99,7 +99,7 @@ class NoTouch(FakeConn):
     touch = None  # the port needs touch(message_id)
 
 
-def make(nsqd: FakeNsqd, conn: NoTouch) -> tuple[ConnectNsqd, ConsumerConnection]:
+def make(nsqd: FakeConnections, conn: NoTouch) -> tuple[ConnectNsqd, ConsumerConnection]:
     return nsqd, conn
 '''
 

@@ -10,6 +10,7 @@ per part set together.
 from __future__ import annotations
 
 import enum
+from typing import Callable
 
 __all__ = ["Lifecycle", "Phase"]
 
@@ -21,29 +22,40 @@ class Phase(enum.Enum):
 
 
 class Lifecycle:
-    """A consumer's phase; the parts read :attr:`closing` (a plain attribute: the intake
-    gate reads it once per read chunk)."""
+    """A consumer's phase; the parts read :attr:`closing`.
 
-    __slots__ = ("phase", "closing")
+    ``wake`` is called after every :meth:`begin_closing` and :meth:`finish_closing` (the
+    Reader hands in its pull queue's wake-up, so getters blocked on the phase see it); a
+    call that moved nothing wakes too, which is harmless."""
 
-    def __init__(self) -> None:
+    __slots__ = ("phase", "_wake")
+
+    def __init__(self, wake: Callable[[], None] | None = None) -> None:
         self.phase = Phase.RUNNING
-        self.closing = False  # CLOSING or CLOSED
+        self._wake = wake
+
+    @property
+    def closing(self) -> bool:
+        """CLOSING or CLOSED."""
+        return self.phase is not Phase.RUNNING
 
     @property
     def closed(self) -> bool:
         return self.phase is Phase.CLOSED
 
     def begin_closing(self) -> None:
-        """RUNNING -> CLOSING (a no-op once closing or closed)."""
+        """RUNNING -> CLOSING (a no-op once closing or closed), then wake."""
         if self.phase is Phase.RUNNING:
             self.phase = Phase.CLOSING
-            self.closing = True
+        if self._wake is not None:
+            self._wake()
 
     def finish_closing(self) -> None:
-        """-> CLOSED, from any phase (a Reader closed before it started skips CLOSING)."""
+        """-> CLOSED, from any phase (a Reader closed before it started skips CLOSING), then
+        wake."""
         self.phase = Phase.CLOSED
-        self.closing = True
+        if self._wake is not None:
+            self._wake()
 
     def __repr__(self) -> str:
         return f"<Lifecycle {self.phase.value}>"

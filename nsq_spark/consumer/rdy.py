@@ -26,7 +26,9 @@ choice is noted):
 
 The read side of the same rule, what one connection may receive given the RDY it sent
 and the answers it gave, is :class:`nsq_spark._rdy_credit.RdyCredit`: the connection's, not
-the consumer's (a producer connection checks it too), so it lives beside ``conn.py``.
+the consumer's: every connection checks each read against it, and a message nobody asked
+for with RDY closes the connection (on a producer's connection, which never sends RDY, any
+message does). So it lives beside ``conn.py``.
 
 Every method runs per batch or per event, never per message: :meth:`on_arrival` is the
 hot path and costs a few attribute updates and one comparison.

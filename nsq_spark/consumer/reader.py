@@ -218,7 +218,9 @@ class Reader:
         self.batch_handler: BatchHandler | None = batch_handler
 
         # the parts
-        self._lifecycle = lifecycle = Lifecycle()
+        # every move of the phase wakes the pull queue's getters (built below, before any
+        # move can happen)
+        self._lifecycle = lifecycle = Lifecycle(wake=lambda: self._pull.wake())
         self._bridge = LoopBridge(f"[{self.name}] the Reader is closed; these messages will "
                                   "be redelivered by nsqd after their timeout")
         self._tasks = TaskGroup(self.name)
@@ -423,7 +425,6 @@ class Reader:
 
     def _on_thread_exit(self) -> None:
         self._lifecycle.finish_closing()
-        self._pull.wake()
 
     def start(self, blocks: bool = False) -> "Reader":
         """Start a pull-mode Reader's background loop now (get_batch also does; with
@@ -514,11 +515,9 @@ class Reader:
         bridge = self._bridge
         if not bridge.bound or not self._started:
             self._lifecycle.finish_closing()
-            self._pull.wake()
             return None
         if bridge.on_loop_thread():
             self._lifecycle.begin_closing()  # at once: iterators hand nothing more out
-            self._pull.wake()
             if self._close_future is None:
                 self._close_future = asyncio.ensure_future(self._aclose())
             return self._close_future
@@ -541,7 +540,6 @@ class Reader:
         answers = self._answers
         self._lifecycle.begin_closing()  # the parts read it: no deliveries, connects, windows
         log.info("[%s] closing (%d connections)", self.name, len(self._pool.links))
-        self._pull.wake()
         self._backoff_windows.stop()
         # 1. stop deliveries: RDY 0 and CLS (nsqd answers CLOSE_WAIT and sends no more)
         links = await self._pool.stop_deliveries()
@@ -564,7 +562,6 @@ class Reader:
         answers.flush()
         await self._pool.close_all()
         self._lifecycle.finish_closing()
-        self._pull.wake()
         self._closed_event.set()
         log.info("[%s] closed", self.name)
 
