@@ -233,7 +233,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
         assert self.opts.spool_path is not None
         if self.opts.dedup:
-            from .fetch import check_dedup_spec
+            from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
         self.spool_path = normalize_spool_path(self.opts.spool_path)
@@ -690,7 +690,7 @@ class NSQBatchReader(DataSourceReader):
         self.opts = parse_read_options(options, streaming=False)
         configure_logging(self.opts.log_level)
         if self.opts.dedup:
-            from .fetch import check_dedup_spec
+            from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
 
