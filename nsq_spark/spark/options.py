@@ -102,10 +102,11 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            each fetch task's rows and timings, redeliveries dropped (with
                            the first ids) and the backlog per trigger (:mod:`.logs`).
 ``readerCache``            streaming: keep each fetch task's connected Reader in the
-                           executor's Python worker for the next task of the same partition
-                           (default true; Kafka: ``spark.kafka.consumer.cache.*``). Saves
-                           the connect, IDENTIFY, SUB and close of every micro-batch
-                           (:mod:`.reader_cache`). false: each task connects and closes.
+                           executor's Python worker for the query's next task there,
+                           whichever partition it fetches (default true; Kafka:
+                           ``spark.kafka.consumer.cache.*``). Saves the connect, IDENTIFY,
+                           SUB and close of every micro-batch (:mod:`.reader_cache`).
+                           false: each task connects and closes.
 ``readerCacheIdleTimeout`` seconds a cached Reader may stay unused before it is closed
                            (default 5; Kafka: ``spark.kafka.consumer.cache.timeout``). A
                            paused Reader may hold messages nsqd sent before it saw RDY 0,

@@ -103,7 +103,7 @@ def test_a_failed_task_closes_its_reader_and_close_all_closes_the_rest():
     assert (r.closed, s.closed, len(cache)) == (1, 1, 0)
 
 
-def test_the_key_tells_connections_and_partitions_apart(tmp_path):
+def test_the_key_tells_topics_connection_options_and_in_flight_apart(tmp_path):
     o = read_opts(tmp_path)
     base = cache_key(o, "t")
     assert base == cache_key(read_opts(tmp_path), "t")
