@@ -272,16 +272,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
     # -- driver ------------------------------------------------------------------------
 
-    @property
-    def _nsqds(self) -> Any:
-        """The driver's handle on the nsqds of a query on one topic (tests put a fake
-        :class:`~.backlog.TopicBacklog` here)."""
-        return self._subscription.handles[self.opts.topic]
-
-    @_nsqds.setter
-    def _nsqds(self, handle: Any) -> None:
-        self._subscription.handles[self.opts.topic] = handle
-
     def _spool(self, query: str) -> Any:
         from .spool import Spool
 

@@ -513,7 +513,7 @@ def driver(tmp_path, depth=0, **kw):
     from nsq_spark.spark.datasource import NSQStreamReader
 
     r = NSQStreamReader(opts(spoolPath=str(tmp_path / "spool"), **kw))
-    r._nsqds = FakeNsqds(depth)
+    r._subscription.handles[r.opts.topic] = FakeNsqds(depth)
     return r
 
 
@@ -560,10 +560,10 @@ def test_available_now_after_a_failed_batch_drains_everything(tmp_path):
             break
         planned += nxt["size"]
         run_tasks(second, second.partitions(end, nxt), nxt["size"] // 2)
-        second._nsqds.depth -= nxt["size"]
+        second._subscription.handles[second.opts.topic].depth -= nxt["size"]
         second.commit(nxt)
         end = nxt
-    assert planned == 30_000 and second._nsqds.depth == 0
+    assert planned == 30_000 and second._subscription.handles[second.opts.topic].depth == 0
 
 
 def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_path):
