@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Hashable
 from typing import Any
 
 import pytest
@@ -129,13 +130,41 @@ def test_cache_options_are_bounded_below_msg_timeout():
         parse_read_options(opts(readerCach="true"), streaming=True)
 
 
-def test_the_lease_keeps_the_idle_timeout_under_half_the_msg_timeout(tmp_path):
+def test_the_idle_timeout_stays_at_most_half_the_msg_timeout_the_reader_negotiates(tmp_path):
+    """Decided once, in the options; the lease hands the cache the option as it is."""
     o = read_opts(tmp_path, readerCacheIdleTimeout="20", msgTimeout="60000")
-    cache: CachedReaders[ReaderPort] = CachedReaders(Clock(), sweeper=False)
-    assert ReaderLease(o, lambda _: StandInReader([], []), cache).idle_timeout() == 20
-    short = ReaderLease(read_opts(tmp_path, **{"nsq.msg_timeout": "8"}),
-                        lambda _: StandInReader([], []), cache)
-    assert short.idle_timeout() == 4.0
+    assert o.reader_cache_idle_timeout == 20
+    # nsq.msg_timeout (seconds) is the same connection value as msgTimeout (ms)
+    short = read_opts(tmp_path, **{"nsq.msg_timeout": "8"})
+    assert short.reader_cache_idle_timeout == 4.0
+    with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*half of 'msgTimeout' "
+                       "/ 'nsq.msg_timeout'.*8 s.*at most 4"):
+        read_opts(tmp_path, readerCacheIdleTimeout="5", **{"nsq.msg_timeout": "8"})
+    # without a msg_timeout nsqd's default, 60 s, applies: 30 s is the most
+    assert read_opts(tmp_path, readerCacheIdleTimeout="30").reader_cache_idle_timeout == 30
+    with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*60 s, nsqd's default"):
+        read_opts(tmp_path, readerCacheIdleTimeout="120")
+
+
+class IdleTimeoutsGiven(CachedReaders[ReaderPort]):
+    """The real cache, noting the idle timeout each Reader comes back with."""
+
+    def __init__(self) -> None:
+        super().__init__(Clock(), sweeper=False)
+        self.idle_timeouts: list[float] = []
+
+    def give_back(self, key: Hashable, reader: ReaderPort, idle_timeout: float) -> None:
+        self.idle_timeouts.append(idle_timeout)
+        super().give_back(key, reader, idle_timeout)
+
+
+def test_the_lease_gives_the_cache_the_options_idle_timeout(tmp_path):
+    o = read_opts(tmp_path, **{"nsq.msg_timeout": "8"})
+    cache = IdleTimeoutsGiven()
+    lease = ReaderLease(o, lambda _: StandInReader([], []), cache)
+    lease.open(o.max_in_flight)
+    lease.release(ok=True)
+    assert cache.idle_timeouts == [4.0]
 
 
 class LateArrivals(StandInReader):
