@@ -331,11 +331,14 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_empty = 0
         log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
 
-    def _rows_of(self, query: str, batch: int) -> int | None:
+    def _rows_of(self, query: str, batch: int) -> tuple[int, Any]:
+        """Rows ``batch`` fetched (0 if no partition completed), and its spool summary
+        when this read it (None when the rows were kept at commit)."""
         rows = self._last_rows.get(batch)
-        if rows is None:
-            rows = self._spool(query).batch_rows(batch)
-        return rows
+        if rows is not None:
+            return rows, None
+        summary = self._spool(query).batch_summary(batch)
+        return (summary.rows if summary.partitions else 0), summary
 
     def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
         limits = self._limits(limit)
@@ -344,18 +347,19 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         if self._last_batch_at is None:  # maxTriggerDelay counts from the source's start
             self._last_batch_at = now
         batch = int(start["batch"])
+        summary = None  # the batch's spool summary, read once for both uses below
         if self._available_now and batch in self._planned and batch not in self._an_counted:
             # what the previous batch really fetched (tasks may fetch less than planned).
             # Only a batch planned in this run counts: one run again from the checkpoint
             # (a failed batch) fetched before the target was measured at start, so its
             # rows are not part of it -- counting them stopped the run one batch short
             self._an_counted.add(batch)
-            rows = self._rows_of(start["query"], batch) or 0
+            rows, summary = self._rows_of(start["query"], batch)
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
         # Spark asks for the next batch only after the sink committed this one: its
         # numbers are final, and its spool can go (after they are read)
-        self._summarize(start["query"], batch)
+        self._summarize(start["query"], batch, summary)
         self._tidy(start["query"], batch)
         backlogs = self._measure(batch, now)
         self._latest = start
@@ -426,12 +430,16 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         measured = self._subscription.measured()
         return {t: measured[t] for t in (self._measured or {}) if t in measured}
 
-    def _summarize(self, query: str, batch: int) -> None:
+    def _summarize(self, query: str, batch: int, summary: Any = None) -> None:
         """Read the numbers of ``batch`` (it ran: Spark asks for the next one) from its
-        spool for the progress, once. A failure costs the numbers, not the batch."""
+        spool for the progress, once (``summary``: already read by the caller). A
+        failure costs the numbers, not the batch."""
         if batch not in self._ran or batch == self._summarized:
             return  # committed before this driver started: its spool is gone
         self._summarized = batch
+        if summary is not None:
+            self._last_summary = (batch, summary)
+            return
         try:
             summary = self._spool(query).batch_summary(batch)
         except Exception as exc:  # metrics only: the data is safe

@@ -566,6 +566,33 @@ def test_available_now_after_a_failed_batch_drains_everything(tmp_path):
     assert planned == 30_000 and second._subscription.handles[second.opts.topic].depth == 0
 
 
+def test_available_now_reads_a_finished_batchs_spool_summary_once(tmp_path, monkeypatch):
+    """The rows counted toward the AvailableNow target and the progress numbers come
+    from one read of the batch's spool (a listdir and one _COMPLETE per partition)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from nsq_spark.spark.spool import Spool
+
+    reads: list[int] = []
+    real = Spool.batch_summary
+
+    def counted(self, batch):
+        reads.append(batch)
+        return real(self, batch)
+
+    monkeypatch.setattr(Spool, "batch_summary", counted)
+    r = driver(tmp_path, depth=1000, numPartitions="2")
+    r.prepareForTriggerAvailableNow()
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadMaxRows(400))
+    run_tasks(r, r.partitions(start, end), 100)
+    r._subscription.handles[r.opts.topic].depth -= 200
+    nxt = r.latestOffset(end, ReadMaxRows(400))
+    assert reads == [1]
+    assert r._an_fetched == 200 and r._last_summary[0] == 1
+    assert r._last_summary[1].rows == 200 and nxt["batch"] == 2
+
+
 def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_path):
     import shutil
 
