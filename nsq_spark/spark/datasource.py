@@ -260,7 +260,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_fetched = 0
         self._an_counted: set[int] = set()
         self._an_empty = 0
-        self._last_rows: dict[int, int] = {}
         self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
         self._latest: Offset | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
@@ -331,15 +330,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_empty = 0
         log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
 
-    def _rows_of(self, query: str, batch: int) -> tuple[int, Any]:
-        """Rows ``batch`` fetched (0 if no partition completed), and its spool summary
-        when this read it (None when the rows were kept at commit)."""
-        rows = self._last_rows.get(batch)
-        if rows is not None:
-            return rows, None
-        summary = self._spool(query).batch_summary(batch)
-        return (summary.rows if summary.partitions else 0), summary
-
     def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
         limits = self._limits(limit)
         self._start()
@@ -354,7 +344,9 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             # (a failed batch) fetched before the target was measured at start, so its
             # rows are not part of it -- counting them stopped the run one batch short
             self._an_counted.add(batch)
-            rows, summary = self._rows_of(start["query"], batch)
+            # (Spark calls this before commit(start): the batch's spool is still there)
+            summary = self._spool(start["query"]).batch_summary(batch)
+            rows = summary.rows if summary.partitions else 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
         # Spark asks for the next batch only after the sink committed this one: its
@@ -577,9 +569,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         spool = self._spool(end["query"])
         batch = int(end["batch"])
         try:
-            rows = spool.batch_rows(batch)
-            if rows is not None:
-                self._last_rows[batch] = rows
             deleted = spool.delete_upto(batch)
             log.debug("commit %s: deleted the spool of %d batches", end, deleted)
         except Exception as exc:  # the data is safe; stale spool only costs space
