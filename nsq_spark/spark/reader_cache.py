@@ -32,7 +32,8 @@ The rules:
   them without closing them.
 
 The cache is generic over what it holds (:class:`Pausable`), so unit tests give it
-stand-ins checked by mypy; it reads the clock through ``clock``.
+stand-ins checked by mypy (``tests/spark/stand_in_reader.py``, run through ``mypy
+--strict`` by ``tests/test_typing.py``); it reads the clock through ``clock``.
 """
 
 from __future__ import annotations

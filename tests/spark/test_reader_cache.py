@@ -19,8 +19,8 @@ from nsq_spark.spark.reader_cache import CachedReaders, Pausable, cache_key
 from nsq_spark.spark.spool import Spool
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_spark_unit import (StandInReader, bodies, make_messages, opts,  # noqa: E402
-                             read_opts)
+from stand_in_reader import Paused, StandInReader, as_pausable  # noqa: E402
+from test_spark_unit import bodies, make_messages, opts, read_opts  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -31,20 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Paused:
-    """The least a cached thing must do (Pausable)."""
-
-    def __init__(self) -> None:
-        self.mif: list[int] = []
-        self.closed = 0
-
-    def set_max_in_flight(self, max_in_flight: int) -> None:
-        self.mif.append(max_in_flight)
-
-    def close(self) -> None:
-        self.closed += 1
 
 
 def test_a_reader_given_back_is_paused_and_reused_by_the_next_take_only():
@@ -254,8 +240,10 @@ def test_a_partition_stops_at_its_byte_share_and_completes_with_lag_figures(tmp_
 
 
 def test_pausable_is_what_a_reader_port_gives():
+    """The static half (every ReaderPort can be cached) is ``as_pausable``'s, checked by
+    mypy --strict in tests/test_typing.py; here, that it hands back the Reader itself."""
     port: ReaderPort = StandInReader([], [])
-    pausable: Pausable = port  # mypy checks that every ReaderPort can be cached
+    pausable: Pausable = as_pausable(port)
     assert pausable is port
 
 
