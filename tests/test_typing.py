@@ -126,3 +126,56 @@ def test_the_consumer_unit_tests_fake_conforms_to_the_connection_port(tmp_path):
     assert code == 0, out
     code, out = mypy("broken_fake.py")
     assert code == 1 and "broken_fake.py:11:" in out and "ConsumerConnection" in out, out
+
+
+# -- the Spark unit tests' Reader stand-in (tests/spark/stand_in_reader.py) ----------------
+
+SPARK_TESTS_DIR = TESTS_DIR / "spark"
+
+DRIFTED_STAND_IN = '''
+from typing import Any
+
+from stand_in_reader import StandInReader
+from nsq_spark.spark.fetch_task import ReaderPort
+from nsq_spark.spark.reader_cache import Pausable
+
+
+class NoPause(StandInReader):
+    def set_max_in_flight(self, max_in_flight: str) -> None:  # the ports take an int
+        pass
+
+
+def port(reader: NoPause) -> ReaderPort:
+    return reader
+
+
+def cached(reader: NoPause) -> Pausable:
+    return reader
+'''
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(180)
+def test_the_spark_unit_tests_reader_stand_in_conforms_to_its_ports(tmp_path):
+    """tests/spark/stand_in_reader.py is checked by mypy (strict) against the fetch task's
+    ReaderPort and the reader cache's Pausable; a stand-in that drifts from them fails
+    (the drifted variant shows the check bites)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "drifted_stand_in.py").write_text(textwrap.dedent(DRIFTED_STAND_IN))
+    env = {**os.environ,
+           "MYPYPATH": os.pathsep.join([str(PACKAGE_ROOT), str(SPARK_TESTS_DIR)])}
+
+    def mypy(*files: str) -> tuple[int, str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", "", "--strict",
+             "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
+             "--python-version", "3.11", "--no-error-summary", "--show-error-codes", *files],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    code, out = mypy(str(SPARK_TESTS_DIR / "stand_in_reader.py"))
+    assert code == 0, out
+    code, out = mypy("drifted_stand_in.py")
+    assert code == 1, out
+    assert "drifted_stand_in.py:15:" in out and "ReaderPort" in out, out
+    assert "drifted_stand_in.py:19:" in out and "Pausable" in out, out

@@ -70,14 +70,14 @@ try:  # 4.2+: read limits and Trigger.AvailableNow for Python stream readers
 except ImportError:  # 4.0, 4.1: the planner never asks; a plain base keeps the MRO simple
     ReadAllAvailable = ReadMaxRows = None
     _ADMISSION_CONTROL = False
+
+    class TriggerAvailableNowBase:  # type: ignore[no-redef]
+        """Stand-in: pyspark < 4.2 has no ``SupportsTriggerAvailableNow``."""
 try:  # ReadMinRows and ReadMaxBytes came with the others (4.2); a build without them
     # gets the options applied by the source alone, as on 4.0 and 4.1
     from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMinRows
 except ImportError:
     ReadMinRows = ReadMaxBytes = None
-
-    class TriggerAvailableNowBase:  # type: ignore[no-redef]
-        """Stand-in: pyspark < 4.2 has no ``SupportsTriggerAvailableNow``."""
 
 _FOUND = pyspark.__version__
 

@@ -623,12 +623,7 @@ def combine(measured: dict[str, Backlog]) -> Backlog | None:
                          for p in b.paused), tuple(unreachable.items()))
 
 
-def backlog(topic: str, channel: str, nsqd_http_addresses: list[str],
-            lookupd_http_addresses: list[str]) -> int | None:
-    """Messages waiting on the channel across nsqds; None when nothing could be asked."""
-    return Nsqds(topic, channel, [], nsqd_http_addresses, lookupd_http_addresses).backlog()
-
 
 __all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "Subscription",
-           "TopicBacklog", "backlog", "combine",
+           "TopicBacklog", "combine",
            "create_channel", "list_topics", "lookup", "lookup_nsqd_http", "nsqd_stats", "probe_nsqd_tcp"]

@@ -233,7 +233,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
         assert self.opts.spool_path is not None
         if self.opts.dedup:
-            from .fetch import check_dedup_spec
+            from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
         self.spool_path = normalize_spool_path(self.opts.spool_path)
@@ -260,7 +260,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_fetched = 0
         self._an_counted: set[int] = set()
         self._an_empty = 0
-        self._last_rows: dict[int, int] = {}
         self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
         self._latest: Offset | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
@@ -271,16 +270,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                 f"channel={self.opts.channel!r})")
 
     # -- driver ------------------------------------------------------------------------
-
-    @property
-    def _nsqds(self) -> Any:
-        """The driver's handle on the nsqds of a query on one topic (tests put a fake
-        :class:`~.backlog.TopicBacklog` here)."""
-        return self._subscription.handles[self.opts.topic]
-
-    @_nsqds.setter
-    def _nsqds(self, handle: Any) -> None:
-        self._subscription.handles[self.opts.topic] = handle
 
     def _spool(self, query: str) -> Any:
         from .spool import Spool
@@ -341,12 +330,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_empty = 0
         log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
 
-    def _rows_of(self, query: str, batch: int) -> int | None:
-        rows = self._last_rows.get(batch)
-        if rows is None:
-            rows = self._spool(query).batch_rows(batch)
-        return rows
-
     def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
         limits = self._limits(limit)
         self._start()
@@ -354,18 +337,21 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         if self._last_batch_at is None:  # maxTriggerDelay counts from the source's start
             self._last_batch_at = now
         batch = int(start["batch"])
+        summary = None  # the batch's spool summary, read once for both uses below
         if self._available_now and batch in self._planned and batch not in self._an_counted:
             # what the previous batch really fetched (tasks may fetch less than planned).
             # Only a batch planned in this run counts: one run again from the checkpoint
             # (a failed batch) fetched before the target was measured at start, so its
             # rows are not part of it -- counting them stopped the run one batch short
             self._an_counted.add(batch)
-            rows = self._rows_of(start["query"], batch) or 0
+            # (Spark calls this before commit(start): the batch's spool is still there)
+            summary = self._spool(start["query"]).batch_summary(batch)
+            rows = summary.rows if summary.partitions else 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
         # Spark asks for the next batch only after the sink committed this one: its
         # numbers are final, and its spool can go (after they are read)
-        self._summarize(start["query"], batch)
+        self._summarize(start["query"], batch, summary)
         self._tidy(start["query"], batch)
         backlogs = self._measure(batch, now)
         self._latest = start
@@ -436,12 +422,16 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         measured = self._subscription.measured()
         return {t: measured[t] for t in (self._measured or {}) if t in measured}
 
-    def _summarize(self, query: str, batch: int) -> None:
+    def _summarize(self, query: str, batch: int, summary: Any = None) -> None:
         """Read the numbers of ``batch`` (it ran: Spark asks for the next one) from its
-        spool for the progress, once. A failure costs the numbers, not the batch."""
+        spool for the progress, once (``summary``: already read by the caller). A
+        failure costs the numbers, not the batch."""
         if batch not in self._ran or batch == self._summarized:
             return  # committed before this driver started: its spool is gone
         self._summarized = batch
+        if summary is not None:
+            self._last_summary = (batch, summary)
+            return
         try:
             summary = self._spool(query).batch_summary(batch)
         except Exception as exc:  # metrics only: the data is safe
@@ -579,9 +569,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         spool = self._spool(end["query"])
         batch = int(end["batch"])
         try:
-            rows = spool.batch_rows(batch)
-            if rows is not None:
-                self._last_rows[batch] = rows
             deleted = spool.delete_upto(batch)
             log.debug("commit %s: deleted the spool of %d batches", end, deleted)
         except Exception as exc:  # the data is safe; stale spool only costs space
@@ -690,7 +677,7 @@ class NSQBatchReader(DataSourceReader):
         self.opts = parse_read_options(options, streaming=False)
         configure_logging(self.opts.log_level)
         if self.opts.dedup:
-            from .fetch import check_dedup_spec
+            from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
 

@@ -85,9 +85,6 @@ HANDOVER_BYTES = 8 << 20
 WRITER_POLL = 0.002
 # The drain at the end takes everything the Reader holds, however many.
 DRAIN_ALL = 1_000_000
-# nsqd's default --msg-timeout, seconds: what a cached Reader's idle timeout stays under
-# when the options do not say the connection's msg_timeout.
-NSQD_MSG_TIMEOUT = 60.0
 
 
 # -- timings -------------------------------------------------------------------------------
@@ -208,15 +205,10 @@ class ReaderLease:
         if self.cache is None:
             reader.close()  # requeues whatever was pulled and not FINished
         elif ok:
-            self.cache.give_back(self.key, reader, self.idle_timeout())
+            # bounded by the connection's msg_timeout where the options are parsed
+            self.cache.give_back(self.key, reader, self.opts.reader_cache_idle_timeout)
         else:
             self.cache.discard(reader)
-
-    def idle_timeout(self) -> float:
-        """The cache's idle timeout for this Reader: the option, and at most half the
-        connection's msg_timeout (what it holds must be requeued well before)."""
-        msg_timeout = self.opts.connection.get("msg_timeout") or NSQD_MSG_TIMEOUT
-        return min(self.opts.reader_cache_idle_timeout, float(msg_timeout) / 2)
 
 
 # -- the task ------------------------------------------------------------------------------

@@ -102,16 +102,18 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            each fetch task's rows and timings, redeliveries dropped (with
                            the first ids) and the backlog per trigger (:mod:`.logs`).
 ``readerCache``            streaming: keep each fetch task's connected Reader in the
-                           executor's Python worker for the next task of the same partition
-                           (default true; Kafka: ``spark.kafka.consumer.cache.*``). Saves
-                           the connect, IDENTIFY, SUB and close of every micro-batch
-                           (:mod:`.reader_cache`). false: each task connects and closes.
+                           executor's Python worker for the query's next task there,
+                           whichever partition it fetches (default true; Kafka:
+                           ``spark.kafka.consumer.cache.*``). Saves the connect, IDENTIFY,
+                           SUB and close of every micro-batch (:mod:`.reader_cache`).
+                           false: each task connects and closes.
 ``readerCacheIdleTimeout`` seconds a cached Reader may stay unused before it is closed
                            (default 5; Kafka: ``spark.kafka.consumer.cache.timeout``). A
                            paused Reader may hold messages nsqd sent before it saw RDY 0,
-                           so this must stay well below nsqd's ``--msg-timeout`` (60 s by
-                           default): at most half of ``msgTimeout`` when that is given,
-                           and at most 300.
+                           so this must stay well below the connection's msg_timeout:
+                           at most half of ``msgTimeout`` (or ``nsq.msg_timeout``; without
+                           them nsqd's ``--msg-timeout``, 60 s by default, so at most 30),
+                           and at most 300; the default is lowered to that half.
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -584,6 +586,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
                 "(they then go under <spoolPath>/_dead_letter)")
         base, sep, query = spool.partition("?")  # keep a URI's options (endpoint_override=)
         dead_letter = base.rstrip("/") + "/_dead_letter" + sep + query
+    connection = _connection_options(opts)
     return ReadOptions(
         topic=topics[0] if topics else "", topics=topics, topic_pattern=pattern,
         min_messages_per_trigger=min_rows,
@@ -605,12 +608,12 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         dead_letter_path=dead_letter,
         max_messages=opts.int("maxMessages", 100_000) or 100_000,
         dedup=opts.get("dedup"),
-        connection=_connection_options(opts),
+        connection=connection,
         redelivery_window=_redelivery_window(opts),
         redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
         or DEFAULT_MAX_IDS,
         log_level=_log_level(opts),
-        **_reader_cache_options(opts),
+        **_reader_cache_options(opts, connection),
     )
 
 
@@ -654,27 +657,37 @@ def _subscription(opts: _Opts) -> tuple[tuple[str, ...], str | None]:
 # -- the executor's Reader cache (spark/reader_cache.py) --------------------------------
 # One block, so that it merges with other options' changes cleanly.
 READER_CACHE_OPTIONS = ("readerCache", "readerCacheIdleTimeout")
-# Seconds: the cap of readerCacheIdleTimeout; and its largest share of msgTimeout.
+# Seconds: the cap of readerCacheIdleTimeout; and its largest share of msg_timeout.
 MAX_READER_CACHE_IDLE, READER_CACHE_SHARE_OF_MSG_TIMEOUT = 300.0, 0.5
+DEFAULT_READER_CACHE_IDLE = 5.0
+# nsqd's default --msg-timeout, seconds: the msg_timeout a Reader gets when the options
+# do not ask for one in IDENTIFY.
+NSQD_MSG_TIMEOUT = 60.0
 
 
-def _reader_cache_options(opts: _Opts) -> dict[str, Any]:
+def _reader_cache_options(opts: _Opts, connection: Mapping[str, Any]) -> dict[str, Any]:
     """``readerCache`` and ``readerCacheIdleTimeout``: a paused cached Reader may hold
     messages in flight on nsqd, so it must be closed (requeueing them) well before nsqd's
-    msg_timeout would redeliver them elsewhere."""
-    idle = opts.seconds("readerCacheIdleTimeout", 5.0)
+    msg_timeout would redeliver them elsewhere. The one place this is decided: from the
+    parsed ``connection`` (``msgTimeout`` or ``nsq.msg_timeout``, the value the Reader
+    negotiates; else nsqd's default), the idle timeout is at most half of it; the
+    default is lowered to that half, a larger given value is refused."""
+    msg_timeout = float(connection.get("msg_timeout") or NSQD_MSG_TIMEOUT)
+    limit = msg_timeout * READER_CACHE_SHARE_OF_MSG_TIMEOUT
+    idle = opts.seconds("readerCacheIdleTimeout", min(DEFAULT_READER_CACHE_IDLE, limit))
     if idle > MAX_READER_CACHE_IDLE:
         raise NSQOptionError(f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most "
                              f"{MAX_READER_CACHE_IDLE:g} s: a paused Reader may hold "
                              "messages in flight on nsqd until it is closed")
-    msg_timeout = opts.int("msgTimeout", None, 1000, MAX_SECONDS * 1000)
-    if msg_timeout is not None \
-            and idle > msg_timeout / 1000 * READER_CACHE_SHARE_OF_MSG_TIMEOUT:
+    if idle > limit:
+        said = ("nsqd's default --msg-timeout" if connection.get("msg_timeout") is None
+                else "from option 'msgTimeout' or 'nsq.msg_timeout'")
         raise NSQOptionError(
             f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most half of "
-            f"'msgTimeout' ({msg_timeout} ms): a cached Reader may hold messages that nsqd "
-            "would otherwise redeliver elsewhere; lower readerCacheIdleTimeout or raise "
-            "msgTimeout")
+            f"'msgTimeout' / 'nsq.msg_timeout', the connection's msg_timeout "
+            f"({msg_timeout:g} s, {said}): a cached Reader may hold messages that nsqd "
+            f"would otherwise redeliver elsewhere; set readerCacheIdleTimeout to at most "
+            f"{limit:g}, or raise msgTimeout (ms) within your nsqd's --max-msg-timeout")
     return {"reader_cache": opts.bool("readerCache", True),
             "reader_cache_idle_timeout": idle}
 

@@ -20,8 +20,9 @@ The rules:
 * **Held messages cannot outlive nsqd's msg_timeout unnoticed.** A paused Reader may
   hold messages nsqd sent before it saw RDY 0 (un-FINished, in flight on nsqd): the
   next task takes them first. A Reader idle in the cache longer than its idle timeout
-  (``readerCacheIdleTimeout``, kept below half of ``msgTimeout`` when that is set; the
-  default, 5 s, is far below nsqd's 60 s) is closed -- by a daemon thread, and again at
+  (``readerCacheIdleTimeout``: the options refuse more than half the connection's
+  msg_timeout, nsqd's 60 s unless ``msgTimeout`` says otherwise; the default, 5 s, is
+  lowered to that half) is closed -- by a daemon thread, and again at
   :meth:`take` -- and close requeues them. An executor that dies closes its sockets with
   it (nsqd requeues at once) or, if the host is gone, leaves them to ``msg_timeout``:
   redelivered, never lost, and never FINished without being spooled first.
@@ -31,7 +32,8 @@ The rules:
   them without closing them.
 
 The cache is generic over what it holds (:class:`Pausable`), so unit tests give it
-stand-ins checked by mypy; it reads the clock through ``clock``.
+stand-ins checked by mypy (``tests/spark/stand_in_reader.py``, run through ``mypy
+--strict`` by ``tests/test_typing.py``); it reads the clock through ``clock``.
 """
 
 from __future__ import annotations

@@ -435,13 +435,3 @@ class Redeliveries:
         SeenIndex(self.spool).write(self.batch, self.index, self.mine.sorted_keys(),
                                     self.dropped, self.tag)
 
-
-def partition_keys(part: "PartitionSpool", chunks: int) -> "np.ndarray":
-    """The keys of a partition's first ``chunks`` chunks (to rebuild a lost index file)."""
-    import numpy as np
-
-    out = [np.zeros(0, np.uint64)]
-    for k in range(chunks):
-        keys, valid = id_keys(part.read_chunk_ids(k))
-        out.append(keys[valid])
-    return np.concatenate(out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Hashable
 from typing import Any
 
 import pytest
@@ -18,8 +19,8 @@ from nsq_spark.spark.reader_cache import CachedReaders, Pausable, cache_key
 from nsq_spark.spark.spool import Spool
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_spark_unit import (StandInReader, bodies, make_messages, opts,  # noqa: E402
-                             read_opts)
+from stand_in_reader import Paused, StandInReader, as_pausable  # noqa: E402
+from test_spark_unit import bodies, make_messages, opts, read_opts  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -30,20 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Paused:
-    """The least a cached thing must do (Pausable)."""
-
-    def __init__(self) -> None:
-        self.mif: list[int] = []
-        self.closed = 0
-
-    def set_max_in_flight(self, max_in_flight: int) -> None:
-        self.mif.append(max_in_flight)
-
-    def close(self) -> None:
-        self.closed += 1
 
 
 def test_a_reader_given_back_is_paused_and_reused_by_the_next_take_only():
@@ -103,7 +90,7 @@ def test_a_failed_task_closes_its_reader_and_close_all_closes_the_rest():
     assert (r.closed, s.closed, len(cache)) == (1, 1, 0)
 
 
-def test_the_key_tells_connections_and_partitions_apart(tmp_path):
+def test_the_key_tells_topics_connection_options_and_in_flight_apart(tmp_path):
     o = read_opts(tmp_path)
     base = cache_key(o, "t")
     assert base == cache_key(read_opts(tmp_path), "t")
@@ -129,13 +116,41 @@ def test_cache_options_are_bounded_below_msg_timeout():
         parse_read_options(opts(readerCach="true"), streaming=True)
 
 
-def test_the_lease_keeps_the_idle_timeout_under_half_the_msg_timeout(tmp_path):
+def test_the_idle_timeout_stays_at_most_half_the_msg_timeout_the_reader_negotiates(tmp_path):
+    """Decided once, in the options; the lease hands the cache the option as it is."""
     o = read_opts(tmp_path, readerCacheIdleTimeout="20", msgTimeout="60000")
-    cache: CachedReaders[ReaderPort] = CachedReaders(Clock(), sweeper=False)
-    assert ReaderLease(o, lambda _: StandInReader([], []), cache).idle_timeout() == 20
-    short = ReaderLease(read_opts(tmp_path, **{"nsq.msg_timeout": "8"}),
-                        lambda _: StandInReader([], []), cache)
-    assert short.idle_timeout() == 4.0
+    assert o.reader_cache_idle_timeout == 20
+    # nsq.msg_timeout (seconds) is the same connection value as msgTimeout (ms)
+    short = read_opts(tmp_path, **{"nsq.msg_timeout": "8"})
+    assert short.reader_cache_idle_timeout == 4.0
+    with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*half of 'msgTimeout' "
+                       "/ 'nsq.msg_timeout'.*8 s.*at most 4"):
+        read_opts(tmp_path, readerCacheIdleTimeout="5", **{"nsq.msg_timeout": "8"})
+    # without a msg_timeout nsqd's default, 60 s, applies: 30 s is the most
+    assert read_opts(tmp_path, readerCacheIdleTimeout="30").reader_cache_idle_timeout == 30
+    with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*60 s, nsqd's default"):
+        read_opts(tmp_path, readerCacheIdleTimeout="120")
+
+
+class IdleTimeoutsGiven(CachedReaders[ReaderPort]):
+    """The real cache, noting the idle timeout each Reader comes back with."""
+
+    def __init__(self) -> None:
+        super().__init__(Clock(), sweeper=False)
+        self.idle_timeouts: list[float] = []
+
+    def give_back(self, key: Hashable, reader: ReaderPort, idle_timeout: float) -> None:
+        self.idle_timeouts.append(idle_timeout)
+        super().give_back(key, reader, idle_timeout)
+
+
+def test_the_lease_gives_the_cache_the_options_idle_timeout(tmp_path):
+    o = read_opts(tmp_path, **{"nsq.msg_timeout": "8"})
+    cache = IdleTimeoutsGiven()
+    lease = ReaderLease(o, lambda _: StandInReader([], []), cache)
+    lease.open(o.max_in_flight)
+    lease.release(ok=True)
+    assert cache.idle_timeouts == [4.0]
 
 
 class LateArrivals(StandInReader):
@@ -225,8 +240,10 @@ def test_a_partition_stops_at_its_byte_share_and_completes_with_lag_figures(tmp_
 
 
 def test_pausable_is_what_a_reader_port_gives():
+    """The static half (every ReaderPort can be cached) is ``as_pausable``'s, checked by
+    mypy --strict in tests/test_typing.py; here, that it hands back the Reader itself."""
     port: ReaderPort = StandInReader([], [])
-    pausable: Pausable = port  # mypy checks that every ReaderPort can be cached
+    pausable: Pausable = as_pausable(port)
     assert pausable is port
 
 

@@ -21,7 +21,8 @@ from nsq_spark.spark.seen import (IdSet, IndexFile, SeenIndex, first_copies, id_
 from nsq_spark.spark.spool import Spool
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_spark_unit import StandInReader, bodies, make_messages, opts  # noqa: E402
+from stand_in_reader import StandInReader  # noqa: E402
+from test_spark_unit import bodies, make_messages, opts  # noqa: E402
 
 u64 = st.integers(min_value=0, max_value=2**64 - 1)
 

@@ -75,3 +75,54 @@ def test_a_restart_continues_the_logged_query(tmp_path):
     assert list(r.partitions(logged, logged)) == []
     assert r.initialOffset() == {"query": "q1", "batch": 0, "size": 0, "v": 2}
     assert r._seen == logged
+
+
+def _compat_without(monkeypatch: pytest.MonkeyPatch, *missing: str):
+    """A fresh copy of ``_compat`` run against a pyspark whose streaming datasource module
+    lacks ``missing``; the real ``_compat`` (and what imported from it) stays untouched, and
+    monkeypatch puts the removed names back after the test."""
+    import importlib.util
+    import sys
+
+    import pyspark.sql.streaming.datasource as streaming
+
+    for name in missing:
+        monkeypatch.delattr(streaming, name)
+    spec = importlib.util.spec_from_file_location("_compat_copy", _compat.__file__)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, copy)  # dataclasses look their module up
+    spec.loader.exec_module(copy)
+    return copy
+
+
+@pytest.mark.skipif(not _compat.API.admission_control, reason="needs pyspark >= 4.2")
+def test_a_pyspark_without_read_min_rows_keeps_the_real_available_now_base(monkeypatch):
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    copy = _compat_without(monkeypatch, "ReadMinRows")
+    assert copy.API.admission_control is True
+    assert copy.TriggerAvailableNowBase is SupportsTriggerAvailableNow
+    assert copy.ReadMinRows is None and copy.ReadMaxBytes is None
+    assert copy.ReadMaxRows is not None
+
+
+@pytest.mark.skipif(not _compat.API.admission_control, reason="needs pyspark >= 4.2")
+def test_a_pyspark_without_available_now_gets_the_stand_in_base(monkeypatch):
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    copy = _compat_without(monkeypatch, "SupportsTriggerAvailableNow")
+    assert copy.API.admission_control is False
+    assert copy.TriggerAvailableNowBase is not SupportsTriggerAvailableNow
+    assert copy.TriggerAvailableNowBase.__doc__.startswith("Stand-in")
+    assert copy.ReadAllAvailable is None and copy.ReadMaxRows is None
+    # the read limits that are there are still found
+    assert copy.ReadMinRows is not None and copy.ReadMaxBytes is not None
+
+
+def test_the_real_compat_is_left_as_it_was():
+    import pyspark.sql.streaming.datasource as streaming
+
+    if _compat.API.admission_control:
+        assert _compat.TriggerAvailableNowBase is streaming.SupportsTriggerAvailableNow
+        assert _compat.ReadMinRows is streaming.ReadMinRows

@@ -2,15 +2,13 @@
 (:mod:`nsq_spark.spark.admission`), the options, the driver with fakes of its nsqd port
 (no sockets, no Spark), and :func:`nsq_spark.spark.progress.source_lag`.
 
-The driver reads a finished batch's numbers with ``Spool.batch_summary`` (the fetch side's
-part of issue 24): the tests that need it pass a typed stand-in spool.
+The driver reads a finished batch's numbers with ``Spool.batch_summary``: the tests that
+need them write real ``_COMPLETE`` records through the spool API.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +19,7 @@ from nsq_spark.spark.admission import (Limits, TopicPlan, apportion, hold_back, 
 from nsq_spark.spark.backlog import Backlog, ChannelStats, Paused, TopicBacklog, combine
 from nsq_spark.spark.options import NSQOptionError, parse_read_options
 from nsq_spark.spark.progress import BatchNumbers, SourceLag, lag_fields, source_lag, source_lags
+from nsq_spark.spark.spool import BatchSummary
 
 pytestmark = pytest.mark.unit
 
@@ -203,30 +202,6 @@ class FakeTopic:
         return self.depth
 
 
-@dataclass(frozen=True)
-class Numbers:
-    rows: int
-    bytes: int
-    oldest_timestamp_ns: int | None
-    newest_timestamp_ns: int | None
-    redeliveries_dropped: int
-    partitions: int
-
-
-class SummarizedSpool:
-    """The real spool, plus ``batch_summary`` as the fetch side will give it."""
-
-    def __init__(self, spool: Any, numbers: dict[int, Numbers]) -> None:
-        self._spool = spool
-        self._numbers = numbers
-
-    def batch_summary(self, batch: int) -> BatchNumbers:
-        return self._numbers[batch]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spool, name)
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -345,11 +320,17 @@ def test_the_report_has_the_lag_of_the_batch_that_just_ran(tmp_path):
     r._wall = lambda: 1_700_000_010.0
     start = r.initialOffset()
     end = r.latestOffset(start, None)
-    r.partitions(start, end)  # Spark runs batch 1
-    real = r._spool
-    numbers = {1: Numbers(10, 1234, 1_700_000_001_000_000_000, 1_700_000_007_500_000_000,
-                          2, 2)}
-    r._spool = lambda query: SummarizedSpool(real(query), numbers)
+    parts = r.partitions(start, end)  # Spark runs batch 1: its two tasks complete
+    assert len(parts) == 2
+    spool = r._spool(end["query"])
+    spool.partition(1, 0).complete(1, 6, bytes=700,
+                                   oldest_timestamp_ns=1_700_000_001_000_000_000,
+                                   newest_timestamp_ns=1_700_000_005_000_000_000,
+                                   redeliveries_dropped=1)
+    spool.partition(1, 1).complete(1, 4, bytes=534,
+                                   oldest_timestamp_ns=1_700_000_003_000_000_000,
+                                   newest_timestamp_ns=1_700_000_007_500_000_000,
+                                   redeliveries_dropped=1)
     fakes["t"].depth = 4  # measured after batch 1 ran
     r.latestOffset(end, None)
     report = r.reportLatestOffset()
@@ -403,11 +384,11 @@ def test_a_spool_without_numbers_costs_the_numbers_not_the_batch(tmp_path, caplo
 
 
 def test_lag_is_zero_when_caught_up_and_unknown_before_a_batch():
-    n = Numbers(5, 50, 1_000_000_000, 2_000_000_000, 0, 1)
+    n = BatchSummary(5, 50, 1_000_000_000, 2_000_000_000, 0, 1)
     assert lag_fields(0, 0, 0, 1, n, 12.0)["lagSeconds"] == 0.0
     assert lag_fields(7, 0, 0, 1, n, 12.0)["lagSeconds"] == 10.0
     assert "lagSeconds" not in lag_fields(7, 0, 0, None, None, 12.0)
-    empty = Numbers(0, 0, None, None, 0, 2)
+    empty = BatchSummary(0, 0, None, None, 0, 2)
     out = lag_fields(7, 1, 2, 3, empty, 12.0)
     assert "lagSeconds" not in out and out["lastBatchRows"] == 0
     assert (out["pausedNsqds"], out["unreachableNsqds"]) == (1, 2)

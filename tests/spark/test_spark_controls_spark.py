@@ -3,8 +3,9 @@ nsqlookupd: several topics by pattern (listed again at each trigger), the minimu
 trigger with its delay, and a real ``StreamingQueryListener`` reading the lag with
 :func:`nsq_spark.spark.progress.source_lag`.
 
-The lag test needs ``Spool.batch_summary`` from the fetch side of issue 24 (branch
-``fetch-task``); the others need the fetch tasks to take the partition's ``topic``.
+The lag test reads what the fetch tasks wrote in their ``_COMPLETE`` records
+(``Spool.batch_summary``); the pattern test, that the fetch tasks take the partition's
+``topic``.
 """
 
 from __future__ import annotations

@@ -9,17 +9,17 @@ its retry, replay of a completed partition, and FIN only after the chunk is dura
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
 
 import pytest
 
 from nsq_spark.message import Message
-from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
 from nsq_spark.spark.datasource import split_shares
-from nsq_spark.spark.fetch import ReaderPort, fetch_stream_partition
+from nsq_spark.spark.fetch import fetch_stream_partition
 from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
 from nsq_spark.spark.sink import _slices
 from nsq_spark.spark.spool import Spool, SpoolConflict
+
+from stand_in_reader import Addr, StandInReader  # tests/spark: typed, checked by mypy
 
 pytestmark = pytest.mark.unit
 
@@ -125,72 +125,6 @@ def test_mpub_slices_respect_count_and_bytes():
 
 
 # -- the spool protocol ------------------------------------------------------------------
-
-
-class StandInReader:
-    """The Reader's block pull API over a list of messages (each get_blocks call encodes
-    them as nsqd would and decodes them into a real MessageBlock); records FIN/REQ in the
-    shared ``log``. Typed against the fetch task's port (:data:`_PORT_CHECK`)."""
-
-    def __init__(self, queue: list[Message], log: list[Any],
-                 fail_after_gets: int | None = None,
-                 max_in_flight: int | None = None) -> None:
-        self.queue, self.log, self.gets = queue, log, 0
-        self.fail_after_gets = fail_after_gets
-        self.closed = False
-        # nsqd's rule when given: no more un-answered messages than max_in_flight
-        self.max_in_flight, self.outstanding = max_in_flight, 0
-
-    def set_max_in_flight(self, max_in_flight: int) -> None:
-        self.log.append(("MIF", max_in_flight))
-        self.max_in_flight = max_in_flight
-
-    def get_blocks(self, max_messages: int = 1000, timeout: float = 1.0
-                   ) -> list[MessageBlock]:
-        if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
-            raise ConnectionError("stand-in: task dies here")
-        self.gets += 1
-        if self.max_in_flight is not None:
-            max_messages = min(max_messages, max(0, self.max_in_flight - self.outstanding))
-        out, self.queue[:] = self.queue[:max_messages], self.queue[max_messages:]
-        self.outstanding += len(out)
-        if not out:
-            return []
-        frames = b"".join(encode_message_frame(m.id, m.body, m.timestamp, m.attempts)
-                          for m in out)
-        # only the responder's .address is read
-        blocks, others = FrameDecoder(Addr()).feed_blocks(frames)  # type: ignore[arg-type]
-        assert not others and sum(map(len, blocks)) == len(out)
-        return blocks
-
-    def finish_blocks(self, blocks: Iterable[MessageBlock]) -> None:
-        blocks = list(blocks)
-        self.log.append(("FIN", [i for b in blocks for i in b.ids()]))
-        self.outstanding -= sum(map(len, blocks))
-
-    def requeue_blocks(self, blocks: Iterable[MessageBlock],
-                       delay_ms: int | None = None) -> None:
-        blocks = list(blocks)
-        self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
-        self.outstanding -= sum(map(len, blocks))
-        self.queue[:0] = [m for b in blocks for m in b.messages()]
-
-    def is_starved(self) -> bool:
-        return False
-
-    def stats(self) -> dict[str, Any]:
-        return {"connections": {Addr.address: {"state": "subscribed"}},
-                "connect_errors": {}}
-
-    def close(self) -> None:
-        self.closed = True
-
-
-_PORT_CHECK: ReaderPort = StandInReader([], [])  # mypy: the stand-in fits the port
-
-
-class Addr:
-    address = "127.0.0.1:4150"
 
 
 def make_messages(n, start=0):
@@ -513,7 +447,7 @@ def driver(tmp_path, depth=0, **kw):
     from nsq_spark.spark.datasource import NSQStreamReader
 
     r = NSQStreamReader(opts(spoolPath=str(tmp_path / "spool"), **kw))
-    r._nsqds = FakeNsqds(depth)
+    r._subscription.handles[r.opts.topic] = FakeNsqds(depth)
     return r
 
 
@@ -552,18 +486,46 @@ def test_available_now_after_a_failed_batch_drains_everything(tmp_path):
     second = driver(tmp_path, depth=30_000, maxMessagesPerTrigger="10000")
     second.prepareForTriggerAvailableNow()
     run_tasks(second, second.partitions(start, end), 5_000)  # Spark replays batch 1
-    second.commit(end)
     planned = 0
     for _ in range(10):
         nxt = second.latestOffset(end, ReadMaxRows(10_000))
         if nxt == end:
             break
+        # Spark's order: a batch is committed once the next one is planned
+        # (latestOffset(start=end_N) runs before commit(end_N))
+        second.commit(end)
         planned += nxt["size"]
         run_tasks(second, second.partitions(end, nxt), nxt["size"] // 2)
-        second._nsqds.depth -= nxt["size"]
-        second.commit(nxt)
+        second._subscription.handles[second.opts.topic].depth -= nxt["size"]
         end = nxt
-    assert planned == 30_000 and second._nsqds.depth == 0
+    assert planned == 30_000 and second._subscription.handles[second.opts.topic].depth == 0
+
+
+def test_available_now_reads_a_finished_batchs_spool_summary_once(tmp_path, monkeypatch):
+    """The rows counted toward the AvailableNow target and the progress numbers come
+    from one read of the batch's spool (a listdir and one _COMPLETE per partition)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from nsq_spark.spark.spool import Spool
+
+    reads: list[int] = []
+    real = Spool.batch_summary
+
+    def counted(self, batch):
+        reads.append(batch)
+        return real(self, batch)
+
+    monkeypatch.setattr(Spool, "batch_summary", counted)
+    r = driver(tmp_path, depth=1000, numPartitions="2")
+    r.prepareForTriggerAvailableNow()
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadMaxRows(400))
+    run_tasks(r, r.partitions(start, end), 100)
+    r._subscription.handles[r.opts.topic].depth -= 200
+    nxt = r.latestOffset(end, ReadMaxRows(400))
+    assert reads == [1]
+    assert r._an_fetched == 200 and r._last_summary[0] == 1
+    assert r._last_summary[1].rows == 200 and nxt["batch"] == 2
 
 
 def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_path):

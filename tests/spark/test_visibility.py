@@ -74,8 +74,8 @@ def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, cap
         start = reader.initialOffset()
         # the first trigger creates the channel; nsqd copies the topic into it
         assert reader.latestOffset(start, no_limit())["size"] == 50
-        wait_for(lambda: reader._nsqds.backlog() == 50 and
-                 reader._nsqds.last.stats.topic_depth == 0, what="the channels filled")
+        wait_for(lambda: reader._subscription.handles[topic].backlog() == 50 and
+                 reader._subscription.handles[topic].last.stats.topic_depth == 0, what="the channels filled")
 
         # the channel paused on one nsqd: only the other one's messages are planned
         nsqd_post(n0.http_address, f"/channel/pause?topic={topic}&channel={channel}")
