@@ -90,6 +90,18 @@ def test_mypy_sees_the_real_classes_through_the_top_level_names(tmp_path):
 
 TESTS_DIR = Path(__file__).resolve().parent
 
+def strict_mypy(tmp_path: Path, search_dir: Path, *files: str) -> tuple[int, str]:
+    """``mypy --strict`` on ``files`` from ``tmp_path``, with the package and ``search_dir``
+    (where the checked test module lives) on the path; its exit code and output."""
+    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(PACKAGE_ROOT), str(search_dir)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "", "--strict",
+         "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
+         "--python-version", "3.11", "--no-error-summary", "--show-error-codes", *files],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 BROKEN_FAKE = '''
 from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer.connection_port import ConnectNsqd, ConsumerConnection
@@ -112,19 +124,9 @@ def test_the_consumer_unit_tests_fake_conforms_to_the_connection_port(tmp_path):
     bites)."""
     pytest.importorskip("mypy")
     (tmp_path / "broken_fake.py").write_text(textwrap.dedent(BROKEN_FAKE))
-    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(PACKAGE_ROOT), str(TESTS_DIR)])}
-
-    def mypy(*files: str) -> tuple[int, str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "mypy", "--config-file", "", "--strict",
-             "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
-             "--python-version", "3.11", "--no-error-summary", "--show-error-codes", *files],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
-        return proc.returncode, proc.stdout + proc.stderr
-
-    code, out = mypy(str(TESTS_DIR / "fake_nsqd.py"))
+    code, out = strict_mypy(tmp_path, TESTS_DIR, str(TESTS_DIR / "fake_nsqd.py"))
     assert code == 0, out
-    code, out = mypy("broken_fake.py")
+    code, out = strict_mypy(tmp_path, TESTS_DIR, "broken_fake.py")
     assert code == 1 and "broken_fake.py:11:" in out and "ConsumerConnection" in out, out
 
 
@@ -162,20 +164,10 @@ def test_the_spark_unit_tests_reader_stand_in_conforms_to_its_ports(tmp_path):
     (the drifted variant shows the check bites)."""
     pytest.importorskip("mypy")
     (tmp_path / "drifted_stand_in.py").write_text(textwrap.dedent(DRIFTED_STAND_IN))
-    env = {**os.environ,
-           "MYPYPATH": os.pathsep.join([str(PACKAGE_ROOT), str(SPARK_TESTS_DIR)])}
-
-    def mypy(*files: str) -> tuple[int, str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "mypy", "--config-file", "", "--strict",
-             "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
-             "--python-version", "3.11", "--no-error-summary", "--show-error-codes", *files],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
-        return proc.returncode, proc.stdout + proc.stderr
-
-    code, out = mypy(str(SPARK_TESTS_DIR / "stand_in_reader.py"))
+    code, out = strict_mypy(tmp_path, SPARK_TESTS_DIR,
+                            str(SPARK_TESTS_DIR / "stand_in_reader.py"))
     assert code == 0, out
-    code, out = mypy("drifted_stand_in.py")
+    code, out = strict_mypy(tmp_path, SPARK_TESTS_DIR, "drifted_stand_in.py")
     assert code == 1, out
     assert "drifted_stand_in.py:15:" in out and "ReaderPort" in out, out
     assert "drifted_stand_in.py:19:" in out and "Pausable" in out, out
