@@ -34,6 +34,7 @@ CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver")
 BUILD_TIMEOUT = 120.0
 
 pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+pytestmark = pytest.mark.docs
 
 
 @pytest.fixture(scope="module")

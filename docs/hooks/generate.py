@@ -185,7 +185,8 @@ def connection_options() -> str:
     comments = field_comments(ConnectionConfig)
     rows = []
     for f in dataclasses.fields(ConnectionConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory  # type: ignore[misc]
+        default = (f.default if f.default is not dataclasses.MISSING
+                   else f.default_factory)
         rows.append([f"`{f.name}`", show_default(default),
                      *_limit_cells(CONNECTION_LIMITS, f.name), rst_to_md(comments[f.name])])
     return table(["option", "default", "unit", "bounds", "description"], rows)
