@@ -264,10 +264,11 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 def dedup_chart(rate: int = 1000) -> str:
     """Catch probability of a duplicate against its delay, one line per bucket count."""
     from nsq_spark.dedup.opposite import OppositeBloomFilter as OBF
+    from nsq_spark.validate import MAX_MEMORY_BYTES
 
     sizes = [10 ** k for k in range(4, 9)]
     delays = [10 ** (i / 20) for i in range(0, 20 * 4 + 1)]  # 1 s .. 10,000 s, log scale
-    w, h, left, right, top, bottom = 640, 360, 56, 120, 16, 44
+    w, h, left, right, top, bottom = 700, 360, 56, 170, 16, 44
     pw, ph = w - left - right, h - top - bottom
 
     def x(d: float) -> float:
@@ -306,8 +307,11 @@ def dedup_chart(rate: int = 1000) -> str:
     for window in (60, 600, 3600):
         for probability in (0.5, 0.9, 0.99):
             n = OBF.size_for(rate, window, probability)
+            memory = n * digest
+            over = " (over the in-process cap: use an exact store)" \
+                if memory > MAX_MEMORY_BYTES else ""
             rows.append([f"{window:,} s", f"{probability:.0%}", f"{n:,}",
-                         f"{n * digest / 2 ** 20:,.1f} MiB"])
+                         f"{memory / 2 ** 20:,.1f} MiB{over}"])
     sized = table(["window", "catch probability", "buckets (`size_for`)",
                    f"memory at {digest}-byte digests"], rows)
     return (f"{svg}\n*The chance that a duplicate is still caught, against how long after "
