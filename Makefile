@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 NSQ_BIN_DIR ?= $(HOME)/.cache/nsq-spark/nsq-v1.3.0/bin
 export NSQ_BIN_DIR
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench clean docs
 
 # compat editable mode puts the repo root on sys.path (a .pth line), so pyspark's
 # discovery of top-level `pyspark_*` modules (pkgutil.iter_modules) sees pyspark_nsq,
@@ -28,6 +28,7 @@ setup: $(VENV)/.installed
 	scripts/install-services
 	scripts/install-toxiproxy >/dev/null
 	scripts/install-docker
+	scripts/install-docs-browser
 
 # mypy --strict checks the package's types first (py.typed is shipped, so users' checkers
 # read them). with-docker runs pytest with a private Docker engine for the docker tier
@@ -39,6 +40,14 @@ test: setup
 	$(PY) -m mypy --strict -p nsq_spark
 	scripts/with-docker $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
+# The documentation site (docs/, mkdocs.yml) into site/: strict, so a broken link, a missing
+# page or reference fails it. The option tables, CLI reference, charts and changelog are
+# generated from the code at build time (docs/hooks/generate.py); PYTHONPATH makes it
+# document this checkout. `make test` builds it too (tests/test_docs_site.py) and opens
+# every page in headless Chromium.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(PY) -m mkdocs build --strict --site-dir site
+
 demo: setup
 	$(PY) examples/demo.py
 
@@ -49,4 +58,4 @@ bench: setup
 	set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(PY) -m bench.bench_$$b; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info site test-artifacts

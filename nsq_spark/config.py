@@ -27,7 +27,7 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from . import validate
 from .validate import MAX_SECONDS
@@ -328,3 +328,92 @@ def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
     v.integer(batch_size, "batch_size", lo=1, hi=_INT32_MAX)
     v.integer(batch_bytes, "batch_bytes", lo=9, hi=_INT32_MAX, unit="bytes")
     v.seconds(rescan_interval, "rescan_interval")
+
+
+# -- machine-readable units and bounds (for the generated option tables) -------------------
+#
+# The checks above are the rule; these tables say the same in data, so that the docs site
+# prints every numeric option's unit and bounds from here rather than from a hand-written
+# copy (docs/hooks/generate.py). tests/test_docs_metadata.py probes each bound against the
+# checks above (the bound accepted, one step past it refused), so the two cannot drift.
+
+class Limit(NamedTuple):
+    """The unit and the accepted range of one numeric option."""
+
+    unit: str
+    lo: float | None = None
+    hi: float | None = None
+    #: True: ``lo`` itself is refused (the option must be above it).
+    lo_open: bool = False
+    #: Values outside the range that mean something, in words (``"-1: off"``).
+    special: str = ""
+
+    def bounds(self) -> str:
+        """The range in words: ``"> 0 .. 31536000"``, ``"1 .. 60"``, ``">= 1"``."""
+        def num(x: float) -> str:
+            return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+        lo = "" if self.lo is None else ("> " if self.lo_open else "") + num(self.lo)
+        if self.hi is None:
+            text = ("> " if self.lo_open else ">= ") + num(self.lo) if self.lo is not None else ""
+        else:
+            text = f"{lo or '...'} .. {num(self.hi)}"
+        return f"{text}; {self.special}" if self.special else text
+
+
+_SECONDS_POSITIVE = Limit("seconds", 0, MAX_SECONDS, lo_open=True)
+_SECONDS_OR_ZERO = Limit("seconds", 0, MAX_SECONDS)
+
+#: ConnectionConfig's numeric fields.
+CONNECTION_LIMITS: dict[str, Limit] = {
+    "connect_timeout": _SECONDS_POSITIVE,
+    "response_timeout": _SECONDS_POSITIVE,
+    "close_timeout": _SECONDS_POSITIVE,
+    "heartbeat_interval": Limit("seconds", 1, 60, special="-1: off"),
+    "output_buffer_size": Limit("bytes", 64, _INT32_MAX,
+                                special="-1: off; 0 or None: nsqd's default"),
+    "output_buffer_timeout": Limit("milliseconds", 1, _INT32_MAX,
+                                   special="-1: off; 0 or None: nsqd's default"),
+    "deflate_level": Limit("level", 1, 9),
+    "sample_rate": Limit("percent", 0, 99, special="0: every message"),
+    "msg_timeout": Limit("seconds", 1, MAX_SECONDS, special="None: nsqd's --msg-timeout"),
+    "requeue_delay": _SECONDS_OR_ZERO,
+    "max_frame_size": Limit("bytes", 64, 1 << 30),
+    "read_size": Limit("bytes", 4096, 1 << 28),
+}
+
+#: The Reader's numeric arguments (checked by :func:`check_reader_options`).
+READER_LIMITS: dict[str, Limit] = {
+    "max_tries": Limit("deliveries", 0, MAX_ATTEMPTS, special="0: never give up"),
+    "max_in_flight": Limit("messages", 0, _INT32_MAX, special="0: start paused"),
+    "lookupd_poll_interval": _SECONDS_POSITIVE,
+    "low_rdy_idle_timeout": _SECONDS_OR_ZERO,
+    "max_backoff_duration": Limit("seconds", 0, MAX_SECONDS, special="0: no backoff"),
+    "lookupd_poll_jitter": Limit("fraction of lookupd_poll_interval", 0, 1),
+    "lookupd_connect_timeout": _SECONDS_POSITIVE,
+    "lookupd_request_timeout": _SECONDS_POSITIVE,
+    "max_requeue_delay": _SECONDS_OR_ZERO,
+    "backoff_multiplier": _SECONDS_POSITIVE,
+    "rdy_redistribute_interval": _SECONDS_POSITIVE,
+    "reconnect_initial": _SECONDS_POSITIVE,
+    "reconnect_max": _SECONDS_POSITIVE,
+    "drain_timeout": _SECONDS_OR_ZERO,
+}
+
+#: The Producer's numeric arguments (checked by :func:`check_producer_options`).
+PRODUCER_LIMITS: dict[str, Limit] = {
+    "max_tries": Limit("attempts", 1, None, special="None: the mode's default"),
+    "retry_wait": _SECONDS_OR_ZERO,
+    "retry_max_wait": _SECONDS_OR_ZERO,
+    "retry_deadline": Limit("seconds", 0, MAX_SECONDS, lo_open=True,
+                            special="None: no deadline"),
+    "publish_timeout": Limit("seconds", 0, MAX_SECONDS, lo_open=True,
+                             special="None: wait for ever"),
+    "max_msg_size": Limit("bytes", 1, _INT32_MAX, special="None: nsqd's limit only"),
+    "max_mpub_bytes": Limit("bytes", 9, _INT32_MAX),
+    "blocking_connections": Limit("connections per nsqd", 1, 1024),
+    "spool_max_bytes": Limit("bytes", 1, None),
+    "spool_block_timeout": Limit("seconds", 0, MAX_SECONDS, special="None: wait for ever"),
+    "batch_size": Limit("messages", 1, _INT32_MAX),
+    "batch_bytes": Limit("bytes", 9, _INT32_MAX),
+    "rescan_interval": _SECONDS_POSITIVE,
+}

@@ -142,7 +142,7 @@ options.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from nsq_spark import validate
 from nsq_spark.errors import ConfigError
@@ -760,3 +760,103 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         connection=_connection_options(opts),
         log_level=_log_level(opts),
     )
+
+
+# -- machine-readable facts of each option (for the generated options tables) --------------
+#
+# The docs site prints one table per direction from these and from the table of the module
+# docstring above (docs/hooks/generate.py); tests/test_docs_metadata.py checks that every
+# option of READ_OPTIONS / WRITE_OPTIONS has its facts and a description, and that each
+# default here is the one the parser applies. An option added above needs a line here.
+
+class OptionFacts(NamedTuple):
+    """Default, unit and bounds of one option, as a user writes them in ``.option()``."""
+
+    default: str = ""
+    unit: str = ""
+    bounds: str = ""
+    #: The description, for options the module docstring's table does not describe.
+    doc: str = ""
+
+
+READ_OPTION_FACTS: dict[str, OptionFacts] = {
+    "topic": OptionFacts(bounds="1-64 of [.a-zA-Z0-9_-]"),
+    "topics": OptionFacts(unit="comma-separated topic names"),
+    "topicPattern": OptionFacts(unit="Python regular expression"),
+    "channel": OptionFacts(bounds="1-64 of [.a-zA-Z0-9_-]; no #ephemeral"),
+    "nsqdTcpAddresses": OptionFacts(unit="comma-separated host:port"),
+    "lookupdHttpAddresses": OptionFacts(unit="comma-separated host:port or URL"),
+    "nsqdHttpAddresses": OptionFacts(unit="comma-separated host:port"),
+    "maxInFlight": OptionFacts("2500", "messages per fetch task", f"1 .. {MAX_IN_FLIGHT:,}"),
+    "numPartitions": OptionFacts("2", "fetch tasks per micro-batch", f"1 .. {MAX_PARTITIONS:,}"),
+    "maxMessagesPerTrigger": OptionFacts("none (no cap)", "messages", ">= 1"),
+    "minMessagesPerTrigger": OptionFacts("none", "messages", ">= 1"),
+    "maxTriggerDelay": OptionFacts("900", "seconds", "> 0"),
+    "maxBytesPerTrigger": OptionFacts("none (no cap)", "bytes of message bodies", ">= 1"),
+    "backlogPollInterval": OptionFacts(str(DEFAULT_POLL_INTERVAL), "seconds", ">= 0"),
+    "maxFetchPeriod": OptionFacts("10", "seconds", "> 0"),
+    "idleTimeout": OptionFacts("1", "seconds", "> 0"),
+    "spoolPath": OptionFacts("required for streaming", "path or pyarrow filesystem URI"),
+    "spoolChunkSize": OptionFacts("maxInFlight // 2", "messages", ">= 1"),
+    "maxAttempts": OptionFacts("0 (never)", "deliveries", f"0 .. {MAX_ATTEMPTS:,}"),
+    "deadLetterPath": OptionFacts("<spoolPath>/_dead_letter",
+                                  "path or pyarrow filesystem URI"),
+    "maxMessages": OptionFacts("100000", "messages (batch read)", ">= 1"),
+    "dedup": OptionFacts("none", "deduplicator spec (URI)"),
+    "redeliveryWindow": OptionFacts(f"{DEFAULT_WINDOW:g}", "seconds", ">= 0; 0: off"),
+    "redeliveryWindowMaxIds": OptionFacts(str(DEFAULT_MAX_IDS), "ids", ">= 1"),
+    "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR"),
+    "readerCache": OptionFacts("true", "boolean"),
+    "readerCacheIdleTimeout": OptionFacts(
+        "5", "seconds", "> 0 .. 300, and at most half of msgTimeout"),
+}
+
+CONNECTION_OPTION_FACTS: dict[str, OptionFacts] = {
+    "tlsV1": OptionFacts("false", "boolean", doc="upgrade the connection to TLS "
+                         "(nsqd needs --tls-cert and --tls-key)"),
+    "tlsCaFile": OptionFacts("the system's trust store", "path of a PEM file",
+                             doc="CA bundle that signs nsqd's certificate; needs tlsV1. "
+                             "Checked at query start: readable on the driver, at the path "
+                             "the executors use too"),
+    "tlsCertFile": OptionFacts("none", "path of a PEM file",
+                               doc="client certificate (nsqd --tls-client-auth-policy); "
+                               "needs tlsV1"),
+    "tlsKeyFile": OptionFacts("none", "path of a PEM file",
+                              doc="key of the client certificate; needs tlsV1"),
+    "tlsInsecure": OptionFacts("false", "boolean",
+                               doc="skip certificate verification (testing only); needs tlsV1"),
+    "authSecret": OptionFacts("none", "string", doc="secret sent with AUTH when nsqd "
+                              "requires it; never logged, never in an error"),
+    "snappy": OptionFacts("false", "boolean", doc="snappy stream compression; excludes deflate"),
+    "deflate": OptionFacts("false", "boolean", doc="deflate stream compression; excludes snappy"),
+    "deflateLevel": OptionFacts("6", "level", "1 .. 9",
+                                doc="deflate level (nsqd clamps it); needs deflate"),
+    "msgTimeout": OptionFacts("nsqd's --msg-timeout (60000)", "milliseconds",
+                              f"1000 .. {MAX_SECONDS * 1000:,}",
+                              doc="how long nsqd waits for FIN/REQ/TOUCH before it "
+                              "redelivers (nsqd caps it at --max-msg-timeout)"),
+    "heartbeatInterval": OptionFacts("30000", "milliseconds", "1000 .. 60,000; -1: off",
+                                     doc="interval of nsqd's heartbeats"),
+    "userAgent": OptionFacts("nsq_spark/<version>", "string",
+                             doc="client name nsqd shows in its stats"),
+}
+
+WRITE_OPTION_FACTS: dict[str, OptionFacts] = {
+    "topic": OptionFacts("none", bounds="1-64 of [.a-zA-Z0-9_-]",
+                         doc="the topic of rows whose `topic` column is null or absent"),
+    "nsqdTcpAddresses": OptionFacts(unit="comma-separated host:port",
+                                    doc="the nsqds to publish to; or"),
+    "lookupdHttpAddresses": OptionFacts(unit="comma-separated host:port or URL",
+                                        doc="nsqlookupds that list the nsqds to publish to"),
+    "batchSize": OptionFacts("1000", "messages per MPUB", f"1 .. {MAX_INT32:,}",
+                             doc="messages per MPUB"),
+    "maxBatchBytes": OptionFacts(str(4 << 20), "bytes per MPUB", f"9 .. {MAX_INT32:,}",
+                                 doc="bytes per MPUB, under nsqd's --max-body-size (5 MiB)"),
+    "retries": OptionFacts("5", "attempts per MPUB", ">= 1",
+                           doc="attempts per MPUB before the task fails"),
+    "publishTimeout": OptionFacts("60", "seconds", "> 0",
+                                  doc="how long to wait for nsqd's acknowledgements of one "
+                                  "Arrow batch"),
+    "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR",
+                            doc="the connector's log level in Spark's Python workers"),
+}

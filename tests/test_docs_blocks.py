@@ -1,10 +1,11 @@
-"""Every code block of README.md runs as written, against real nsqd, nsqlookupd and redis.
+"""Every code block of README.md and of every documentation page (docs/**/*.md) runs as
+written, against real nsqd, nsqlookupd and redis.
 
 Blocks are found with markdown-it-py (a CommonMark parser: blocks inside list items come
 out dedented, as a reader copies them). Each ``python`` block runs alone in a fresh
 interpreter, each ``sh`` block in bash (``set -euo pipefail``) with an ``nsq-spark``
 command that runs this checkout's code; both in an empty temporary directory, after the
-README's example addresses are replaced by those of a fresh cluster (two nsqd, one
+pages' example addresses (README's) are replaced by those of a fresh cluster (two nsqd, one
 nsqlookupd) and, when a block names them, of a redis-server / memcached.
 
 An HTML comment on the line above a block says how to treat it:
@@ -15,9 +16,12 @@ An HTML comment on the line above a block says how to treat it:
   it gets SIGINT once it has printed one of the messages the test published before it
   started, and must then exit 0.
 
-Blocks without a language (the layout tree) are not code. The Spark connector's blocks
-are fragments (they need a Spark session and a cluster's storage); tests/spark and
-tests/cluster run the connector itself.
+Blocks without a language (the layout tree) are not code, nor are ``text`` / ``json``
+blocks. The Spark connector's blocks are fragments (they need a Spark session and a
+cluster's storage; a block that starts a JVM would not keep this tier short);
+tests/spark and tests/cluster run the connector itself. Parts of pages that the site
+generates at build time (``<!-- generated: NAME -->``, docs/hooks/generate.py) are not
+in the page's source, so not here; tests/test_docs_site.py builds them.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ markdown_it = pytest.importorskip("markdown_it")
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+# README.md, then every page of the site (docs/hooks holds the build's code, no page)
+PAGES = [README] + sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.parts)
 RUN_TIMEOUT = 60.0       # seconds one block may run
 INTERRUPT_AFTER = 20.0   # a "runs until interrupted" block must print within this
 
@@ -49,6 +56,7 @@ _RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shel
 
 @dataclass
 class Block:
+    page: str                 # path relative to the repository: README.md, docs/spark.md
     line: int                 # 1-based line of the opening fence
     lang: str                 # "python" or "sh"
     code: str
@@ -59,11 +67,16 @@ class Block:
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
-        return f"L{self.line}-{self.lang}-{slug}"
+        return f"{self.page}:L{self.line}-{self.lang}-{slug}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """The runnable-language blocks of ``text``, with their markers and sections."""
+def page_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """The runnable-language blocks of ``text`` (the page ``page``), with their markers
+    and sections."""
     lines = text.splitlines()
     tokens = markdown_it.MarkdownIt("commonmark").parse(text)
     blocks: list[Block] = []
@@ -80,14 +93,18 @@ def readme_blocks(text: str) -> list[Block]:
         above = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         m = _MARKER.match(above)
         blocks.append(Block(
-            line=start + 1, lang=lang, code=tok.content, section=section,
+            page=page, line=start + 1, lang=lang, code=tok.content, section=section,
             fragment=(m.group("reason") or "fragment") if m and m.group("reason") is not None
             else None,
             interrupt=bool(m and m.group("interrupt"))))
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text())
+def _page_name(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+BLOCKS = [b for path in PAGES for b in page_blocks(path.read_text(), _page_name(path))]
 
 
 # -- the extractor and the markers (no processes) ----------------------------------------
@@ -99,7 +116,7 @@ def test_the_extractor_finds_blocks_markers_and_list_item_blocks():
         "- item:\n\n  ```python\n  import os\n  print(os.sep)\n  ```\n\n"
         "## Two\n\n<!-- runs until interrupted -->\n\n```sh\necho hi\n```\n\n"
         "```\nnot code\n```\n")
-    blocks = readme_blocks(text)
+    blocks = page_blocks(text)
     assert [(b.line, b.lang, b.section, b.fragment, b.interrupt) for b in blocks] == [
         (4, "python", "One", "a signature", False),
         (10, "python", "One", None, False),
@@ -108,23 +125,35 @@ def test_the_extractor_finds_blocks_markers_and_list_item_blocks():
 
 
 @pytest.mark.unit
-def test_every_readme_fragment_says_why_and_most_blocks_run():
-    assert BLOCKS, "no code blocks found in README.md"
-    for b in BLOCKS:
-        if b.fragment is not None:
-            assert len(b.fragment) > 10, f"README line {b.line}: say why it is a fragment"
-    runnable = [b for b in BLOCKS if b.fragment is None]
-    assert len(runnable) >= 8
+def test_the_pages_are_the_readme_and_every_docs_page():
+    names = [_page_name(p) for p in PAGES]
+    assert names[0] == "README.md"
+    for expected in ("docs/index.md", "docs/getting-started.md", "docs/spark.md",
+                     "docs/reference/index.md"):
+        assert expected in names
+    assert not any(n.startswith("docs/hooks/") for n in names)
 
 
 @pytest.mark.unit
-def test_every_marker_in_the_readme_is_followed_by_a_block():
-    lines = README.read_text().splitlines()
+def test_every_fragment_says_why_and_most_blocks_run():
+    assert BLOCKS, "no code blocks found in README.md and docs/"
+    for b in BLOCKS:
+        if b.fragment is not None:
+            assert len(b.fragment) > 10, f"{b.where}: say why it is a fragment"
+    runnable = [b for b in BLOCKS if b.fragment is None]
+    assert len(runnable) >= 15
+    assert any(b.page == "README.md" for b in runnable)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", PAGES, ids=_page_name)
+def test_every_marker_is_followed_by_a_block(path: Path):
+    lines = path.read_text().splitlines()
     for n, line in enumerate(lines):
         if _MARKER.match(line):
             following = next((x for x in lines[n + 1:] if x.strip()), "")
             assert following.strip().startswith("```"), \
-                f"README line {n + 1}: a marker must be right above a code block"
+                f"{_page_name(path)} line {n + 1}: a marker must be right above a code block"
 
 
 # -- running them ---------------------------------------------------------------------------
@@ -135,7 +164,7 @@ def _http_post(address: str, path: str, body: bytes) -> None:
 
 
 def _addresses(block: Block, cluster, request) -> dict[str, str]:
-    """README example address -> the real one."""
+    """The pages' example address -> the real one."""
     nsqd, lookupd = cluster.nsqds, cluster.lookupds
     mapping = {
         "127.0.0.1:4150": nsqd[0].tcp_address, "127.0.0.1:4151": nsqd[0].http_address,
@@ -174,11 +203,11 @@ def _command(block: Block, code: str, workdir: Path) -> list[str]:
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
 @pytest.mark.parametrize("block", [
     pytest.param(b, id=b.id, marks=[pytest.mark.skip(
-        reason=f"README line {b.line} is a fragment: {b.fragment}")] if b.fragment else [])
+        reason=f"{b.where} is a fragment: {b.fragment}")] if b.fragment else [])
     for b in BLOCKS])
-def test_readme_block_runs(block: Block, nsq_cluster, request, tmp_path):
+def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
     code = _substitute(block.code, _addresses(block, nsq_cluster, request))
-    # something to consume, on every topic the README's consumers read
+    # something to consume, on every topic the pages' consumers read
     published = [b"readme-%d" % i for i in range(5)]
     for topic in ("events", "orders"):
         _http_post(nsq_cluster.nsqd_http_addresses[0], f"/mpub?topic={topic}",
@@ -199,14 +228,14 @@ def test_readme_block_runs(block: Block, nsq_cluster, request, tmp_path):
             rest, err = proc.communicate(timeout=RUN_TIMEOUT)
             out += rest
             assert b"readme-" in out, \
-                f"README line {block.line} printed none of the published messages"
+                f"{block.where} printed none of the published messages"
         else:
             out, err = proc.communicate(timeout=RUN_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    report = (f"README line {block.line} ({block.section}) exited {proc.returncode}\n"
+    report = (f"{block.where} ({block.section}) exited {proc.returncode}\n"
               f"--- code as run:\n{code}\n--- stdout:\n{out.decode(errors='replace')}\n"
               f"--- stderr:\n{err.decode(errors='replace')}")
     assert proc.returncode == 0, report

@@ -1,0 +1,430 @@
+"""MkDocs hook: the parts of the site that are generated from the code at build time.
+
+A page asks for a generated part with a marker on a line of its own::
+
+    <!-- generated: spark-read-options -->
+
+and :func:`on_page_markdown` replaces the marker with Markdown made from the code's own
+definitions, so that the documentation cannot disagree with them (one source of truth):
+
+- ``spark-read-options``, ``spark-write-options``, ``spark-connection-options``: the
+  Spark options, from :mod:`nsq_spark.spark.options` (the table of its module docstring
+  for the descriptions; ``READ_OPTION_FACTS`` and friends for default, unit and bounds);
+- ``connection-options``, ``reader-options``, ``producer-options``: from
+  :class:`~nsq_spark.config.ConnectionConfig` (its fields, their ``#:`` comments) and the
+  Reader's / Producer's signatures and ``Args:`` docstrings, with units and bounds from
+  ``nsq_spark.config``'s ``*_LIMITS`` tables;
+- ``cli-reference``: every subcommand's ``--help`` from :func:`nsq_spark.cli.build_parser`;
+- ``dedup-chart``: the catch probability of an opposite-of-Bloom filter against buckets
+  and delay, an SVG drawn from ``OppositeBloomFilter.probability_remembered`` and a table
+  from ``OppositeBloomFilter.size_for``;
+- ``benchmarks``: bench/RESULTS.md, each table followed by a bar chart of its first
+  numeric column;
+- ``changelog``: CHANGELOG.md, included as it is;
+- ``readme``: README.md, the front page, its links pointed at the site's pages.
+
+The generated Markdown goes through MkDocs like any page, so Material's search indexes it.
+Nothing here is a copy: an unknown marker fails the build.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import html
+import inspect
+import math
+import os
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+REPO = Path(__file__).resolve().parents[2]
+# the checkout's code, whichever way mkdocs was started (an installed or editable
+# nsq_spark of another checkout must not be documented instead of this one)
+sys.path.insert(0, str(REPO))
+_loaded = sys.modules.get("nsq_spark")
+if _loaded is not None and Path(_loaded.__file__ or "").resolve().parent.parent != REPO:
+    raise ImportError(f"nsq_spark was imported from {_loaded.__file__} before the docs hook "
+                      f"ran; build with PYTHONPATH={REPO} so the site documents this checkout")
+
+MARKER = re.compile(r"^<!--\s*generated:\s*(?P<name>[a-z0-9-]+)\s*-->\s*$", re.M)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def rst_to_md(text: str) -> str:
+    """The reST of the project's docstrings, as Markdown inline text: ````x```` -> `x`,
+    ``:func:`x``` / ``:mod:`.x``` -> `x`, ``\\*\\*`` -> ``**``."""
+    text = re.sub(r":[a-z]+:`~?\.?([^`]+)`", r"`\1`", text)
+    text = text.replace("``", "`").replace("\\*", "*")
+    return " ".join(text.split())
+
+
+def cell(text: Any) -> str:
+    """A Markdown table cell: one line, pipes escaped."""
+    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def show_default(value: Any) -> str:
+    if value is inspect.Parameter.empty or value is dataclasses.MISSING:
+        return "required"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        return f"`{value:_}`".replace("_", ",")
+    return f"`{value!r}`"
+
+
+# -- Spark options --------------------------------------------------------------------------
+
+def spark_option_docs() -> dict[str, str]:
+    """option -> description, from the table in nsq_spark.spark.options' docstring."""
+    from nsq_spark.spark import options
+
+    doc = options.__doc__ or ""
+    body = doc.split("=" * 10, 1)[1].split("\n", 1)[1].split("=" * 10, 1)[0]
+    docs: dict[str, str] = {}
+    name = ""
+    for line in body.splitlines():
+        m = re.match(r"^``(\w+)``\s+(.*)$", line)
+        if m:
+            name = m.group(1)
+            docs[name] = m.group(2)
+        elif name and line.strip():
+            docs[name] += " " + line.strip()
+    return {k: rst_to_md(v) for k, v in docs.items()}
+
+
+def _spark_table(facts: Mapping[str, Any], names: tuple[str, ...],
+                 docs: Mapping[str, str]) -> str:
+    rows = []
+    for name in names:
+        f = facts[name]  # a KeyError here names an option without its facts
+        description = f.doc or docs[name]
+        rows.append([f"`{name}`", f.default or "", f.unit, f.bounds, description])
+    return table(["option", "default", "unit", "bounds", "description"], rows)
+
+
+def spark_read_options() -> str:
+    from nsq_spark.spark import options as o
+
+    names = tuple(n for n in o.READ_OPTIONS + o.READER_CACHE_OPTIONS
+                  if n not in o.CONNECTION_OPTIONS)
+    return _spark_table(o.READ_OPTION_FACTS, names, spark_option_docs())
+
+
+def spark_write_options() -> str:
+    from nsq_spark.spark import options as o
+
+    names = tuple(n for n in o.WRITE_OPTIONS if n not in o.CONNECTION_OPTIONS)
+    return _spark_table(o.WRITE_OPTION_FACTS, names, {})
+
+
+def spark_connection_options() -> str:
+    from nsq_spark.spark import options as o
+
+    return _spark_table(o.CONNECTION_OPTION_FACTS, o.CONNECTION_OPTIONS, {})
+
+
+# -- ConnectionConfig, Reader, Producer -----------------------------------------------------
+
+def field_comments(cls: type) -> dict[str, str]:
+    """field -> the ``#:`` comment lines right above it in the class body."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    lines = source.splitlines()
+    comments: dict[str, str] = {}
+    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            above: list[str] = []
+            i = node.lineno - 2
+            while i >= 0 and lines[i].strip().startswith("#:"):
+                above.insert(0, lines[i].strip()[2:].strip())
+                i -= 1
+            comments[node.target.id] = " ".join(above)
+    return comments
+
+
+def docstring_args(obj: Any) -> dict[str, str]:
+    """parameter -> its text in the ``Args:`` section of ``obj``'s docstring
+    (``a, b: text`` gives both)."""
+    doc = inspect.getdoc(obj) or ""
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    args: dict[str, str] = {}
+    current: list[str] = []
+    for line in section.splitlines():
+        if line and not line.startswith(" "):
+            break  # the end of the section
+        m = re.match(r"^    (\\?\*?\\?\*?[\w, ]+):\s*(.*)$", line)
+        if m and not line.startswith("     "):
+            current = [n.strip().lstrip("\\*") for n in m.group(1).split(",")]
+            for n in current:
+                args[n] = m.group(2)
+        elif current and line.strip():
+            for n in current:
+                args[n] += " " + line.strip()
+    return {k: rst_to_md(v) for k, v in args.items()}
+
+
+def _limit_cells(limits: Mapping[str, Any], name: str) -> list[str]:
+    limit = limits.get(name)
+    return [limit.unit, limit.bounds()] if limit is not None else ["", ""]
+
+
+def connection_options() -> str:
+    from nsq_spark.config import CONNECTION_LIMITS, ConnectionConfig
+
+    comments = field_comments(ConnectionConfig)
+    rows = []
+    for f in dataclasses.fields(ConnectionConfig):
+        default = (f.default if f.default is not dataclasses.MISSING
+                   else f.default_factory)
+        rows.append([f"`{f.name}`", show_default(default),
+                     *_limit_cells(CONNECTION_LIMITS, f.name), rst_to_md(comments[f.name])])
+    return table(["option", "default", "unit", "bounds", "description"], rows)
+
+
+def _signature_table(func: Callable[..., Any], doc_of: Any,
+                     limits: Mapping[str, Any]) -> str:
+    docs = docstring_args(doc_of)
+    rows = []
+    for p in list(inspect.signature(func).parameters.values())[1:]:  # past self
+        if p.kind is p.VAR_KEYWORD:
+            rows.append([f"`**{p.name}`", "", "", "", docs.get(p.name, "") +
+                         " (see [Connection options](connection-options.md))"])
+            continue
+        rows.append([f"`{p.name}`", show_default(p.default), *_limit_cells(limits, p.name),
+                     docs[p.name]])  # a KeyError names an undocumented argument
+    return table(["argument", "default", "unit", "bounds", "description"], rows)
+
+
+def reader_options() -> str:
+    from nsq_spark.config import READER_LIMITS
+    from nsq_spark.consumer.reader import Reader
+
+    return _signature_table(Reader.__init__, Reader, READER_LIMITS)
+
+
+def producer_options() -> str:
+    from nsq_spark.config import PRODUCER_LIMITS
+    from nsq_spark.publish.producer import Producer
+
+    return _signature_table(Producer.__init__, Producer, PRODUCER_LIMITS)
+
+
+# -- the command line -------------------------------------------------------------------------
+
+def _subcommands(parser: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    yield prefix, parser
+    for action in parser._actions:  # argparse has no public walk of its subparsers
+        choices = getattr(action, "choices", None)
+        if action.__class__.__name__ == "_SubParsersAction" and choices:
+            for name, sub in choices.items():
+                yield from _subcommands(sub, f"{prefix} {name}")
+
+
+def cli_reference() -> str:
+    from nsq_spark.cli import build_parser
+
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "96"  # the same wrapping wherever the site is built
+    try:
+        parts = []
+        for command, parser in _subcommands(build_parser("nsq-spark"), "nsq-spark"):
+            parts.append(f"### `{command}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+        return "\n".join(parts)
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+
+
+# -- charts -------------------------------------------------------------------------------------
+
+_COLOURS = ("#3f51b5", "#e91e63", "#009688", "#ff9800", "#795548", "#607d8b")
+
+
+def _svg(width: int, height: int, body: list[str], title: str) -> str:
+    return ('<div class="nsq-chart">\n'
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+            f'width="100%" style="max-width:{width}px" role="img" '
+            f'aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
+            + "".join(body) + "</svg>\n</div>\n")
+
+
+def dedup_chart(rate: int = 1000) -> str:
+    """Catch probability of a duplicate against its delay, one line per bucket count."""
+    from nsq_spark.dedup.opposite import OppositeBloomFilter as OBF
+    from nsq_spark.validate import MAX_MEMORY_BYTES
+
+    sizes = [10 ** k for k in range(4, 9)]
+    delays = [10 ** (i / 20) for i in range(0, 20 * 4 + 1)]  # 1 s .. 10,000 s, log scale
+    w, h, left, right, top, bottom = 700, 360, 56, 170, 16, 44
+    pw, ph = w - left - right, h - top - bottom
+
+    def x(d: float) -> float:
+        return left + pw * math.log10(d) / 4
+
+    def y(p: float) -> float:
+        return top + ph * (1 - p)
+
+    body = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
+            'stroke="#999"/>']
+    for p in (0, 0.25, 0.5, 0.75, 1):
+        body.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(p):.1f}" y2="{y(p):.1f}" '
+                    f'stroke="#ddd"/><text x="{left - 6}" y="{y(p) + 4:.1f}" '
+                    f'font-size="11" text-anchor="end">{p:.0%}</text>')
+    for d, label in ((1, "1 s"), (10, "10 s"), (60, "1 min"), (600, "10 min"),
+                     (3600, "1 h"), (10_000, "")):
+        body.append(f'<line x1="{x(d):.1f}" x2="{x(d):.1f}" y1="{top}" y2="{top + ph}" '
+                    f'stroke="#ddd"/><text x="{x(d):.1f}" y="{top + ph + 16}" '
+                    f'font-size="11" text-anchor="middle">{label}</text>')
+    body.append(f'<text x="{left + pw / 2}" y="{h - 6}" font-size="12" text-anchor="middle">'
+                f'delay of the duplicate, at {rate:,} messages/s</text>')
+    for colour, n in zip(_COLOURS, sizes):
+        points = " ".join(f"{x(d):.1f},{y(OBF.probability_remembered(n, round(rate * d))):.1f}"
+                          for d in delays)
+        body.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
+                    'stroke-width="2"/>')
+    for i, (colour, n) in enumerate(zip(_COLOURS, sizes)):
+        ly = top + 14 + 18 * i
+        body.append(f'<line x1="{left + pw + 10}" x2="{left + pw + 30}" y1="{ly - 4}" '
+                    f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>'
+                    f'<text x="{left + pw + 34}" y="{ly}" font-size="11">{n:,} buckets</text>')
+    svg = _svg(w, h, body, "catch probability of a duplicate against its delay")
+
+    digest = inspect.signature(OBF).parameters["digest_size"].default
+    rows = []
+    for window in (60, 600, 3600):
+        for probability in (0.5, 0.9, 0.99):
+            n = OBF.size_for(rate, window, probability)
+            memory = n * digest
+            over = " (over the in-process cap: use an exact store)" \
+                if memory > MAX_MEMORY_BYTES else ""
+            rows.append([f"{window:,} s", f"{probability:.0%}", f"{n:,}",
+                         f"{memory / 2 ** 20:,.1f} MiB{over}"])
+    sized = table(["window", "catch probability", "buckets (`size_for`)",
+                   f"memory at {digest}-byte digests"], rows)
+    return (f"{svg}\n*The chance that a duplicate is still caught, against how long after "
+            f"the original it arrives, at {rate:,} other messages a second "
+            "(`OppositeBloomFilter.probability_remembered`).*\n\n"
+            f"The buckets `size_for({rate}, window, probability)` asks for:\n\n{sized}")
+
+
+def _first_number(text: str) -> float | None:
+    m = re.search(r"-?\d[\d,]*(?:\.\d+)?", text.replace("**", ""))
+    return float(m.group(0).replace(",", "")) if m else None
+
+
+def bar_chart(header: list[str], rows: list[list[str]]) -> str:
+    """A horizontal bar chart of the first column (after the label) whose every cell
+    holds a number; "" when there is none."""
+    for col in range(1, len(header)):
+        values = [_first_number(r[col]) if col < len(r) else None for r in rows]
+        if rows and all(v is not None for v in values):
+            break
+    else:
+        return ""
+    nums = [v for v in values if v is not None]
+    top = max(nums) or 1.0
+    w, left, bar, gap = 640, 260, 18, 6
+    h = len(rows) * (bar + gap) + 30
+    body = []
+    for i, (row, v) in enumerate(zip(rows, nums)):
+        yy = 8 + i * (bar + gap)
+        label = re.sub(r"[`*]", "", row[0])[:40]
+        bw = max(1.0, (w - left - 90) * max(v, 0) / top)
+        body.append(f'<text x="{left - 6}" y="{yy + 13}" font-size="11" text-anchor="end">'
+                    f'{html.escape(label)}</text><rect x="{left}" y="{yy}" width="{bw:.1f}" '
+                    f'height="{bar}" fill="{_COLOURS[0]}"/><text x="{left + bw + 4:.1f}" '
+                    f'y="{yy + 13}" font-size="11">{v:,g}</text>')
+    name = re.sub(r"[`*]", "", header[col])
+    body.append(f'<text x="{left}" y="{h - 6}" font-size="12">{html.escape(name)}</text>')
+    return _svg(w, h, body, name)
+
+
+def _split_row(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def benchmarks() -> str:
+    """bench/RESULTS.md with a chart after each table; its H1 dropped, headings one down."""
+    lines = (REPO / "bench" / "RESULTS.md").read_text().splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("# "):
+            i += 1
+            continue
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(lines[i])
+                i += 1
+            out += block
+            rows = [_split_row(r) for r in block]
+            if len(rows) > 2:
+                chart = bar_chart(rows[0], rows[2:])
+                if chart:
+                    out += ["", chart]
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out) + "\n"
+
+
+# README links point at files of the repository; on the site, at their pages
+_README_LINKS = {"docs/": "", "bench/RESULTS.md": "benchmarks.md", "CHANGELOG.md": "changelog.md"}
+
+
+def readme() -> str:
+    """README.md, the site's front page: its H1 dropped (the page has its own), its links
+    to docs/, bench/RESULTS.md and CHANGELOG.md made links to the site's pages."""
+    text = re.sub(r"\A# [^\n]*\n", "", (REPO / "README.md").read_text())
+    for old, new in _README_LINKS.items():
+        text = text.replace(f"]({old}", f"]({new}")
+    return text
+
+
+def changelog() -> str:
+    text = (REPO / "CHANGELOG.md").read_text()
+    return re.sub(r"\A# [^\n]*\n", "", text)  # the page has its own title
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "spark-read-options": spark_read_options,
+    "spark-write-options": spark_write_options,
+    "spark-connection-options": spark_connection_options,
+    "connection-options": connection_options,
+    "reader-options": reader_options,
+    "producer-options": producer_options,
+    "cli-reference": cli_reference,
+    "dedup-chart": dedup_chart,
+    "benchmarks": benchmarks,
+    "changelog": changelog,
+    "readme": readme,
+}
+
+
+def expand(markdown: str) -> str:
+    """``markdown`` with every generated marker replaced (an unknown name raises)."""
+    def one(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in GENERATORS:
+            raise KeyError(f"unknown generated part {name!r}; known: {sorted(GENERATORS)}")
+        return GENERATORS[name]()
+    return MARKER.sub(one, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return expand(markdown)

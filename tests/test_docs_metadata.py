@@ -1,0 +1,261 @@
+"""The machine-readable facts the docs site prints agree with the code that checks them.
+
+The option tables of the site are generated from ``nsq_spark.spark.options``'
+``*_OPTION_FACTS`` and ``nsq_spark.config``'s ``*_LIMITS`` (docs/hooks/generate.py).
+These tests hold those tables to the parsers and checks themselves: every option has its
+facts and a description, every default printed is the default applied, and every bound
+printed is the bound enforced (the bound accepted, one step past it refused). No sockets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsq_spark import config
+from nsq_spark.config import (CONNECTION_LIMITS, PRODUCER_LIMITS, READER_LIMITS, ConfigError,
+                              ConnectionConfig, Limit, check_producer_options,
+                              check_reader_options)
+from nsq_spark.consumer.reader import Reader
+from nsq_spark.publish.producer import Producer
+from nsq_spark.spark import options as spark_options
+from nsq_spark.spark.options import (CONNECTION_OPTION_FACTS, CONNECTION_OPTIONS,
+                                     READ_OPTION_FACTS, READ_OPTIONS, READER_CACHE_OPTIONS,
+                                     WRITE_OPTION_FACTS, WRITE_OPTIONS, NSQOptionError,
+                                     parse_read_options, parse_write_options)
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "docs" / "hooks"))
+import generate  # noqa: E402  (docs/hooks/generate.py, the mkdocs hook)
+
+pytestmark = pytest.mark.unit
+
+READ_ONLY = tuple(n for n in READ_OPTIONS + READER_CACHE_OPTIONS if n not in CONNECTION_OPTIONS)
+WRITE_ONLY = tuple(n for n in WRITE_OPTIONS if n not in CONNECTION_OPTIONS)
+BASE_READ = {"topic": "events", "channel": "docs", "nsqdTcpAddresses": "127.0.0.1:4150"}
+BASE_WRITE = {"topic": "events", "nsqdTcpAddresses": "127.0.0.1:4150"}
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+# -- Spark options ------------------------------------------------------------------------------
+
+def test_every_spark_option_has_facts_and_a_description_and_no_fact_is_stale():
+    docs = generate.spark_option_docs()
+    assert set(READ_OPTION_FACTS) == set(READ_ONLY)
+    assert set(WRITE_OPTION_FACTS) == set(WRITE_ONLY)
+    assert set(CONNECTION_OPTION_FACTS) == set(CONNECTION_OPTIONS)
+    for name in READ_ONLY:
+        assert READ_OPTION_FACTS[name].doc or docs.get(name), f"{name}: no description"
+    for facts in (WRITE_OPTION_FACTS, CONNECTION_OPTION_FACTS):
+        for name, f in facts.items():
+            assert f.doc, f"{name}: no description"
+
+
+def _number(text: str) -> float | bool | None:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return float(low.replace(",", ""))
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("name", [n for n in READ_ONLY
+                                  if _number(READ_OPTION_FACTS[n].default) is not None])
+def test_a_read_default_printed_is_the_default_applied(name: str):
+    parsed = parse_read_options(BASE_READ, streaming=False)
+    assert getattr(parsed, snake(name)) == _number(READ_OPTION_FACTS[name].default)
+
+
+@pytest.mark.parametrize("name", [n for n in WRITE_ONLY
+                                  if _number(WRITE_OPTION_FACTS[n].default) is not None])
+def test_a_write_default_printed_is_the_default_applied(name: str):
+    parsed = parse_write_options(BASE_WRITE)
+    field = {"maxBatchBytes": "max_batch_bytes"}.get(name, snake(name))
+    assert getattr(parsed, field) == _number(WRITE_OPTION_FACTS[name].default)
+
+
+_RANGE = re.compile(r"^(\d[\d,]*) \.\. (\d[\d,]*)")
+
+
+def _ranges(facts: dict[str, Any]) -> list[tuple[str, int, int]]:
+    out = []
+    for name, f in facts.items():
+        m = _RANGE.match(f.bounds)
+        if m and f.unit != "milliseconds":  # ms options are probed below, with their needs
+            out.append((name, int(m.group(1).replace(",", "")),
+                        int(m.group(2).replace(",", ""))))
+    return out
+
+
+@pytest.mark.parametrize("name, lo, hi", _ranges(READ_OPTION_FACTS))
+def test_a_read_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int, tmp_path):
+    def options(value: int) -> dict[str, str]:
+        # maxAttempts > 0 needs somewhere for the dead letters (and refuses one at 0)
+        needs = {"deadLetterPath": str(tmp_path)} if name == "maxAttempts" and value > 0 else {}
+        return {**BASE_READ, **needs, name: str(value)}
+
+    for ok in (lo, hi):
+        parse_read_options(options(ok), streaming=False)
+    for bad in (lo - 1, hi + 1):
+        with pytest.raises(NSQOptionError, match=name):
+            parse_read_options(options(bad), streaming=False)
+
+
+@pytest.mark.parametrize("name, lo, hi", _ranges(WRITE_OPTION_FACTS))
+def test_a_write_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int):
+    for ok in (lo, hi):
+        parse_write_options({**BASE_WRITE, name: str(ok)})
+    for bad in (lo - 1, hi + 1):
+        with pytest.raises(NSQOptionError, match=name):
+            parse_write_options({**BASE_WRITE, name: str(bad)})
+
+
+def test_the_deflate_level_bounds_printed_are_enforced():
+    assert CONNECTION_OPTION_FACTS["deflateLevel"].bounds == "1 .. 9"
+    base = {**BASE_READ, "deflate": "true"}
+    parse_read_options({**base, "deflateLevel": "9"}, streaming=False)
+    with pytest.raises(NSQOptionError, match="deflateLevel"):
+        parse_read_options({**base, "deflateLevel": "10"}, streaming=False)
+
+
+# -- ConnectionConfig, Reader, Producer -------------------------------------------------------
+
+def _specials(limit: Limit) -> set[float]:
+    return {float(v) for v in re.findall(r"(-?\d+)(?: or None)?:", limit.special)}
+
+
+def _probes(limit: Limit, integer: bool) -> tuple[list[float], list[float]]:
+    """Values the check must accept, and values it must refuse."""
+    step = 1 if integer else 0.5
+    accept: list[float] = []
+    refuse: list[float] = []
+    if limit.lo is not None:
+        (refuse if limit.lo_open else accept).append(limit.lo)
+        if limit.lo - step not in _specials(limit):
+            refuse.append(limit.lo - step)
+    if limit.hi is not None:
+        accept.append(limit.hi)
+        refuse.append(limit.hi + step)
+    conv = int if integer else float
+    return [conv(v) for v in accept], [conv(v) for v in refuse]
+
+
+def _is_integer_option(default: Any, annotation: str) -> bool:
+    return isinstance(default, int) and "float" not in annotation or (
+        default is None and "int" in annotation and "float" not in annotation)
+
+
+def test_every_numeric_connection_field_has_limits():
+    numeric = {f.name for f in dataclasses.fields(ConnectionConfig)
+               if re.search(r"\b(int|float)\b", str(f.type)) and "bool" not in str(f.type)}
+    assert numeric == set(CONNECTION_LIMITS)
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTION_LIMITS))
+def test_a_connection_bound_printed_is_the_bound_enforced(name: str):
+    f = next(f for f in dataclasses.fields(ConnectionConfig) if f.name == name)
+    accept, refuse = _probes(CONNECTION_LIMITS[name], _is_integer_option(f.default, str(f.type)))
+    for value in accept:
+        ConnectionConfig(**{name: value})
+    for value in refuse:
+        with pytest.raises(ConfigError, match=name):
+            ConnectionConfig(**{name: value})
+
+
+def _reader_defaults() -> dict[str, Any]:
+    return {p.name: p.default for p in inspect.signature(Reader.__init__).parameters.values()}
+
+
+def test_every_numeric_reader_argument_has_limits_and_every_argument_a_description():
+    params = inspect.signature(Reader.__init__).parameters.values()
+    numeric = {p.name for p in params if isinstance(p.default, (int, float))
+               and not isinstance(p.default, bool)}
+    assert numeric == set(READER_LIMITS)
+    documented = generate.docstring_args(Reader)
+    for p in list(params)[1:]:
+        assert p.name in documented, f"Reader's docstring does not describe {p.name}"
+
+
+@pytest.mark.parametrize("name", sorted(READER_LIMITS))
+def test_a_reader_bound_printed_is_the_bound_enforced(name: str):
+    defaults = _reader_defaults()
+    accept, refuse = _probes(READER_LIMITS[name], isinstance(defaults[name], int))
+    for value in accept:
+        check_reader_options({**defaults, name: value})
+    for value in refuse:
+        with pytest.raises(ConfigError, match=name):
+            check_reader_options({**defaults, name: value})
+
+
+def _producer_defaults() -> dict[str, Any]:
+    wanted = inspect.signature(check_producer_options).parameters
+    return {p.name: p.default for p in inspect.signature(Producer.__init__).parameters.values()
+            if p.name in wanted}
+
+
+def test_every_checked_producer_argument_has_limits_and_every_argument_a_description():
+    checked = set(inspect.signature(check_producer_options).parameters) - {"strategy"}
+    assert checked == set(PRODUCER_LIMITS)
+    documented = generate.docstring_args(Producer)
+    for p in list(inspect.signature(Producer.__init__).parameters.values())[1:]:
+        assert p.name in documented, f"Producer's docstring does not describe {p.name}"
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCER_LIMITS))
+def test_a_producer_bound_printed_is_the_bound_enforced(name: str):
+    defaults = _producer_defaults()
+    annotation = str(inspect.signature(Producer.__init__).parameters[name].annotation)
+    accept, refuse = _probes(PRODUCER_LIMITS[name],
+                             _is_integer_option(defaults[name], annotation))
+    for value in accept:
+        check_producer_options(**{**defaults, name: value})
+    for value in refuse:
+        with pytest.raises(ConfigError, match=name):
+            check_producer_options(**{**defaults, name: value})
+
+
+def test_limit_bounds_read_as_words():
+    assert Limit("s", 0, 10, lo_open=True).bounds() == "> 0 .. 10"
+    assert Limit("s", 1, 60, special="-1: off").bounds() == "1 .. 60; -1: off"
+    assert Limit("bytes", 1).bounds() == ">= 1"
+    assert Limit("s", 0.5, 1.5).bounds() == "0.5 .. 1.5"
+    assert config.MAX_ATTEMPTS == 65535 and spark_options.MAX_ATTEMPTS == 65535
+
+
+# -- the generators themselves ------------------------------------------------------------------
+
+def test_an_unknown_generated_marker_fails_the_build():
+    with pytest.raises(KeyError, match="no-such-part"):
+        generate.expand("# T\n\n<!-- generated: no-such-part -->\n")
+
+
+def test_the_dedup_chart_is_drawn_from_size_for():
+    from nsq_spark.dedup.opposite import OppositeBloomFilter
+
+    chart = generate.dedup_chart(rate=1000)
+    assert f"{OppositeBloomFilter.size_for(1000, 3600, 0.9):,}" in chart
+    assert chart.count("<polyline") == 5
+
+
+def test_a_benchmark_table_gets_a_chart_of_its_first_numeric_column():
+    chart = generate.bar_chart(["consumer", "msg/s", "note"],
+                               [["pynsq", "24,000", "x"], ["ours", "**400,000**", "y"]])
+    assert "400,000" in chart and "24,000" in chart and chart.count("<rect") == 2
+    assert generate.bar_chart(["a", "b"], [["x", "none"]]) == ""
+
+
+def test_the_readme_links_become_site_links():
+    text = generate.readme()
+    assert "](docs/" not in text and "](CHANGELOG.md)" not in text
+    assert "](spark.md)" in text and "](benchmarks.md)" in text
