@@ -338,6 +338,20 @@ def _check_local_address(value: Any) -> None:
 #: nsqd counts a message's attempts in 16 bits.
 MAX_ATTEMPTS = 65535
 
+#: The Reader's ``backoff_strategy`` values (go-nsq's ``BackoffStrategy``): how long the
+#: backoff window at level ``n`` lasts, ``backoff_multiplier`` seconds being the unit and
+#: ``max_backoff_duration`` the cap:
+#:
+#: * ``"exponential"`` (the default, go-nsq's ``ExponentialStrategy``):
+#:   ``backoff_multiplier * 2 ** (n - 1)`` seconds;
+#: * ``"full_jitter"`` (go-nsq's ``FullJitterStrategy``, AWS's "full jitter"): a uniformly
+#:   random duration from 0 up to that exponential one, so that many consumers failing
+#:   at once do not all come back at the same moment.
+BACKOFF_STRATEGIES = ("exponential", "full_jitter")
+
+#: The most handler threads ``concurrency`` may ask for.
+MAX_CONCURRENCY = 1024
+
 
 def check_reader_options(arguments: Mapping[str, Any]) -> None:
     """The Reader's numeric arguments, looked up by name in ``arguments`` (the Reader
@@ -356,6 +370,17 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
               hint="0 turns backoff off")
     for name in ("low_rdy_idle_timeout", "max_requeue_delay", "drain_timeout"):
         v.seconds(a[name], name, lo_open=False)
+    strategy = a["backoff_strategy"]
+    if strategy not in BACKOFF_STRATEGIES:
+        close = difflib.get_close_matches(str(strategy), BACKOFF_STRATEGIES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"backoff_strategy={strategy!r}: {hint}give one of "
+                          + ", ".join(map(repr, BACKOFF_STRATEGIES)))
+    v.seconds(a["low_rdy_timeout"], "low_rdy_timeout",
+              none="one random holder gives its RDY up per redistribution round",
+              hint="seconds a connection may hold RDY while others wait (go-nsq: 30)")
+    v.integer(a["concurrency"], "concurrency", lo=1, hi=MAX_CONCURRENCY, unit="threads",
+              hint="1 runs the handler on the loop thread, as before")
 
 
 def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
