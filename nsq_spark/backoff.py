@@ -4,6 +4,6 @@ This module keeps the old import path working for users; the project never impor
 """
 
 from nsq_spark.consumer.backoff import *  # noqa: F401,F403
-from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential
+from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential, full_jitter
 
-__all__ = ["Backoff", "Decision", "Action", "exponential"]
+__all__ = ["Backoff", "Decision", "Action", "exponential", "full_jitter"]

@@ -6,7 +6,8 @@ timeout), TLS files, and the AUTH secret. The Reader and the Producer take the s
 as keyword arguments (``**connection_options``), with pynsq's names: ``tls_v1``,
 ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``, ``heartbeat_interval``,
 ``output_buffer_size``, ``output_buffer_timeout``, ``sample_rate``, ``auth_secret``,
-``msg_timeout``, ``user_agent``, ``hostname``, ``timeout``, ``requeue_delay``.
+``msg_timeout``, ``user_agent``, ``hostname``, ``timeout``, ``requeue_delay``; and
+go-nsq's ``local_address`` (``LocalAddr``), ``topology_zone`` and ``topology_region``.
 
 Units follow pynsq, so that ``import nsq_spark as nsq`` is a drop-in: every option is in
 seconds (int or float) except ``output_buffer_timeout``, which is in milliseconds as in
@@ -23,6 +24,7 @@ connection that nsqd refuses for ever. ``auth_secret`` is never in a ``repr``.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import socket
 import ssl
@@ -77,6 +79,16 @@ class ConnectionConfig:
     hostname: str | None = None
     #: Client library name/version nsqd shows in its stats.
     user_agent: str = DEFAULT_USER_AGENT
+    #: Topology hint sent in IDENTIFY as ``topology_zone`` (go-nsq's ``TopologyZone``): the
+    #: zone (e.g. a data centre's availability zone) this client runs in; None: not sent.
+    #: An EXPERIMENT on nsq's main branch (topology-aware consumption: nsqd prefers
+    #: same-zone consumers); nsqd v1.3.0 ignores it. Our lookupd discovery reads it too.
+    #: A non-empty string of at most 255 characters.
+    topology_zone: str | None = None
+    #: Topology hint sent in IDENTIFY as ``topology_region`` (go-nsq's ``TopologyRegion``):
+    #: the region this client runs in; None: not sent. Same experiment as
+    #: ``topology_zone``; nsqd v1.3.0 ignores it. A non-empty string of at most 255 characters.
+    topology_region: str | None = None
     #: Ask nsqd for a JSON IDENTIFY answer (needed for every feature below).
     feature_negotiation: bool = True
 
@@ -124,6 +136,11 @@ class ConnectionConfig:
     auth_secret: str | bytes | None = field(default=None, repr=False)
 
     # -- local behaviour ----------------------------------------------------------------------
+    #: The local IP address to dial nsqd from (go-nsq's ``LocalAddr``), e.g. ``"127.0.0.2"``
+    #: or ``"10.0.0.5"`` on a host with several interfaces; the port is chosen by the
+    #: operating system. None: the operating system chooses the address too. Used by the
+    #: consumer's and the producer's connections alike.
+    local_address: str | None = None
     #: SECONDS (int or float): base of the default delay for requeues that give none, which
     #: is ``requeue_delay * attempts`` (pynsq's ``requeue_delay``), capped by the Reader's
     #: ``max_requeue_delay`` (seconds).
@@ -168,6 +185,12 @@ class ConnectionConfig:
         for name in ("client_id", "hostname", "tls_server_hostname"):
             v.text(getattr(self, name), name, none="the default", nonempty=True)
         v.text(self.user_agent, "user_agent", nonempty=True)
+        for name in ("topology_zone", "topology_region"):
+            value = v.text(getattr(self, name), name, none="not sent", nonempty=True)
+            if value is not None and len(value) > 255:
+                raise ConfigError(f"{name} is {len(value)} characters long: give at most 255 "
+                                  "(a zone or region name, e.g. 'us-east-1a')")
+        _check_local_address(self.local_address)
         for name in ("feature_negotiation", "tls_v1", "tls_verify", "snappy", "deflate"):
             v.flag(getattr(self, name), name)
         v.flag(self.tls_check_hostname, "tls_check_hostname", none="same as tls_verify")
@@ -225,6 +248,20 @@ class ConnectionConfig:
         mt = self.msg_timeout
         return None if mt is None else round(mt * 1000)
 
+    @property
+    def source_ip(self) -> str | None:
+        """The bare IP of ``local_address`` to bind before dialing (IPv6 may be given in
+        brackets); None: the operating system chooses."""
+        la = self.local_address
+        return None if la is None else la.strip("[]")
+
+    def local_address_hint(self) -> str:
+        """What a failed connect adds to its error when ``local_address`` is set."""
+        if self.local_address is None:
+            return ""
+        return (f" (dialing from local_address={self.local_address!r}: is that address one "
+                "of this host's, and can it reach nsqd?)")
+
     def identify_payload(self) -> dict[str, Any]:
         """The IDENTIFY body: what we are and which features we ask for."""
         payload: dict[str, Any] = {
@@ -246,6 +283,11 @@ class ConnectionConfig:
             payload["output_buffer_timeout"] = self.output_buffer_timeout
         if self.msg_timeout is not None:
             payload["msg_timeout"] = self.msg_timeout_ms
+        # the topology experiment's keys: sent only when set (nsqd v1.3.0 ignores them)
+        if self.topology_zone is not None:
+            payload["topology_zone"] = self.topology_zone
+        if self.topology_region is not None:
+            payload["topology_region"] = self.topology_region
         return payload
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -274,6 +316,20 @@ class ConnectionConfig:
         return ctx
 
 
+def _check_local_address(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        try:
+            ipaddress.ip_address(value.strip("[]"))
+            return
+        except ValueError:
+            pass
+    raise ConfigError(f"local_address={value!r}: give the local IP address to dial from, "
+                      "without a port (e.g. '127.0.0.2' or '::1'; the port is chosen by the "
+                      "operating system), or None")
+
+
 # -- the Reader's and the Producer's own numbers ------------------------------------------
 #
 # Bounded here, next to the connection options, so that every number a user gives is
@@ -281,6 +337,20 @@ class ConnectionConfig:
 
 #: nsqd counts a message's attempts in 16 bits.
 MAX_ATTEMPTS = 65535
+
+#: The Reader's ``backoff_strategy`` values (go-nsq's ``BackoffStrategy``): how long the
+#: backoff window at level ``n`` lasts, ``backoff_multiplier`` seconds being the unit and
+#: ``max_backoff_duration`` the cap:
+#:
+#: * ``"exponential"`` (the default, go-nsq's ``ExponentialStrategy``):
+#:   ``backoff_multiplier * 2 ** (n - 1)`` seconds;
+#: * ``"full_jitter"`` (go-nsq's ``FullJitterStrategy``, AWS's "full jitter"): a uniformly
+#:   random duration from 0 up to that exponential one, so that many consumers failing
+#:   at once do not all come back at the same moment.
+BACKOFF_STRATEGIES = ("exponential", "full_jitter")
+
+#: The most handler threads ``concurrency`` may ask for.
+MAX_CONCURRENCY = 1024
 
 
 def check_reader_options(arguments: Mapping[str, Any]) -> None:
@@ -300,6 +370,17 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
               hint="0 turns backoff off")
     for name in ("low_rdy_idle_timeout", "max_requeue_delay", "drain_timeout"):
         v.seconds(a[name], name, lo_open=False)
+    strategy = a["backoff_strategy"]
+    if strategy not in BACKOFF_STRATEGIES:
+        close = difflib.get_close_matches(str(strategy), BACKOFF_STRATEGIES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"backoff_strategy={strategy!r}: {hint}give one of "
+                          + ", ".join(map(repr, BACKOFF_STRATEGIES)))
+    v.seconds(a["low_rdy_timeout"], "low_rdy_timeout",
+              none="one random holder gives its RDY up per redistribution round",
+              hint="seconds a connection may hold RDY while others wait (go-nsq: 30)")
+    v.integer(a["concurrency"], "concurrency", lo=1, hi=MAX_CONCURRENCY, unit="threads",
+              hint="1 runs the handler on the loop thread, as before")
 
 
 def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,

@@ -221,8 +221,11 @@ class Connection(NegotiatedAttributes):
         self._closed_fut = self._aloop.create_future()
         cfg = self.config
         try:
-            stream = await asyncio.wait_for(TCPClient().connect(self.host, self.port),
-                                            cfg.connect_timeout)
+            # local_address: go-nsq's LocalAddr, the source IP to dial from
+            stream = await asyncio.wait_for(
+                TCPClient().connect(self.host, self.port,
+                                    source_ip=cfg.source_ip),
+                cfg.connect_timeout)
         except asyncio.TimeoutError:
             self._fail_connect()
             raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
@@ -231,7 +234,8 @@ class Connection(NegotiatedAttributes):
             self._fail_connect()
             real = getattr(exc, "real_error", None) or exc
             raise ConnectError(f"cannot connect to nsqd at {self.address}: {real}; is nsqd "
-                               "running and listening there?") from exc
+                               "running and listening there?" + cfg.local_address_hint()
+                               ) from exc
         self._stream = stream
         stream.set_nodelay(True)
         _keep_last_words(stream, self._last_words)
@@ -908,3 +912,4 @@ def _unanswered(address: str, exc: BaseException | None) -> BaseException:
         return ConnectionClosedError(f"nsqd at {address} closed the connection after "
                                      f"{exc.code} for an earlier command")
     return exc
+

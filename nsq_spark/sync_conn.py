@@ -97,13 +97,17 @@ class SyncConnection(NegotiatedAttributes):
             if connect_timeout <= 0:
                 raise NSQTimeoutError(f"no time left to connect to nsqd at {self.address}")
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=connect_timeout)
+            # local_address: go-nsq's LocalAddr, the source IP to dial from (port: the OS's)
+            source = None if cfg.source_ip is None else (cfg.source_ip, 0)
+            sock = socket.create_connection((self.host, self.port), timeout=connect_timeout,
+                                            source_address=source)
         except socket.timeout:
             raise ConnectError(f"timed out after {cfg.connect_timeout}s connecting to nsqd at "
                                f"{self.address}; is it reachable?") from None
         except OSError as exc:
             raise ConnectError(f"cannot connect to nsqd at {self.address}: {exc}; is nsqd "
-                               "running and listening there?") from exc
+                               "running and listening there?" + cfg.local_address_hint()
+                               ) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(cfg.response_timeout)
         self._sock = sock

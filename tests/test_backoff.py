@@ -7,7 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential
+import random
+
+from nsq_spark.config import BACKOFF_STRATEGIES, check_reader_options
+from nsq_spark.errors import ConfigError
+from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential, full_jitter
 
 pytestmark = pytest.mark.unit
 
@@ -94,9 +98,11 @@ def test_zero_turns_backoff_off():
 def test_reset_and_state():
     b = Backoff(max_backoff_duration=5, multiplier=0.1)
     b.record(False)
-    assert b.state() == {"level": 1, "in_window": True, "duration": 0.1, "enabled": True}
+    assert b.state() == {"level": 1, "in_window": True, "duration": 0.1, "enabled": True,
+                         "strategy": "exponential"}
     b.reset()
-    assert b.state() == {"level": 0, "in_window": False, "duration": 0.0, "enabled": True}
+    assert b.state() == {"level": 0, "in_window": False, "duration": 0.0, "enabled": True,
+                         "strategy": "exponential"}
 
 
 @settings(max_examples=300, deadline=None)
@@ -128,3 +134,93 @@ def test_the_old_import_path_still_gives_the_same_objects():
 
     for name in ("Backoff", "Decision", "Action", "exponential"):
         assert getattr(old, name) is getattr(new, name), name
+
+
+# -- backoff_strategy: go-nsq's exponential and full-jitter strategies --------------------
+
+def test_the_strategy_names_the_reader_accepts_are_the_ones_computed():
+    for name in BACKOFF_STRATEGIES:
+        assert Backoff(strategy=name).strategy == name
+    with pytest.raises(ValueError, match="backoff_strategy"):
+        Backoff(strategy="linear")
+
+
+@given(level=st.integers(1, 40), mult=st.floats(0.001, 10), cap=st.floats(0.001, 3600),
+       seed=st.integers(0, 2**32))
+def test_full_jitter_is_between_zero_and_the_exponential_duration(level, mult, cap, seed):
+    d = full_jitter(level, mult, cap, random.Random(seed))
+    assert 0 <= d < exponential(level, mult, cap) or d == 0
+
+
+def test_full_jitter_spreads_durations_over_the_whole_window():
+    rng = random.Random(7)
+    draws = [full_jitter(4, 1.0, 100, rng) for _ in range(2000)]  # window of 8 s
+    assert min(draws) < 0.5 and max(draws) > 7.5  # not a fixed point, not a narrow band
+    assert 3.6 < sum(draws) / len(draws) < 4.4  # uniform: the mean is half the window
+
+
+def test_full_jitter_windows_are_random_but_the_levels_follow_the_exponential_rule():
+    exp, jit = Backoff(10, 1), Backoff(10, 1, strategy="full_jitter", rng=random.Random(1))
+    levels, durations = [], []
+    for _ in range(8):
+        d_exp, d_jit = exp.record(False), jit.record(False)
+        assert d_jit.action is Action.BACKOFF
+        assert d_jit.level == d_exp.level  # same level, same cap: same recovery
+        assert 0 <= d_jit.duration <= d_exp.duration
+        levels.append(d_jit.level)
+        durations.append(d_jit.duration)
+        exp.window_ended()
+        jit.window_ended()
+    assert levels == [1, 2, 3, 4, 5, 5, 5, 5]
+    assert len(set(durations)) == len(durations)  # each window drawn anew
+    assert jit.state()["strategy"] == "full_jitter"
+    assert jit.state()["duration"] == 10  # the envelope, not a draw
+
+
+def test_the_same_seed_gives_the_same_windows():
+    def windows(seed: int) -> list[float]:
+        b = Backoff(60, 1, strategy="full_jitter", rng=random.Random(seed))
+        out = []
+        for _ in range(5):
+            out.append(b.record(False).duration)
+            b.window_ended()
+        return out
+    assert windows(3) == windows(3) != windows(4)
+
+
+def _reader_options(**changes):
+    base = dict(max_tries=5, max_in_flight=1, lookupd_poll_jitter=0.3,
+                lookupd_poll_interval=60, lookupd_connect_timeout=1,
+                lookupd_request_timeout=2, backoff_multiplier=1.0,
+                rdy_redistribute_interval=5.0, reconnect_initial=1.0, reconnect_max=60.0,
+                max_backoff_duration=128, low_rdy_idle_timeout=10, max_requeue_delay=900,
+                drain_timeout=5.0, backoff_strategy="exponential", low_rdy_timeout=None,
+                concurrency=1)
+    base.update(changes)
+    return base
+
+
+def test_the_reader_refuses_an_unknown_strategy_naming_the_choices():
+    check_reader_options(_reader_options(backoff_strategy="full_jitter"))
+    with pytest.raises(ConfigError, match=r"backoff_strategy='full-jitter': did you mean "
+                                          r"'full_jitter'\? give one of 'exponential', "
+                                          r"'full_jitter'"):
+        check_reader_options(_reader_options(backoff_strategy="full-jitter"))
+    with pytest.raises(ConfigError, match="backoff_strategy=None"):
+        check_reader_options(_reader_options(backoff_strategy=None))
+
+
+@pytest.mark.parametrize("name,bad,match", [
+    ("low_rdy_timeout", 0, "low_rdy_timeout=0"),
+    ("low_rdy_timeout", -1, "low_rdy_timeout"),
+    ("low_rdy_timeout", "30", "low_rdy_timeout"),
+    ("low_rdy_timeout", float("inf"), "low_rdy_timeout"),
+    ("concurrency", 0, "concurrency=0"),
+    ("concurrency", 2.0, "concurrency"),
+    ("concurrency", True, "concurrency"),
+    ("concurrency", 1025, "concurrency=1025"),
+])
+def test_the_reader_bounds_low_rdy_timeout_and_concurrency(name, bad, match):
+    with pytest.raises(ConfigError, match=match):
+        check_reader_options(_reader_options(**{name: bad}))
+    check_reader_options(_reader_options(low_rdy_timeout=30, concurrency=1024))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ssl
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 import pytest
 
 from nsq_spark.config import ConnectionConfig
@@ -93,3 +96,41 @@ def test_ssl_context_verification_on_by_default_and_switchable() -> None:
     assert ConnectionConfig(tls_options=given).ssl_context() is given
     with pytest.raises(OSError):
         ConnectionConfig(tls_ca_file="/nonexistent/ca.pem").ssl_context()
+
+
+# -- go-nsq's LocalAddr, TopologyZone, TopologyRegion ----------------------------------------
+
+def test_topology_hints_are_sent_in_identify_only_when_set() -> None:
+    plain = ConnectionConfig().identify_payload()
+    assert "topology_zone" not in plain and "topology_region" not in plain
+    zoned = ConnectionConfig.from_options(topology_zone="us-east-1a",
+                                          topology_region="us-east-1").identify_payload()
+    assert (zoned["topology_zone"], zoned["topology_region"]) == ("us-east-1a", "us-east-1")
+    only_zone = ConnectionConfig(topology_zone="z").identify_payload()
+    assert only_zone["topology_zone"] == "z" and "topology_region" not in only_zone
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"topology_zone": ""}, "topology_zone=''"),
+    ({"topology_zone": "  "}, "topology_zone"),
+    ({"topology_region": 5}, r"topology_region=5 \(int\)"),
+    ({"topology_region": "r" * 256}, "topology_region is 256 characters long: give at most 255"),
+    ({"topology_zon": "a"}, "did you mean 'topology_zone'"),
+    ({"local_address": "127.0.0.2:4000"}, "without a port"),
+    ({"local_address": "localhost"}, "local_address='localhost'"),
+    ({"local_address": 2130706434}, "local_address"),
+    ({"local_addr": "127.0.0.2"}, "did you mean 'local_address'"),
+])
+def test_go_nsq_connection_options_are_checked(opts: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ConnectionConfig.from_options(**opts)
+
+
+@given(ip=st.ip_addresses())
+def test_any_ip_address_is_a_local_address_and_never_an_identify_key(ip) -> None:
+    for given_as in (str(ip), f"[{ip}]" if ip.version == 6 else str(ip)):
+        cfg = ConnectionConfig(local_address=given_as)
+        assert cfg.source_ip == str(ip)  # bound as the bare address
+        assert "local_address" not in cfg.identify_payload()
+    assert ConnectionConfig().source_ip is None
+    assert ConnectionConfig().local_address_hint() == ""

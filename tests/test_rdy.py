@@ -322,6 +322,104 @@ def test_tick_with_enough_budget_heals_connections_left_at_zero():
     assert a.rdy == a_share
 
 
+# -- low_rdy_timeout: go-nsq's LowRdyTimeout -------------------------------------------------
+
+
+def held_policy(mif: int, timeout: float, seed: int = 0) -> RdyPolicy:
+    return RdyPolicy(mif, low_rdy_idle_timeout=10, rng=random.Random(seed),
+                     low_rdy_timeout=timeout)
+
+
+def busy(p: RdyPolicy, t: float) -> None:
+    """Every holder receives a message at ``t`` and answers it: nobody is ever idle."""
+    for c in list(p.conns.values()):
+        if c.rdy:
+            p.on_messages(c, 1, t)
+            p.on_responses(c, finished=1)
+
+
+def test_low_rdy_timeout_busy_holder_keeps_rdy_until_the_timeout_then_gives_it_up():
+    p = held_policy(1, timeout=30)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    for t in range(1, 31):  # busy for 30 s: no random rotation with low_rdy_timeout
+        busy(p, t)
+        assert p.tick(t) == [], t
+    # first seen holding at t=1: held 30 s at t=31 is not more than 30; 31 s at t=32 is
+    busy(p, 31)
+    assert p.tick(31) == []
+    busy(p, 32)
+    # nothing in flight on the holder: the slot is free at once, the waiting one gets it
+    assert commands_by_key(p.tick(32)) == {holder.key: 0, waiting.key: 1}
+    assert waiting.rdy_since == 32 and holder.rdy_since is None
+    busy(p, 33)
+    assert p.tick(33) == []  # the one that gave up waits: no ping-pong
+
+
+def test_low_rdy_timeout_counts_from_the_tick_that_gave_rdy_and_not_from_refreshes():
+    p = held_policy(1, timeout=5)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    p.tick(0.5)  # stamps the holder (RDY came from add, not from a tick)
+    for t in range(1, 6):
+        busy(p, t)  # on_messages refreshes RDY 1 every message in this regime
+        assert p.tick(t) == []
+    busy(p, 6)
+    assert commands_by_key(p.tick(6)) == {holder.key: 0, waiting.key: 1}
+    for t in range(7, 12):
+        busy(p, t)
+        assert p.tick(t) == []
+    busy(p, 12)  # given at 6, held 6 s > 5: back to the first
+    assert commands_by_key(p.tick(12)) == {waiting.key: 0, holder.key: 1}
+
+
+def test_low_rdy_timeout_gives_every_busy_connection_turns_in_order():
+    p = held_policy(2, timeout=3, seed=5)
+    conns = [p.add(i, now=0)[0] for i in range(6)]
+    served: list[set] = []
+    for t in range(1, 61):
+        busy(p, t)
+        p.tick(t)
+        assert p.total_rdy <= 2
+        served.append({c.key for c in conns if c.rdy})
+    assert set().union(*served) == set(range(6))
+    # nobody holds RDY for more than low_rdy_timeout plus two rounds (stamp, give up)
+    for c in conns:
+        run = longest = 0
+        for holders in served:
+            run = run + 1 if c.key in holders else 0
+            longest = max(longest, run)
+        assert longest <= 3 + 2, (c.key, longest)
+
+
+def test_low_rdy_timeout_plays_no_part_when_there_is_rdy_for_everyone():
+    p = held_policy(10, timeout=1)
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    for t in range(1, 20):
+        busy(p, t)
+        p.tick(t)
+    assert (a.rdy, b.rdy) == (5, 5)
+
+
+def test_default_rule_without_low_rdy_timeout_still_rotates_at_random():
+    p = policy(1, idle=10)
+    assert p.low_rdy_timeout is None
+    a, _ = p.add("a", now=0)
+    b, _ = p.add("b", now=0)
+    holder, waiting = (a, b) if a.rdy else (b, a)
+    busy(p, 1)
+    assert commands_by_key(p.tick(1)) == {holder.key: 0, waiting.key: 1}
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_rejects_a_low_rdy_timeout_that_is_not_positive(bad):
+    with pytest.raises(ValueError, match="low_rdy_timeout"):
+        RdyPolicy(1, low_rdy_timeout=bad)
+
+
 # -- backoff hooks -------------------------------------------------------------------------
 
 
@@ -401,9 +499,13 @@ def test_testing_tick_gives_rdy_1_back_to_a_lone_connection():
 
 
 class RdyMachine(RuleBasedStateMachine):
+    LOW_RDY_TIMEOUT: float | None = None
+    IDLE = 2.0
+
     def __init__(self) -> None:
         super().__init__()
-        self.p = RdyPolicy(5, low_rdy_idle_timeout=2, rng=random.Random(0))
+        self.p = RdyPolicy(5, low_rdy_idle_timeout=self.IDLE, rng=random.Random(0),
+                           low_rdy_timeout=self.LOW_RDY_TIMEOUT)
         self.now = 0.0
         self.next_key = 0
         self.wire: dict = {}  # what nsqd was last told, per connection
@@ -504,6 +606,30 @@ class RdyMachine(RuleBasedStateMachine):
 
 RdyMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestRdyMachine = RdyMachine.TestCase
+
+
+class HeldRdyMachine(RdyMachine):
+    """The same invariants under go-nsq's rule, plus its own: in the low-RDY regime no
+    connection is seen holding RDY at a tick more than ``low_rdy_timeout`` after the tick
+    that first saw it hold."""
+    LOW_RDY_TIMEOUT = 3.0
+    IDLE = 1000.0  # nobody gives up for idleness: only the rule under test moves RDY
+
+    @invariant()
+    def nobody_holds_rdy_past_low_rdy_timeout_at_a_tick(self):
+        p = self.p
+        if p.mode is BACKOFF or not p.max_in_flight or len(p.conns) <= p.cap():
+            return
+        self.now += 1.0
+        self.apply(p.tick(self.now))
+        for c in p.conns.values():
+            if c.rdy:  # every holder is stamped by a tick, and not older than the timeout
+                assert c.rdy_since is not None and self.now - c.rdy_since <= 3.0
+
+
+HeldRdyMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40,
+                                            deadline=None)
+TestHeldRdyMachine = HeldRdyMachine.TestCase
 
 
 def test_the_old_import_path_still_gives_the_same_objects():

@@ -9,11 +9,16 @@ Only one result counts per window: results that arrive while a window is open (m
 that were already in flight when it opened) are ignored, so a burst of failures raises the
 level by one, not by the burst's size (go-nsq's rule, and the guide's).
 
-Durations follow go-nsq's exponential strategy: ``multiplier * 2 ** (level - 1)`` seconds,
-capped at ``max_backoff_duration``; the level stops growing once the cap is reached, so
-recovering from the worst case takes a bounded number of successes. (pynsq uses a
-two-speed linear timer instead; we follow go-nsq and the guide.) Setting
-``max_backoff_duration`` to 0 turns backoff off.
+Durations follow one of go-nsq's two strategies (``backoff_strategy``, the names in
+:data:`nsq_spark.config.BACKOFF_STRATEGIES`): ``"exponential"``, ``multiplier * 2 **
+(level - 1)`` seconds capped at ``max_backoff_duration`` (the default), or
+``"full_jitter"``, a uniformly random duration in ``[0, that)`` drawn from the injected
+random source. The level stops growing once the exponential duration reaches the cap,
+whichever the strategy, so recovering from the worst case takes a bounded number of
+successes. (pynsq uses a two-speed linear timer instead; we follow go-nsq and the guide.
+go-nsq draws the jitter below the uncapped power of two and caps after; we draw below the
+capped one, so that every duration up to the cap is as likely -- AWS's definition of full
+jitter.) Setting ``max_backoff_duration`` to 0 turns backoff off.
 
 The Reader feeds it at most one result per batch of responses (:meth:`Backoff.record`)
 and acts on the returned :class:`Decision`.
@@ -32,7 +37,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..config import BACKOFF_STRATEGIES
 
 if TYPE_CHECKING:
     import asyncio
@@ -44,7 +52,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.backoff_timer")
 
-__all__ = ["Backoff", "BackoffWindows", "Decision", "Action", "exponential"]
+__all__ = ["Backoff", "BackoffWindows", "Decision", "Action", "exponential", "full_jitter"]
 
 
 class Action(enum.Enum):
@@ -80,22 +88,46 @@ def exponential(level: int, multiplier: float, cap: float) -> float:
     return min(cap, multiplier * (2.0 ** min(level - 1, 1000)))
 
 
+def full_jitter(level: int, multiplier: float, cap: float, rng: random.Random) -> float:
+    """Seconds of backoff at ``level`` by full jitter: uniform in ``[0, exponential)``."""
+    return rng.random() * exponential(level, multiplier, cap)
+
+
+def _exponential(level: int, multiplier: float, cap: float, rng: random.Random) -> float:
+    return exponential(level, multiplier, cap)
+
+
+# the strategy's name (the Reader's backoff_strategy=) -> seconds at a level
+_DURATIONS: dict[str, Callable[[int, float, float, random.Random], float]] = {
+    "exponential": _exponential, "full_jitter": full_jitter}
+assert set(_DURATIONS) == set(BACKOFF_STRATEGIES), "config names a strategy nobody computes"
+
+
 class Backoff:
     """Backoff state of one Reader.
 
     Args:
         max_backoff_duration: the longest window in seconds; 0 turns backoff off.
         multiplier: the first window's length in seconds (go-nsq's ``BackoffMultiplier``).
+        strategy: ``"exponential"`` or ``"full_jitter"`` (see the module doc).
+        rng: the random source of ``"full_jitter"`` (injected for tests).
     """
 
-    def __init__(self, max_backoff_duration: float = 128.0, multiplier: float = 1.0) -> None:
+    def __init__(self, max_backoff_duration: float = 128.0, multiplier: float = 1.0,
+                 strategy: str = "exponential", rng: random.Random | None = None) -> None:
         if max_backoff_duration < 0:
             raise ValueError("max_backoff_duration must be >= 0 seconds (0 turns backoff off), "
                              f"got {max_backoff_duration}")
         if multiplier <= 0:
             raise ValueError(f"backoff multiplier must be > 0 seconds, got {multiplier}")
+        if strategy not in _DURATIONS:
+            raise ValueError(f"backoff_strategy must be one of {sorted(_DURATIONS)}, "
+                             f"got {strategy!r}")
         self.max_backoff_duration = float(max_backoff_duration)
         self.multiplier = float(multiplier)
+        self.strategy = strategy
+        self._duration = _DURATIONS[strategy]
+        self.rng = rng or random.Random()
         self.level = 0
         self.in_window = False  # a window is open: results are ignored until window_ended()
         # highest level worth reaching: the first whose duration hits the cap
@@ -113,8 +145,10 @@ class Backoff:
         return self.level > 0 or self.in_window
 
     def duration(self, level: int | None = None) -> float:
-        return exponential(self.level if level is None else level, self.multiplier,
-                           self.max_backoff_duration)
+        """Seconds of the window at ``level`` (default: the current one), by the strategy
+        (``"full_jitter"``: a new draw at every call)."""
+        return self._duration(self.level if level is None else level, self.multiplier,
+                              self.max_backoff_duration, self.rng)
 
     def record(self, success: bool) -> Decision:
         """One result: ``True`` for a success (FIN), ``False`` for a failure (REQ with backoff).
@@ -146,9 +180,11 @@ class Backoff:
         self.in_window = False
 
     def state(self) -> dict[str, object]:
+        # the window's envelope: with full jitter, the longest the window can be
         return {"level": self.level, "in_window": self.in_window,
-                "duration": self.duration() if self.level else 0.0,
-                "enabled": self.enabled}
+                "duration": exponential(self.level, self.multiplier,
+                                        self.max_backoff_duration) if self.level else 0.0,
+                "enabled": self.enabled, "strategy": self.strategy}
 
 
 class BackoffWindows:

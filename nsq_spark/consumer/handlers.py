@@ -17,7 +17,9 @@ record of a connection itself.
   the application; an exception requeues;
 * :class:`PerMessageCoroutine`: ``async def f(message)``, one task per message;
 * :class:`Batch`: ``g(messages)`` once per chunk (plain, coroutine function, or returning
-  an awaitable); True/None finishes, False requeues the messages ``g`` did not answer.
+  an awaitable); True/None finishes, False requeues the messages ``g`` did not answer;
+* :class:`Concurrent`: ``f(message)`` on a bounded pool of ``concurrency`` threads (go-nsq's
+  ``AddConcurrentHandlers``), for blocking handlers (see its doc: ordering, in flight).
 
 :func:`choose` picks one. The strategies get the ledger, the loop bridge and a task group;
 they know nothing of the Reader.
@@ -27,9 +29,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
+from collections import deque
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .._loop import on_loop_future
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     import asyncio
@@ -41,12 +47,15 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.handlers")
 
-__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose",
-           "is_coroutine_function"]
+__all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "Concurrent", "choose",
+           "check_concurrency", "is_coroutine_function"]
 
 
 class Strategy(Protocol):
     def __call__(self, link: "Link", msgs: list["Message"]) -> None: ...
+
+    def close(self) -> None:
+        """Closing: hand nothing more to the handler (what it holds is requeued)."""
 
 
 def is_coroutine_function(f: Any) -> bool:
@@ -66,6 +75,9 @@ class _Base:
         self.bridge = bridge
         self.tasks = tasks
         self.name = name
+
+    def close(self) -> None:
+        """Nothing to stop: the handler runs on the loop (or as its tasks)."""
 
     def settle_one(self, link: "Link", m: "Message", result: Any) -> None:
         """The final result of an async handling: answer unless the handler did."""
@@ -181,6 +193,133 @@ class Batch(_Base):
         self.answers.settle_chunk(link, msgs, r is not False)
 
 
+_STOP = None  # a worker's signal to exit
+
+
+class Concurrent(_Base):
+    """``f(message)`` on ``threads`` worker threads (go-nsq's ``AddConcurrentHandlers``).
+
+    For blocking handlers (a database write, an HTTP call): while one waits, the others
+    handle. On the loop thread each chunk is handed over (in flight from now on, and held:
+    ``close()`` requeues what is left) and queued; a worker calls ``f`` (through pynsq's
+    hooks when overridden) and its result goes back to the loop in batches, where the
+    ledger settles it as the one-thread strategy would: True/None FIN, False or an
+    exception REQ (default delay, backoff), ``enable_async()`` leaves the answer to the
+    application; an awaitable is refused (an ``async def`` handler already runs
+    concurrently on the loop) and requeued.
+
+    Ordering: none across messages: N handlers run at once and finish in any order
+    (as in go-nsq). In flight: a message counts from the moment it is queued for the pool
+    until it is answered, so ``max_in_flight`` still bounds the queued and running
+    messages together (the queue never holds more), and ``is_starved()`` sees them.
+    Threads start with the first chunk and are daemons; ``close()`` stops them once they
+    finish the message they hold (drain_timeout applies as for any handler).
+    """
+
+    def __init__(self, call: Callable[..., Any], answers: "Answers", bridge: "LoopBridge",
+                 tasks: "TaskGroup", name: str, threads: int) -> None:
+        super().__init__(call, answers, bridge, tasks, name)
+        self.threads = threads
+        self._todo: SimpleQueue[tuple["Link", "Message"] | None] = SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        # results: appended by workers, drained by one loop callback at a time
+        self._done: deque[tuple["Link", "Message", Any, "Exception | None"]] = deque()
+        self._drain_scheduled = False
+        self._closed = False
+
+    def __call__(self, link: "Link", msgs: list["Message"]) -> None:
+        if not self._workers:
+            self._start()
+        self.answers.hand_over_held(link, msgs)
+        put = self._todo.put
+        for m in msgs:
+            put((link, m))
+
+    def _start(self) -> None:
+        for i in range(self.threads):
+            t = threading.Thread(target=self._work, name=f"nsq-handler[{self.name}]-{i}",
+                                 daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def _work(self) -> None:  # a worker thread
+        get, call, done = self._todo.get, self.call, self._done.append
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            link, m = item
+            if m.responded:  # requeued by close() while queued
+                continue
+            try:
+                done((link, m, call(m), None))
+            except Exception as exc:
+                done((link, m, None, exc))
+            if not self._drain_scheduled:
+                self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        self._drain_scheduled = True
+        loop = self.bridge.loop
+        try:
+            if loop is None:
+                raise RuntimeError("no loop")
+            loop.call_soon_threadsafe(self._settle_done)
+        except RuntimeError:  # the loop closed: close() requeued what was unanswered
+            self._drain_scheduled = False
+
+    def _settle_done(self) -> None:  # the loop thread
+        self._drain_scheduled = False  # first: a result racing with the drain schedules anew
+        q = self._done
+        settle = self.answers.settle
+        while q:
+            link, m, r, exc = q.popleft()
+            if m.delegated:  # the application answers it (held since the hand-over)
+                if exc is not None:
+                    log.error("[%s] handler failed on message %s from %s after "
+                              "enable_async(); the application answers it", self.name,
+                              _mid(m), link.address, exc_info=exc)
+                continue
+            if exc is not None:
+                log.error("[%s] handler failed on message %s from %s; requeueing",
+                          self.name, _mid(m), link.address, exc_info=exc)
+                settle(link, m, False)
+            elif r is True or r is None:
+                settle(link, m, True)
+            elif r is False:
+                settle(link, m, False)
+            else:
+                log.error("[%s] handler returned %r for message %s from %s: with "
+                          "concurrency > 1 return True, False or None (an async def "
+                          "handler needs no threads); requeueing", self.name, r, _mid(m),
+                          link.address)
+                settle(link, m, False)
+        self.answers.flush()
+
+    def close(self) -> None:
+        """No new message reaches the handler; each worker exits after its current one."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._workers:
+            self._todo.put(_STOP)
+
+
+def check_concurrency(concurrency: int, *, message_handler: Callable[..., Any] | None,
+                      batch_handler: Callable[..., Any] | None) -> None:
+    """ConfigError when ``concurrency`` > 1 cannot apply to the handler given."""
+    if concurrency == 1:
+        return
+    if batch_handler is not None:
+        raise ConfigError(f"concurrency={concurrency} runs a per-message handler on that many "
+                          "threads; a batch_handler gets whole chunks: give a "
+                          "message_handler, or leave concurrency at 1")
+    if message_handler is not None and is_coroutine_function(message_handler):
+        raise ConfigError(f"concurrency={concurrency} is for blocking handlers; an async def "
+                          "handler already runs concurrently on the loop (up to "
+                          "max_in_flight at once): leave concurrency at 1")
+
+
 def _unchanged(m: "Message") -> "Message":
     return m
 
@@ -194,23 +333,33 @@ def choose(*, message_handler: Callable[..., Any] | None,
            process: Callable[..., Any] | None = None,
            preprocess: Callable[..., Any] | None = None,
            validate: Callable[..., Any] | None = None,
-           answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str
-           ) -> Strategy:
+           answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str,
+           concurrency: int = 1) -> Strategy:
     """The strategy for the handler given. ``process`` / ``preprocess`` / ``validate``:
     pynsq's subclass hooks, given only when overridden (then the handler is called through
-    them, as a plain function: pynsq calls ``process_message`` synchronously)."""
+    them, as a plain function: pynsq calls ``process_message`` synchronously).
+    ``concurrency`` > 1: the per-message call runs on that many threads (:class:`Concurrent`;
+    :func:`check_concurrency` says where it cannot); 1: on the loop thread."""
+    check_concurrency(concurrency, message_handler=message_handler,
+                      batch_handler=batch_handler)
     common = (answers, bridge, tasks, name)
     if batch_handler is not None:
         return Batch(batch_handler, *common, is_coroutine_function(batch_handler))
+
+    def per_message(call: Callable[..., Any]) -> Strategy:
+        if concurrency > 1:
+            return Concurrent(call, *common, concurrency)
+        return PerMessage(call, *common)
+
     if process is None and preprocess is None and validate is None:
         assert message_handler is not None
         if is_coroutine_function(message_handler):
             return PerMessageCoroutine(message_handler, *common)
-        return PerMessage(message_handler, *common)
+        return per_message(message_handler)
     handle = process if process is not None else message_handler
     assert handle is not None
     if preprocess is None and validate is None:
-        return PerMessage(handle, *common)
+        return per_message(handle)
     pre: Callable[[Message], Any] = preprocess if preprocess is not None else _unchanged
     valid: Callable[[Any], Any] = validate if validate is not None else _valid
 
@@ -218,4 +367,4 @@ def choose(*, message_handler: Callable[..., Any] | None,
         if not valid(pre(m)):
             return True  # pynsq: an invalid message is finished unhandled
         return handle(m)
-    return PerMessage(call, *common)
+    return per_message(call)

@@ -19,8 +19,16 @@ choice is noted):
   when at most one RDY is allowed), a periodic :meth:`RdyPolicy.tick` takes RDY from
   connections idle for ``low_rdy_idle_timeout`` and gives RDY 1 to the connections that
   have waited longest (ties at random).
-  Beyond go-nsq and pynsq, when the budget is all held by busy connections the tick takes
-  it from one holder at random, so every nsqd gets a turn even while another never idles;
+  Busy connections give their RDY up too, so that every nsqd gets a turn even while
+  another never idles, by one of two rules: by default (beyond go-nsq and pynsq), when
+  connections wait and every slot is held, the tick takes it from one holder at random;
+  with ``low_rdy_timeout`` (go-nsq's ``LowRdyTimeout``) instead, every connection that
+  has held its RDY for longer than that gives it up, busy or not (go-nsq's rule). How
+  long a connection has held RDY is measured from the tick that gave it RDY (or, when
+  another event did, from the first tick that saw it hold RDY: never overestimated, so
+  no connection gives up earlier than ``low_rdy_timeout``); a RDY refresh of the same
+  count does not restart it (go-nsq's clock restarts on any RDY; ours sends a refresh
+  per message in this regime, which would never let a busy connection go);
 * backoff: :meth:`enter_backoff` sends RDY 0 everywhere, :meth:`test_waters` gives RDY 1 to
   one random connection, :meth:`exit_backoff` returns everyone to their share.
 
@@ -72,7 +80,7 @@ class ConnRdy(Generic[H]):
     """RDY bookkeeping for one connection. ``handle`` is the caller's (the policy ignores it)."""
 
     __slots__ = ("key", "handle", "max_rdy_count", "rdy", "remaining", "low_water",
-                 "in_flight", "last_msg_at", "finished", "requeued", "turn")
+                 "in_flight", "last_msg_at", "finished", "requeued", "turn", "rdy_since")
 
     def __init__(self, key: Any, max_rdy_count: int = 2500, now: float = 0.0,
                  handle: H | None = None) -> None:
@@ -92,6 +100,9 @@ class ConnRdy(Generic[H]):
         self.finished = 0
         self.requeued = 0
         self.turn = -1  # when it last lost its RDY (a counter): the longest waiting go first
+        # when it got RDY from 0, as the RDY tick saw it (None: holds none, or no tick has
+        # seen it hold yet); read by the low_rdy_timeout rule
+        self.rdy_since: float | None = None
 
     def __repr__(self) -> str:
         return (f"ConnRdy({self.key!r}, rdy={self.rdy}, in_flight={self.in_flight}, "
@@ -106,15 +117,22 @@ class RdyPolicy(Generic[H]):
         low_rdy_idle_timeout: seconds without a message after which a connection gives its
             RDY up when there is not enough RDY for everyone.
         rng: random source (injected for tests).
+        low_rdy_timeout: seconds a connection may hold RDY, busy or not, when there is not
+            enough RDY for everyone (go-nsq's ``LowRdyTimeout``); None: the default rule
+            instead, one random holder per tick while others wait (see the module doc).
     """
 
     def __init__(self, max_in_flight: int, low_rdy_idle_timeout: float = 10.0,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 low_rdy_timeout: float | None = None) -> None:
         _check_max_in_flight(max_in_flight)
         if low_rdy_idle_timeout < 0:
             raise ValueError(f"low_rdy_idle_timeout must be >= 0 seconds, got {low_rdy_idle_timeout}")
+        if low_rdy_timeout is not None and not low_rdy_timeout > 0:
+            raise ValueError(f"low_rdy_timeout must be > 0 seconds or None, got {low_rdy_timeout}")
         self.max_in_flight = max_in_flight
         self.low_rdy_idle_timeout = low_rdy_idle_timeout
+        self.low_rdy_timeout = low_rdy_timeout
         self.rng = rng or random.Random()
         self.conns: dict[Any, ConnRdy[H]] = {}
         self.total_rdy = 0  # sum of ConnRdy.rdy
@@ -293,10 +311,19 @@ class RdyPolicy(Generic[H]):
             return self.rebalance()
         conns = list(self.conns.values())
         gave_up = set()
-        for c in conns:  # idle connections give their RDY up
-            if c.rdy > 0 and now - c.last_msg_at > self.low_rdy_idle_timeout:
+        held_too_long = self.low_rdy_timeout
+        for c in conns:  # idle connections give their RDY up (and, with low_rdy_timeout,
+            if c.rdy == 0:  # those that held it too long)
+                continue
+            if now - c.last_msg_at > self.low_rdy_idle_timeout:
                 self._send(c, 0, out)
                 gave_up.add(c.key)
+            elif held_too_long is not None:
+                if c.rdy_since is None:
+                    c.rdy_since = now
+                elif now - c.rdy_since > held_too_long:
+                    self._send(c, 0, out)
+                    gave_up.add(c.key)
         # A connection with RDY or messages in flight holds a slot (pynsq's rule: a
         # connection set to RDY 0 keeps its in-flight messages until they are answered).
         holders = sum(1 for c in conns if c.rdy > 0 or c.in_flight > 0)
@@ -304,7 +331,7 @@ class RdyPolicy(Generic[H]):
         # those that just gave their RDY up wait for the next round (others go first)
         waiting = [c for c in conns
                    if c.rdy == 0 and c.in_flight == 0 and c.key not in gave_up]
-        if budget <= 0 and waiting:
+        if budget <= 0 and waiting and held_too_long is None:
             donors = [c for c in conns if c.rdy > 0]
             if donors:
                 d = self.rng.choice(donors)
@@ -319,6 +346,7 @@ class RdyPolicy(Generic[H]):
             before = len(out)
             self._send_capped(c, 1, out)
             if len(out) > before:
+                c.rdy_since = now  # and so does its holding clock
                 budget -= 1
             else:
                 break
@@ -340,6 +368,9 @@ class RdyPolicy(Generic[H]):
         if value == 0:
             self._turns += 1
             c.turn = self._turns
+            c.rdy_since = None
+        elif c.rdy == 0:
+            c.rdy_since = None  # got RDY from 0: the next tick stamps it (no clock here)
         self.total_rdy += value - c.rdy
         c.rdy = value
         c.remaining = value

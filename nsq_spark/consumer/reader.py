@@ -140,6 +140,23 @@ class Reader:
         connection_factory: makes each nsqd connection
             (:class:`~nsq_spark.consumer.connection_port.ConnectNsqd`); default: a real
             :class:`~nsq_spark.conn.Connection`. For tests and instrumentation.
+        backoff_strategy: how long backoff windows last (go-nsq's ``BackoffStrategy``):
+            ``"exponential"`` (default: ``backoff_multiplier * 2 ** (level - 1)`` seconds,
+            at most ``max_backoff_duration``) or ``"full_jitter"`` (a uniformly random
+            duration from 0 up to that, so that many consumers do not resume together).
+        low_rdy_timeout: SECONDS (> 0, at most a year) a connection may hold RDY, busy or
+            not, when ``max_in_flight`` is below the number of connections (go-nsq's
+            ``LowRdyTimeout``, 30 s there): then it gives its RDY to one that waits.
+            None (default): instead, at each redistribution round
+            (``rdy_redistribute_interval``) one random holder gives its RDY up while
+            others wait. Idle holders give RDY up after ``low_rdy_idle_timeout`` either way.
+        concurrency: THREADS (1..1024, default 1) running a blocking ``message_handler``
+            (go-nsq's ``AddConcurrentHandlers``). 1: on the loop thread, as before. N > 1:
+            a bounded pool of N threads; messages are handled in no particular order; a
+            message counts in flight from the moment it is queued for the pool until it is
+            answered, so ``max_in_flight`` bounds queued and running messages together
+            (give ``max_in_flight >= concurrency`` to keep every thread busy). Not for
+            ``batch_handler`` nor ``async def`` handlers (ConfigError).
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -174,6 +191,9 @@ class Reader:
             reconnect_max: float = 60.0,
             drain_timeout: float = 5.0,
             connection_factory: ConnectNsqd | None = None,
+            backoff_strategy: str = "exponential",
+            low_rdy_timeout: float | None = None,
+            concurrency: int = 1,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -224,8 +244,13 @@ class Reader:
         self._bridge = LoopBridge(f"[{self.name}] the Reader is closed; these messages will "
                                   "be redelivered by nsqd after their timeout")
         self._tasks = TaskGroup(self.name)
-        self._policy: RdyPolicy[Link] = RdyPolicy(max_in_flight, low_rdy_idle_timeout)
-        self._backoff = Backoff(max_backoff_duration, backoff_multiplier)
+        self._policy: RdyPolicy[Link] = RdyPolicy(max_in_flight, low_rdy_idle_timeout,
+                                                  low_rdy_timeout=low_rdy_timeout)
+        self._backoff = Backoff(max_backoff_duration, backoff_multiplier, backoff_strategy)
+        self.concurrency = concurrency
+        handlers.check_concurrency(concurrency, message_handler=message_handler,
+                                   batch_handler=batch_handler)
+        self._strategy: handlers.Strategy | None = None
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
         self._intake = Intake(self._answers, lifecycle, max_tries,
@@ -269,6 +294,8 @@ class Reader:
         if self._mode in ("pull", "async"):
             raise NSQError(f"[{self.name}] this Reader is already pulled (get_batch or async "
                            "for); make another Reader for a handler")
+        handlers.check_concurrency(self.concurrency, message_handler=message_handler,
+                                   batch_handler=None)
         self.message_handler = message_handler
         self._schedule_start()
 
@@ -366,7 +393,7 @@ class Reader:
             return
         self._started = True
         self._mode = "handler"
-        self._intake.to_messages = self._choose_strategy()
+        self._intake.to_messages = self._strategy = self._choose_strategy()
         self._start_here()
 
     def _start_here(self) -> None:
@@ -382,7 +409,8 @@ class Reader:
             process=_overridden(self, "process_message"),
             preprocess=_overridden(self, "preprocess_message"),
             validate=_overridden(self, "validate_message"),
-            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
+            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name,
+            concurrency=self.concurrency)
 
     # ------------------------------------------------------------------------------------
     # pull API
@@ -548,6 +576,8 @@ class Reader:
             deadline = time.monotonic() + self.drain_timeout
             while any(s.outstanding for s in links) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+        if self._strategy is not None:
+            self._strategy.close()  # a handler pool takes nothing more before step 3
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())

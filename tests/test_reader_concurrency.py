@@ -1,0 +1,191 @@
+"""``concurrency=N``: a blocking handler on a bounded pool of N threads (go-nsq's
+``AddConcurrentHandlers``), through the one delivery gate and the answers ledger: against
+real nsqd, handlers overlap up to N, never more than ``max_in_flight``; results FIN and
+REQ as on the loop thread; ``enable_async()`` leaves the answer to the application;
+closing requeues what the pool still holds. ``concurrency=1`` is today's strategy."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from nsq_spark.consumer import handlers
+from nsq_spark.consumer.reader import Reader
+from nsq_spark.errors import ConfigError
+from nsq_spark.message import Message
+from nsq_spark.testing import NSQCluster, ReaderRunner, wait_until
+
+pytestmark = pytest.mark.nsqd
+
+
+def _topic() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+class Overlap:
+    """A blocking handler that records how many of its calls run at once."""
+
+    def __init__(self, seconds: float, result: Any = True) -> None:
+        self.seconds = seconds
+        self.result = result
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.threads: set[str] = set()
+        self.bodies: list[bytes] = []
+
+    def __call__(self, m: Message) -> Any:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.threads.add(threading.current_thread().name)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.running -= 1
+            self.bodies.append(m.body)
+        return self.result
+
+
+def test_n_threads_handle_blocking_messages_at_once_and_finish_them(
+        nsq_cluster: NSQCluster, running_reader: ReaderRunner) -> None:
+    topic = _topic()
+    bodies = [b"m%d" % i for i in range(16)]
+    nsq_cluster.publish(topic, bodies)
+    handler = Overlap(0.2)
+    t0 = time.monotonic()
+    reader = running_reader.start(topic, "ch", handler, max_in_flight=16, concurrency=4,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: reader.finished >= 16, 20, "16 finished")
+    took = time.monotonic() - t0
+    assert handler.most == 4  # four at once, never more
+    assert len(handler.threads) == 4 and not any(
+        n.startswith("test-reader") for n in handler.threads)  # not the loop thread
+    assert sorted(handler.bodies) == sorted(bodies)
+    assert took < 16 * 0.2 * 0.6  # serial would take 3.2 s
+    running_reader.stop(reader)
+    nsq_cluster.wait_drained(topic, "ch")
+    assert reader.requeued == 0
+
+
+def test_max_in_flight_bounds_the_queued_and_running_messages(
+        nsq_cluster: NSQCluster, running_reader: ReaderRunner) -> None:
+    topic = _topic()
+    nsq_cluster.publish(topic, [b"x%d" % i for i in range(12)])
+    handler = Overlap(0.1)
+    reader = running_reader.start(topic, "ch", handler, max_in_flight=3, concurrency=8,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    peak = 0
+    deadline = time.monotonic() + 20
+    while reader.finished < 12 and time.monotonic() < deadline:
+        ch = nsq_cluster.nsqds[0].channel_stats(topic, "ch")
+        peak = max(peak, ch.get("in_flight_count", 0))
+        time.sleep(0.01)
+    assert reader.finished == 12
+    assert handler.most <= 3  # 8 threads, but only 3 messages may be out at once
+    assert peak <= 3
+
+
+def test_false_and_exceptions_requeue_like_on_the_loop_thread(
+        nsq_cluster: NSQCluster, running_reader: ReaderRunner) -> None:
+    topic = _topic()
+    nsq_cluster.publish(topic, [b"ok", b"no", b"boom"])
+    tries: dict[bytes, int] = {}
+    lock = threading.Lock()
+
+    def handler(m: Message) -> Any:
+        with lock:
+            tries[m.body] = tries.get(m.body, 0) + 1
+        if m.attempts > 1:
+            return True  # second delivery succeeds
+        if m.body == b"boom":
+            raise RuntimeError("handler failure")
+        return m.body == b"ok"
+
+    reader = running_reader.start(topic, "ch", handler, max_in_flight=3, concurrency=2,
+                                  max_backoff_duration=0, requeue_delay=0,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: reader.finished >= 3, 20, "3 finished")
+    assert tries == {b"ok": 1, b"no": 2, b"boom": 2}
+    assert reader.requeued == 2
+    running_reader.stop(reader)
+    nsq_cluster.wait_drained(topic, "ch")
+
+
+def test_enable_async_leaves_the_answer_to_the_application(
+        nsq_cluster: NSQCluster, running_reader: ReaderRunner) -> None:
+    topic = _topic()
+    nsq_cluster.publish(topic, [b"a", b"b"])
+    kept: list[Message] = []
+
+    def handler(m: Message) -> None:
+        m.enable_async()
+        kept.append(m)
+
+    reader = running_reader.start(topic, "ch", handler, max_in_flight=2, concurrency=2,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: len(kept) == 2, 10, "2 handed over")
+    time.sleep(0.2)
+    assert reader.finished == 0  # returning None after enable_async() answers nothing
+    assert nsq_cluster.nsqds[0].channel_stats(topic, "ch")["in_flight_count"] == 2
+    for m in kept:
+        m.finish()
+    wait_until(lambda: reader.finished == 2, 10, "2 finished by the application")
+    running_reader.stop(reader)
+    nsq_cluster.wait_drained(topic, "ch")
+
+
+def test_close_requeues_what_the_pool_still_holds(nsq_cluster: NSQCluster) -> None:
+    topic = _topic()
+    nsq_cluster.publish(topic, [b"q%d" % i for i in range(6)])
+    release = threading.Event()
+    started: list[bytes] = []
+
+    def handler(m: Message) -> bool:
+        started.append(m.body)
+        release.wait(10)
+        return True
+
+    runner = ReaderRunner()
+    reader = runner.start(topic, "ch", handler, max_in_flight=6, concurrency=2,
+                          drain_timeout=0.3,
+                          nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: len(started) == 2, 10, "2 handlers blocked")
+    runner.stop(reader)  # 2 running, 4 queued: all 6 unanswered after drain_timeout
+    release.set()
+    assert reader.requeued == 6 and reader.finished == 0
+    time.sleep(0.2)
+    assert len(started) == 2  # the queued ones never reached the handler
+    ch = nsq_cluster.nsqds[0].channel_stats(topic, "ch")
+    assert ch["depth"] + ch["deferred_count"] == 6 and ch["in_flight_count"] == 0
+
+
+def test_concurrency_refuses_batch_and_async_handlers() -> None:
+    async def coro(m: Message) -> None:
+        return None
+    with pytest.raises(ConfigError, match="batch_handler"):
+        Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], batch_handler=lambda ms: True,
+               concurrency=2)
+    with pytest.raises(ConfigError, match="async def"):
+        Reader("t", "c", coro, nsqd_tcp_addresses=["127.0.0.1:4150"], concurrency=2)
+    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], concurrency=2)
+    with pytest.raises(ConfigError, match="async def"):
+        r.set_message_handler(coro)
+    with pytest.raises(ConfigError, match="concurrency=0"):
+        Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], concurrency=0)
+
+
+def test_one_thread_is_todays_strategy_and_n_is_the_pool() -> None:
+    kw: dict[str, Any] = dict(batch_handler=None, answers=None, bridge=None, tasks=None,
+                              name="n")
+    assert type(handlers.choose(message_handler=lambda m: True, **kw)) is handlers.PerMessage
+    assert type(handlers.choose(message_handler=lambda m: True, concurrency=1, **kw)
+                ) is handlers.PerMessage
+    pool = handlers.choose(message_handler=lambda m: True, concurrency=3, **kw)
+    assert isinstance(pool, handlers.Concurrent) and pool.threads == 3
+    hooked = handlers.choose(message_handler=lambda m: True, validate=lambda m: False,
+                             concurrency=3, **kw)
+    assert isinstance(hooked, handlers.Concurrent)  # pynsq's hooks run on the pool too
