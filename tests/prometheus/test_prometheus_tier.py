@@ -118,10 +118,16 @@ def test_a_spark_querys_source_numbers_reach_prometheus(nsq_cluster, prom, expor
         assert abs(time.time() - at) < 60
     finally:
         q.stop()
-        spark.streams.removeListener(listener)
-        exporter.collector.unwatch(metrics)
-    # the listener forgets a terminated query: a stopped query exports no stale lag
-    assert metrics.totals() == []
+        try:
+            # the listener forgets a terminated query: a stopped query exports no stale
+            # lag (Spark's listener bus delivers the event asynchronously)
+            deadline = time.monotonic() + 20
+            while metrics.totals() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert metrics.totals() == []
+        finally:
+            spark.streams.removeListener(listener)
+            exporter.collector.unwatch(metrics)
 
 
 def test_the_example_alert_rules_load_and_every_expression_evaluates(prom):
