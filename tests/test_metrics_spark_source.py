@@ -179,3 +179,33 @@ def test_serve_listens_on_loopback_and_serves_the_registry():
 def test_serve_refuses_a_port_out_of_range(port):
     with pytest.raises(ValueError, match=r"serve\(port=.*\): the port must be an int"):
         serve(port)
+
+
+def test_a_fetch_task_records_its_dead_letters_in_the_partitions_completion(tmp_path):
+    """maxAttempts=2, three of six messages delivered three times: the partition's
+    completion, and so the batch summary the driver reports, counts 3 dead letters."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "spark"))
+    from stand_in_reader import Addr, StandInReader  # typed against ReaderPort
+
+    from nsq_spark.message import Message
+    from nsq_spark.spark.fetch import fetch_stream_partition
+    from nsq_spark.spark.options import parse_read_options
+
+    opts = parse_read_options({"topic": "t", "channel": "c", "nsqdTcpAddresses": "h:1",
+                               "spoolPath": str(tmp_path), "maxInFlight": "4",
+                               "idleTimeout": "0.05", "maxAttempts": "2"}, streaming=True)
+    msgs = [Message(b"%016d" % i, b"body-%d" % i, 1_700_000_000_000_000_000 + i,
+                    3 if i % 2 == 0 else 1, Addr()) for i in range(6)]
+    queue: list[Message] = list(msgs)
+    log: list[Any] = []
+    spool = Spool(str(tmp_path), "q")
+    rows = sum(rb.num_rows for rb in fetch_stream_partition(
+        opts, spool, 1, 0, None, lambda _: StandInReader(queue, log)))
+    assert rows == 3
+    assert spool.partition(1, 0).completion().dead_lettered == 3
+    summary = spool.batch_summary(1)
+    assert (summary.rows, summary.dead_lettered) == (3, 3)
+    assert lag_fields(0, 0, 0, 1, summary, 2e9)["lastBatchDeadLettered"] == 3
