@@ -32,9 +32,12 @@ def test_prometheus_scrapes_the_exporter(prom: PrometheusServer, exporter: Any) 
 def test_a_readers_and_a_producers_figures_reach_prometheus(nsq_cluster, prom, exporter):
     import nsq_spark as nsq
 
+    from nsq_spark.testing import free_port
+
     addr = nsq_cluster.nsqd_tcp_addresses[0]
+    down = f"127.0.0.1:{free_port()}"  # an nsqd the producer is given that is not there
     bodies = [b"prom-%03d" % i for i in range(120)]
-    with nsq.Producer(addr) as producer, \
+    with nsq.Producer([addr, down]) as producer, \
             nsq.Reader("prom_tier", "c", nsqd_tcp_addresses=[addr],
                        max_in_flight=200) as reader:
         exporter.collector.watch(producer, name="tier-producer")
@@ -64,6 +67,18 @@ def test_a_readers_and_a_producers_figures_reach_prometheus(nsq_cluster, prom, e
         if "messages" in producer.stats():
             assert prom.values(f"nsq_producer_messages_total{{{pl}}}") == [120.0]
         assert prom.values(f'nsq_producer_nsqd_up{{{pl},nsqd="{addr}"}}') == [1.0]
+        prom.wait_for(f'nsq_producer_nsqd_up{{{pl},nsqd="{down}"}}',
+                      lambda v: one(v, 0.0), 20, "the missing nsqd seen down")
+        # the example rule for it is pending (its `for:` is 2 minutes) for that nsqd only
+        deadline = time.monotonic() + 20
+        while True:
+            alerts = [{**a["labels"], "state": a["state"]} for a in prom.api("alerts")["alerts"]
+                      if a["labels"].get("alertname") == "NSQProducerNsqdDown"
+                      and a["labels"].get("producer") == "tier-producer"]
+            if alerts or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        assert [(a["nsqd"], a["state"]) for a in alerts] == [(down, "pending")]
         # a rule over these series, evaluated by Prometheus: no reader gave up
         assert prom.values(f"increase(nsq_reader_messages_given_up_total{{{rl}}}[1m]) > 0") \
             == []
