@@ -209,3 +209,29 @@ def test_a_fetch_task_records_its_dead_letters_in_the_partitions_completion(tmp_
     summary = spool.batch_summary(1)
     assert (summary.rows, summary.dead_lettered) == (3, 3)
     assert lag_fields(0, 0, 0, 1, summary, 2e9)["lastBatchDeadLettered"] == 3
+
+
+def test_events_as_a_spark_connect_client_builds_them_are_published_and_forgotten():
+    """A Connect client (pyspark >= 4.0) runs listeners in its own process, on events it
+    rebuilds from the server's JSON with ``fromJson``; in Spark's JSON a source's
+    ``latestOffset`` is a nested object, not a string. (No server here: the end-to-end
+    path through a Connect server is not tested.)"""
+    from pyspark.sql.streaming.listener import QueryProgressEvent, QueryTerminatedEvent
+
+    qid, run = "6f1c1a3e-1111-4222-8333-944455556666", "0e0e0e0e-1111-4222-8333-944455556666"
+    source = {"description": "NSQMicroBatchStream", "startOffset": {"batch": 1},
+              "endOffset": {"batch": 2}, "latestOffset": report(2, 1, rows=9),
+              "numInputRows": 9, "inputRowsPerSecond": 1.0, "processedRowsPerSecond": 1.0}
+    progress_json = {"id": qid, "runId": run, "name": "connect-q",
+                     "timestamp": "2026-11-25T07:00:00.000Z", "batchId": 2,
+                     "batchDuration": 10, "stateOperators": [], "sources": [source],
+                     "sink": {"description": "noop", "numOutputRows": 9}}
+    metrics = SparkSourceMetrics()
+    listener = NSQSourceListener(metrics)
+    listener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress_json}))
+    [totals] = metrics.totals()
+    assert (totals.query, totals.topic, totals.rows, totals.batches) == (
+        "connect-q", "orders", 9, 1)
+    listener.onQueryTerminated(QueryTerminatedEvent.fromJson(
+        {"id": qid, "runId": run, "exception": None, "errorClassOnException": None}))
+    assert metrics.totals() == []

@@ -30,8 +30,10 @@ of the oldest *unread* message is not known: nsqd reports depths, not ages (see
 does not keep exporting a stale lag.
 
 Spark Connect (pyspark >= 4.0): ``spark.streams.addListener`` on a Connect client runs
-the listener in the client process (pyspark's client-side listener bus), so this works
-there as in a classic session, with nsq-spark installed on the client.
+the listener in the client process (pyspark's client-side listener bus, which rebuilds
+the events from the server's JSON), so this works there as in a classic session, with
+nsq-spark installed on the client. Tested on events built that way, not yet against a
+Connect server.
 """
 
 from __future__ import annotations
