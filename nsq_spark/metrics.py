@@ -136,7 +136,7 @@ _SPOOL_COUNTERS = {
 class NSQCollector:
     """A prometheus_client collector over the ``stats()`` of Readers and Producers."""
 
-    def __init__(self, watched: Iterable[Any] = ()) -> None:
+    def __init__(self, watched: Iterable[Watchable] = ()) -> None:
         self._lock = threading.Lock()
         self._watched: dict[int, tuple[weakref.ref[Any], str | None]] = {}
         for obj in watched:

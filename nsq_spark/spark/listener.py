@@ -92,7 +92,8 @@ class SourceBatch:
 class SparkSourceMetrics:
     """The numbers of ``nsq`` sources as :class:`NSQSourceListener` learns them; thread-
     safe. ``stats()`` is what :class:`nsq_spark.metrics.NSQCollector` reads (``watch`` it,
-    or pass it to the constructor)."""
+    or pass it to the constructor). ``clock``: the time source of ``updated_at``
+    (seconds since the epoch; default ``time.time``; tests pass a fixed one)."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
