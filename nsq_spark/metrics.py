@@ -1,18 +1,19 @@
-"""Prometheus metrics for Readers and Producers (``pip install 'nsq-spark[prometheus]'``).
+"""Prometheus metrics for Readers, Producers and the Spark source
+(``pip install 'nsq-spark[prometheus]'``).
 
 A custom collector: nothing is counted twice and nothing runs on the hot path. At each
-scrape it calls ``stats()`` of every watched Reader and Producer and turns the dicts into
-metric families. So the figures are exactly those of ``stats()``, and a key that a
+scrape it calls ``stats()`` of every watched Reader, Producer and
+:class:`~nsq_spark.spark.listener.SparkSourceMetrics` and turns the dicts into metric
+families. So the figures are exactly those of ``stats()``, and a key that a
 ``stats()`` dict does not have is simply not exported (a Producer's ``messages``,
 ``bytes``, ``retries``, ``errors`` appear once ``Producer.stats()`` reports them)::
 
-    from prometheus_client import start_http_server
-    from nsq_spark.metrics import NSQCollector
+    from nsq_spark.metrics import NSQCollector, serve
 
     collector = NSQCollector().register()        # into prometheus_client's default REGISTRY
     collector.watch(reader)                      # labelled reader=<reader.name>
     collector.watch(producer, name="orders")     # labelled producer="orders"
-    start_http_server(9100, addr="127.0.0.1")
+    server = serve(9100)                         # http://127.0.0.1:9100/metrics
 
 Metric names (counters get prometheus' ``_total`` suffix in the exposition):
 
@@ -33,6 +34,15 @@ Producer, label ``producer``:
   (label ``nsqd``); with a spool also
   ``nsq_producer_spool_appended_total``, ``nsq_producer_spool_acked_total``,
   ``nsq_producer_spool_rejected_total``, ``nsq_producer_spool_pending_bytes``.
+Spark source (a watched ``SparkSourceMetrics``, fed per batch by
+:class:`~nsq_spark.spark.listener.NSQSourceListener`), labels ``query``, ``topic``,
+``channel``: gauges ``nsq_spark_source_backlog_messages``,
+``nsq_spark_source_lag_seconds``, ``nsq_spark_source_last_batch_oldest_age_seconds``,
+``nsq_spark_source_paused_nsqds``, ``nsq_spark_source_unreachable_nsqds``,
+``nsq_spark_source_last_batch``, ``nsq_spark_source_last_progress_timestamp_seconds``;
+counters ``nsq_spark_source_batches_total``, ``nsq_spark_source_rows_total``,
+``nsq_spark_source_bytes_total``, ``nsq_spark_source_redeliveries_dropped_total``,
+``nsq_spark_source_dead_lettered_total``.
 
 The collector holds weak references: a Reader or Producer that is garbage-collected
 stops being exported; ``unwatch()`` stops it at once. A ``stats()`` that raises is logged
@@ -44,9 +54,11 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 try:
+    from prometheus_client import start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import REGISTRY, CollectorRegistry
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -55,7 +67,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NSQCollector"]
+__all__ = ["MetricsServer", "NSQCollector", "Watchable", "serve"]
+
+
+class Watchable(Protocol):
+    """What the collector reads: a Reader, a Producer (any kind), a Writer, a
+    ``SparkSourceMetrics`` -- anything whose ``stats()`` is one of their dicts."""
+
+    def stats(self) -> Mapping[str, Any]: ...
 
 # stats() key -> (metric name, help); counters
 _READER_COUNTERS = {
@@ -82,6 +101,31 @@ _PRODUCER_COUNTERS = {
         "nsq_producer_commands",
         "Commands acknowledged by nsqd (a PUB, an MPUB, an HTTP request: 1 each)."),
 }
+# SourceTotals field -> (metric name, help), labels query/topic/channel
+_SOURCE_GAUGES = {
+    "backlog_messages": ("nsq_spark_source_backlog_messages",
+                         "Messages waiting on the channel (fetchable), at the last trigger."),
+    "lag_seconds": ("nsq_spark_source_lag_seconds",
+                    "Age of the newest message read while a backlog waits; 0: caught up."),
+    "last_batch_oldest_age_seconds": ("nsq_spark_source_last_batch_oldest_age_seconds",
+                                      "Age of the oldest message of the last batch."),
+    "paused_nsqds": ("nsq_spark_source_paused_nsqds",
+                     "nsqds where the topic or the channel is paused."),
+    "unreachable_nsqds": ("nsq_spark_source_unreachable_nsqds",
+                          "Known nsqds that did not answer the backlog poll."),
+    "last_batch": ("nsq_spark_source_last_batch", "The source's latest batch that ran."),
+    "updated_at": ("nsq_spark_source_last_progress_timestamp_seconds",
+                   "Unix time of the query's latest progress event."),
+}
+_SOURCE_COUNTERS = {
+    "batches": ("nsq_spark_source_batches", "Micro-batches that ran."),
+    "rows": ("nsq_spark_source_rows", "Rows the batches read (fetched and spooled)."),
+    "bytes": ("nsq_spark_source_bytes", "Message body bytes the batches read."),
+    "redeliveries_dropped": ("nsq_spark_source_redeliveries_dropped",
+                             "Redeliveries of already spooled messages dropped."),
+    "dead_lettered": ("nsq_spark_source_dead_lettered",
+                      "Messages over maxAttempts written to deadLetterPath."),
+}
 _SPOOL_COUNTERS = {
     "appended": ("nsq_producer_spool_appended", "Messages written to the spool."),
     "acked": ("nsq_producer_spool_acked", "Spooled messages acknowledged by nsqd."),
@@ -92,7 +136,7 @@ _SPOOL_COUNTERS = {
 class NSQCollector:
     """A prometheus_client collector over the ``stats()`` of Readers and Producers."""
 
-    def __init__(self, watched: Iterable[Any] = ()) -> None:
+    def __init__(self, watched: Iterable[Watchable] = ()) -> None:
         self._lock = threading.Lock()
         self._watched: dict[int, tuple[weakref.ref[Any], str | None]] = {}
         for obj in watched:
@@ -104,10 +148,11 @@ class NSQCollector:
         registry.register(self)
         return self
 
-    def watch(self, obj: Any, name: str | None = None) -> None:
-        """Export ``obj`` (a Reader, Producer, SpoolingProducer or Writer), labelled
-        ``name`` (default: a Reader's ``name``; for a producer ``"producer"``, so give
-        each of several producers its own name)."""
+    def watch(self, obj: Watchable, name: str | None = None) -> None:
+        """Export ``obj`` (a Reader, Producer, SpoolingProducer, Writer or
+        ``SparkSourceMetrics``), labelled ``name`` (default: a Reader's ``name``; for a
+        producer ``"producer"``, so give each of several producers its own name; a Spark
+        source is labelled by its query instead)."""
         if not callable(getattr(obj, "stats", None)):
             raise TypeError(f"watch(obj): {type(obj).__name__} has no stats(); pass a "
                             "nsq_spark Reader or Producer")
@@ -132,6 +177,7 @@ class NSQCollector:
             watched = [(ref(), name) for ref, name in self._watched.values()]
         readers: list[tuple[str, dict[str, Any]]] = []
         producers: list[tuple[str, dict[str, Any]]] = []
+        sources: list[dict[str, Any]] = []
         for obj, name in watched:
             if obj is None:
                 continue
@@ -143,12 +189,71 @@ class NSQCollector:
                 log.warning("metrics: %s.stats() failed, skipped in this scrape: %s",
                             type(obj).__name__, str(exc))
                 continue
-            if "channel" in stats and "connections" in stats:
+            if isinstance(stats.get("spark_sources"), list):
+                sources.extend(s for s in stats["spark_sources"] if isinstance(s, dict))
+            elif "channel" in stats and "connections" in stats:
                 readers.append((name or str(stats.get("name") or ""), stats))
             else:
                 producers.append((name or "producer", stats))
         yield from _reader_families(readers)
         yield from _producer_families(producers)
+        yield from _source_families(sources)
+
+
+def _source_families(sources: list[dict[str, Any]]) -> Iterator[Metric]:
+    labels = ["query", "topic", "channel"]
+    for family, table in ((GaugeMetricFamily, _SOURCE_GAUGES),
+                          (CounterMetricFamily, _SOURCE_COUNTERS)):
+        for key, (metric, doc) in table.items():
+            present = [s for s in sources if isinstance(s.get(key), (int, float))
+                       and not isinstance(s.get(key), bool)]
+            if present:
+                out = family(metric, doc, labels=labels)
+                for s in present:
+                    out.add_metric([str(s.get("query", "")), str(s.get("topic", "")),
+                                    str(s.get("channel", ""))], s[key])
+                yield out
+
+
+@dataclass
+class MetricsServer:
+    """The HTTP server :func:`serve` started: ``url`` of its ``/metrics``; ``close()``
+    stops it (it also stops with the process: its thread is a daemon)."""
+
+    host: str
+    port: int
+    _server: Any
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve(port: int = 9100, addr: str = "127.0.0.1",
+          registry: CollectorRegistry = REGISTRY) -> MetricsServer:
+    """Serve ``registry`` (default: prometheus_client's global one) for Prometheus to
+    scrape at ``http://<addr>:<port>/metrics``, from a daemon thread.
+
+    port: TCP port, 0 to 65535, default 9100 (Prometheus' node exporter's; pick a free
+        one); 0 takes any free port (read it back from ``.port``).
+    addr: the address to listen on, default ``"127.0.0.1"``: loopback only, unlike
+        ``prometheus_client.start_http_server``'s all-interfaces default; pass
+        ``"0.0.0.0"`` (or the host's address) for a Prometheus on another machine.
+
+    Raises ValueError for a port out of range, OSError when the port is taken.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"serve(port={port!r}): the port must be an int from 0 to 65535 "
+                         "(0: any free port)")
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return MetricsServer(addr, int(server.server_address[1]), server, thread)
 
 
 def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:

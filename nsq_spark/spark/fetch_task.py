@@ -386,7 +386,8 @@ class FetchTask:
                 break
         yield from self._hand_over()
         yield from seal_and_complete(self.part, self.batch, self.index, self.chunk_no,
-                                     self.tally, self.gate, tm)
+                                     self.tally, self.gate, tm,
+                                     dead_lettered=self.dead_letters.count)
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -487,9 +488,10 @@ def concat_batches(batches: list["pa.RecordBatch"]) -> "pa.RecordBatch":
 
 def seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
                       tally: PartitionTally, gate: Redeliveries | None,
-                      timings: TaskTimings) -> Iterator["pa.RecordBatch"]:
+                      timings: TaskTimings, dead_lettered: int = 0) -> Iterator["pa.RecordBatch"]:
     """Seal the partition, take in the chunks another attempt wrote before the seal (it
-    may have FINished them: they must be rows), then the index, then ``_COMPLETE``."""
+    may have FINished them: they must be rows), then the index, then ``_COMPLETE``
+    (with ``dead_lettered``: the rows this attempt wrote to the dead letters)."""
     part.seal()
     for k, batches in part.chunks_from(chunks):
         log.warning("batch %d part %d: chunk %d was written by another attempt of this "
@@ -507,7 +509,8 @@ def seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
     final = part.complete(chunks, tally.rows, bytes=tally.bytes,
                           oldest_timestamp_ns=tally.oldest_timestamp_ns,
                           newest_timestamp_ns=tally.newest_timestamp_ns,
-                          redeliveries_dropped=timings.redelivered)
+                          redeliveries_dropped=timings.redelivered,
+                          dead_lettered=dead_lettered)
     if final.chunks != chunks:  # pragma: no cover - needs two racing attempts
         raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
                             f"the partition with {final.chunks} chunks")

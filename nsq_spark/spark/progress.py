@@ -54,6 +54,9 @@ class BatchNumbers(Protocol):
     @property
     def redeliveries_dropped(self) -> int: ...
 
+    @property
+    def dead_lettered(self) -> int: ...
+
 
 # The flat numeric fields of the report, and what each is (the module doc says when).
 FIELDS = {
@@ -64,6 +67,7 @@ FIELDS = {
     "lastBatchBytes": "body bytes the last batch read",
     "lastBatchRedeliveriesDropped": "redeliveries the last batch's fetch tasks dropped",
     "lastBatchOldestAgeSeconds": "age of the oldest message of the last batch",
+    "lastBatchDeadLettered": "messages over maxAttempts the last batch wrote to the dead letters",
     "pausedNsqds": "nsqds where a topic or the channel is paused",
     "unreachableNsqds": "known nsqds that did not answer",
 }
@@ -88,7 +92,8 @@ def lag_fields(backlog: int | None, paused: int, unreachable: int,
         newest_age = _age(now, summary.newest_timestamp_ns)
         out.update(lastBatch=last_batch, lastBatchRows=summary.rows,
                    lastBatchBytes=summary.bytes,
-                   lastBatchRedeliveriesDropped=summary.redeliveries_dropped)
+                   lastBatchRedeliveriesDropped=summary.redeliveries_dropped,
+                   lastBatchDeadLettered=summary.dead_lettered)
         oldest = _age(now, summary.oldest_timestamp_ns)
         if oldest is not None:
             out["lastBatchOldestAgeSeconds"] = oldest
@@ -113,6 +118,7 @@ class SourceLag:
     last_batch_bytes: int | None = None
     last_batch_redeliveries_dropped: int | None = None
     last_batch_oldest_age_seconds: float | None = None
+    last_batch_dead_lettered: int | None = None
     paused_nsqds: int = 0
     unreachable_nsqds: int = 0
     backlog_by_topic: Mapping[str, int] = field(default_factory=dict)
@@ -157,6 +163,7 @@ def _parse(source: Any) -> SourceLag | None:
         last_batch_bytes=num("lastBatchBytes", int),
         last_batch_redeliveries_dropped=num("lastBatchRedeliveriesDropped", int),
         last_batch_oldest_age_seconds=num("lastBatchOldestAgeSeconds", float),
+        last_batch_dead_lettered=num("lastBatchDeadLettered", int),
         paused_nsqds=int(latest.get("pausedNsqds", 0)),
         unreachable_nsqds=int(latest.get("unreachableNsqds", 0)),
         backlog_by_topic={str(k): int(v) for k, v in by_topic.items() if v is not None})

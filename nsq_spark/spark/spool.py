@@ -189,6 +189,7 @@ class Completion:
     oldest_timestamp_ns: int | None = None
     newest_timestamp_ns: int | None = None
     redeliveries_dropped: int = 0
+    dead_lettered: int = 0  # rows over maxAttempts this attempt wrote to deadLetterPath
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ class BatchSummary:
     newest_timestamp_ns: int | None = None
     redeliveries_dropped: int = 0
     partitions: int = 0
+    dead_lettered: int = 0
 
     def add(self, done: Completion) -> "BatchSummary":
         def pick(a: int | None, b: int | None, f: Any) -> int | None:
@@ -213,7 +215,8 @@ class BatchSummary:
             oldest_timestamp_ns=pick(self.oldest_timestamp_ns, done.oldest_timestamp_ns, min),
             newest_timestamp_ns=pick(self.newest_timestamp_ns, done.newest_timestamp_ns, max),
             redeliveries_dropped=self.redeliveries_dropped + done.redeliveries_dropped,
-            partitions=self.partitions + 1)
+            partitions=self.partitions + 1,
+            dead_lettered=self.dead_lettered + done.dead_lettered)
 
 
 def normalize_spool_path(path: str) -> str:
@@ -622,7 +625,8 @@ class PartitionSpool:
                               bytes=int(doc.get("bytes", 0)),
                               oldest_timestamp_ns=ns("oldest_timestamp_ns"),
                               newest_timestamp_ns=ns("newest_timestamp_ns"),
-                              redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)))
+                              redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)),
+                              dead_lettered=int(doc.get("dead_lettered", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: torn completion marker (crash while writing it); removed", path)
             self.fs.remove(path)
@@ -748,12 +752,12 @@ class PartitionSpool:
     def complete(self, chunks: int, rows: int, *, bytes: int = 0,
                  oldest_timestamp_ns: int | None = None,
                  newest_timestamp_ns: int | None = None,
-                 redeliveries_dropped: int = 0) -> Completion:
+                 redeliveries_dropped: int = 0, dead_lettered: int = 0) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
         self.check_marker()
         mine = Completion(chunks, rows, bytes, oldest_timestamp_ns, newest_timestamp_ns,
-                          redeliveries_dropped)
+                          redeliveries_dropped, dead_lettered)
         doc = json.dumps(dataclasses.asdict(mine)).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
             return mine
