@@ -373,3 +373,25 @@ def test_a_dead_letter_nsqd_that_is_down_gets_the_message_requeued_not_lost(
         running_reader.stop(r)
     assert got[0].body == b"poison" and got[0].reason == "handler returned False"
     assert got[0].attempts >= 4 and dead.dead_lettered == 1
+
+
+@pytest.mark.nsqd
+@pytest.mark.timeout(90)
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=0)
+def test_with_a_spool_the_message_is_finished_once_spooled_and_delivered_later(
+        nsq_cluster, running_reader, tmp_path):
+    source, dlq = nsq_cluster.nsqd_tcp_addresses
+    nsq_cluster.kill(1)  # the dead-letter nsqd is down: the spool keeps the record
+    nsq_cluster.publish(T, b"poison")
+    with DeadLetter(DLQ, nsqd_tcp_addresses=dlq, spool_dir=tmp_path / "spool") as dead:
+        r = running_reader.start(T, C, lambda m: False, max_tries=1, max_backoff_duration=0,
+                                 requeue_delay=0.05, nsqd_tcp_addresses=[source])
+        dead.attach(r)
+        wait_until(lambda: dead.dead_lettered == 1, 20, "the record spooled")
+        nsq_cluster.wait_drained(T, C)  # FINished while the dead-letter nsqd is still down
+        assert dead.failed == 0 and not nsq_cluster.nsqds[1].running
+        nsq_cluster.restart(1)
+        got = _collect(running_reader, [dlq])
+        wait_until(lambda: got, 30, "the spooled record once the dead-letter nsqd is back")
+        running_reader.stop(r)
+    assert (got[0].body, got[0].attempts, got[0].reason) == (b"poison", 2, "max_tries")
