@@ -10,6 +10,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Sequence
 
 import pytest
@@ -22,6 +26,7 @@ from nsq_spark.contrib.dead_letter import (MAGIC, MAX_REASON_CHARS, DeadLetter,
                                            DeadLetterRecord, read_dead_letter)
 from nsq_spark.errors import ConfigError, InvalidNameError, NSQError
 from nsq_spark.message import Message
+from nsq_spark.publish.producer import Producer
 from nsq_spark.testing import wait_until
 
 # -- fakes, typed against the ports they stand for ------------------------------------------
@@ -68,6 +73,49 @@ class FakePublisher:
 
 def _as_port(p: FakePublisher) -> DeadLetterPublisher:
     return p  # mypy checks the fake against the port here
+
+
+def _producer_as_port(p: Producer) -> DeadLetterPublisher:
+    return p  # and the real Producer
+
+
+DRIFTED_FAKE = """
+from test_contrib_dead_letter import FakePublisher
+from nsq_spark.contrib.dead_letter import DeadLetterPublisher
+
+
+class NoFuture(FakePublisher):
+    def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None) -> bytes:
+        return b"OK"  # the port returns a concurrent.futures.Future
+
+
+def port(p: NoFuture) -> DeadLetterPublisher:
+    return p
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(180)
+def test_the_fake_and_the_producer_conform_to_the_publisher_port(tmp_path):
+    """mypy checks this module's fake (and the Producer) against DeadLetterPublisher; a
+    drifted fake fails (the check bites)."""
+    pytest.importorskip("mypy")
+    tests_dir = Path(__file__).resolve().parent
+    (tmp_path / "drifted_fake.py").write_text(DRIFTED_FAKE)
+
+    def mypy(*files: str) -> tuple[int, str]:
+        env = {**os.environ, "MYPYPATH": os.pathsep.join(
+            [str(tests_dir.parent), str(tests_dir)])}
+        proc = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", "", "--follow-imports", "silent",
+             "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.11",
+             "--no-error-summary", "--show-error-codes", *files],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+        return proc.returncode, proc.stdout + proc.stderr
+    code, out = mypy(str(Path(__file__).resolve()))
+    assert code == 0, out
+    code, out = mypy("drifted_fake.py")
+    assert code == 1 and "drifted_fake.py:12:" in out and "DeadLetterPublisher" in out, out
 
 
 def message(attempts: int = 3, body: bytes = b"payload",
@@ -165,6 +213,33 @@ def test_a_failed_publish_requeues_without_backoff_and_logs_the_nsqd(caplog):
         pub.sent[0][2].set_exception(NSQError("connection refused"))
     assert r.answers == [("REQ", 2000, False)] and dead.failed == 1
     assert "127.0.0.1:9" in caplog.text and "connection refused" in caplog.text
+
+
+@unit
+@given(st.lists(st.sampled_from(["ack", "error", "cancel", "raise"]), min_size=1,
+                max_size=20))
+def test_every_given_up_message_gets_one_answer_fin_only_after_an_ack(outcomes):
+    pub = FakePublisher()
+    dead = DeadLetter("orders.dead", _as_port(pub))
+    answered = []
+    for outcome in outcomes:
+        pub.raises = NSQError("closed") if outcome == "raise" else None
+        m, r = message()
+        dead(m)
+        if outcome != "raise":
+            assert r.answers == []  # nothing before the publish settles
+            fut = pub.sent[-1][2]
+            if outcome == "ack":
+                fut.set_result(b"OK")
+            elif outcome == "error":
+                fut.set_exception(NSQError("E_BAD_MESSAGE"))
+            else:
+                fut.cancel()
+        answered.append(r.answers)
+    assert [len(a) for a in answered] == [1] * len(outcomes)
+    assert [a[0][0] == "FIN" for a in answered] == [o == "ack" for o in outcomes]
+    assert dead.dead_lettered == outcomes.count("ack")
+    assert dead.failed == len(outcomes) - outcomes.count("ack")
 
 
 @unit
