@@ -63,8 +63,10 @@ def test_conn_names_the_nsqd_that_took_each_message(nsq_cluster):
 
     async def main() -> None:
         w = nsq.Writer(nsq_cluster.nsqd_tcp_addresses)  # round robin over both
-        for i in range(8):
+        for i in range(500):  # until both took some (the second may connect late)
             await w.pub("wrr", b"m%d" % i, callback=counting(1))
+            if i >= 8 and len({conn.id for conn, _ in took}) == 2:
+                break
         await w.mpub("wrr", [b"x", b"y"], callback=counting(2))
         await w.aclose()
 
@@ -118,6 +120,8 @@ def test_callbacks_written_for_the_writer_argument_keep_working():
         assert conn.pub == w.pub and conn.name == w.name  # the old (writer, data) callbacks
         with pytest.raises(AttributeError):
             conn.no_such_thing
+        with pytest.raises(AttributeError, match="cannot be closed"):
+            conn.close()  # pynsq's closes one connection: never the whole Writer
         assert copy.copy(conn).id == conn.id  # no recursion through the forwarding
     finally:
         w.close()

@@ -16,7 +16,9 @@ The callback's ``conn``, as pynsq's: the connection that carried the command, se
 another nsqd, it is the last one tried. When no connection carried it (bad arguments, no
 nsqd reachable) it is the configured nsqd if there is only one, else None (pynsq passes
 None then too). Callbacks written for earlier nsq_spark releases, which passed the Writer
-itself, keep working: any other attribute of ``conn`` is the Writer's (``conn.pub(...)``).
+itself, keep working: any other attribute of ``conn`` is the Writer's (``conn.pub(...)``),
+except ``close``/``aclose``: in pynsq ``conn.close()`` drops one connection, and closing
+the whole Writer instead would be a surprise.
 
 Differences from pynsq, each with its reason:
 
@@ -26,8 +28,9 @@ Differences from pynsq, each with its reason:
   (pynsq's completes once the bytes are written): awaiting it means "published";
 * the callback's ``conn`` describes the connection (``id``, ``host``, ``port``) rather
   than being it: the Producer below owns, chooses and replaces connections itself, so a
-  callback cannot send on it or close it (``conn.connected()`` and ``conn.send()`` are
-  not there);
+  callback cannot send on it or close it (``conn.connected()``, ``conn.send()`` and
+  ``conn.close()`` are not there); an IPv6 ``conn.id`` has brackets (``"[::1]:4150"``,
+  pynsq's is ``"::1:4150"``), so that it parses back as an address;
 * reconnects follow the Producer's retry policy; ``reconnect_interval`` is accepted and
   not used. A Writer takes no ``spool_dir`` (use ``Producer(..., spool_dir=...)``).
 
@@ -61,6 +64,10 @@ def _encoded(body: Any) -> Any:
     return body.encode("utf-8") if isinstance(body, str) else body
 
 
+#: what conn does not take from the Writer (pynsq's conn.close() closes one connection)
+_NOT_FORWARDED = frozenset({"close", "aclose"})
+
+
 class WriterConnection:
     """The ``conn`` a Writer callback receives: one nsqd connection as pynsq's callbacks
     see it.
@@ -84,6 +91,10 @@ class WriterConnection:
         # callbacks written when nsq_spark passed the Writer itself: conn.pub(...) etc.
         if name in WriterConnection.__slots__:  # unset (a copy): no recursion
             raise AttributeError(name)
+        if name in _NOT_FORWARDED:
+            raise AttributeError(
+                f"{name}: a Writer callback's conn ({self.id}) cannot be closed; the Writer "
+                "owns its connections (close the Writer itself: conn.writer.close())")
         return getattr(self.writer, name)
 
     def __str__(self) -> str:
