@@ -17,6 +17,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``spool``          the durable publish spool: format, store, drain
   ``publish_spool``  the deprecated SpoolingProducer (the spool's documentation: ``spool``)
   ``compat``         pynsq's surface: Writer, AsyncConn, SyncConn, BackoffTimer, LegacyReader
+  ``contrib``        ready-made pieces on the public API: the dead-letter giving_up handler
   ``dedup``          deduplicators and key functions
   ``spark``          the PySpark data source and sink
   ``testing``        the test harness: NSQ processes, pytest plugin, chaos, installer

@@ -1,5 +1,5 @@
 """pynsq's ``Writer`` on top of :class:`nsq_spark.Producer`, for ``import nsq_spark as nsq``
-users: ``pub``, ``mpub``, ``dpub`` with a ``callback(writer, data)``, each returning a
+users: ``pub``, ``mpub``, ``dpub`` with a ``callback(conn, data)``, each returning a
 future.
 
 The contract, as pynsq's: ``pub``/``mpub``/``dpub`` never raise. Every outcome goes to the
@@ -10,14 +10,27 @@ or body, a call made off the event loop (``SendError``), a connection that faile
 asyncio future: ``await`` it, or ``yield`` it in a tornado coroutine) gets the same
 outcome. Without a callback a failure is logged, as pynsq logs it.
 
+The callback's ``conn``, as pynsq's: the connection that carried the command, seen as a
+:class:`WriterConnection` with pynsq's ``id`` (``"host:port"``), ``host``, ``port`` and
+``str(conn)``; one object per nsqd, so it can key a dict. If a retry sent the command to
+another nsqd, it is the last one tried. When no connection carried it (bad arguments, no
+nsqd reachable) it is the configured nsqd if there is only one, else None (pynsq passes
+None then too). Callbacks written for earlier nsq_spark releases, which passed the Writer
+itself, keep working: any other attribute of ``conn`` is the Writer's (``conn.pub(...)``),
+except ``close``/``aclose``: in pynsq ``conn.close()`` drops one connection, and closing
+the whole Writer instead would be a surprise.
+
 Differences from pynsq, each with its reason:
 
 * ``str`` bodies are published UTF-8 encoded (pynsq's own Writer example publishes str;
   pynsq 0.9.1 fails those with SendError and closes the connection);
 * the future completes when nsqd has answered, with its answer, and fails with the error
   (pynsq's completes once the bytes are written): awaiting it means "published";
-* the callback's first argument is the Writer, not one connection (the Producer below
-  chooses and replaces connections itself);
+* the callback's ``conn`` describes the connection (``id``, ``host``, ``port``) rather
+  than being it: the Producer below owns, chooses and replaces connections itself, so a
+  callback cannot send on it or close it (``conn.connected()``, ``conn.send()`` and
+  ``conn.close()`` are not there); an IPv6 ``conn.id`` has brackets (``"[::1]:4150"``,
+  pynsq's is ``"::1:4150"``), so that it parses back as an address;
 * reconnects follow the Producer's retry policy; ``reconnect_interval`` is accepted and
   not used. A Writer takes no ``spool_dir`` (use ``Producer(..., spool_dir=...)``).
 
@@ -34,12 +47,13 @@ from typing import Any, Callable, Sequence
 from tornado.ioloop import IOLoop
 
 from .. import protocol, validate
+from ..addresses import Address
 from ..errors import ConfigError, NSQError, SendError
 from ..publish.producer import Producer
 
 log = logging.getLogger("nsq_spark.producer")
 
-__all__ = ["Writer"]
+__all__ = ["Writer", "WriterConnection"]
 
 Callback = Callable[[Any, Any], Any]
 
@@ -50,11 +64,64 @@ def _encoded(body: Any) -> Any:
     return body.encode("utf-8") if isinstance(body, str) else body
 
 
+#: what conn does not take from the Writer (pynsq's conn.close() closes one connection)
+_NOT_FORWARDED = frozenset({"close", "aclose"})
+
+
+class WriterConnection:
+    """The ``conn`` a Writer callback receives: one nsqd connection as pynsq's callbacks
+    see it.
+
+    Attributes:
+        id: ``"host:port"`` (IPv6 in brackets), pynsq's ``conn.id``; also ``str(conn)``.
+        host: the nsqd host, without brackets.
+        port: the nsqd TCP port.
+        writer: the Writer that published.
+    """
+
+    __slots__ = ("id", "host", "port", "writer")
+
+    def __init__(self, writer: "Writer", address: Address) -> None:
+        self.id = str(address)
+        self.host = address.host
+        self.port = address.port
+        self.writer = writer
+
+    def __getattr__(self, name: str) -> Any:
+        # callbacks written when nsq_spark passed the Writer itself: conn.pub(...) etc.
+        if name in WriterConnection.__slots__:  # unset (a copy): no recursion
+            raise AttributeError(name)
+        if name in _NOT_FORWARDED:
+            raise AttributeError(
+                f"{name}: a Writer callback's conn ({self.id}) cannot be closed; the Writer "
+                "owns its connections (close the Writer itself: conn.writer.close())")
+        return getattr(self.writer, name)
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"<WriterConnection {self.id}>"
+
+
+class _Route:
+    """The nsqd a command was last sent to (told by the pool, on the loop)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+
+    def __call__(self, key: str) -> None:
+        self.key = key
+
+
 class Writer(Producer):
     """pynsq's ``Writer`` surface on the Producer.
 
     ``pub``, ``mpub`` and ``dpub`` return a future at once and call
-    ``callback(writer, data)`` on the event loop with nsqd's answer or the error. Call
+    ``callback(conn, data)`` on the event loop with the connection (a
+    :class:`WriterConnection`) and nsqd's answer or the error. Call
     them from the running loop (a tornado/asyncio callback, as with pynsq's ``nsq.run()``);
     the writer connects on first use. Options are the Producer's and the connection
     options (``conn_kwargs`` keeps the latter, as pynsq's Writer does).
@@ -70,6 +137,8 @@ class Writer(Producer):
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
         self.conn_kwargs = dict(kwargs)
+        # one WriterConnection per nsqd, made on first use: pynsq keeps one conn per nsqd
+        self._views: dict[str, WriterConnection] = {}
         if type(self).heartbeat is not Writer.heartbeat:  # costs nothing unless overridden
             self._tcp.on_heartbeat = self.heartbeat
 
@@ -112,10 +181,11 @@ class Writer(Producer):
         except RuntimeError:
             loop = IOLoop.current().asyncio_loop  # type: ignore[attr-defined]
         result: asyncio.Future[bytes] = loop.create_future()
+        route = _Route()
         try:
             datas = encode()  # bad arguments are named before the loop is looked at
             self._bind_running_loop()
-            futs = [self._command_future(data) for data in datas]
+            futs = [self._tcp.command_future(data, route) for data in datas]
         except Exception as exc:
             # nothing was sent: as pynsq, the callback hears it before pub() returns
             if isinstance(exc, RuntimeError) and not isinstance(exc, NSQError):
@@ -125,9 +195,9 @@ class Writer(Producer):
             elif not isinstance(exc, NSQError):  # e.g. a delay_ms that is not an int
                 exc = SendError(f"{what}: invalid arguments", exc)
             result.set_exception(exc)
-            self._deliver(result, callback, what)
+            self._deliver(result, callback, what, route)
             return result
-        result.add_done_callback(lambda f: self._deliver(f, callback, what))
+        result.add_done_callback(lambda f: self._deliver(f, callback, what, route))
         answers = futs[0] if len(futs) == 1 else asyncio.gather(*futs)
 
         def settle(f: "asyncio.Future[Any]") -> None:
@@ -144,12 +214,29 @@ class Writer(Producer):
         answers.add_done_callback(settle)
         return result
 
+    def _connection(self, route: _Route) -> WriterConnection | None:
+        """The callback's ``conn``: the nsqd the command went to last; else the only
+        nsqd configured; else None."""
+        addresses: dict[str, Address] = self._tcp.addresses
+        key = route.key
+        if key is None:
+            if len(addresses) != 1:
+                return None
+            key = next(iter(addresses))
+        view = self._views.get(key)
+        if view is None:
+            address = addresses.get(key)
+            if address is None:  # pragma: no cover - the pool names only its addresses
+                return None
+            view = self._views[key] = WriterConnection(self, address)
+        return view
+
     def _deliver(self, fut: "asyncio.Future[bytes]", callback: Callback | None,
-                 what: str) -> None:
+                 what: str, route: _Route) -> None:
         exc = None if fut.cancelled() else fut.exception()
         if callback is not None:
             try:
-                callback(self, exc if exc is not None else fut.result())
+                callback(self._connection(route), exc if exc is not None else fut.result())
             except Exception:
                 log.exception("[%s] %s: the callback raised", self.name, what)
         elif exc is not None:

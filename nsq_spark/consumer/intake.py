@@ -13,7 +13,8 @@ by the Reader when it starts). In this order, per read chunk:
    rule), so it comes back to the hook on its next delivery (``given_up``).
 
 Messages the gate answers itself were never handed over, so they are not in flight;
-``giving_up`` is handed its message like a handler (and may answer it). The gate asks the
+``giving_up`` is handed its message like a handler (and may answer it, now or later after
+``enable_async()``, as :class:`nsq_spark.contrib.dead_letter.DeadLetter` does). The gate asks the
 answers ledger for every answer (it writes no record of a connection), reads the
 consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle`, and gets the hook and the
 sinks as callables; it runs on the loop thread, once per chunk, and scans a chunk once
@@ -158,5 +159,10 @@ class Intake:
             log.exception("[%s] giving_up() failed for message %s from %s; requeueing it",
                           self.name, m.id.decode("ascii", "replace"), link.address)
             answers.settle(link, m, False)
+            return
+        if m.delegated and not m.responded:
+            # enable_async(): the hook answers later (e.g. once a dead-letter copy is
+            # acknowledged), as a handler may; held, so close() requeues it if it never does
+            answers.hold_one(link, m)
             return
         answers.settle(link, m, True)

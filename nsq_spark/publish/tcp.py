@@ -117,15 +117,17 @@ class _AsyncRequest:
     """A command from the loop: settles an asyncio future; transient failures go to the
     retry path."""
 
-    __slots__ = ("pool", "data", "future", "key", "deadline")
+    __slots__ = ("pool", "data", "future", "key", "deadline", "on_route")
 
     def __init__(self, pool: "PipelinedPool", data: bytes, future: "asyncio.Future[bytes]",
-                 key: str | None, deadline: float) -> None:
+                 key: str | None, deadline: float,
+                 on_route: Callable[[str], None] | None = None) -> None:
         self.pool = pool
         self.data = data
         self.future = future
         self.key = key
         self.deadline = deadline
+        self.on_route = on_route  # told each nsqd the command is sent to (pynsq's Writer)
 
     @property
     def settled(self) -> bool:
@@ -149,7 +151,8 @@ class _AsyncRequest:
             self.fail(exc)
             return
         task = asyncio.ensure_future(pool.send_with_retries(
-            self.data, _fewer(pool.max_tries), True, self.deadline, self.done))
+            self.data, _fewer(pool.max_tries), True, self.deadline, self.done,
+            self.on_route))
         task.add_done_callback(self._settle)
 
     def fail(self, exc: BaseException) -> None:
@@ -317,29 +320,35 @@ class PipelinedPool:
 
     # -- on the loop -----------------------------------------------------------------------
 
-    def command_future(self, data: bytes) -> "asyncio.Future[bytes]":
-        """On the loop: send ``data``; an asyncio future of nsqd's answer."""
+    def command_future(self, data: bytes, on_route: Callable[[str], None] | None = None
+                       ) -> "asyncio.Future[bytes]":
+        """On the loop: send ``data``; an asyncio future of nsqd's answer. ``on_route``,
+        if given, is called with the ``host:port`` of each nsqd the command is sent to
+        (a retry may send it to another), before the future settles."""
         loop = self.loop()
         fut: asyncio.Future[bytes] = loop.create_future()
         timeout = self.timeout
         req = _AsyncRequest(self, data, fut, None,
-                            loop.time() + timeout if timeout is not None else 0.0)
+                            loop.time() + timeout if timeout is not None else 0.0, on_route)
         if timeout is not None:
             self._watch(req)
         conn = self._pick()
         if conn is None:
             task = asyncio.ensure_future(self.send_with_retries(
                 data, self.max_tries, False, req.deadline if timeout is not None else None,
-                req.done))
+                req.done, on_route))
             task.add_done_callback(req._settle)
             return fut
-        req.key = self._key_of.get(conn)
+        req.key = key = self._key_of.get(conn)
+        if on_route is not None and key:
+            on_route(key)
         conn.command_into(data, req)
         return fut
 
     async def send_with_retries(self, data: bytes, tries: int | None, after_failure: bool,
                                 deadline: float | None = None,
-                                given_up: Callable[[], bool] | None = None) -> bytes:
+                                given_up: Callable[[], bool] | None = None,
+                                on_route: Callable[[str], None] | None = None) -> bytes:
         """Send ``data`` on a working connection, retrying transient failures until
         ``deadline`` (loop time) at the latest; a failure raised from here is final
         (counted in ``errors``). ``given_up()`` true (the caller's future timed out or was
@@ -362,6 +371,8 @@ class PipelinedPool:
                     tries=tries, stopped=stopped, on_retry=self._on_retry, deadline=until):
                 with attempt:
                     key, conn = await self._get_connection()
+                    if on_route is not None and key:
+                        on_route(key)
                     result = await conn.command(data)
         except BaseException:
             if given_up is None or not given_up():  # else counted when the caller gave up
