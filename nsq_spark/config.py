@@ -478,6 +478,7 @@ READER_LIMITS: dict[str, Limit] = {
     "reconnect_initial": _SECONDS_POSITIVE,
     "reconnect_max": _SECONDS_POSITIVE,
     "drain_timeout": _SECONDS_OR_ZERO,
+    "concurrency": Limit("handler threads", 1, MAX_CONCURRENCY, special="1: on the IO loop"),
 }
 
 #: The Producer's numeric arguments (checked by :func:`check_producer_options`).
