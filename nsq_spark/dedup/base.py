@@ -29,7 +29,8 @@ __all__ = [
 @runtime_checkable
 class Deduplicator(Protocol):
     """What the Reader (``Reader(dedup=...)``) and the Spark source (the ``dedup`` option)
-    use; the README's "Deduplication" section says which structure fits which use.
+    use; the documentation's Deduplication page (``docs/dedup.md``) says which structure
+    fits which use.
 
     ``check_and_set(key)`` returns True when ``key`` was seen before (a duplicate: drop
     it) and False when it is new; either way the key is remembered afterwards, and the

@@ -260,7 +260,8 @@ class OppositeBloomFilter:
         overwritten with 90% probability). Memory grows like ``rate * window /
         -ln(probability)``: redeliveries (which arrive within nsqd's ``msg_timeout``,
         60 s by default) are cheap to catch, hour-late publisher retries are not -- use an
-        exact store or a Bloom filter for those (see the README's table). More than
+        exact store or a Bloom filter for those (the table on the Deduplication page,
+        ``docs/dedup.md``). More than
         :data:`~nsq_spark.validate.MAX_MEMORY_BYTES` buckets raise a ConfigError.
         """
         validate.number(rate_per_second, "size_for rate_per_second", lo=0, lo_open=True,
