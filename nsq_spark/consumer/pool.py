@@ -47,13 +47,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
-from ..lookupd import LookupdPoller, ProducerInfo, lookup_url, producer_address
+from ..lookupd import ProducerInfo, lookup_url, producer_address
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "Deliveries", "MakePoller", "QueryLookupd", "ConnectToNsqd", "CLOSE_QUIET",
+__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd", "CLOSE_QUIET",
            "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
@@ -88,6 +88,25 @@ class Deliveries(Protocol):
     def on_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None: ...
 
 
+class Poller(Protocol):
+    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`)."""
+
+    polls: int
+    failures: dict[str, str]
+
+    def start(self) -> None: ...
+
+    def trigger(self) -> None: ...
+
+    def poll_once(self) -> Awaitable[Any]: ...
+
+    def add_address(self, address: str) -> bool: ...
+
+    def remove_address(self, address: str) -> bool: ...
+
+    def stop(self) -> Awaitable[None]: ...
+
+
 class MakePoller(Protocol):
     """Makes the lookupd poller of ``addresses`` (the owner binds topic, intervals and
     timeouts): it reports each poll's producer records to ``on_records`` and runs
@@ -95,7 +114,7 @@ class MakePoller(Protocol):
 
     def __call__(self, addresses: list[str],
                  on_records: Callable[[list[ProducerInfo]], Any],
-                 poll: Callable[[], Any]) -> LookupdPoller: ...
+                 poll: Callable[[], Any]) -> Poller: ...
 
 
 class QueryLookupd(Protocol):
@@ -177,7 +196,7 @@ class Pool:
         self.topology_zone = topology_zone
         self.topology_region = topology_region
         self.discovery_filter = discovery_filter
-        self.poller: LookupdPoller | None = None
+        self.poller: Poller | None = None
         self._started = False
         self._disconnecting: set[str] = set()  # closed on purpose (disconnect_from)
         self._redist: Any = None
