@@ -422,3 +422,42 @@ def test_the_readers_controls_check_their_input_by_the_one_rules() -> None:
     with pytest.raises(NotConnectedError):
         r.disconnect_from_nsqd("127.0.0.1:4150")
     assert r.query_lookupd() is None  # not running: nothing to poll
+
+
+# -- pynsq's nsq.reader names that real programs import -----------------------------------------
+
+PARAM_VALUES = st.one_of(
+    st.none(), st.text(max_size=5), st.binary(max_size=5), st.integers(-5, 5),
+    st.floats(allow_nan=False, width=16), st.booleans(),
+    st.lists(st.one_of(st.text(max_size=3), st.binary(max_size=3)), max_size=3),
+    st.tuples(st.text(max_size=3)),
+    st.lists(st.integers(), min_size=1, max_size=2), st.just(object()), st.just({"a": 1}))
+
+
+def _outcome(f: Callable[[Any], Any], params: Any) -> Any:
+    try:
+        return ("ok", f(params))
+    except Exception as exc:
+        return ("raised", [t for t in (TypeError, AssertionError) if isinstance(exc, t)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.dictionaries(st.text(max_size=3), PARAM_VALUES, max_size=4),
+                 st.lists(st.integers(), max_size=2), st.none(), st.text(max_size=2)))
+def test_utf8_params_behaves_as_pynsqs(params: Any) -> None:
+    pynsq_reader = pytest.importorskip("nsq.reader")  # pynsq, the reference
+    from nsq_spark.reader import _utf8_params
+    assert _outcome(_utf8_params, params) == _outcome(pynsq_reader._utf8_params, params)
+
+
+def test_the_pynsq_reader_names_are_reachable_as_programs_reach_them() -> None:
+    import nsq_spark as nsq
+    from nsq_spark.compat.async_conn import AsyncConn
+    from nsq_spark.reader import BackoffTimer, Message, Reader, _utf8_params
+    assert nsq.reader._utf8_params is _utf8_params and nsq.reader.Reader is Reader
+    assert nsq.reader.AsyncConn is AsyncConn and nsq.reader.Message is Message
+    assert BackoffTimer is nsq.BackoffTimer
+    assert _utf8_params({"topic": "t\u2020", "n": 1, "skip": None, "l": ["a", b"b"]}) == {
+        "topic": "t\u2020".encode(), "n": b"1", "l": [b"a", b"b"]}
+    with pytest.raises(AssertionError, match="dict"):
+        _utf8_params([("topic", "t")])  # type: ignore[arg-type]

@@ -139,3 +139,44 @@ def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster, running_rea
     assert r.lookupd_http_addresses == []
     assert r.stats()["lookupd"] is None  # no poller any more; its connections stay
     assert _clients(nsq_cluster, 1, topic, channel) == 1
+
+
+def test_a_query_lookupd_override_doing_its_own_http_drives_discovery(nsq_cluster, running_reader):
+    """A real project's shape: ``query_lookupd`` overridden by a tornado coroutine that
+    queries one lookupd at a time (pynsq's ``lookupd_query_index``), builds the URL with
+    pynsq's private ``_utf8_params`` and connects each producer with ``connect_to_nsqd``."""
+    import json
+    from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+    import tornado.gen
+    import tornado.httpclient
+
+    from nsq_spark.reader import _utf8_params
+
+    topic, channel = "disc_own_http", "c"
+    _prepare(nsq_cluster, topic, channel)
+    fetched: list[str] = []
+
+    class OwnLookup(Reader):
+        @tornado.gen.coroutine
+        def query_lookupd(self) -> Any:
+            address = self.lookupd_http_addresses[self.lookupd_query_index]
+            self.lookupd_query_index = ((self.lookupd_query_index + 1)
+                                        % len(self.lookupd_http_addresses))
+            scheme, netloc, path, query, fragment = urlsplit("http://" + address)
+            params = parse_qs(query)
+            params["topic"] = self.topic
+            url = urlunsplit((scheme, netloc, "/lookup", urlencode(_utf8_params(params), doseq=1),
+                              fragment))
+            response = yield tornado.httpclient.AsyncHTTPClient().fetch(url)
+            fetched.append(url)
+            for producer in json.loads(response.body)["producers"]:
+                self.connect_to_nsqd(producer["broadcast_address"], producer["tcp_port"])
+
+    handled: list[bytes] = []
+    r = running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+                             reader_class=OwnLookup, max_in_flight=10, lookupd_poll_interval=1,
+                             lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
+    wait_for(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
+    assert fetched and fetched[0].endswith(f"/lookup?topic={topic}")
+    assert len(r.conns) == 2 and r.stats()["lookupd"]["polls"] == 0  # ours never ran

@@ -203,6 +203,9 @@ class Reader:
         check_reader_options(locals())  # every number argument, by the one rule
         self.max_tries = max_tries
         self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
+        # pynsq's round-robin index of the lookupd to query next: we query all of them at
+        # each poll; an override of query_lookupd that polls one at a time uses it
+        self.lookupd_query_index = 0
         self.lookupd_connect_timeout = lookupd_connect_timeout
         self.lookupd_request_timeout = lookupd_request_timeout
         self.rdy_redistribute_interval = rdy_redistribute_interval
