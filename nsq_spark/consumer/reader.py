@@ -37,6 +37,14 @@ Where pynsq and go-nsq differ, the choice made here:
 * every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
   addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
   are found again by an early lookupd poll;
+* pynsq's hooks (``process_message``, ``preprocess_message``, ``validate_message``,
+  ``heartbeat``, ``disabled``) count whether a subclass overrides them or a program
+  assigns them on the instance (``r.validate_message = f``), before or after start: the
+  strategy is chosen again when one is assigned, so no hook costs anything per message
+  unless set; ``query_lookupd()`` and ``connect_to_nsqd()`` are the discovery path (each
+  poll calls the first, each producer chosen goes through the second: see
+  :mod:`~nsq_spark.consumer.discovery`), and go-nsq's run-time controls are here
+  (``disconnect_from_nsqd``, ``connect_to_lookupd``, ``disconnect_from_lookupd``);
 * closing answers everything: RDY 0 and CLS, in-flight handlers get ``drain_timeout``
   seconds to finish, what is still unanswered (and everything pulled but not answered) is
   requeued at once, so nsqd never has to time a message out.
@@ -45,8 +53,9 @@ The Reader is a facade: it validates, keeps pynsq's signature and hooks, wires t
 and orders closing; it is not on the way of a message (the pool hands every read chunk to
 the intake gate, which hands what passes to the strategy or the pull queue chosen at
 start). The parts are handed their collaborators and never import it:
-:mod:`~nsq_spark.consumer.pool` (connections, RDY; it makes connections through the port
-of :mod:`~nsq_spark.consumer.connection_port`), :mod:`~nsq_spark.consumer.intake` (the
+:mod:`~nsq_spark.consumer.pool` (connections, RDY, discovery; it makes connections through
+the port of :mod:`~nsq_spark.consumer.connection_port`),
+:mod:`~nsq_spark.consumer.discovery` (which discovered nsqds to connect to: pure), :mod:`~nsq_spark.consumer.intake` (the
 gate every delivery passes), :mod:`~nsq_spark.consumer.dedup_gate`,
 :mod:`~nsq_spark.consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
 flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies),
