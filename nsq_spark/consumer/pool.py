@@ -17,7 +17,10 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   ``discovery_filter`` or a ``connect_to_nsqd`` override leaves it out);
   :meth:`Pool.connect_to_lookupd` / :meth:`Pool.disconnect_from_lookupd` change the
   lookupds polled (the last one cannot go when there is no direct address: nothing would
-  find nsqds any more).
+  find nsqds any more). Two deliberate differences from go-nsq, which accepts only direct
+  addresses in ``DisconnectFromNSQD`` and never lets the last lookupd go: a discovered
+  connection may be closed too, and the last lookupd may go when direct addresses
+  remain.
 * Connections are made by the ``connect`` factory (:mod:`~nsq_spark.consumer.connection_port`:
   what the consumer needs of a connection; default: the real one), and recorded by the
   answers ledger (:class:`~nsq_spark.consumer.answers.Link`, written by the ledger only).

@@ -435,7 +435,8 @@ class Reader:
         seconds to be answered, the rest is requeued. A direct address is taken off
         :attr:`nsqd_tcp_addresses` and not reconnected; a lookupd that lists the nsqd
         makes the next poll connect to it again (as go-nsq does), unless
-        ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out.
+        ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out. Unlike
+        go-nsq, a connection found through lookupd may be closed this way too.
 
         Raises :class:`~nsq_spark.errors.InvalidAddressError` for a malformed address and
         :class:`~nsq_spark.errors.NotConnectedError` when the Reader neither has it as a
@@ -455,7 +456,8 @@ class Reader:
         """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
         connections it found stay. :class:`~nsq_spark.errors.NotConnectedError` if it is
         not polled; :class:`~nsq_spark.errors.ConfigError` for the last one of a Reader
-        without ``nsqd_tcp_addresses`` (nothing would find nsqds any more)."""
+        without ``nsqd_tcp_addresses`` (nothing would find nsqds any more; go-nsq refuses
+        the last one even with direct addresses)."""
         parse_http_address(address, "address", "127.0.0.1:4161")
         self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address))
 
