@@ -19,6 +19,7 @@ import pytest
 
 from nsq_spark.consumer import Reader
 from nsq_spark.lookupd import ProducerInfo, lookup_sync
+from nsq_spark.testing import NSQCluster, ReaderRunner
 from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90),
@@ -39,6 +40,11 @@ def _prepare(cluster: Any, topic: str, channel: str, n: int = N) -> None:
     wait_for(lambda: len(lookup_sync(lookupd, topic)) == 2, 10, "both nsqds registered")
 
 
+def _record(into: list[bytes], body: bytes) -> bool:
+    into.append(body)
+    return True
+
+
 def _clients(cluster: Any, i: int, topic: str, channel: str) -> int:
     return int(channel_stats(cluster, i, topic, channel).get("client_count", 0))
 
@@ -47,7 +53,8 @@ def _depth(cluster: Any, i: int, topic: str, channel: str) -> int:
     return int(channel_stats(cluster, i, topic, channel)["depth"])
 
 
-def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster, running_reader):
+def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster: NSQCluster,
+        running_reader: ReaderRunner) -> None:
     topic, channel = "disc_override", "c"
     _prepare(nsq_cluster, topic, channel)
     keep_out = nsq_cluster.nsqds[1].tcp_port
@@ -65,7 +72,7 @@ def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster, r
                 super().connect_to_nsqd(host, port)
 
     handled: list[bytes] = []
-    r = running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+    r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              reader_class=OnlySome, max_in_flight=10, lookupd_poll_interval=1,
                              lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
     wait_for(lambda: len(handled) == N, 15, "nsqd 0's messages")
@@ -77,7 +84,8 @@ def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster, r
     assert sorted(handled) == sorted(b"m%d" % i for i in range(N))
 
 
-def test_discovery_filter_keeps_the_nsqds_it_returns(nsq_cluster, running_reader):
+def test_discovery_filter_keeps_the_nsqds_it_returns(nsq_cluster: NSQCluster,
+        running_reader: ReaderRunner) -> None:
     topic, channel = "disc_filter", "c"
     _prepare(nsq_cluster, topic, channel)
     wanted = nsq_cluster.nsqds[1].tcp_port
@@ -88,7 +96,7 @@ def test_discovery_filter_keeps_the_nsqds_it_returns(nsq_cluster, running_reader
         return [rec for rec in records if rec.tcp_port == wanted]
 
     handled: list[bytes] = []
-    running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+    running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                          max_in_flight=10, lookupd_poll_interval=1, discovery_filter=only_one,
                          lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
     wait_for(lambda: len(handled) == N, 15, "nsqd 1's messages")
@@ -98,12 +106,13 @@ def test_discovery_filter_keeps_the_nsqds_it_returns(nsq_cluster, running_reader
     assert _depth(nsq_cluster, 0, topic, channel) == N
 
 
-def test_disconnect_from_nsqd_leaves_that_nsqd_for_good(nsq_cluster, running_reader):
+def test_disconnect_from_nsqd_leaves_that_nsqd_for_good(nsq_cluster: NSQCluster,
+        running_reader: ReaderRunner) -> None:
     topic, channel = "disc_direct", "c"
     _prepare(nsq_cluster, topic, channel)
     a, b = nsq_cluster.nsqd_tcp_addresses
     handled: list[bytes] = []
-    r = running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+    r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              max_in_flight=10, nsqd_tcp_addresses=[a, b], reconnect_initial=0.1,
                              reconnect_max=0.2)
     wait_for(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
@@ -121,13 +130,14 @@ def test_disconnect_from_nsqd_leaves_that_nsqd_for_good(nsq_cluster, running_rea
     assert (c["requeue_count"], c["timeout_count"]) == (0, 0)  # left cleanly
 
 
-def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster, running_reader):
+def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster: NSQCluster,
+        running_reader: ReaderRunner) -> None:
     topic, channel = "disc_lookupd", "c"
     _prepare(nsq_cluster, topic, channel)
     a = nsq_cluster.nsqd_tcp_addresses[0]
     lookupd = nsq_cluster.lookupd_http_addresses[0]
     handled: list[bytes] = []
-    r = running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+    r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              max_in_flight=10, nsqd_tcp_addresses=[a], lookupd_poll_interval=1)
     wait_for(lambda: len(handled) == N, 15, "the direct nsqd's messages")
     assert _clients(nsq_cluster, 1, topic, channel) == 0  # no lookupd: nsqd 1 unknown
@@ -141,7 +151,8 @@ def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster, running_rea
     assert _clients(nsq_cluster, 1, topic, channel) == 1
 
 
-def test_a_query_lookupd_override_doing_its_own_http_drives_discovery(nsq_cluster, running_reader):
+def test_a_query_lookupd_override_doing_its_own_http_drives_discovery(nsq_cluster: NSQCluster,
+        running_reader: ReaderRunner) -> None:
     """A real project's shape: ``query_lookupd`` overridden by a tornado coroutine that
     queries one lookupd at a time (pynsq's ``lookupd_query_index``), builds the URL with
     pynsq's private ``_utf8_params`` and connects each producer with ``connect_to_nsqd``."""
@@ -164,17 +175,17 @@ def test_a_query_lookupd_override_doing_its_own_http_drives_discovery(nsq_cluste
             self.lookupd_query_index = ((self.lookupd_query_index + 1)
                                         % len(self.lookupd_http_addresses))
             scheme, netloc, path, query, fragment = urlsplit("http://" + address)
-            params = parse_qs(query)
+            params: dict[str, Any] = dict(parse_qs(query))
             params["topic"] = self.topic
-            url = urlunsplit((scheme, netloc, "/lookup", urlencode(_utf8_params(params), doseq=1),
-                              fragment))
+            query = urlencode(_utf8_params(params), doseq=True)
+            url = urlunsplit((scheme, netloc, "/lookup", query, fragment))
             response = yield tornado.httpclient.AsyncHTTPClient().fetch(url)
             fetched.append(url)
             for producer in json.loads(response.body)["producers"]:
                 self.connect_to_nsqd(producer["broadcast_address"], producer["tcp_port"])
 
     handled: list[bytes] = []
-    r = running_reader.start(topic, channel, lambda m: handled.append(m.body) or True,
+    r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              reader_class=OwnLookup, max_in_flight=10, lookupd_poll_interval=1,
                              lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
     wait_for(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")

@@ -29,6 +29,7 @@ from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer import Reader
 from nsq_spark.consumer.handlers import PerMessage
 from nsq_spark.message import Message
+from nsq_spark.testing import NSQCluster
 from reader_helpers import channel_stats, mpub
 
 
@@ -52,6 +53,11 @@ def _run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 20))
 
 
+def _record(into: list[bytes], item: bytes) -> bool:
+    into.append(item)
+    return True
+
+
 def _odd(m: Message) -> bool:
     return int(m.id) % 2 == 1
 
@@ -60,7 +66,7 @@ def _odd(m: Message) -> bool:
 
 
 @pytest.mark.unit
-def test_without_hooks_the_handler_is_called_directly_with_nothing_in_between():
+def test_without_hooks_the_handler_is_called_directly_with_nothing_in_between() -> None:
     def handler(m: Message) -> bool:
         return True
 
@@ -73,15 +79,16 @@ def test_without_hooks_the_handler_is_called_directly_with_nothing_in_between():
 
 
 @pytest.mark.unit
-def test_validate_message_assigned_before_start_finishes_the_rejected_unhandled():
+def test_validate_message_assigned_before_start_finishes_the_rejected_unhandled() -> None:
     handled: list[bytes] = []
 
     async def main() -> None:
         nsqd = FakeConnections()
-        r = Reader("t", "c", lambda m: handled.append(m.id) or True,
+        r = Reader("t", "c", lambda m: _record(handled, m.id),
                    nsqd_tcp_addresses=["127.0.0.1:4150"], connection_factory=nsqd,
                    max_in_flight=100)
-        r.validate_message = _odd  # a program's shape: right after construction
+        # a program's shape: right after construction (mypy calls it assigning a method)
+        r.validate_message = _odd  # type: ignore[method-assign,assignment]
         c = await _subscribed(r, nsqd)
         msgs = c.deliver(10)
         assert handled == [m.id for m in msgs if _odd(m)]
@@ -92,7 +99,7 @@ def test_validate_message_assigned_before_start_finishes_the_rejected_unhandled(
 
 
 @pytest.mark.unit
-def test_hooks_assigned_after_start_apply_from_the_next_chunk_and_del_restores():
+def test_hooks_assigned_after_start_apply_from_the_next_chunk_and_del_restores() -> None:
     handled: list[bytes] = []
     seen: list[bytes] = []
 
@@ -101,10 +108,10 @@ def test_hooks_assigned_after_start_apply_from_the_next_chunk_and_del_restores()
         return m
 
     async def main() -> None:
-        r, c = await _started(lambda m: handled.append(m.id) or True)
+        r, c = await _started(lambda m: _record(handled, m.id))
         first = c.deliver(4)
-        r.preprocess_message = pre
-        r.validate_message = lambda m: False
+        r.preprocess_message = pre  # type: ignore[method-assign,assignment]
+        r.validate_message = lambda m: False  # type: ignore[method-assign,assignment]
         second = c.deliver(4)
         assert seen == [m.id for m in second]
         assert handled == [m.id for m in first]  # none of the second chunk: rejected
@@ -119,7 +126,7 @@ def test_hooks_assigned_after_start_apply_from_the_next_chunk_and_del_restores()
 
 
 @pytest.mark.unit
-def test_an_instance_hook_wins_over_a_subclass_override():
+def test_an_instance_hook_wins_over_a_subclass_override() -> None:
     class Sub(Reader):
         def validate_message(self, message: Message) -> bool:
             return False
@@ -128,13 +135,13 @@ def test_an_instance_hook_wins_over_a_subclass_override():
 
     async def main() -> None:
         nsqd = FakeConnections()
-        r = Sub("t", "c", lambda m: handled.append(m.id) or True,
+        r = Sub("t", "c", lambda m: _record(handled, m.id),
                 nsqd_tcp_addresses=["127.0.0.1:4150"], connection_factory=nsqd,
                 max_in_flight=100)
         c = await _subscribed(r, nsqd)
         c.deliver(2)
         assert handled == []  # the subclass rejects all
-        r.validate_message = _odd
+        r.validate_message = _odd  # type: ignore[method-assign,assignment]
         msgs = c.deliver(4)
         assert handled == [m.id for m in msgs if _odd(m)]
         await r.aclose()
@@ -142,11 +149,12 @@ def test_an_instance_hook_wins_over_a_subclass_override():
 
 
 @pytest.mark.unit
-def test_disabled_assigned_on_the_instance_holds_rdy_at_0_and_gives_it_back():
+def test_disabled_assigned_on_the_instance_holds_rdy_at_0_and_gives_it_back() -> None:
     async def main() -> None:
         r, c = await _started(lambda m: True)
         assert c.rdy_count > 0
-        r.disabled = lambda: True  # pynsq's classmethod, replaced on the instance
+        # pynsq's classmethod, replaced on the instance
+        r.disabled = lambda: True  # type: ignore[method-assign]
         r._pool._tick()
         assert c.rdy_count == 0
         del r.disabled
@@ -157,13 +165,13 @@ def test_disabled_assigned_on_the_instance_holds_rdy_at_0_and_gives_it_back():
 
 
 @pytest.mark.unit
-def test_heartbeat_assigned_on_the_instance_is_what_the_connection_calls():
+def test_heartbeat_assigned_on_the_instance_is_what_the_connection_calls() -> None:
     beats: list[Any] = []
 
     async def main() -> None:
         r, c = await _started(lambda m: True)
         r._pool._heartbeat(c)  # what a connection calls at each heartbeat
-        r.heartbeat = beats.append
+        r.heartbeat = beats.append  # type: ignore[method-assign,assignment]
         r._pool._heartbeat(c)
         assert beats == [c]
         await r.aclose()
@@ -229,10 +237,11 @@ def _create_channel(http: str, topic: str, channel: str) -> None:
 
 @pytest.mark.nsqd
 @pytest.mark.timeout(120)
-def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster, tmp_path: Path):
+def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster: NSQCluster,
+                                                                    tmp_path: Path) -> None:
     modules = ["nsq_spark"]
     try:
-        import nsq  # noqa: F401  pynsq, the reference
+        import nsq  # type: ignore[import-untyped]  # noqa: F401  pynsq, the reference
         modules.insert(0, "nsq")
     except ImportError:
         pass
@@ -243,7 +252,7 @@ def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster,
     mpub(http, topic, [str(i).encode() for i in range(100)])
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
-    results = {}
+    results: dict[str, Any] = {}
     for module in modules:
         channel = module.replace("_", "")
         proc = subprocess.run([sys.executable, str(script), module, tcp, topic, channel],

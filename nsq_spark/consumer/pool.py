@@ -73,8 +73,8 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd", "CLOSE_QUIET",
-           "CLOSE_QUIET_MAX"]
+__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
+           "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
 # most CLOSE_QUIET_MAX), so that a message nsqd sent after it is requeued (see

@@ -55,8 +55,9 @@ the intake gate, which hands what passes to the strategy or the pull queue chose
 start). The parts are handed their collaborators and never import it:
 :mod:`~nsq_spark.consumer.pool` (connections, RDY, discovery; it makes connections through
 the port of :mod:`~nsq_spark.consumer.connection_port`),
-:mod:`~nsq_spark.consumer.discovery` (which discovered nsqds to connect to: pure), :mod:`~nsq_spark.consumer.intake` (the
-gate every delivery passes), :mod:`~nsq_spark.consumer.dedup_gate`,
+:mod:`~nsq_spark.consumer.discovery` (which discovered nsqds to connect to: pure),
+:mod:`~nsq_spark.consumer.intake` (the gate every delivery passes),
+:mod:`~nsq_spark.consumer.dedup_gate`,
 :mod:`~nsq_spark.consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
 flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies),
 :mod:`~nsq_spark.consumer.pull`, :mod:`~nsq_spark.consumer.aiter`,
