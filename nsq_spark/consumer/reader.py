@@ -162,9 +162,11 @@ class Reader:
             :class:`~nsq_spark.consumer.discovery.DiscoveryFilterError` and that poll
             connects to none; connections already open stay. See
             :mod:`~nsq_spark.consumer.discovery`.
-        topology_zone, topology_region: (keyword, strings, default None) this consumer's
-            zone and region: discovery tries the producers lookupd reports in the same
-            zone first, then the same region, then the rest (it never drops one).
+        topology_zone, topology_region: (keyword; non-empty strings, default None: no
+            preference) this consumer's zone and region: discovery tries the producers
+            lookupd reports in the same zone first, then the same region, then the rest
+            (it never drops one). Until :class:`~nsq_spark.config.ConnectionConfig` takes
+            them (to send them in IDENTIFY), the Reader takes them itself.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
