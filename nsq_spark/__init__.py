@@ -97,8 +97,9 @@ _ALIASES = {"Error": ("nsq_spark.errors", "NSQError")}
 
 __all__ = ["__version__", *_EXPORTS, *_ALIASES]
 
-# submodules pynsq programs reach as attributes (``nsq.protocol.Error``)
-_SUBMODULES = frozenset({"protocol"})
+# submodules pynsq programs reach as attributes (``nsq.protocol.Error``,
+# ``nsq.reader._utf8_params``)
+_SUBMODULES = frozenset({"protocol", "reader"})
 
 
 def __getattr__(name: str) -> Any:

@@ -94,6 +94,11 @@ class DedupStoreError(NSQError, ConnectionError):
     the message names the option, the store (password hidden) and the fix."""
 
 
+class NotConnectedError(NSQError, ValueError):
+    """A run-time control named an nsqd or lookupd the consumer is not connected to or
+    polling (go-nsq's ``ErrNotConnected``); the message lists those it is."""
+
+
 class NSQTimeoutError(NSQError, TimeoutError):
     """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
 

@@ -20,6 +20,7 @@ carry the logic and are unit-tested alone; :class:`LookupdPoller` does the IO on
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import random
@@ -80,11 +81,16 @@ def producer_address(producer: ProducerAddress) -> str:
 
 
 class ProducerInfo(NamedTuple):
-    """One nsqd as a lookupd lists it: where to connect (TCP) and where its HTTP API is."""
+    """One nsqd as a lookupd lists it: where to connect (TCP) and where its HTTP API is,
+    and the topology hints of nsqd's topology-aware consumption when lookupd reports them
+    (``topology_zone`` / ``topology_region``: an experiment on nsq's main branch; None
+    from nsqlookupd v1.3.0)."""
 
     host: str
     tcp_port: int
     http_port: int | None
+    topology_zone: str | None = None
+    topology_region: str | None = None
 
     @property
     def producer(self) -> ProducerAddress:
@@ -94,6 +100,10 @@ class ProducerInfo(NamedTuple):
     def http_address(self) -> str | None:
         """``host:http_port`` (IPv6 in brackets), or None if lookupd did not say."""
         return None if self.http_port is None else producer_address((self.host, self.http_port))
+
+
+def _hint(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _port(value: Any) -> int | None:
@@ -130,7 +140,8 @@ def parse_producer_records(body: bytes | str, source: str = "lookupd") -> list[P
             log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
                         source, p)
             continue
-        out.append(ProducerInfo(host, port, _port(p.get("http_port"))))
+        out.append(ProducerInfo(host, port, _port(p.get("http_port")),
+                                _hint(p.get("topology_zone")), _hint(p.get("topology_region"))))
     return out
 
 
@@ -197,13 +208,20 @@ class LookupdPoller:
             ``lookupd_connect_timeout`` / ``lookupd_request_timeout``).
         attempts: tries per lookupd and poll for transport errors (tenacity).
         name: prefix for log lines.
+        on_records: if given, also called after each poll with the union of the producer
+            records (:class:`ProducerInfo`, first seen first, one per producer).
+        poll: if given, what each scheduled or triggered poll runs instead of
+            :meth:`poll_once` (the consumer hands its owner's ``query_lookupd``, so that
+            an override decides); an awaitable result is awaited.
     """
 
     def __init__(self, addresses: Iterable[str], topic: str,
                  on_producers: Callable[[set[ProducerAddress]], Any],
                  poll_interval: float = 60, poll_jitter: float = 0.3,
                  connect_timeout: float = 1, request_timeout: float = 2,
-                 attempts: int = 2, name: str = "", rng: random.Random | None = None) -> None:
+                 attempts: int = 2, name: str = "", rng: random.Random | None = None,
+                 on_records: Callable[[list[ProducerInfo]], Any] | None = None,
+                 poll: Callable[[], Any] | None = None) -> None:
         self.addresses = list(addresses)
         if not self.addresses:
             raise ValueError("LookupdPoller needs at least one lookupd HTTP address")
@@ -218,6 +236,8 @@ class LookupdPoller:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         self.topic = topic
         self.on_producers = on_producers
+        self.on_records = on_records
+        self.poll = poll
         self.poll_interval = float(poll_interval)
         self.poll_jitter = float(poll_jitter)
         self.connect_timeout = float(connect_timeout)
@@ -236,6 +256,10 @@ class LookupdPoller:
 
     async def query(self, url: str) -> list[ProducerAddress]:
         """One lookupd's producers; raises on transport errors and garbage."""
+        return [r.producer for r in await self.query_records(url)]
+
+    async def query_records(self, url: str) -> list[ProducerInfo]:
+        """One lookupd's producer records; raises on transport errors and garbage."""
         if self._client is None:
             # our own instance, closed in stop(): a Reader may start and stop many times
             self._client = AsyncHTTPClient(force_instance=True)
@@ -254,14 +278,16 @@ class LookupdPoller:
                             b"TOPIC_NOT_FOUND" in (exc.response.body or b""):
                         return []  # nothing published to this topic yet
                     raise
-        return parse_lookup_response(resp.body, url)
+        return parse_producer_records(resp.body, url)
 
     async def poll_once(self) -> set[ProducerAddress]:
         """Query every lookupd concurrently; the union of what the healthy ones said."""
-        results = await asyncio.gather(*(self.query(u) for u in self.urls),
+        urls = list(self.urls)  # add_address/remove_address may run meanwhile
+        results = await asyncio.gather(*(self.query_records(u) for u in urls),
                                        return_exceptions=True)
         producers: set[ProducerAddress] = set()
-        for url, res in zip(self.urls, results):
+        records: list[ProducerInfo] = []
+        for url, res in zip(urls, results):
             if isinstance(res, BaseException):
                 if isinstance(res, asyncio.CancelledError):
                     raise res
@@ -273,11 +299,35 @@ class LookupdPoller:
             if url in self.failures:
                 log.info("[%s] lookupd %s answers again", self.name, url)
                 del self.failures[url]
-            producers.update(res)
+            for record in res:
+                if record.producer not in producers:
+                    producers.add(record.producer)
+                    records.append(record)
         self.polls += 1
         self.last_producers = producers
         self.on_producers(producers)
+        if self.on_records is not None:
+            self.on_records(records)
         return producers
+
+    def add_address(self, address: str) -> bool:
+        """Poll ``address`` too from the next poll on; False if it is polled already."""
+        url = lookup_url(address, self.topic)
+        if url in self.urls:
+            return False
+        self.addresses.append(address)
+        self.urls.append(url)
+        return True
+
+    def remove_address(self, address: str) -> bool:
+        """Stop polling ``address``; False if it was not polled."""
+        url = lookup_url(address, self.topic)
+        if url not in self.urls:
+            return False
+        i = self.urls.index(url)
+        del self.urls[i], self.addresses[i]
+        self.failures.pop(url, None)
+        return True
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -296,7 +346,12 @@ class LookupdPoller:
         assert self._wake is not None
         while True:
             try:
-                await self.poll_once()
+                if self.poll is None:
+                    await self.poll_once()
+                else:
+                    result = self.poll()
+                    if inspect.isawaitable(result):
+                        await result
             except asyncio.CancelledError:
                 raise
             except Exception:  # on_producers failed: keep polling

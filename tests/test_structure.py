@@ -216,7 +216,9 @@ def test_parts_never_import_their_owner(owner):
 #: Old import paths kept for users -> the modules that now define what they export.
 SHIMS = {
     "nsq_spark.reader": ("nsq_spark.consumer.reader", "nsq_spark.consumer.run",
-                         "nsq_spark.consumer.pool"),
+                         "nsq_spark.consumer.pool", "nsq_spark.compat.reader_names",
+                         "nsq_spark.compat.async_conn", "nsq_spark.compat.backoff_timer",
+                         "nsq_spark.message"),
     "nsq_spark.writer": ("nsq_spark.compat.writer",),
     "nsq_spark.producer": ("nsq_spark.publish.producer", "nsq_spark.compat.writer",
                            "nsq_spark.errors"),

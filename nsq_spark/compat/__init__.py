@@ -8,7 +8,9 @@ its parts, for ``import nsq_spark as nsq``:
 * :class:`~nsq_spark.compat.sync.SyncConn`: pynsq's blocking framed socket;
 * :class:`~nsq_spark.compat.backoff_timer.BackoffTimer`: pynsq's interval arithmetic;
 * :class:`~nsq_spark.compat.legacy_reader.LegacyReader`: pynsq's deprecated task readers;
-* :mod:`~nsq_spark.compat.event`: pynsq's event names and its ``EventedMixin``.
+* :mod:`~nsq_spark.compat.event`: pynsq's event names and its ``EventedMixin``;
+* :mod:`~nsq_spark.compat.reader_names`: module-level names of pynsq's ``nsq.reader``
+  that programs import (``_utf8_params``), re-exported by :mod:`nsq_spark.reader`.
 
 The modules are named as pynsq's (``nsq.conn`` is ``async_conn`` here, because
 ``nsq_spark.conn`` is ours), so a test harness can map pynsq's module paths onto them

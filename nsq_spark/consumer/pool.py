@@ -3,8 +3,24 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
 
 * Direct addresses are connected at start and reconnected with exponential backoff and
   jitter (tenacity) when they drop; ``connect_to`` (pynsq's ``connect_to_nsqd``) connects
-  once; discovered producers are connected at each lookupd poll that lists them, and a
-  dropped one makes the poller poll early.
+  once; a dropped connection that is not direct makes the poller poll early.
+* Discovery is the owner's (pynsq's) path, handed in as two callables
+  (:class:`QueryLookupd`, :class:`ConnectToNsqd`), so that a subclass override or an
+  assigned hook decides: every scheduled or triggered poll calls ``query_lookupd()``
+  (whose default is :meth:`Pool.poll_lookupd`: one query of every lookupd); the records
+  of a poll are chosen by :func:`~nsq_spark.consumer.discovery.choose_producers`
+  (topology preference, then the ``discovery_filter``) and each one chosen goes through
+  ``connect_to_nsqd(host, port)`` (whose default is :meth:`Pool.connect_to`).
+* Run-time controls (go-nsq's): :meth:`Pool.disconnect_from` closes one connection and
+  takes its address off the direct list (it is not reconnected from there; a lookupd
+  that lists it makes the next poll find it again, as in go-nsq, unless the
+  ``discovery_filter`` or a ``connect_to_nsqd`` override leaves it out);
+  :meth:`Pool.connect_to_lookupd` / :meth:`Pool.disconnect_from_lookupd` change the
+  lookupds polled (the last one cannot go when there is no direct address: nothing would
+  find nsqds any more). Two deliberate differences from go-nsq, which accepts only direct
+  addresses in ``DisconnectFromNSQD`` and never lets the last lookupd go: a discovered
+  connection may be closed too, and the last lookupd may go when direct addresses
+  remain.
 * Connections are made by the ``connect`` factory (:mod:`~nsq_spark.consumer.connection_port`:
   what the consumer needs of a connection; default: the real one), and recorded by the
   answers ledger (:class:`~nsq_spark.consumer.answers.Link`, written by the ledger only).
@@ -34,14 +50,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
-from ..errors import ConnectionClosedError, is_transient
+from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
-from ..lookupd import LookupdPoller, ProducerAddress, producer_address
+from ..lookupd import ProducerInfo, lookup_url, producer_address
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
+from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 
 if TYPE_CHECKING:
     from .._loop import LoopBridge, TaskGroup
@@ -56,7 +73,8 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = logging.getLogger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "Deliveries", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
+__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
+           "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
 # most CLOSE_QUIET_MAX), so that a message nsqd sent after it is requeued (see
@@ -73,6 +91,47 @@ class Deliveries(Protocol):
     def on_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None: ...
 
 
+class Poller(Protocol):
+    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`)."""
+
+    polls: int
+    failures: dict[str, str]
+
+    def start(self) -> None: ...
+
+    def trigger(self) -> None: ...
+
+    def poll_once(self) -> Awaitable[Any]: ...
+
+    def add_address(self, address: str) -> bool: ...
+
+    def remove_address(self, address: str) -> bool: ...
+
+    def stop(self) -> Awaitable[None]: ...
+
+
+class MakePoller(Protocol):
+    """Makes the lookupd poller of ``addresses`` (the owner binds topic, intervals and
+    timeouts): it reports each poll's producer records to ``on_records`` and runs
+    ``poll()`` for each scheduled or triggered poll."""
+
+    def __call__(self, addresses: list[str],
+                 on_records: Callable[[list[ProducerInfo]], Any],
+                 poll: Callable[[], Any]) -> Poller: ...
+
+
+class QueryLookupd(Protocol):
+    """The owner's ``query_lookupd()`` (pynsq): one poll; may return an awaitable."""
+
+    def __call__(self) -> Any: ...
+
+
+class ConnectToNsqd(Protocol):
+    """The owner's ``connect_to_nsqd(host, port)`` (pynsq), called per chosen producer."""
+
+    def __call__(self, host: str, port: int) -> Any: ...
+
+
 class Pool:
     """The connections of one consumer (see the module doc).
 
@@ -83,20 +142,31 @@ class Pool:
         on_link_lost: ``f(link)`` when a connection closed; returns how many messages of it
             the caller still held (the pull queue's blocks), for the log.
         on_heartbeat, disabled: pynsq's Reader hooks (see the module doc).
+        lookupd: lookupd HTTP addresses polled from start (more may be added at run time).
+        make_poller: makes the lookupd poller (:class:`MakePoller`); None: no lookupd
+            can be polled.
+        query_lookupd, connect_to_nsqd: the owner's discovery path (see the module doc);
+            default: :meth:`poll_lookupd` and :meth:`connect_to`.
+        topology_zone, topology_region, discovery_filter: how each poll's producers are
+            chosen (:mod:`~nsq_spark.consumer.discovery`).
     """
 
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
                  policy: "RdyPolicy[Link]", answers: "Answers", lifecycle: "Lifecycle",
                  bridge: "LoopBridge", tasks: "TaskGroup", name: str,
                  direct: Sequence["Address"],
-                 make_poller: Callable[[Callable[[set[ProducerAddress]], Any]],
-                                       LookupdPoller] | None,
+                 make_poller: MakePoller | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
                  reconnect_max: float, deliveries: Deliveries,
                  on_link_lost: Callable[["Link"], int],
                  connect: ConnectNsqd = connect_nsqd,
                  on_heartbeat: Callable[[Any], Any] | None = None,
-                 disabled: Callable[[], bool] | None = None) -> None:
+                 disabled: Callable[[], bool] | None = None,
+                 lookupd: Sequence[str] = (),
+                 query_lookupd: QueryLookupd | None = None,
+                 connect_to_nsqd: ConnectToNsqd | None = None,
+                 topology_zone: str | None = None, topology_region: str | None = None,
+                 discovery_filter: DiscoveryFilter | None = None) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
@@ -123,7 +193,15 @@ class Pool:
         # nsqd address -> the last connect/SUB failure, until it subscribes
         self.connect_errors: dict[str, BaseException] = {}
         self.messages_received = 0
-        self.poller: LookupdPoller | None = None
+        self.lookupd_addresses = list(lookupd)
+        self.query_lookupd: QueryLookupd = query_lookupd or self.poll_lookupd
+        self.connect_to_nsqd: ConnectToNsqd = connect_to_nsqd or self.connect_to
+        self.topology_zone = topology_zone
+        self.topology_region = topology_region
+        self.discovery_filter = discovery_filter
+        self.poller: Poller | None = None
+        self._started = False
+        self._disconnecting: set[str] = set()  # closed on purpose (disconnect_from)
         self._redist: Any = None
 
     # -- starting and connecting (loop thread) ------------------------------------------
@@ -132,28 +210,139 @@ class Pool:
         from tornado.ioloop import PeriodicCallback
         self._redist = PeriodicCallback(self._tick, self.rdy_redistribute_interval * 1000)
         self._redist.start()
+        self._started = True
         for host, port in self.direct:
             self.tasks.spawn(self._keep_connected(host, port, first=True), "connect")
-        if self.make_poller is not None:
-            self.poller = self.make_poller(self._on_producers)
-            self.poller.start()
+        if self.lookupd_addresses:
+            self._start_poller()
+
+    def _start_poller(self) -> None:
+        if self.make_poller is None:
+            raise ConfigError(f"[{self.name}] this consumer cannot poll nsqlookupd")
+        self.poller = self.make_poller(list(self.lookupd_addresses), self._on_records,
+                                       self._scheduled_poll)
+        self.poller.start()
 
     def connect_to(self, host: str, port: int) -> None:
-        self.tasks.spawn(self._connect_once(host, port), "connect")
+        """Connect to ``host:port`` unless connected or connecting (failures are logged;
+        a lookupd poll that lists it again tries again)."""
+        if producer_address((host, port)) not in self.links and not self.lifecycle.closing:
+            self.tasks.spawn(self._connect_quietly(host, port), "connect")
 
-    def query_lookupd(self) -> None:
-        if self.poller is not None:
-            self.poller.trigger()
+    def poll_lookupd(self) -> "asyncio.Future[Any] | None":
+        """Query every lookupd now (the default ``query_lookupd``); the poll's Future, or
+        None when no lookupd is polled."""
+        if self.poller is None or self.lifecycle.closing:
+            return None
+        return self.tasks.spawn(self.poller.poll_once(), "poll")
 
     def subscribed(self) -> list["Link"]:
         return [s for s in list(self.links.values()) if s.conn is not None and s.subscribed]
 
-    def _on_producers(self, producers: set[ProducerAddress]) -> None:
+    def _scheduled_poll(self) -> Any:
+        if self.lifecycle.closing:
+            return None
+        return self.query_lookupd()
+
+    def _on_records(self, records: list[ProducerInfo]) -> None:
+        """One poll's producers: choose, then the owner's connect_to_nsqd for each."""
         if self.lifecycle.closing:
             return
-        for host, port in producers:
-            if producer_address((host, port)) not in self.links:
-                self.tasks.spawn(self._connect_quietly(host, port), "connect")
+        try:
+            chosen = choose_producers(records, zone=self.topology_zone,
+                                      region=self.topology_region,
+                                      discovery_filter=self.discovery_filter)
+        except DiscoveryFilterError as exc:
+            log.error("[%s] %s; connecting to none of this poll's %d producers",
+                      self.name, exc, len(records))
+            return
+        except Exception:
+            log.exception("[%s] discovery_filter raised; connecting to none of this poll's "
+                          "%d producers", self.name, len(records))
+            return
+        for record in chosen:
+            try:
+                self.connect_to_nsqd(record.host, record.tcp_port)
+            except Exception:
+                log.exception("[%s] connect_to_nsqd(%r, %d) raised", self.name,
+                              record.host, record.tcp_port)
+
+    # -- run-time controls (loop thread) ------------------------------------------------
+
+    def disconnect_from(self, host: str, port: int) -> "asyncio.Future[Any] | None":
+        """Take ``host:port`` off the direct list and close its connection gracefully (RDY
+        0, CLS, its unanswered messages requeued). Raises NotConnectedError when it is
+        neither direct nor connected. Returns the closing's Future (None: nothing open)."""
+        address = producer_address((host, port))
+        direct = address in self._direct_keys
+        link = self.links.get(address)
+        if not direct and link is None:
+            raise NotConnectedError(
+                f"[{self.name}] not connected to nsqd {address} (connected: "
+                f"{sorted(self.links) or 'none'}): give one of those addresses")
+        if direct:
+            self._direct_keys.discard(address)
+            self.direct = [hp for hp in self.direct if producer_address(hp) != address]
+        if link is None:
+            return None  # a reconnect loop, if any, sees it is no longer direct and stops
+        return self.tasks.spawn(self._close_link(link), "disconnect")
+
+    async def _close_link(self, link: "Link") -> None:
+        conn = link.conn
+        if conn is None:
+            return
+        log.info("[%s] disconnecting from nsqd %s", self.name, link.address)
+        self._disconnecting.add(link.address)
+        if conn.state is ConnState.SUBSCRIBED:
+            # RDY 0 and CLS (the state is CLOSING from now on: no RDY is sent to it any
+            # more); the policy gives its share to the others when it has closed
+            conn.send_rdy(0)
+            try:
+                await asyncio.wait_for(conn.send_cls(), self.config.close_timeout)
+            except Exception as exc:
+                log.debug("[%s] CLS to %s: %s", self.name, link.address, exc)
+            await self._until_quiet([conn])
+            deadline = self.bridge.time() + self.config.close_timeout
+            while link.outstanding and self.bridge.time() < deadline:
+                await asyncio.sleep(0.01)
+            if self.answers.requeue_outstanding([link], ()):
+                self.answers.flush()
+        await conn.close()
+
+    def connect_to_lookupd(self, address: str) -> bool:
+        """Poll ``address`` too (a poll follows soon); False if it is polled already."""
+        url = lookup_url(address, self.topic)
+        if url in (lookup_url(a, self.topic) for a in self.lookupd_addresses):
+            return False
+        self.lookupd_addresses.append(address)
+        if self._started and not self.lifecycle.closing:
+            if self.poller is None:
+                self._start_poller()  # polls at once
+            else:
+                self.poller.add_address(address)
+                self.poller.trigger()
+        return True
+
+    def disconnect_from_lookupd(self, address: str) -> None:
+        """Stop polling ``address`` (NotConnectedError if it is not polled; ConfigError
+        for the last one when there is no direct nsqd address)."""
+        urls = [lookup_url(a, self.topic) for a in self.lookupd_addresses]
+        url = lookup_url(address, self.topic)
+        if url not in urls:
+            raise NotConnectedError(
+                f"[{self.name}] lookupd {address!r} is not polled (polled: "
+                f"{self.lookupd_addresses or 'none'}): give one of those addresses")
+        if len(urls) == 1 and not self.direct:
+            raise ConfigError(
+                f"[{self.name}] cannot disconnect from the only lookupd ({address!r}) of a "
+                "consumer without nsqd_tcp_addresses: connect_to_lookupd() another one first")
+        del self.lookupd_addresses[urls.index(url)]
+        poller = self.poller
+        if poller is not None:
+            poller.remove_address(address)
+            if not self.lookupd_addresses:
+                self.poller = None
+                self.tasks.spawn(poller.stop(), "disconnect")
 
     async def _connect_quietly(self, host: str, port: int) -> None:
         try:
@@ -171,7 +360,7 @@ class Pool:
             wait=(wait_exponential(multiplier=self.reconnect_initial, max=self.reconnect_max)
                   + wait_random(0, self.reconnect_initial)),
             retry=retry_if_exception_type(Exception),
-            stop=lambda state: self.lifecycle.closing,
+            stop=lambda state: self.lifecycle.closing or addr not in self._direct_keys,
             before_sleep=lambda state: log.warning(
                 "[%s] cannot connect to nsqd %s (attempt %d), retrying in %.1fs: %s",
                 self.name, addr, state.attempt_number,
@@ -181,8 +370,8 @@ class Pool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    if self.lifecycle.closing:
-                        return
+                    if self.lifecycle.closing or addr not in self._direct_keys:
+                        return  # closing, or disconnect_from() took it off the list
                     await self._connect_once(host, port)
         except Exception as exc:  # only when closing
             log.debug("[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
@@ -200,7 +389,7 @@ class Pool:
             on_messages=None if blocks else functools.partial(self._deliver, link),
             on_blocks=functools.partial(self._deliver_blocks, link) if blocks else None,
             on_close=functools.partial(self._on_conn_close, link),
-            on_heartbeat=self.on_heartbeat, responder=link)
+            on_heartbeat=self._heartbeat, responder=link)
         answers.attach(link, conn)
         log.info("[%s] connecting to nsqd %s", self.name, address)
         try:
@@ -236,6 +425,13 @@ class Pool:
         log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
                  conn.max_rdy_count)
 
+    def _heartbeat(self, conn: Any) -> None:
+        # the owner's hook is looked up at each heartbeat (every 30 s by default), not at
+        # connect time: a hook assigned while connections are open applies to them too
+        hook = self.on_heartbeat
+        if hook is not None:
+            hook(conn)
+
     # -- deliveries: once per read chunk ------------------------------------------------
 
     def _deliver(self, link: "Link", msgs: list["Message"]) -> None:
@@ -266,6 +462,13 @@ class Pool:
         # already handed out stay so (pull queue, running handlers): handled at least once
         # beats dropped; their answers are counted in dropped_responses.
         lost = self.answers.forget_link(link) + self.on_link_lost(link)
+        if address in self._disconnecting:
+            self._disconnecting.discard(address)
+            log.info("[%s] disconnected from nsqd %s%s", self.name, address,
+                     f" ({lost} messages were unanswered)" if lost else "")
+            if self.poller is not None and not self.lifecycle.closing:
+                self.poller.trigger()  # go-nsq: a lookupd that lists it finds it again
+            return
         if self.lifecycle.closing or not link.subscribed:
             # never subscribed: _connect_once failed and its caller (the reconnect loop or
             # the next lookupd poll) retries; another loop here would double them each time
@@ -383,6 +586,7 @@ class Pool:
         if self.poller is not None:
             await self.poller.stop()
         self.tasks.cancel("connect")  # pending connects and reconnect loops
+        self.tasks.cancel("poll")
         links = self.subscribed()
         cls = []
         for link in links:

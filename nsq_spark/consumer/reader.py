@@ -37,6 +37,14 @@ Where pynsq and go-nsq differ, the choice made here:
 * every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
   addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
   are found again by an early lookupd poll;
+* pynsq's hooks (``process_message``, ``preprocess_message``, ``validate_message``,
+  ``heartbeat``, ``disabled``) count whether a subclass overrides them or a program
+  assigns them on the instance (``r.validate_message = f``), before or after start: the
+  strategy is chosen again when one is assigned, so no hook costs anything per message
+  unless set; ``query_lookupd()`` and ``connect_to_nsqd()`` are the discovery path (each
+  poll calls the first, each producer chosen goes through the second: see
+  :mod:`~nsq_spark.consumer.discovery`), and go-nsq's run-time controls are here
+  (``disconnect_from_nsqd``, ``connect_to_lookupd``, ``disconnect_from_lookupd``);
 * closing answers everything: RDY 0 and CLS, in-flight handlers get ``drain_timeout``
   seconds to finish, what is still unanswered (and everything pulled but not answered) is
   requeued at once, so nsqd never has to time a message out.
@@ -45,9 +53,11 @@ The Reader is a facade: it validates, keeps pynsq's signature and hooks, wires t
 and orders closing; it is not on the way of a message (the pool hands every read chunk to
 the intake gate, which hands what passes to the strategy or the pull queue chosen at
 start). The parts are handed their collaborators and never import it:
-:mod:`~nsq_spark.consumer.pool` (connections, RDY; it makes connections through the port
-of :mod:`~nsq_spark.consumer.connection_port`), :mod:`~nsq_spark.consumer.intake` (the
-gate every delivery passes), :mod:`~nsq_spark.consumer.dedup_gate`,
+:mod:`~nsq_spark.consumer.pool` (connections, RDY, discovery; it makes connections through
+the port of :mod:`~nsq_spark.consumer.connection_port`),
+:mod:`~nsq_spark.consumer.discovery` (which discovered nsqds to connect to: pure),
+:mod:`~nsq_spark.consumer.intake` (the gate every delivery passes),
+:mod:`~nsq_spark.consumer.dedup_gate`,
 :mod:`~nsq_spark.consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
 flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies),
 :mod:`~nsq_spark.consumer.pull`, :mod:`~nsq_spark.consumer.aiter`,
@@ -70,10 +80,12 @@ import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
-from ..addresses import parse_address_list, parse_http_address_list
+from .. import validate
+from ..addresses import (parse_address, parse_address_list, parse_http_address,
+                         parse_http_address_list)
 from ..config import ConnectionConfig, check_reader_options
 from ..errors import ConfigError, NSQError
-from ..lookupd import LookupdPoller, ProducerAddress
+from ..lookupd import LookupdPoller, ProducerInfo, producer_address
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from . import handlers, pull
@@ -82,6 +94,7 @@ from .answers import FIN, REQ, Answers, Link
 from .backoff import Backoff, BackoffWindows
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .dedup_gate import DedupGate
+from .discovery import DiscoveryFilter, check_discovery_filter
 from .intake import Intake
 from .lifecycle import Lifecycle
 from .pool import Pool
@@ -157,6 +170,19 @@ class Reader:
             answered, so ``max_in_flight`` bounds queued and running messages together
             (give ``max_in_flight >= concurrency`` to keep every thread busy). Not for
             ``batch_handler`` nor ``async def`` handlers (ConfigError).
+        discovery_filter: ``f(records) -> records``, go-nsq's ``DiscoveryFilter``: called
+            once per lookupd poll with the producers found
+            (:class:`~nsq_spark.lookupd.ProducerInfo` records, topology-preferred order),
+            it returns those to connect to (keep, drop, reorder); default None: all of
+            them. A result that is not such records is logged as a
+            :class:`~nsq_spark.consumer.discovery.DiscoveryFilterError` and that poll
+            connects to none; connections already open stay. See
+            :mod:`~nsq_spark.consumer.discovery`.
+        topology_zone, topology_region: (connection options, see
+            :class:`~nsq_spark.config.ConnectionConfig`; default None: no preference) this
+            consumer's zone and region, sent in IDENTIFY; discovery also tries the
+            producers lookupd reports in the same zone first, then the same region, then
+            the rest (it never drops one).
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -194,20 +220,23 @@ class Reader:
             backoff_strategy: str = "exponential",
             low_rdy_timeout: float | None = None,
             concurrency: int = 1,
+            discovery_filter: DiscoveryFilter | None = None,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
         self.name = name or f"{self.topic}:{self.channel}"
         direct = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
-        self.nsqd_tcp_addresses = [str(a) for a in direct]
-        self.lookupd_http_addresses = parse_http_address_list(
+        lookupd = parse_http_address_list(
             lookupd_http_addresses, "lookupd_http_addresses", "127.0.0.1:4161")
-        if not self.nsqd_tcp_addresses and not self.lookupd_http_addresses:
+        if not direct and not lookupd:
             raise ConfigError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
                              "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
         check_reader_options(locals())  # every number argument, by the one rule
         self.max_tries = max_tries
         self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
+        # pynsq's round-robin index of the lookupd to query next: we query all of them at
+        # each poll; an override of query_lookupd that polls one at a time uses it
+        self.lookupd_query_index = 0
         self.lookupd_connect_timeout = lookupd_connect_timeout
         self.lookupd_request_timeout = lookupd_request_timeout
         self.rdy_redistribute_interval = rdy_redistribute_interval
@@ -218,14 +247,16 @@ class Reader:
         self.drain_timeout = drain_timeout
         self.config = ConnectionConfig.from_options(**connection_options)
         self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
-        make_poller = None
-        if self.lookupd_http_addresses:
-            def make_poller(on_producers: Callable[[set[ProducerAddress]], Any]) -> LookupdPoller:
-                return LookupdPoller(
-                    self.lookupd_http_addresses, self.topic, on_producers,
-                    lookupd_poll_interval, lookupd_poll_jitter, lookupd_connect_timeout,
-                    lookupd_request_timeout, name=self.name)
-            make_poller(lambda p: None)  # validates poll/jitter/timeouts now, not on the loop
+
+        def make_poller(addresses: list[str], on_records: Callable[[list[ProducerInfo]], Any],
+                        poll: Callable[[], Any]) -> LookupdPoller:
+            return LookupdPoller(
+                addresses, self.topic, lambda producers: None, lookupd_poll_interval,
+                lookupd_poll_jitter, lookupd_connect_timeout, lookupd_request_timeout,
+                name=self.name, on_records=on_records, poll=poll)
+        if lookupd:  # validates poll/jitter/timeouts now, not on the loop
+            make_poller(lookupd, lambda records: None, lambda: None)
+        check_discovery_filter(discovery_filter)
 
         self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
         self._dedup_key = dedup_gate.key if dedup_gate is not None else None
@@ -267,7 +298,15 @@ class Reader:
                           deliveries=self._intake, on_link_lost=self._pull.drop_link,
                           connect=connection_factory or connect_nsqd,
                           on_heartbeat=_overridden(self, "heartbeat"),
-                          disabled=_overridden(self, "disabled"))
+                          disabled=_overridden(self, "disabled"),
+                          lookupd=lookupd,
+                          # pynsq's discovery path: looked up at each call, so that a
+                          # subclass override or an assigned method decides
+                          query_lookupd=lambda: self.query_lookupd(),
+                          connect_to_nsqd=lambda host, port: self.connect_to_nsqd(host, port),
+                          topology_zone=self.config.topology_zone,
+                          topology_region=self.config.topology_region,
+                          discovery_filter=discovery_filter)
         self._backoff_windows = BackoffWindows(self._backoff, self._policy, self._pool.apply,
                                                self._bridge, lifecycle, self.name)
         self._answers.on_result = self._backoff_windows.record
@@ -286,6 +325,31 @@ class Reader:
 
     # ------------------------------------------------------------------------------------
     # pynsq-compatible surface
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # pynsq programs assign hooks on the instance (``r.validate_message = f``), before
+        # or after start; the part that calls the hook is re-wired then, so the hot path
+        # keeps choosing once and pays nothing for a hook nobody set
+        object.__setattr__(self, name, value)
+        if name in HOOKS and "_pool" in vars(self):
+            self._rewire_hook(name)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        if name in HOOKS and "_pool" in vars(self):
+            self._rewire_hook(name)  # back to the class's hook
+
+    def _rewire_hook(self, name: str) -> None:
+        hook = _overridden(self, name)
+        if name == "heartbeat":
+            self._pool.on_heartbeat = hook  # read at each heartbeat
+        elif name == "disabled":
+            self._pool.disabled = hook  # read at each RDY change and tick
+        elif self._mode == "handler" and self._started:
+            def rechoose() -> None:
+                self._intake.to_messages = self._choose_strategy()
+            self._call_on_loop(rechoose)
+        # before start: _choose_strategy() reads the hooks when the Reader starts
 
     def set_message_handler(self, message_handler: MessageHandler) -> None:
         """Set the per-message handler (pynsq); the Reader starts on the current IO loop."""
@@ -358,14 +422,76 @@ class Reader:
             return
         self._call_on_loop(lambda: self._pool.apply(self._policy.set_max_in_flight(max_in_flight)))
 
-    def connect_to_nsqd(self, host: str, port: int) -> None:
-        """Connect to one more nsqd (pynsq); not reconnected if it drops."""
-        self._call_on_loop(lambda: self._pool.connect_to(host, int(port)))
+    @property
+    def nsqd_tcp_addresses(self) -> list[str]:
+        """The direct nsqd addresses (``host:port``): reconnected when they drop."""
+        return [producer_address(hp) for hp in self._pool.direct]
 
-    def query_lookupd(self) -> None:
-        """Poll the lookupds now (pynsq)."""
-        if self._pool.poller is not None:
-            self._call_on_loop(self._pool.query_lookupd)
+    @property
+    def lookupd_http_addresses(self) -> list[str]:
+        """The nsqlookupd HTTP addresses polled (see :meth:`connect_to_lookupd`)."""
+        return list(self._pool.lookupd_addresses)
+
+    def connect_to_nsqd(self, host: str, port: int) -> None:
+        """Connect to one more nsqd (pynsq), unless connected already; not reconnected if
+        it drops (a lookupd that lists it finds it again).
+
+        It is the discovery path: every producer a lookupd poll chooses goes through it,
+        so a subclass override that returns without calling it keeps that nsqd out."""
+        validate.text(host, "host", nonempty=True)
+        validate.integer(port, "port", lo=1, hi=65535, hint="nsqd's TCP port, e.g. 4150")
+        self._call_on_loop(lambda: self._pool.connect_to(host, port))
+
+    def query_lookupd(self) -> Any:
+        """Poll every lookupd now (pynsq); no-op before the Reader runs or without lookupd.
+
+        It is the discovery path: the lookupd poller calls it for each scheduled (every
+        ``lookupd_poll_interval`` plus jitter) or early poll, so a subclass override
+        decides whether and how to poll; the producers found go through
+        :meth:`connect_to_nsqd`. On the Reader's loop it returns the poll's Future."""
+        if not self._bridge.bound:
+            return None
+        if self._bridge.on_loop_thread():
+            return self._pool.poll_lookupd()
+        self._call_on_loop(self._pool.poll_lookupd)
+        return None
+
+    def disconnect_from_nsqd(self, address: str) -> None:
+        """Close the connection to nsqd ``address`` (``"host:port"``, any thread), go-nsq's
+        ``DisconnectFromNSQD``: RDY 0 and CLS, in-flight messages get ``close_timeout``
+        seconds to be answered, the rest is requeued. A direct address is taken off
+        :attr:`nsqd_tcp_addresses` and not reconnected; a lookupd that lists the nsqd
+        makes the next poll connect to it again (as go-nsq does), unless
+        ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out. Unlike
+        go-nsq, a connection found through lookupd may be closed this way too.
+
+        Raises :class:`~nsq_spark.errors.InvalidAddressError` for a malformed address and
+        :class:`~nsq_spark.errors.NotConnectedError` when the Reader neither has it as a
+        direct address nor is connected to it."""
+        a = parse_address(address, "address")
+        self._on_loop_result(lambda: self._pool.disconnect_from(a.host, a.port))
+
+    def connect_to_lookupd(self, address: str) -> bool:
+        """Poll one more nsqlookupd (``host:port`` or URL, any thread, before or after
+        start), go-nsq's ``ConnectToNSQLookupd``; a running Reader polls soon. False if
+        it is polled already. :class:`~nsq_spark.errors.InvalidAddressError` for a
+        malformed address."""
+        parse_http_address(address, "address", "127.0.0.1:4161")
+        return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address)))
+
+    def disconnect_from_lookupd(self, address: str) -> None:
+        """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
+        connections it found stay. :class:`~nsq_spark.errors.NotConnectedError` if it is
+        not polled; :class:`~nsq_spark.errors.ConfigError` for the last one of a Reader
+        without ``nsqd_tcp_addresses`` (nothing would find nsqds any more; go-nsq refuses
+        the last one even with direct addresses)."""
+        parse_http_address(address, "address", "127.0.0.1:4161")
+        self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address))
+
+    def _on_loop_result(self, fn: Callable[[], Any]) -> Any:
+        # on the loop (or here before start / on the loop's thread); the pool's typed
+        # errors reach the caller
+        return self._bridge.result(fn, timeout=10.0)
 
     def _call_on_loop(self, fn: Callable[[], Any]) -> None:
         if not self._bridge.bound:
@@ -626,8 +752,17 @@ def _stats_of(r: Reader) -> dict[str, Any]:
     }
 
 
+#: pynsq's hooks a program may override in a subclass or assign on an instance
+#: (``r.validate_message = f``); assigning one re-wires the part that calls it.
+HOOKS = frozenset({"process_message", "preprocess_message", "validate_message",
+                   "heartbeat", "disabled"})
+
+
 def _overridden(reader: Reader, name: str) -> Callable[..., Any] | None:
-    """``reader.<name>`` if a subclass overrides Reader's, else None (so that an hook
-    nobody overrides costs nothing per message)."""
+    """``reader.<name>`` if it is set on the instance or a subclass overrides Reader's,
+    else None (so that a hook nobody set costs nothing per message)."""
+    if name in vars(reader):
+        hook: Callable[..., Any] = vars(reader)[name]
+        return hook
     owner = next(c for c in type(reader).__mro__ if name in vars(c))
     return None if owner is Reader else getattr(reader, name)
