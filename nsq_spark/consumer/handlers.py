@@ -42,11 +42,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsq_spark.reader.handlers")
 
 __all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "choose",
-           "is_coroutine_function"]
+           "is_coroutine_function", "HandlerInstrument"]
 
 
 class Strategy(Protocol):
     def __call__(self, link: "Link", msgs: list["Message"]) -> None: ...
+
+
+class HandlerInstrument(Protocol):
+    """Wraps the handler once, when the strategy is chosen (an instrumented consumer:
+    :mod:`nsq_spark.telemetry`); a wrapper of a coroutine function is one too."""
+
+    def message_handler(self, f: Callable[..., Any], coroutine: bool
+                        ) -> Callable[..., Any]: ...
+
+    def batch_handler(self, g: Callable[..., Any], coroutine: bool
+                      ) -> Callable[..., Any]: ...
 
 
 def is_coroutine_function(f: Any) -> bool:
@@ -194,23 +205,30 @@ def choose(*, message_handler: Callable[..., Any] | None,
            process: Callable[..., Any] | None = None,
            preprocess: Callable[..., Any] | None = None,
            validate: Callable[..., Any] | None = None,
-           answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str
-           ) -> Strategy:
+           answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str,
+           instrument: HandlerInstrument | None = None) -> Strategy:
     """The strategy for the handler given. ``process`` / ``preprocess`` / ``validate``:
     pynsq's subclass hooks, given only when overridden (then the handler is called through
-    them, as a plain function: pynsq calls ``process_message`` synchronously)."""
+    them, as a plain function: pynsq calls ``process_message`` synchronously).
+    ``instrument``: wraps the handler the strategy calls (None: called as given)."""
     common = (answers, bridge, tasks, name)
+
+    def per_message(f: Callable[..., Any], coroutine: bool = False) -> Callable[..., Any]:
+        return f if instrument is None else instrument.message_handler(f, coroutine)
     if batch_handler is not None:
-        return Batch(batch_handler, *common, is_coroutine_function(batch_handler))
+        coroutine = is_coroutine_function(batch_handler)
+        if instrument is not None:
+            batch_handler = instrument.batch_handler(batch_handler, coroutine)
+        return Batch(batch_handler, *common, coroutine)
     if process is None and preprocess is None and validate is None:
         assert message_handler is not None
         if is_coroutine_function(message_handler):
-            return PerMessageCoroutine(message_handler, *common)
-        return PerMessage(message_handler, *common)
+            return PerMessageCoroutine(per_message(message_handler, True), *common)
+        return PerMessage(per_message(message_handler), *common)
     handle = process if process is not None else message_handler
     assert handle is not None
     if preprocess is None and validate is None:
-        return PerMessage(handle, *common)
+        return PerMessage(per_message(handle), *common)
     pre: Callable[[Message], Any] = preprocess if preprocess is not None else _unchanged
     valid: Callable[[Any], Any] = validate if validate is not None else _valid
 
@@ -218,4 +236,4 @@ def choose(*, message_handler: Callable[..., Any] | None,
         if not valid(pre(m)):
             return True  # pynsq: an invalid message is finished unhandled
         return handle(m)
-    return PerMessage(call, *common)
+    return PerMessage(per_message(call), *common)

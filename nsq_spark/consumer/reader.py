@@ -76,13 +76,14 @@ from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerAddress
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
+from ..telemetry import checked as checked_telemetry
 from . import handlers, pull
 from .aiter import AsyncIteration
 from .answers import FIN, REQ, Answers, Link
 from .backoff import Backoff, BackoffWindows
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .dedup_gate import DedupGate
-from .intake import Intake
+from .intake import Intake, MessageSink
 from .lifecycle import Lifecycle
 from .pool import Pool
 from .pull import PullQueue
@@ -92,6 +93,7 @@ from .run import register
 if TYPE_CHECKING:
     from ..conn import Connection
     from ..dedup.base import Deduplicator, KeyFunc
+    from ..telemetry import Telemetry
 
 log = logging.getLogger("nsq_spark.reader")
 
@@ -140,6 +142,10 @@ class Reader:
         connection_factory: makes each nsqd connection
             (:class:`~nsq_spark.consumer.connection_port.ConnectNsqd`); default: a real
             :class:`~nsq_spark.conn.Connection`. For tests and instrumentation.
+        telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and
+            spans of this Reader (``process``/``receive`` spans linked to the producers'
+            send spans, ``message.body`` freed of the traced envelope). Default None: not
+            instrumented, and nothing of it on the delivery path.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -174,6 +180,7 @@ class Reader:
             reconnect_max: float = 60.0,
             drain_timeout: float = 5.0,
             connection_factory: ConnectNsqd | None = None,
+            telemetry: "Telemetry | None" = None,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -207,6 +214,10 @@ class Reader:
                     lookupd_request_timeout, name=self.name)
             make_poller(lambda p: None)  # validates poll/jitter/timeouts now, not on the loop
 
+        # chosen once: an instrument, or nothing on the delivery path
+        telemetry = checked_telemetry(telemetry, "Reader")
+        self._instrument = None if telemetry is None else telemetry.consumer(self.topic,
+                                                                             self.channel)
         self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
         self._dedup_key = dedup_gate.key if dedup_gate is not None else None
 
@@ -366,7 +377,10 @@ class Reader:
             return
         self._started = True
         self._mode = "handler"
-        self._intake.to_messages = self._choose_strategy()
+        strategy: MessageSink = self._choose_strategy()
+        if self._instrument is not None:
+            strategy = self._instrument.deliveries(strategy, pulled=False)
+        self._intake.to_messages = strategy
         self._start_here()
 
     def _start_here(self) -> None:
@@ -382,7 +396,8 @@ class Reader:
             process=_overridden(self, "process_message"),
             preprocess=_overridden(self, "preprocess_message"),
             validate=_overridden(self, "validate_message"),
-            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name)
+            answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name,
+            instrument=self._instrument)
 
     # ------------------------------------------------------------------------------------
     # pull API
@@ -412,7 +427,8 @@ class Reader:
         self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
-        self._intake.to_messages = self._pull.put_messages
+        self._intake.to_messages = self._pull.put_messages if self._instrument is None \
+            else self._instrument.deliveries(self._pull.put_messages, pulled=True)
         self._intake.to_blocks = self._pull.put_blocks
         if here:  # asyncio iteration: on the caller's running loop, no thread
             self._start_here()
