@@ -157,6 +157,8 @@ class Telemetry:
         self.process_duration = _histogram(meter, PROCESS_DURATION,
                                            "Duration of processing operation.")
         self._span_kind = trace.SpanKind
+        # Spark: the last batch counted per (topics, channel), see record_progress
+        self._recorded_batches: dict[tuple[tuple[str, ...], str], int] = {}
         self.use_span = trace.use_span
         self._status = trace.Status
         self._status_code = trace.StatusCode
@@ -175,6 +177,38 @@ class Telemetry:
     def consumer(self, topic: str, channel: str) -> "ConsumerInstrument":
         """The instrument of one Reader (its handler wrappers and delivery sinks)."""
         return ConsumerInstrument(self, topic, channel)
+
+    def record_progress(self, progress: Any) -> int:
+        """Count the rows of each ``nsq`` source's last batch in ``progress`` (a
+        listener's ``event.progress``, ``query.lastProgress`` or its JSON) as
+        ``messaging.client.consumed.messages`` (operation ``receive``, the source's topic
+        and channel), once per batch however often the same batch is reported. Returns
+        the rows counted now.
+
+        Why here and not in the source: the source's driver side runs in a Python worker
+        the JVM starts, and its fetch tasks in executors, not in the process that holds
+        your meter provider; the progress is what reaches the application's process
+        (pyspark 4.2 and later: on 4.0/4.1 the source reports nothing and this counts 0).
+        Call it from a ``StreamingQueryListener.onQueryProgress``."""
+        from .spark.progress import source_lags
+
+        counted = 0
+        for lag in source_lags(progress):
+            if lag.last_batch is None or not lag.last_batch_rows:
+                continue
+            key = (lag.topics, lag.channel)
+            if self._recorded_batches.get(key, -1) >= lag.last_batch:
+                continue
+            self._recorded_batches[key] = lag.last_batch
+            attrs: dict[str, Any] = {
+                "messaging.system": SYSTEM, "messaging.operation.name": "receive",
+                "messaging.operation.type": "receive",
+                "messaging.consumer.group.name": lag.channel}
+            if len(lag.topics) == 1:   # several topics: no one destination name
+                attrs["messaging.destination.name"] = lag.topics[0]
+            self.consumed.add(lag.last_batch_rows, attrs)
+            counted += lag.last_batch_rows
+        return counted
 
     # -- shared ----------------------------------------------------------------------------
 

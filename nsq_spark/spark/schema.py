@@ -1,6 +1,13 @@
 """The row schema of the ``nsq`` source, in Spark and in Arrow, and the bulk conversion of
 fetched messages into one Arrow record batch: from MessageBlocks (the fetch path: no Python
-object per row) or from Message objects (the dedup path and hand-made messages)."""
+object per row) or from Message objects (the dedup path and hand-made messages).
+
+``trace_parent`` (nullable): the W3C traceparent a producer put into the body with
+``Telemetry(trace_context=True)`` (the message-id envelope's version 2, see
+:mod:`nsq_spark.spool.format`); for those rows ``body`` is the inner body. A batch
+without such a body pays one vectorised prefix test of its ``body`` column and gets a
+null column; the per-row opening runs only for the rows that carry one. Version-1
+envelopes (``message_id_digest`` alone) stay in ``body`` as before."""
 
 from __future__ import annotations
 
@@ -16,9 +23,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # Spark DDL of the source's rows. ``id`` is nsqd's 16-character message id: the same
 # message redelivered keeps it, so it is the dedup key.
 SCHEMA_DDL = ("id string, body binary, timestamp timestamp, attempts int, "
-              "nsqd_address string, topic string, channel string")
+              "nsqd_address string, topic string, channel string, trace_parent string")
 
-COLUMNS = ("id", "body", "timestamp", "attempts", "nsqd_address", "topic", "channel")
+COLUMNS = ("id", "body", "timestamp", "attempts", "nsqd_address", "topic", "channel",
+           "trace_parent")
 
 _ARROW_SCHEMA = None
 
@@ -38,6 +46,7 @@ def arrow_schema() -> "pa.Schema":
             pa.field("nsqd_address", pa.string()),
             pa.field("topic", pa.string()),
             pa.field("channel", pa.string()),
+            pa.field("trace_parent", pa.string()),
         ])
     return _ARROW_SCHEMA
 
@@ -54,6 +63,7 @@ def spark_schema() -> "StructType":
         StructField("nsqd_address", StringType()),
         StructField("topic", StringType()),
         StructField("channel", StringType()),
+        StructField("trace_parent", StringType()),
     ])
 
 
@@ -131,10 +141,11 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
     else:
         address_col = pa.concat_arrays([pa.repeat(pa.scalar(b.nsqd_address, pa.string()),
                                                   len(b)) for b in blocks])
+    bodies, parents = _open_traced(bodies)
     return pa.RecordBatch.from_arrays(
         [ids, bodies, ts, attempts, address_col,
          pa.repeat(pa.scalar(topic, pa.string()), n),
-         pa.repeat(pa.scalar(channel, pa.string()), n)], schema=arrow_schema())
+         pa.repeat(pa.scalar(channel, pa.string()), n), parents], schema=arrow_schema())
 
 
 def messages_to_batch(messages: Sequence["Message"], topic: str,
@@ -165,8 +176,55 @@ def messages_to_batch(messages: Sequence["Message"], topic: str,
     addresses = pa.array([m.nsqd_address for m in messages], pa.string())
     topics = pa.repeat(pa.scalar(topic, pa.string()), n)
     channels = pa.repeat(pa.scalar(channel, pa.string()), n)
+    body_col, parents = _open_traced(body_col)
     return pa.RecordBatch.from_arrays(
-        [ids, body_col, ts, attempts, addresses, topics, channels], schema=arrow_schema())
+        [ids, body_col, ts, attempts, addresses, topics, channels, parents],
+        schema=arrow_schema())
+
+
+# the traced envelope's prefix as the str pattern pyarrow's starts_with takes (ASCII: the
+# same bytes in a binary column)
+_TRACED_PREFIX: str | None = None
+
+
+def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
+    """``(bodies, trace_parent)``: traced envelopes opened (the one envelope rule is
+    :func:`nsq_spark.spool.format.open_traced_envelope`), a null column when there are
+    none (one vectorised prefix test, no Python object per row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope
+
+    global _TRACED_PREFIX
+    if _TRACED_PREFIX is None:
+        _TRACED_PREFIX = TRACED_ENVELOPE_MAGIC.decode("ascii")
+    n = len(bodies)
+    traced = pc.starts_with(bodies, pattern=_TRACED_PREFIX) if n else None
+    if traced is None or not pc.any(traced).as_py():
+        return bodies, pa.nulls(n, pa.string())
+    inner: list[bytes | None] = []
+    parents: list[str | None] = []
+    for body, is_traced in zip(bodies.to_pylist(), traced.to_pylist()):
+        if is_traced:
+            opened = open_traced_envelope(body)
+            inner.append(opened.body)
+            parents.append(opened.traceparent)
+        else:
+            inner.append(body)
+            parents.append(None)
+    return pa.array(inner, pa.binary()), pa.array(parents, pa.string())
+
+
+def conform(batch: "pa.RecordBatch") -> "pa.RecordBatch":
+    """A batch of an older spool file (written before ``trace_parent`` existed) with the
+    column added, null; a batch of today's schema as it is."""
+    import pyarrow as pa
+
+    if "trace_parent" in batch.schema.names:
+        return batch
+    return batch.append_column(arrow_schema().field("trace_parent"),
+                               pa.nulls(batch.num_rows, pa.string()))
 
 
 def _TS_TYPE() -> "pa.DataType":
