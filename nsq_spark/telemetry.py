@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
     from .consumer.answers import Link
+    from .consumer.handlers import HandlerInstrument
     from .message import Message
     from .publish.transport import Transport
 
@@ -588,3 +589,11 @@ class ConsumerInstrument:
             self.t.fail(span, attrs, failure)
         self.t.process_duration.record(time.perf_counter() - start, attrs)
         span.end()
+
+
+if TYPE_CHECKING:
+    # mypy checks the two classes against the ports they are handed through: a drift of
+    # either side fails `mypy -p nsq_spark`
+    def _conforms(t: TracedTransport, c: ConsumerInstrument
+                  ) -> tuple["Transport", "HandlerInstrument"]:
+        return t, c

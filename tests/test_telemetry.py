@@ -269,3 +269,82 @@ def test_telemetry_must_be_a_telemetry_object():
         Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:4150", telemetry=object())
     with pytest.raises(errors.ConfigError, match="trace_context must be True or False"):
         Telemetry(trace_context="yes")  # type: ignore[arg-type]
+
+
+def test_async_publishes_are_measured_when_they_settle(nsqd, otel):
+    import asyncio
+
+    t = topic()
+    address = nsqd.nsqd_tcp_addresses[0]
+
+    async def main() -> None:
+        async with Producer(address, telemetry=otel.telemetry()) as p:
+            await p.apublish(t, b"a")
+            await p.ampublish(t, [b"b", b"c"])
+            await p.publish_nowait(t, b"d")
+    asyncio.run(main())
+    sent = only(otel.points()[SENT], **{"messaging.destination.name": t})
+    assert sent.value == 4 and "error.type" not in sent.attributes
+    assert len(otel.spans(f"send {t}")) == 3
+
+
+def test_coroutine_and_batch_handlers_get_process_spans_linked_to_every_producer(
+        nsqd, otel, running_reader):
+    t = topic()
+    address = nsqd.nsqd_tcp_addresses[0]
+    with Producer(address, telemetry=otel.telemetry(trace_context=True)) as p:
+        for body in (b"1", b"2", b"3"):
+            p.publish(t, body)
+    sends = {s.context.span_id for s in otel.spans(f"send {t}")}
+    batches: list[list[bytes]] = []
+
+    def batch(msgs):
+        batches.append([m.body for m in msgs])
+        assert trace.get_current_span().name == f"process {t}"   # the handler's own spans nest
+        return True
+
+    r = running_reader.start(t, "batch", None, batch_handler=batch, nsqd_tcp_addresses=address,
+                             max_in_flight=10, telemetry=otel.telemetry())
+    wait_until(lambda: sum(map(len, batches)) >= 3, 15, "3 messages in batches")
+    running_reader.stop(r)
+    assert sorted(b for chunk in batches for b in chunk) == [b"1", b"2", b"3"]
+    processes = otel.spans(f"process {t}")
+    assert {link.context.span_id for s in processes for link in s.links} == sends
+    assert only(otel.points()[PROCESS], **{"messaging.consumer.group.name": "batch"}).count \
+        == len(batches)
+
+    got: list[bytes] = []
+
+    async def coroutine(m):
+        got.append(m.body)
+        return True
+    r = running_reader.start(t, "coro", coroutine, nsqd_tcp_addresses=address,
+                             telemetry=otel.telemetry())
+    # subscribed first: nsqd copies a message only into the channels that exist
+    wait_until(lambda: nsqd.nsqds[0].channel_stats(t, "coro"), 15, "the coro channel")
+    with Producer(address, telemetry=otel.telemetry(trace_context=True)) as p:
+        p.publish(t, b"4")
+    wait_until(lambda: got, 15, "1 message")
+    running_reader.stop(r)
+    assert got == [b"4"]
+    coro_spans = [s for s in otel.spans(f"process {t}")
+                  if s.attributes["messaging.consumer.group.name"] == "coro"]
+    assert len(coro_spans) == 1 and len(coro_spans[0].links) == 1
+
+
+def test_a_spooling_producer_that_traces_and_digests_wraps_each_body_once(
+        nsqd, otel, running_reader, tmp_path):
+    t = topic()
+    address = nsqd.nsqd_tcp_addresses[0]
+    got: list[bytes] = []
+    r = running_reader.start(t, "raw", lambda m: got.append(m.body), nsqd_tcp_addresses=address)
+    with Producer(address, spool_dir=tmp_path / "spool", message_id_digest=True,
+                  telemetry=otel.telemetry(trace_context=True)) as p:
+        p.publish(t, b"once")
+        assert p.flush(10)
+    wait_until(lambda: got, 15, "1 message")
+    running_reader.stop(r)
+    opened = open_traced_envelope(got[0])
+    assert opened.body == b"once" and opened.traceparent is not None
+    (send,) = otel.spans(f"send {t}")
+    assert opened.traceparent.split("-")[2] == f"{send.context.span_id:016x}"
