@@ -218,9 +218,11 @@ def test_a_reader_without_telemetry_hands_the_envelope_over_as_it_came(nsqd, ote
     assert open_traced_envelope(got[0]).body == b"inner"
 
 
-def test_telemetry_off_creates_no_instrument_and_no_span(nsqd, running_reader):
-    """With the global providers set to the SDK, a Reader and a Producer built without
-    telemetry= record nothing: they never ask the providers for a meter or tracer."""
+def test_telemetry_off_creates_no_instrument_and_no_span(nsqd, running_reader, monkeypatch):
+    """With SDK providers as OpenTelemetry's global ones, a Reader and a Producer built
+    without telemetry= record nothing: they never ask for a provider, meter or tracer.
+    (The globals are patched for this test only: the SDK allows setting them once per
+    process, and other test files share the process.)"""
     metric_reader = InMemoryMetricReader()
     exporter = InMemorySpanExporter()
     asked: list[str] = []
@@ -237,26 +239,37 @@ def test_telemetry_off_creates_no_instrument_and_no_span(nsqd, running_reader):
     meters = Watching(metric_readers=[metric_reader])
     tracers = WatchingTracers()
     tracers.add_span_processor(SimpleSpanProcessor(exporter))
-    metrics.set_meter_provider(meters)
-    trace.set_tracer_provider(tracers)
+
+    def global_meters() -> MeterProvider:
+        asked.append("global meter provider")
+        return meters
+
+    def global_tracers() -> TracerProvider:
+        asked.append("global tracer provider")
+        return tracers
+    monkeypatch.setattr(metrics, "get_meter_provider", global_meters)
+    monkeypatch.setattr(trace, "get_tracer_provider", global_tracers)
     t = topic()
     address = nsqd.nsqd_tcp_addresses[0]
     got: list[bytes] = []
     r = running_reader.start(t, "off", lambda m: got.append(m.body), nsqd_tcp_addresses=address)
     with Producer(address) as p:
         p.publish(t, b"quiet")
-    wait_until(lambda: got, 15, "1 message")
+        p.mpublish(t, [b"still", b"quiet"])
+    wait_until(lambda: len(got) == 3, 15, "3 messages")
     running_reader.stop(r)
-    assert got == [b"quiet"]
+    assert got == [b"quiet", b"still", b"quiet"]
     assert asked == [] and exporter.get_finished_spans() == ()
     assert metric_reader.get_metrics_data() is None or not any(
         sm.metrics for rm in metric_reader.get_metrics_data().resource_metrics
         for sm in rm.scope_metrics)
-    # the global providers are the default of Telemetry(): the same cluster, now switched on
+    # the same watchers see Telemetry() ask, at construction only (so they can see)
     telemetry = Telemetry()
-    assert asked == ["meter", "tracer"]
+    assert {"global meter provider", "meter", "global tracer provider", "tracer"} <= set(asked)
+    at_construction = len(asked)
     with Producer(address, telemetry=telemetry) as p:
         p.publish(t, b"loud")
+    assert len(asked) == at_construction
     (scope,) = metric_reader.get_metrics_data().resource_metrics[0].scope_metrics
     sent = {m.name: m for m in scope.metrics}[SENT]
     assert sent.data.data_points[0].value == 1 and len(exporter.get_finished_spans()) == 1
