@@ -93,3 +93,33 @@ def test_the_driver_counts_each_batch_of_the_progress_once():
         "messaging.system": "nsq", "messaging.operation.name": "receive",
         "messaging.operation.type": "receive", "messaging.destination.name": "orders",
         "messaging.consumer.group.name": "audit"}
+
+
+def test_bodies_that_only_look_traced_stay_as_they_are():
+    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b""]
+    rb = blocks_to_batch(blocks(bodies), "t", "c")
+    assert rb.column("body").to_pylist() == bodies
+    assert rb.column("trace_parent").null_count == len(bodies)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nsq_spark.spool.format import open_traced_envelope  # noqa: E402
+
+_body = st.one_of(st.binary(max_size=40),
+                  st.binary(max_size=40).map(lambda b: wrap_envelope(b"p" + b, PARENT)),
+                  st.binary(max_size=40).map(lambda b: b"\x00" + b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_body, max_size=30))
+def test_any_mix_of_bodies_comes_out_opened_the_same_from_blocks_and_messages(bodies):
+    bs = blocks(bodies)
+    from_blocks = blocks_to_batch(bs, "t", "c")
+    from_messages = messages_to_batch([m for b in bs for m in b.messages()], "t", "c")
+    assert from_blocks.equals(from_messages)
+    opened = [open_traced_envelope(b) for b in bodies]
+    assert from_blocks.column("body").to_pylist() == [
+        o.body if o.traceparent else b for o, b in zip(opened, bodies)]
+    assert from_blocks.column("trace_parent").to_pylist() == [o.traceparent for o in opened]
