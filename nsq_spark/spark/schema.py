@@ -203,9 +203,10 @@ def _null_parents(n: int) -> "pa.Array":
 
 def _may_be_traced(bodies: "pa.Array") -> bool:
     """Whether a body of ``bodies`` (a binary array) may start with a traced envelope:
-    one numpy gather of the first bytes (about 3 ns a row; pyarrow's starts_with costs
-    about 40). False is certain; True (also for an empty body at the end of the data,
-    whose start index is clipped to the last byte) is checked exactly by the caller."""
+    one numpy gather of the first bytes, searched as bytes (about 2 µs for a chunk of
+    1,250; pyarrow's starts_with costs 50). False is certain; True (also for an empty
+    body at the end of the data, whose start is clipped to the last byte) is checked
+    exactly by the caller."""
     import numpy as np
 
     n = len(bodies)
@@ -214,24 +215,23 @@ def _may_be_traced(bodies: "pa.Array") -> bool:
         return False
     starts = np.frombuffer(buffers[1], np.int32, count=n, offset=bodies.offset * 4)
     first = np.frombuffer(buffers[2], np.uint8).take(starts, mode="clip")
-    return bool((first == _TRACED_MAGIC[0]).any())
+    return _TRACED_MAGIC[:1] in first.tobytes()
 
 
 def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
     """``(bodies, trace_parent)``: traced envelopes opened (the one envelope rule is
     :func:`nsq_spark.spool.format.open_traced_envelope`); a null column when there are
     none, found without a Python object per row."""
+    if not _may_be_traced(bodies):
+        return bodies, _null_parents(len(bodies))
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from nsq_spark.spool.format import open_traced_envelope
 
-    n = len(bodies)
-    if not _may_be_traced(bodies):
-        return bodies, _null_parents(n)
     traced = pc.starts_with(bodies, pattern=_TRACED_MAGIC.decode("ascii"))
     if not pc.any(traced).as_py():
-        return bodies, _null_parents(n)
+        return bodies, _null_parents(len(bodies))
     inner: list[bytes | None] = []
     parents: list[str | None] = []
     for body, is_traced in zip(bodies.to_pylist(), traced.to_pylist()):
