@@ -219,30 +219,46 @@ def _may_be_traced(bodies: "pa.Array") -> bool:
 
 
 def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
-    """``(bodies, trace_parent)``: traced envelopes opened (the one envelope rule is
-    :func:`nsq_spark.spool.format.open_traced_envelope`); a null column when there are
-    none, found without a Python object per row."""
+    """``(bodies, trace_parent)``: traced envelopes opened; a null column when there are
+    none, found without a Python object per row. The envelope a Producer writes (a
+    traceparent and no tracestate) is opened column-wide (``binary_slice``/``if_else``,
+    about 30 ns a row); any other traced body row by row by the one envelope rule,
+    :func:`nsq_spark.spool.format.open_traced_envelope`."""
     if not _may_be_traced(bodies):
         return bodies, _null_parents(len(bodies))
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from nsq_spark.spool.format import open_traced_envelope
+    from nsq_spark.spool import format as envelope
 
     traced = pc.starts_with(bodies, pattern=_TRACED_MAGIC.decode("ascii"))
     if not pc.any(traced).as_py():
         return bodies, _null_parents(len(bodies))
-    inner: list[bytes | None] = []
-    parents: list[str | None] = []
+    at = envelope.TRACEPARENT_ONLY_AT
+    head = pc.binary_slice(bodies, at, at + len(envelope.TRACEPARENT_ONLY_HEAD))
+    usual = pc.and_(traced, pc.equal(head, pa.scalar(envelope.TRACEPARENT_ONLY_HEAD,
+                                                     pa.binary())))
+    if pc.all(pc.equal(traced, usual)).as_py():
+        try:
+            parents = pc.binary_slice(bodies, envelope.TRACEPARENT_AT,
+                                      envelope.TRACEPARENT_ONLY_BODY_AT).cast(pa.string())
+        except pa.ArrowInvalid:   # not UTF-8: not one of ours; the row-wise rule decides
+            pass
+        else:
+            inner = pc.binary_slice(bodies, envelope.TRACEPARENT_ONLY_BODY_AT, _PAST_ANY_BODY)
+            return (pc.if_else(usual, inner, bodies),
+                    pc.if_else(usual, parents, pa.scalar(None, pa.string())))
+    out: list[bytes | None] = []
+    parents_list: list[str | None] = []
     for body, is_traced in zip(bodies.to_pylist(), traced.to_pylist()):
         if is_traced:
-            opened = open_traced_envelope(body)
-            inner.append(opened.body)
-            parents.append(opened.traceparent)
+            opened = envelope.open_traced_envelope(body)
+            out.append(opened.body)
+            parents_list.append(opened.traceparent)
         else:
-            inner.append(body)
-            parents.append(None)
-    return pa.array(inner, pa.binary()), pa.array(parents, pa.string())
+            out.append(body)
+            parents_list.append(None)
+    return pa.array(out, pa.binary()), pa.array(parents_list, pa.string())
 
 
 def conform(batch: "pa.RecordBatch") -> "pa.RecordBatch":

@@ -39,7 +39,8 @@ from nsq_spark.errors import NSQError
 __all__ = ["SpoolError", "SpoolDirectoryError", "SpoolFullError", "MAGIC", "Decoded",
            "encode_record", "decode_records", "read_segment", "ENVELOPE_MAGIC", "DIGEST_SIZE",
            "wrap_envelope", "open_envelope", "by_envelope_digest", "TRACED_ENVELOPE_MAGIC",
-           "Opened", "open_traced_envelope", "MAX_TRACE_FIELD"]
+           "Opened", "open_traced_envelope", "MAX_TRACE_FIELD", "TRACEPARENT_ONLY_AT",
+           "TRACEPARENT_ONLY_HEAD", "TRACEPARENT_AT", "TRACEPARENT_ONLY_BODY_AT"]
 
 # ---------------------------------------------------------------------------------------
 # errors
@@ -163,6 +164,15 @@ _TAG_TRACEPARENT = 1
 _TAG_TRACESTATE = 2
 _TRACEPARENT_SIZE = 55                      # "00-" + 32 + "-" + 16 + "-" + 2 (W3C, version 00)
 _TRACEPARENT_ONLY = 2 + _TRACEPARENT_SIZE   # the extension holding just a traceparent
+#: The layout of the envelope a Producer writes without tracestate, for readers that
+#: open whole columns at once (the Spark source): at ``TRACEPARENT_ONLY_AT`` the bytes
+#: ``TRACEPARENT_ONLY_HEAD`` (extension length, tag, size), the traceparent from
+#: ``TRACEPARENT_AT`` to ``TRACEPARENT_ONLY_BODY_AT``, then the inner body.
+TRACEPARENT_ONLY_AT = _EXT_AT
+TRACEPARENT_ONLY_HEAD = _EXT_LEN.pack(_TRACEPARENT_ONLY) + bytes((_TAG_TRACEPARENT,
+                                                                   _TRACEPARENT_SIZE))
+TRACEPARENT_AT = _EXT_AT + len(TRACEPARENT_ONLY_HEAD)
+TRACEPARENT_ONLY_BODY_AT = TRACEPARENT_AT + _TRACEPARENT_SIZE
 
 
 def _digest(body: bytes) -> bytes:
