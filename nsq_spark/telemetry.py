@@ -130,7 +130,8 @@ class Telemetry:
 
     Raises:
         ConfigError: the ``opentelemetry-api`` package is missing (install the extra:
-            ``pip install 'nsq-spark[otel]'``).
+            ``pip install 'nsq-spark[otel]'``), a provider is not one, or
+            ``trace_context`` is not a bool.
     """
 
     def __init__(self, meter_provider: "MeterProvider | None" = None,
@@ -143,6 +144,12 @@ class Telemetry:
                               "'nsq-spark[otel]' (or pass telemetry=None)") from exc
         if not isinstance(trace_context, bool):
             raise ConfigError(f"trace_context must be True or False, not {trace_context!r}")
+        for given, name, method in ((meter_provider, "meter_provider", "get_meter"),
+                                    (tracer_provider, "tracer_provider", "get_tracer")):
+            if given is not None and not callable(getattr(given, method, None)):
+                raise ConfigError(f"Telemetry({name}=...) takes an OpenTelemetry "
+                                  f"{name.replace('_', ' ')} (with {method}()), not "
+                                  f"{given!r}; leave it out for the global one")
         self.trace_context = trace_context
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             _SCOPE, _version())

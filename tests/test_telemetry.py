@@ -282,6 +282,11 @@ def test_telemetry_must_be_a_telemetry_object():
         Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:4150", telemetry=object())
     with pytest.raises(errors.ConfigError, match="trace_context must be True or False"):
         Telemetry(trace_context="yes")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match=r"Telemetry\(meter_provider=...\) takes an "
+                       "OpenTelemetry meter provider"):
+        Telemetry(meter_provider="http://collector:4317")  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="tracer provider .with get_tracer"):
+        Telemetry(tracer_provider=MeterProvider())  # type: ignore[arg-type]
 
 
 def test_async_publishes_are_measured_when_they_settle(nsqd, otel):
