@@ -16,6 +16,11 @@ clock runs from before the consumer connects until its N-th message was handled:
                   ``message.finish()``, on the main thread's loop (no thread)
 * ``abatches``    nsq_spark asyncio iteration by batches: ``reader.batches(1000, 0.01)`` +
                   bulk ``finish``
+* ``msg-otel``, ``batch-otel``, ``pull-otel``: the same three with
+                  ``telemetry=Telemetry(...)`` on OpenTelemetry's SDK (an in-memory metric
+                  reader, a tracer provider with no exporter): the cost of switching it
+                  on. Not in the default list; the cost of it *off* is ``msg``/``batch``/
+                  ``pull`` run through ``bench.ab`` against the revision before it.
 
 Our consumers also report the CPU time of their process per message (all threads: the
 IO loop's and the caller's).
@@ -77,13 +82,29 @@ def child_pynsq(addr: str, topic: str, channel: str, n: int) -> dict:
     return {"messages": count[0], "seconds": done[0] - t0}
 
 
+def _telemetry_kw(kind: str) -> tuple[str, dict]:
+    """``(kind without -otel, Reader keyword arguments)``: telemetry on the SDK for -otel."""
+    if not kind.endswith("-otel"):
+        return kind, {}
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from nsq_spark.telemetry import Telemetry
+
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return kind.removesuffix("-otel"), {"telemetry": Telemetry(meters, TracerProvider())}
+
+
 def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
     from nsq_spark import Reader
 
+    kind, otel = _telemetry_kw(kind)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     if kind in ("pull", "blocks"):
-        r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT)
+        r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT,
+                   **otel)
         count = 0
         while count < n:
             if kind == "pull":
@@ -123,6 +144,7 @@ def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
             return True
 
         kw = {"message_handler": handler} if kind == "msg" else {"batch_handler": batch_handler}
+        kw.update(otel)
         r = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=MAX_IN_FLIGHT, **kw)
         try:
             await asyncio.wait_for(done.wait(), 300)

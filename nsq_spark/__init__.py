@@ -32,6 +32,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``sync_conn``      SyncConnection (blocking)
   ``lookupd``        discovery: poller, response parser, blocking lookup
   ``metrics``        the Prometheus collector
+  ``telemetry``      OpenTelemetry metrics and spans (``Telemetry``; the ``otel`` extra)
   ``cli``            the ``nsq-spark`` command
 
 Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``,

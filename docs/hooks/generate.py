@@ -401,7 +401,13 @@ def changelog() -> str:
     return re.sub(r"\A# [^\n]*\n", "", text)  # the page has its own title
 
 
+def spark_schema() -> str:
+    from nsq_spark.spark.schema import SCHEMA_DDL
+    return f"Schema: `{SCHEMA_DDL}`."
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "spark-schema": spark_schema,
     "spark-read-options": spark_read_options,
     "spark-write-options": spark_write_options,
     "spark-connection-options": spark_connection_options,

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsq_spark.reader.handlers")
 
 __all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "Concurrent", "choose",
-           "check_concurrency", "is_coroutine_function"]
+           "check_concurrency", "is_coroutine_function", "HandlerInstrument"]
 
 
 class Strategy(Protocol):
@@ -56,6 +56,17 @@ class Strategy(Protocol):
 
     def close(self) -> None:
         """Closing: hand nothing more to the handler (what it holds is requeued)."""
+
+
+class HandlerInstrument(Protocol):
+    """Wraps the handler once, when the strategy is chosen (an instrumented consumer:
+    :mod:`nsq_spark.telemetry`); a wrapper of a coroutine function is one too."""
+
+    def message_handler(self, f: Callable[..., Any], coroutine: bool
+                        ) -> Callable[..., Any]: ...
+
+    def batch_handler(self, g: Callable[..., Any], coroutine: bool
+                      ) -> Callable[..., Any]: ...
 
 
 def is_coroutine_function(f: Any) -> bool:
@@ -334,27 +345,35 @@ def choose(*, message_handler: Callable[..., Any] | None,
            preprocess: Callable[..., Any] | None = None,
            validate: Callable[..., Any] | None = None,
            answers: "Answers", bridge: "LoopBridge", tasks: "TaskGroup", name: str,
-           concurrency: int = 1) -> Strategy:
+           concurrency: int = 1,
+           instrument: HandlerInstrument | None = None) -> Strategy:
     """The strategy for the handler given. ``process`` / ``preprocess`` / ``validate``:
     pynsq's subclass hooks, given only when overridden (then the handler is called through
     them, as a plain function: pynsq calls ``process_message`` synchronously).
     ``concurrency`` > 1: the per-message call runs on that many threads (:class:`Concurrent`;
-    :func:`check_concurrency` says where it cannot); 1: on the loop thread."""
+    :func:`check_concurrency` says where it cannot); 1: on the loop thread.
+    ``instrument``: wraps the handler the strategy calls (None: called as given)."""
     check_concurrency(concurrency, message_handler=message_handler,
                       batch_handler=batch_handler)
     common = (answers, bridge, tasks, name)
-    if batch_handler is not None:
-        return Batch(batch_handler, *common, is_coroutine_function(batch_handler))
+
+    def wrap(f: Callable[..., Any], coroutine: bool = False) -> Callable[..., Any]:
+        return f if instrument is None else instrument.message_handler(f, coroutine)
 
     def per_message(call: Callable[..., Any]) -> Strategy:
         if concurrency > 1:
-            return Concurrent(call, *common, concurrency)
-        return PerMessage(call, *common)
+            return Concurrent(wrap(call), *common, concurrency)
+        return PerMessage(wrap(call), *common)
 
+    if batch_handler is not None:
+        coroutine = is_coroutine_function(batch_handler)
+        if instrument is not None:
+            batch_handler = instrument.batch_handler(batch_handler, coroutine)
+        return Batch(batch_handler, *common, coroutine)
     if process is None and preprocess is None and validate is None:
         assert message_handler is not None
         if is_coroutine_function(message_handler):
-            return PerMessageCoroutine(message_handler, *common)
+            return PerMessageCoroutine(wrap(message_handler, True), *common)
         return per_message(message_handler)
     handle = process if process is not None else message_handler
     assert handle is not None

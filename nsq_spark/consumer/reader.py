@@ -88,6 +88,7 @@ from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerInfo, producer_address
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
+from ..telemetry import checked as checked_telemetry
 from . import handlers, pull
 from .aiter import AsyncIteration
 from .answers import FIN, REQ, Answers, Link
@@ -95,7 +96,7 @@ from .backoff import Backoff, BackoffWindows
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .dedup_gate import DedupGate
 from .discovery import DiscoveryFilter, check_discovery_filter
-from .intake import Intake
+from .intake import Intake, MessageSink
 from .lifecycle import Lifecycle
 from .pool import Pool
 from .pull import PullQueue
@@ -105,6 +106,7 @@ from .run import register
 if TYPE_CHECKING:
     from ..conn import Connection
     from ..dedup.base import Deduplicator, KeyFunc
+    from ..telemetry import Telemetry
 
 log = logging.getLogger("nsq_spark.reader")
 
@@ -183,6 +185,10 @@ class Reader:
             consumer's zone and region, sent in IDENTIFY; discovery also tries the
             producers lookupd reports in the same zone first, then the same region, then
             the rest (it never drops one).
+        telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and
+            spans of this Reader (``process``/``receive`` spans linked to the producers'
+            send spans, ``message.body`` freed of the traced envelope). Default None: not
+            instrumented, and nothing of it on the delivery path.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -221,6 +227,7 @@ class Reader:
             low_rdy_timeout: float | None = None,
             concurrency: int = 1,
             discovery_filter: DiscoveryFilter | None = None,
+            telemetry: "Telemetry | None" = None,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -258,6 +265,10 @@ class Reader:
             make_poller(lookupd, lambda records: None, lambda: None)
         check_discovery_filter(discovery_filter)
 
+        # chosen once: an instrument, or nothing on the delivery path
+        telemetry = checked_telemetry(telemetry, "Reader")
+        self._instrument = None if telemetry is None else telemetry.consumer(self.topic,
+                                                                             self.channel)
         self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
         self._dedup_key = dedup_gate.key if dedup_gate is not None else None
 
@@ -346,9 +357,7 @@ class Reader:
         elif name == "disabled":
             self._pool.disabled = hook  # read at each RDY change and tick
         elif self._mode == "handler" and self._started:
-            def rechoose() -> None:
-                self._intake.to_messages = self._choose_strategy()
-            self._call_on_loop(rechoose)
+            self._call_on_loop(self._install_strategy)
         # before start: _choose_strategy() reads the hooks when the Reader starts
 
     def set_message_handler(self, message_handler: MessageHandler) -> None:
@@ -519,8 +528,19 @@ class Reader:
             return
         self._started = True
         self._mode = "handler"
-        self._intake.to_messages = self._strategy = self._choose_strategy()
+        self._install_strategy()
         self._start_here()
+
+    def _install_strategy(self) -> None:
+        """Choose the handler strategy (at start, and again when a hook is assigned) and
+        route deliveries to it; a replaced one is closed after what it was handed."""
+        previous, self._strategy = self._strategy, self._choose_strategy()
+        if previous is not None:
+            previous.close()  # a handler pool finishes its queue, then its threads exit
+        deliveries: MessageSink = self._strategy
+        if self._instrument is not None:
+            deliveries = self._instrument.deliveries(deliveries, pulled=False)
+        self._intake.to_messages = deliveries
 
     def _start_here(self) -> None:
         self._bridge.bind()
@@ -536,7 +556,7 @@ class Reader:
             preprocess=_overridden(self, "preprocess_message"),
             validate=_overridden(self, "validate_message"),
             answers=self._answers, bridge=self._bridge, tasks=self._tasks, name=self.name,
-            concurrency=self.concurrency)
+            concurrency=self.concurrency, instrument=self._instrument)
 
     # ------------------------------------------------------------------------------------
     # pull API
@@ -566,7 +586,8 @@ class Reader:
         self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
-        self._intake.to_messages = self._pull.put_messages
+        self._intake.to_messages = self._pull.put_messages if self._instrument is None \
+            else self._instrument.deliveries(self._pull.put_messages, pulled=True)
         self._intake.to_blocks = self._pull.put_blocks
         if here:  # asyncio iteration: on the caller's running loop, no thread
             self._start_here()

@@ -64,7 +64,7 @@ import concurrent.futures
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from nsq_spark import validate
 from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
@@ -72,12 +72,16 @@ from nsq_spark.config import ConnectionConfig, check_producer_options
 from nsq_spark.errors import ConfigError
 from nsq_spark.spool.drain import Sender
 from nsq_spark.spool.store import FSYNC_ALWAYS, CorruptSegment, SpoolStats
+from nsq_spark.telemetry import checked as checked_telemetry
 
 from .direct import DirectTransport
 from .retry import RetryPolicy
 from .spooled import SpooledTransport
 from .stats import PublishStats
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from nsq_spark.telemetry import Telemetry
 
 log = logging.getLogger("nsq_spark.producer")   # the name users filter on
 
@@ -148,6 +152,10 @@ class Producer:
         producer_factory: builds what the spool sends through, a
             :class:`~nsq_spark.spool.drain.Sender` (default: a direct transport with the
             other options given here; ``max_tries`` 1 unless given: the spool retries).
+        telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and a
+            ``send`` span per publish call (with ``Telemetry(trace_context=True)`` the
+            span's context travels in each body's envelope). Default None: not
+            instrumented, and nothing of it on the publish path.
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
             heartbeat_interval, ...), with pynsq's names and units (seconds, except
             ``output_buffer_timeout`` in milliseconds).
@@ -170,6 +178,7 @@ class Producer:
                  on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
                  on_error: Callable[[BaseException], None] | None = None,
                  producer_factory: Callable[[], Sender] | None = None,
+                 telemetry: "Telemetry | None" = None,
                  **connection_options: Any) -> None:
         spool_options: dict[str, Any] = dict(
             spool_fsync=spool_fsync, spool_max_bytes=spool_max_bytes, spool_full=spool_full,
@@ -230,6 +239,15 @@ class Producer:
             transport = spool = SpooledTransport(
                 spool_dir, sender, max_msg_size=max_msg_size, retry_max_wait=retry_max_wait,
                 **spool_options)
+        # chosen once: the transport itself, or the transport measured
+        self.telemetry = checked_telemetry(telemetry, "Producer")
+        if self.telemetry is not None:
+            one = sender.nsqd_tcp_addresses if isinstance(sender, DirectTransport) else []
+            server: tuple[str, int] | None = None
+            if len(one) == 1:
+                host, port = parse_address_list(one, "nsqd_tcp_addresses")[0]
+                server = (host, port)
+            transport = self.telemetry.producer_transport(transport, server)
         self._transport = transport
         if isinstance(sender, DirectTransport):
             self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses

@@ -666,8 +666,10 @@ class PartitionSpool:
         import pyarrow as pa
 
         data = self.fs.read_bytes(self.chunk_path(k))
+        from .schema import conform  # chunks spooled before the trace_parent column
+
         reader = pa.ipc.open_file(pa.py_buffer(data))
-        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return [conform(reader.get_batch(i)) for i in range(reader.num_record_batches)]
 
     def read_chunk_ids(self, k: int) -> "pa.ChunkedArray":
         """The ``id`` column of chunk ``k``."""

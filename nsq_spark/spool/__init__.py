@@ -138,7 +138,10 @@ deduplication key: it returns the same 16 bytes that ``nsq_spark.dedup.by_body_d
 computes on the inner body, and falls back to that digest for bodies without an envelope.
 Without the envelope the consumer can still deduplicate by content with
 ``by_body_digest``; the envelope saves hashing on the consumer side and marks which
-messages came through a spool.
+messages came through a spool. Version 2 of the envelope also carries a W3C trace
+context (``Telemetry(trace_context=True)``, see :mod:`nsq_spark.telemetry`);
+:func:`open_envelope` and :func:`by_envelope_digest` read both versions alike and
+:func:`open_traced_envelope` returns the trace context too.
 
 The code, in three parts (none imports the Producer; a spooling Producer's transport,
 :class:`nsq_spark.publish.spooled.SpooledTransport`, composes a store and a drain):
@@ -150,9 +153,10 @@ The code, in three parts (none imports the Producer; a spooling Producer's trans
 """
 
 from .drain import REFUSAL_CODES, Sender, SpoolDrain, refused
-from .format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, Decoded, SpoolDirectoryError,
-                     SpoolError, SpoolFullError, by_envelope_digest, decode_records,
-                     encode_record, open_envelope, read_segment, wrap_envelope)
+from .format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, TRACED_ENVELOPE_MAGIC, Decoded,
+                     Opened, SpoolDirectoryError, SpoolError, SpoolFullError,
+                     by_envelope_digest, decode_records, encode_record, open_envelope,
+                     open_traced_envelope, read_segment, wrap_envelope)
 from .store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment, Redriven,
                     SegmentStore, SpoolStats, redrive)
 
@@ -162,4 +166,5 @@ __all__ = [
     "FSYNC_ALWAYS", "FSYNC_NEVER", "SpoolError", "SpoolDirectoryError", "SpoolFullError",
     "MAGIC", "Decoded", "encode_record", "decode_records", "read_segment", "ENVELOPE_MAGIC",
     "DIGEST_SIZE", "wrap_envelope", "open_envelope", "by_envelope_digest",
+    "TRACED_ENVELOPE_MAGIC", "Opened", "open_traced_envelope",
 ]

@@ -1,0 +1,606 @@
+"""OpenTelemetry metrics and spans for Readers and Producers, under OpenTelemetry's
+messaging semantic conventions (``pip install 'nsq-spark[otel]'``: the API package only;
+an SDK and an exporter are the application's choice).
+
+Off by default, chosen once: a Reader or Producer is instrumented only when it is given
+``telemetry=Telemetry(...)``. Without it no OpenTelemetry module is imported, no meter or
+tracer is asked for, and the delivery and publish paths run exactly the code they run
+without this module (the Reader and Producer decide in their constructor, never per
+message). With it, the providers are read once, in :class:`Telemetry`'s constructor (the
+global ones unless given), and the instruments are made there.
+
+What is recorded (names and attributes exactly as the conventions spell them):
+
+* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``),
+  ``messaging.client.consumed.messages`` (counter, ``{message}``, counted once per
+  delivery when the gate hands it on), ``messaging.client.operation.duration`` (histogram,
+  ``s``: publish calls, and a pulled chunk's hand-over), ``messaging.process.duration``
+  (histogram, ``s``: one handler call, per message or per batch);
+* attributes: ``messaging.system`` = ``nsq``, ``messaging.operation.name`` and
+  ``messaging.operation.type`` (``send``, ``receive``, ``process``),
+  ``messaging.destination.name`` (the topic), ``messaging.consumer.group.name`` (the
+  channel), ``server.address`` / ``server.port`` (the nsqd; for a Producer only when it
+  has one nsqd: with several, which one took a message is the transport's choice), and
+  ``error.type`` on failures (the exception's qualified name, nsqd's error code such as
+  ``E_BAD_TOPIC``, or ``requeued`` when a handler returned False);
+* spans: ``send <topic>`` (kind PRODUCER) per publish call, ``process <topic>`` (kind
+  CONSUMER) per handler call, ``receive <topic>`` (kind CONSUMER) per chunk handed to a
+  puller. A process or receive span is *linked* to the send span of every message that
+  carried trace context (the conventions' advice for consumers: the consumer's trace is
+  its own, the link leads to the producer's).
+
+Propagation: NSQ messages have no headers, so the trace context travels in the body, in
+version 2 of the message-id envelope (``nsq_spark.spool.format``), and only when the
+producer asks: ``Telemetry(trace_context=True)``. An instrumented Reader opens version-2
+envelopes before the handler or puller sees the message (``message.body`` is the inner
+body); the Spark source returns the inner body and the ``trace_parent`` column.
+
+Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per
+loop turn, so a per-message settle time would measure nothing); the duration of an
+awaitable a handler returns is the call's, not the awaitable's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+
+from .errors import ConfigError, NSQServerError
+from .spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope, wrap_envelope
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Link as SpanLink
+    from opentelemetry.trace import Span, TracerProvider
+
+    from .consumer.answers import Link
+    from .consumer.handlers import HandlerInstrument
+    from .message import Message
+    from .publish.transport import Transport
+
+__all__ = ["Telemetry", "checked", "SYSTEM", "SENT", "CONSUMED", "OPERATION_DURATION",
+           "PROCESS_DURATION", "error_type", "DURATION_BUCKETS"]
+
+SYSTEM = "nsq"
+SENT = "messaging.client.sent.messages"
+CONSUMED = "messaging.client.consumed.messages"
+OPERATION_DURATION = "messaging.client.operation.duration"
+PROCESS_DURATION = "messaging.process.duration"
+#: the conventions' advised bucket boundaries for both durations, in seconds
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                    7.5, 10.0)
+_MAGIC_SIZE = len(TRACED_ENVELOPE_MAGIC)
+_SCOPE = "nsq_spark"
+
+
+def error_type(exc: BaseException) -> str:
+    """``error.type`` of a failure: nsqd's error code when nsqd refused, else the
+    exception's fully qualified type name (the conventions' rule)."""
+    if isinstance(exc, NSQServerError) and exc.code:
+        return exc.code
+    t = type(exc)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _version() -> str:
+    from ._version import __version__
+    return __version__
+
+
+@dataclass(frozen=True)
+class _Where:
+    """The attributes every measurement of one Reader or Producer shares."""
+    topic: str
+    channel: str | None = None
+    server: tuple[str, int] | None = None
+
+    def attributes(self, operation: str, server: tuple[str, int] | None = None
+                   ) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": operation,
+            "messaging.operation.type": operation,
+            "messaging.destination.name": self.topic,
+        }
+        if self.channel is not None:
+            attrs["messaging.consumer.group.name"] = self.channel
+        host_port = server or self.server
+        if host_port is not None:
+            attrs["server.address"], attrs["server.port"] = host_port
+        return attrs
+
+
+class Telemetry:
+    """OpenTelemetry instrumentation for a Reader or a Producer: give it as
+    ``Reader(..., telemetry=t)`` / ``Producer(..., telemetry=t)``. One object may serve
+    several of them (its instruments are made once, here).
+
+    Args:
+        meter_provider: where the metrics go; default: OpenTelemetry's global provider
+            (read once, now: set yours before making this object).
+        tracer_provider: where the spans go; default: the global one (read now).
+        trace_context: Producers only: carry the W3C trace context of each publish in the
+            body (message-id envelope version 2, about 80 bytes more per message and one
+            BLAKE2b digest of the body) so that consumers link their spans to it. Default
+            False: bodies are sent as given. Consumers with an older nsq-spark see the
+            envelope in the body: upgrade them first.
+
+    Raises:
+        ConfigError: the ``opentelemetry-api`` package is missing (install the extra:
+            ``pip install 'nsq-spark[otel]'``), a provider is not one, or
+            ``trace_context`` is not a bool.
+    """
+
+    def __init__(self, meter_provider: "MeterProvider | None" = None,
+                 tracer_provider: "TracerProvider | None" = None, *,
+                 trace_context: bool = False) -> None:
+        try:
+            from opentelemetry import metrics, trace
+        except ImportError as exc:   # pragma: no cover - depends on the install
+            raise ConfigError("telemetry= needs the OpenTelemetry API: pip install "
+                              "'nsq-spark[otel]' (or pass telemetry=None)") from exc
+        if not isinstance(trace_context, bool):
+            raise ConfigError(f"trace_context must be True or False, not {trace_context!r}")
+        for given, name, method in ((meter_provider, "meter_provider", "get_meter"),
+                                    (tracer_provider, "tracer_provider", "get_tracer")):
+            if given is not None and not callable(getattr(given, method, None)):
+                raise ConfigError(f"Telemetry({name}=...) takes an OpenTelemetry "
+                                  f"{name.replace('_', ' ')} (with {method}()), not "
+                                  f"{given!r}; leave it out for the global one")
+        self.trace_context = trace_context
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
+            _SCOPE, _version())
+        self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(
+            _SCOPE, _version())
+        self.sent = meter.create_counter(
+            SENT, "{message}", "Number of messages producer attempted to send to the broker.")
+        self.consumed = meter.create_counter(
+            CONSUMED, "{message}", "Number of messages that were delivered to the application.")
+        self.operation_duration = _histogram(
+            meter, OPERATION_DURATION,
+            "Duration of messaging operation initiated by a producer or consumer client.")
+        self.process_duration = _histogram(meter, PROCESS_DURATION,
+                                           "Duration of processing operation.")
+        self._span_kind = trace.SpanKind
+        # Spark: the last batch counted per (topics, channel), see record_progress
+        self._recorded_batches: dict[tuple[tuple[str, ...], str], int] = {}
+        self.use_span = trace.use_span
+        self._status = trace.Status
+        self._status_code = trace.StatusCode
+
+    def __repr__(self) -> str:
+        return f"<Telemetry trace_context={self.trace_context}>"
+
+    # -- the two sides ---------------------------------------------------------------------
+
+    def producer_transport(self, transport: "Transport", server: tuple[str, int] | None
+                           ) -> "TracedTransport":
+        """``transport`` with every publish measured (and, with ``trace_context``, its
+        bodies enveloped); ``server``: the Producer's one nsqd, when it has one."""
+        return TracedTransport(self, transport, server)
+
+    def consumer(self, topic: str, channel: str) -> "ConsumerInstrument":
+        """The instrument of one Reader (its handler wrappers and delivery sinks)."""
+        return ConsumerInstrument(self, topic, channel)
+
+    def record_progress(self, progress: Any) -> int:
+        """Count the rows of each ``nsq`` source's last batch in ``progress`` (a
+        listener's ``event.progress``, ``query.lastProgress`` or its JSON) as
+        ``messaging.client.consumed.messages`` (operation ``receive``, the source's topic
+        and channel), once per batch however often the same batch is reported. Returns
+        the rows counted now.
+
+        Why here and not in the source: the source's driver side runs in a Python worker
+        the JVM starts, and its fetch tasks in executors, not in the process that holds
+        your meter provider; the progress is what reaches the application's process
+        (pyspark 4.2 and later: on 4.0/4.1 the source reports nothing and this counts 0).
+        Call it from a ``StreamingQueryListener.onQueryProgress``."""
+        from .spark.progress import source_lags
+
+        counted = 0
+        for lag in source_lags(progress):
+            if lag.last_batch is None or not lag.last_batch_rows:
+                continue
+            key = (lag.topics, lag.channel)
+            if self._recorded_batches.get(key, -1) >= lag.last_batch:
+                continue
+            self._recorded_batches[key] = lag.last_batch
+            attrs: dict[str, Any] = {
+                "messaging.system": SYSTEM, "messaging.operation.name": "receive",
+                "messaging.operation.type": "receive",
+                "messaging.consumer.group.name": lag.channel}
+            if len(lag.topics) == 1:   # several topics: no one destination name
+                attrs["messaging.destination.name"] = lag.topics[0]
+            self.consumed.add(lag.last_batch_rows, attrs)
+            counted += lag.last_batch_rows
+        return counted
+
+    # -- shared ----------------------------------------------------------------------------
+
+    def start_span(self, name: str, kind: Any, attributes: dict[str, Any],
+                   links: "Sequence[SpanLink] | None" = None) -> "Span":
+        return self.tracer.start_span(name, kind=kind, attributes=attributes, links=links)
+
+    def fail(self, span: "Span", attrs: dict[str, Any], exc: BaseException | str) -> str:
+        """Mark ``span`` failed; put ``error.type`` into ``attrs`` (a copy's caller's)."""
+        kind = exc if isinstance(exc, str) else error_type(exc)
+        attrs["error.type"] = kind
+        span.set_attribute("error.type", kind)
+        if isinstance(exc, BaseException):
+            span.record_exception(exc)
+        span.set_status(self._status(self._status_code.ERROR, kind))
+        return kind
+
+
+def checked(telemetry: object, owner: str) -> Telemetry | None:
+    """``telemetry`` if it is a :class:`Telemetry` or None; ConfigError naming the fix
+    otherwise (``owner``: ``"Reader"`` or ``"Producer"``)."""
+    if telemetry is None or isinstance(telemetry, Telemetry):
+        return telemetry
+    raise ConfigError(f"{owner}(telemetry=...) takes a nsq_spark.telemetry.Telemetry or "
+                      f"None, not {telemetry!r}: e.g. telemetry=Telemetry() for "
+                      "OpenTelemetry's global providers")
+
+
+def _histogram(meter: Any, name: str, description: str) -> Any:
+    try:
+        return meter.create_histogram(name, "s", description,
+                                      explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
+    except TypeError:   # opentelemetry-api before 1.23 has no advisory
+        return meter.create_histogram(name, "s", description)
+
+
+def traceparent_of(span: "Span") -> tuple[str, str | None] | None:
+    """The W3C ``traceparent`` (and ``tracestate``) of ``span``; None when it is not a
+    valid (recording or sampled-out but real) span context."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    state = ctx.trace_state.to_header() if ctx.trace_state else None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}", state or None
+
+
+def link_to(traceparent: str | None, tracestate: str | None = None) -> "SpanLink | None":
+    """A span link to the producer's span a message's envelope names (None for no or a
+    malformed traceparent: a bad header costs the link, never the message)."""
+    if not traceparent:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier = {"traceparent": traceparent}
+    if tracestate:
+        carrier["tracestate"] = tracestate
+    ctx = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)
+                                 ).get_span_context()
+    return trace.Link(ctx) if ctx.is_valid else None
+
+
+# ---------------------------------------------------------------------------------------
+# producer side
+
+
+class TracedTransport:
+    """A Producer's transport with each publish call measured: a ``send <topic>`` span,
+    ``messaging.client.operation.duration``, ``messaging.client.sent.messages`` (counted
+    whether nsqd took them or not, as the conventions say: attempts, ``error.type`` on a
+    failure). With a spool, the call ends once the message is in the spool. Implements
+    :class:`~nsq_spark.publish.transport.Transport`."""
+
+    def __init__(self, telemetry: Telemetry, inner: "Transport",
+                 server: tuple[str, int] | None) -> None:
+        self.t = telemetry
+        self.inner = inner
+        self.server = server
+        self._where: dict[str, _Where] = {}
+
+    # -- the measuring ---------------------------------------------------------------------
+
+    def _start(self, topic: str, count: int) -> tuple["Span", dict[str, Any], float]:
+        where = self._where.get(topic)
+        if where is None:
+            where = self._where[topic] = _Where(topic, server=self.server)
+        attrs = where.attributes("send")
+        span_attrs = dict(attrs)
+        if count != 1:
+            span_attrs["messaging.batch.message_count"] = count
+        span = self.t.start_span(f"send {topic}", self.t._span_kind.PRODUCER, span_attrs)
+        return span, attrs, time.perf_counter()
+
+    def _end(self, span: "Span", attrs: dict[str, Any], start: float, count: int,
+             exc: BaseException | None) -> None:
+        if exc is not None:
+            self.t.fail(span, attrs, exc)
+        self.t.operation_duration.record(time.perf_counter() - start, attrs)
+        self.t.sent.add(count, attrs)
+        span.end()
+
+    def _bodies(self, span: "Span", bodies: Iterable[bytes]) -> list[bytes]:
+        if not self.t.trace_context:
+            return list(bodies)
+        context = traceparent_of(span)
+        if context is None:
+            return list(bodies)
+        parent, state = context
+        return [wrap_envelope(b, parent, state) for b in bodies]
+
+    def _body(self, span: "Span", body: bytes) -> bytes:
+        return self._bodies(span, (body,))[0] if self.t.trace_context else body
+
+    def _settle_on(self, fut: Any, span: "Span", attrs: dict[str, Any], start: float,
+                   count: int) -> None:
+        def done(f: Any) -> None:
+            exc = None if f.cancelled() else f.exception()
+            if f.cancelled():
+                exc = concurrent.futures.CancelledError()
+            self._end(span, attrs, start, count, exc)
+        fut.add_done_callback(done)
+
+    # -- Transport -------------------------------------------------------------------------
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        span, attrs, start = self._start(topic, 1)
+        try:
+            self.inner.publish(topic, self._body(span, body), defer_ms)
+        except BaseException as exc:
+            self._end(span, attrs, start, 1, exc)
+            raise
+        self._end(span, attrs, start, 1, None)
+
+    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        span, attrs, start = self._start(topic, len(bodies))
+        try:
+            self.inner.mpublish(topic, self._bodies(span, bodies))
+        except BaseException as exc:
+            self._end(span, attrs, start, len(bodies), exc)
+            raise
+        self._end(span, attrs, start, len(bodies), None)
+
+    def publish_async(self, topic: str, body: bytes, defer_ms: int | None
+                      ) -> concurrent.futures.Future[bytes]:
+        span, attrs, start = self._start(topic, 1)
+        try:
+            fut = self.inner.publish_async(topic, self._body(span, body), defer_ms)
+        except BaseException as exc:
+            self._end(span, attrs, start, 1, exc)
+            raise
+        self._settle_on(fut, span, attrs, start, 1)
+        return fut
+
+    def mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                       ) -> concurrent.futures.Future[Any]:
+        span, attrs, start = self._start(topic, len(bodies))
+        try:
+            fut = self.inner.mpublish_async(topic, self._bodies(span, bodies))
+        except BaseException as exc:
+            self._end(span, attrs, start, len(bodies), exc)
+            raise
+        self._settle_on(fut, span, attrs, start, len(bodies))
+        return fut
+
+    async def apublish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        await self._awaited(topic, 1, lambda s: self.inner.apublish(
+            topic, self._body(s, body), defer_ms))
+
+    async def ampublish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        await self._awaited(topic, len(bodies), lambda s: self.inner.ampublish(
+            topic, self._bodies(s, bodies)))
+
+    async def _awaited(self, topic: str, count: int,
+                       call: Callable[["Span"], Awaitable[None]]) -> None:
+        span, attrs, start = self._start(topic, count)
+        try:
+            await call(span)
+        except BaseException as exc:
+            self._end(span, attrs, start, count, exc)
+            raise
+        self._end(span, attrs, start, count, None)
+
+    def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None
+                       ) -> "asyncio.Future[bytes]":
+        span, attrs, start = self._start(topic, 1)
+        try:
+            fut = self.inner.publish_nowait(topic, self._body(span, body), defer_ms)
+        except BaseException as exc:
+            self._end(span, attrs, start, 1, exc)
+            raise
+        self._settle_on(fut, span, attrs, start, 1)
+        return fut
+
+    def flush(self, timeout: float | None) -> bool:
+        return self.inner.flush(timeout)
+
+    def redrive(self) -> int:
+        return self.inner.redrive()
+
+    @property
+    def published(self) -> int:
+        return self.inner.published
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return self.inner.last_error
+
+    def pending_bytes(self) -> int:
+        return self.inner.pending_bytes()
+
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()
+
+    def close(self, timeout: float | None) -> None:
+        self.inner.close(timeout)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def enter_async(self) -> None:
+        await self.inner.enter_async()
+
+    async def exit_async(self) -> None:
+        await self.inner.exit_async()
+
+
+# ---------------------------------------------------------------------------------------
+# consumer side
+
+
+def _server_of(m: "Message") -> tuple[str, int] | None:
+    responder = m.responder
+    host, port = getattr(responder, "host", None), getattr(responder, "port", None)
+    return (host, port) if isinstance(host, str) and isinstance(port, int) else None
+
+
+def _open(m: "Message") -> "SpanLink | None":
+    """Replace a version-2 envelope by its inner body; the link to the producer's span."""
+    body = m.body
+    if body[:_MAGIC_SIZE] != TRACED_ENVELOPE_MAGIC:
+        return None
+    opened = open_traced_envelope(body)
+    m.body = opened.body
+    return link_to(opened.traceparent, opened.tracestate)
+
+
+class ConsumerInstrument:
+    """One Reader's instrumentation: wraps its handler (``process`` spans and durations,
+    a :class:`~nsq_spark.consumer.handlers.HandlerInstrument`) and its delivery sink
+    (``messaging.client.consumed.messages``; for pullers the envelopes are opened there
+    and a ``receive`` span links the chunk's producers)."""
+
+    def __init__(self, telemetry: Telemetry, topic: str, channel: str) -> None:
+        self.t = telemetry
+        self.where = _Where(topic, channel)
+        self._attrs: dict[tuple[str, tuple[str, int] | None], dict[str, Any]] = {}
+
+    def attributes(self, operation: str, server: tuple[str, int] | None) -> dict[str, Any]:
+        """Shared per (operation, nsqd): built once, never mutated (copy to add to it)."""
+        key = (operation, server)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = self._attrs[key] = self.where.attributes(operation, server)
+        return attrs
+
+    # -- delivery sinks (loop thread, once per chunk) --------------------------------------
+
+    def deliveries(self, sink: Callable[["Link", list["Message"]], None], *, pulled: bool
+                   ) -> Callable[["Link", list["Message"]], None]:
+        """``sink`` with consumed messages counted; ``pulled``: the sink is a pull queue
+        (the messages' envelopes are opened here and a ``receive`` span is made)."""
+        consumed = self.t.consumed
+
+        if not pulled:
+            def counted(link: "Link", msgs: list["Message"]) -> None:
+                consumed.add(len(msgs), self.attributes("process", (link.host, link.port)))
+                sink(link, msgs)
+            return counted
+
+        def received(link: "Link", msgs: list["Message"]) -> None:
+            attrs = self.attributes("receive", (link.host, link.port))
+            links = [x for x in map(_open, msgs) if x is not None]
+            start = time.perf_counter()
+            span = self.t.start_span(
+                f"receive {self.where.topic}", self.t._span_kind.CONSUMER,
+                {**attrs, "messaging.batch.message_count": len(msgs)}, links)
+            try:
+                sink(link, msgs)
+            finally:
+                self.t.operation_duration.record(time.perf_counter() - start, attrs)
+                consumed.add(len(msgs), attrs)
+                span.end()
+        return received
+
+    # -- handler wrappers (HandlerInstrument) ---------------------------------------------
+
+    def message_handler(self, f: Callable[..., Any], coroutine: bool) -> Callable[..., Any]:
+        """``f(message)`` inside a ``process <topic>`` span, its duration recorded."""
+        name = f"process {self.where.topic}"
+        if coroutine:
+            async def traced_coroutine(m: "Message") -> Any:
+                span, attrs, start = self._begin(name, [m])
+                try:
+                    r = await self._within(span, f, m)
+                except BaseException as exc:
+                    self._finish(span, attrs, start, exc)
+                    raise
+                self._finish(span, attrs, start, "requeued" if r is False else None)
+                return r
+            return traced_coroutine
+
+        def traced(m: "Message") -> Any:
+            span, attrs, start = self._begin(name, [m])
+            try:
+                r = self._within_sync(span, f, m)
+            except BaseException as exc:
+                self._finish(span, attrs, start, exc)
+                raise
+            self._finish(span, attrs, start, "requeued" if r is False else None)
+            return r
+        return traced
+
+    def batch_handler(self, g: Callable[..., Any], coroutine: bool) -> Callable[..., Any]:
+        """``g(messages)`` inside one ``process <topic>`` span linked to every producer."""
+        name = f"process {self.where.topic}"
+        if coroutine:
+            async def traced_batch_coroutine(msgs: list["Message"]) -> Any:
+                span, attrs, start = self._begin(name, msgs)
+                try:
+                    r = await self._within(span, g, msgs)
+                except BaseException as exc:
+                    self._finish(span, attrs, start, exc)
+                    raise
+                self._finish(span, attrs, start, "requeued" if r is False else None)
+                return r
+            return traced_batch_coroutine
+
+        def traced_batch(msgs: list["Message"]) -> Any:
+            span, attrs, start = self._begin(name, msgs)
+            try:
+                r = self._within_sync(span, g, msgs)
+            except BaseException as exc:
+                self._finish(span, attrs, start, exc)
+                raise
+            self._finish(span, attrs, start, "requeued" if r is False else None)
+            return r
+        return traced_batch
+
+    def _within_sync(self, span: "Span", call: Callable[[Any], Any], arg: Any) -> Any:
+        # the span is the current one while the handler runs: its own spans nest under it
+        with self.t.use_span(span, end_on_exit=False, record_exception=False,
+                             set_status_on_exception=False):
+            return call(arg)
+
+    async def _within(self, span: "Span", call: Callable[[Any], Awaitable[Any]],
+                      arg: Any) -> Any:
+        with self.t.use_span(span, end_on_exit=False, record_exception=False,
+                             set_status_on_exception=False):
+            return await call(arg)
+
+    def _begin(self, name: str, msgs: list["Message"]
+               ) -> tuple["Span", dict[str, Any], float]:
+        links = [x for x in map(_open, msgs) if x is not None]
+        attrs = self.attributes("process", _server_of(msgs[0]) if msgs else None)
+        span_attrs = dict(attrs)
+        if len(msgs) == 1:
+            span_attrs["messaging.message.id"] = msgs[0].id.decode("ascii", "replace")
+        else:
+            span_attrs["messaging.batch.message_count"] = len(msgs)
+        span = self.t.start_span(name, self.t._span_kind.CONSUMER, span_attrs, links)
+        return span, attrs, time.perf_counter()
+
+    def _finish(self, span: "Span", attrs: dict[str, Any], start: float,
+                failure: BaseException | str | None) -> None:
+        if failure is not None:
+            attrs = dict(attrs)
+            self.t.fail(span, attrs, failure)
+        self.t.process_duration.record(time.perf_counter() - start, attrs)
+        span.end()
+
+
+if TYPE_CHECKING:
+    # mypy checks the two classes against the ports they are handed through: a drift of
+    # either side fails `mypy -p nsq_spark`
+    def _conforms(t: TracedTransport, c: ConsumerInstrument
+                  ) -> tuple["Transport", "HandlerInstrument"]:
+        return t, c

@@ -1,0 +1,125 @@
+"""The Spark source's ``trace_parent`` column and inner bodies, from MessageBlocks and
+from Messages alike; older spool chunks without the column; and the driver-side count of
+a query's consumed messages from its progress. No Spark, no sockets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+
+from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
+from nsq_spark.spark.progress import lag_fields  # noqa: E402
+from nsq_spark.spark.schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
+                                    conform, messages_to_batch)
+from nsq_spark.spark.spool import BatchSummary  # noqa: E402
+from nsq_spark.spool.format import wrap_envelope  # noqa: E402
+from nsq_spark.telemetry import Telemetry  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+class Responder:
+    address = "127.0.0.1:4150"
+
+
+def blocks(bodies: list[bytes]):
+    data = b"".join(encode_message_frame(b"%016d" % i, b, 1_700_000_000_000_000_000, 1)
+                    for i, b in enumerate(bodies))
+    got, _ = FrameDecoder(Responder()).feed_blocks(data)
+    return got
+
+
+def test_the_schema_ends_with_a_nullable_trace_parent_string():
+    assert SCHEMA_DDL.endswith(", trace_parent string")
+    field = arrow_schema().field("trace_parent")
+    assert field.type == pa.string() and field.nullable
+
+
+def test_traced_bodies_are_opened_and_their_traceparent_is_a_column_from_blocks_and_messages():
+    v1 = wrap_envelope(b"digest only")
+    bodies = [wrap_envelope(b"inner-0", PARENT), b"plain", v1, wrap_envelope(b"", PARENT, "a=b")]
+    bs = blocks(bodies)
+    for rb in (blocks_to_batch(bs, "t", "c"),
+               messages_to_batch([m for b in bs for m in b.messages()], "t", "c")):
+        assert rb.schema == arrow_schema()
+        assert rb.column("body").to_pylist() == [b"inner-0", b"plain", v1, b""]
+        assert rb.column("trace_parent").to_pylist() == [PARENT, None, None, PARENT]
+
+
+def test_a_batch_without_traced_bodies_gets_a_null_column_and_its_bodies_untouched():
+    bs = blocks([b"a", b"b" * 100, wrap_envelope(b"c")])
+    rb = blocks_to_batch(bs, "t", "c")
+    assert rb.column("trace_parent").null_count == 3
+    assert rb.column("body").to_pylist() == [b"a", b"b" * 100, wrap_envelope(b"c")]
+
+
+def test_a_chunk_spooled_before_the_column_existed_gets_it_null():
+    rb = blocks_to_batch(blocks([b"x", b"y"]), "t", "c")
+    old = rb.drop_columns(["trace_parent"])
+    assert conform(old).equals(rb)
+    assert conform(rb) is rb
+
+
+def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit") -> str:
+    """A query progress as pyspark 4.2+ reports the nsq source (its latestOffset JSON)."""
+    latest = {"topic": topic, "channel": channel, "batch": batch + 1,
+              **lag_fields(5, 0, 0, batch, BatchSummary(rows=rows, partitions=2), 0.0)}
+    return json.dumps({"sources": [{"description": "nsq", "latestOffset": json.dumps(latest)},
+                                   {"description": "other", "latestOffset": "{}"}]})
+
+
+def test_the_driver_counts_each_batch_of_the_progress_once():
+    reader = InMemoryMetricReader()
+    t = Telemetry(MeterProvider(metric_readers=[reader]))
+    assert t.record_progress(progress(3, 120)) == 120
+    assert t.record_progress(progress(3, 120)) == 0      # the same batch reported again
+    assert t.record_progress(progress(4, 0)) == 0        # an empty batch counts nothing
+    assert t.record_progress(progress(5, 30)) == 30
+    (metric,) = [m for rm in reader.get_metrics_data().resource_metrics
+                 for sm in rm.scope_metrics for m in sm.metrics]
+    assert metric.name == "messaging.client.consumed.messages"
+    (point,) = metric.data.data_points
+    assert point.value == 150
+    assert dict(point.attributes) == {
+        "messaging.system": "nsq", "messaging.operation.name": "receive",
+        "messaging.operation.type": "receive", "messaging.destination.name": "orders",
+        "messaging.consumer.group.name": "audit"}
+
+
+def test_bodies_that_only_look_traced_stay_as_they_are():
+    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b""]
+    rb = blocks_to_batch(blocks(bodies), "t", "c")
+    assert rb.column("body").to_pylist() == bodies
+    assert rb.column("trace_parent").null_count == len(bodies)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nsq_spark.spool.format import open_traced_envelope  # noqa: E402
+
+_body = st.one_of(st.binary(max_size=40),
+                  st.binary(max_size=40).map(lambda b: wrap_envelope(b"p" + b, PARENT)),
+                  st.binary(max_size=40).map(lambda b: b"\x00" + b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_body, max_size=30))
+def test_any_mix_of_bodies_comes_out_opened_the_same_from_blocks_and_messages(bodies):
+    bs = blocks(bodies)
+    from_blocks = blocks_to_batch(bs, "t", "c")
+    from_messages = messages_to_batch([m for b in bs for m in b.messages()], "t", "c")
+    assert from_blocks.equals(from_messages)
+    opened = [open_traced_envelope(b) for b in bodies]
+    assert from_blocks.column("body").to_pylist() == [
+        o.body if o.traceparent else b for o, b in zip(opened, bodies)]
+    assert from_blocks.column("trace_parent").to_pylist() == [o.traceparent for o in opened]

@@ -1,0 +1,251 @@
+"""The measuring transport and the consumer's handler wrappers without sockets: a fake
+transport typed against the Producer's port, hand-made messages, the SDK's in-memory
+readers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Sequence
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from nsq_spark.errors import NSQServerError
+from nsq_spark.message import Message
+from nsq_spark.publish.transport import Transport
+from nsq_spark.spool.format import open_traced_envelope, wrap_envelope
+from nsq_spark.telemetry import Telemetry, error_type
+
+pytestmark = pytest.mark.unit
+
+
+class FakeTransport:
+    """Records what it is asked to send; ``fail`` is raised by every call."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+        self.sent: list[tuple[str, list[bytes]]] = []
+        self.futures: list[concurrent.futures.Future[Any]] = []
+
+    def _send(self, topic: str, bodies: Sequence[bytes]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.sent.append((topic, list(bodies)))
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        self._send(topic, [body])
+
+    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        self._send(topic, bodies)
+
+    def publish_async(self, topic: str, body: bytes, defer_ms: int | None
+                      ) -> concurrent.futures.Future[bytes]:
+        self.sent.append((topic, [body]))
+        fut: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        self.futures.append(fut)
+        return fut
+
+    def mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                       ) -> concurrent.futures.Future[Any]:
+        return self.publish_async(topic, b"".join(bodies), None)
+
+    async def apublish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        self._send(topic, [body])
+
+    async def ampublish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        self._send(topic, bodies)
+
+    def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None
+                       ) -> "asyncio.Future[bytes]":
+        raise NotImplementedError
+
+    def flush(self, timeout: float | None) -> bool:
+        return True
+
+    def redrive(self) -> int:
+        return 0
+
+    @property
+    def published(self) -> int:
+        return len(self.sent)
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return None
+
+    def pending_bytes(self) -> int:
+        return 0
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+    def close(self, timeout: float | None) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def enter_async(self) -> None:
+        pass
+
+    async def exit_async(self) -> None:
+        pass
+
+
+def _port(t: FakeTransport) -> Transport:
+    return t   # mypy checks the fake against the port here
+
+
+class Otel:
+    def __init__(self, **kwargs: Any) -> None:
+        self.metrics = InMemoryMetricReader()
+        self.spans = InMemorySpanExporter()
+        tracers = TracerProvider()
+        tracers.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.telemetry = Telemetry(MeterProvider(metric_readers=[self.metrics]), tracers,
+                                   **kwargs)
+
+    def points(self, name: str) -> list[Any]:
+        data = self.metrics.get_metrics_data()
+        assert data is not None, "nothing was measured"
+        return [p for rm in data.resource_metrics for sm in rm.scope_metrics
+                for m in sm.metrics if m.name == name for p in m.data.data_points]
+
+
+def test_bodies_carry_the_send_spans_context_only_when_asked():
+    for trace_context in (False, True):
+        otel = Otel(trace_context=trace_context)
+        fake = FakeTransport()
+        traced = otel.telemetry.producer_transport(_port(fake), ("10.0.0.1", 4150))
+        traced.publish("t", b"one", None)
+        traced.mpublish("t", [b"a", b"b"])
+        bodies = [b for _, bs in fake.sent for b in bs]
+        spans = otel.spans.get_finished_spans()
+        if not trace_context:
+            assert bodies == [b"one", b"a", b"b"]
+            continue
+        opened = [open_traced_envelope(b) for b in bodies]
+        assert [o.body for o in opened] == [b"one", b"a", b"b"]
+        span_ids = [f"{s.context.span_id:016x}" for s in spans]
+        assert [o.traceparent.split("-")[2] for o in opened] == \
+            [span_ids[0], span_ids[1], span_ids[1]]
+        (sent,) = otel.points("messaging.client.sent.messages")
+        assert sent.value == 3 and sent.attributes["server.address"] == "10.0.0.1"
+        assert sent.attributes["server.port"] == 4150
+
+
+def test_a_failing_call_records_error_type_and_raises_unchanged():
+    otel = Otel()
+    refusal = NSQServerError("E_BAD_TOPIC", "bad topic")
+    traced = otel.telemetry.producer_transport(_port(FakeTransport(refusal)), None)
+    with pytest.raises(NSQServerError) as raised:
+        traced.publish("t", b"x", None)
+    assert raised.value is refusal
+    with pytest.raises(NSQServerError):
+        asyncio.run(traced.ampublish("t", [b"x", b"y"]))
+    (sent,) = otel.points("messaging.client.sent.messages")
+    assert sent.value == 3 and sent.attributes["error.type"] == "E_BAD_TOPIC"
+    assert "server.address" not in sent.attributes   # several nsqd: not known
+    assert {s.status.status_code for s in otel.spans.get_finished_spans()} == \
+        {trace.StatusCode.ERROR}
+
+
+def test_a_future_is_measured_when_it_settles_not_when_it_is_made():
+    otel = Otel()
+    fake = FakeTransport()
+    traced = otel.telemetry.producer_transport(_port(fake), None)
+    ok = traced.publish_async("t", b"x", None)
+    bad = traced.mpublish_async("t", [b"y", b"z"])
+    assert otel.spans.get_finished_spans() == ()
+    ok.set_result(b"OK")
+    bad.set_exception(TimeoutError("no answer"))
+    points = otel.points("messaging.client.sent.messages")
+    assert sorted((p.value, p.attributes.get("error.type")) for p in points) == \
+        [(1, None), (2, "TimeoutError")]
+    assert len(otel.spans.get_finished_spans()) == 2
+
+
+def test_error_type_is_the_code_or_the_qualified_name():
+    assert error_type(NSQServerError("E_PUB_FAILED")) == "E_PUB_FAILED"
+    assert error_type(KeyError("k")) == "KeyError"
+    assert error_type(NSQServerError("")) == "nsq_spark.errors.NSQServerError"
+
+
+class Responder:
+    host, port, address = "127.0.0.1", 4150, "127.0.0.1:4150"
+
+
+def message(body: bytes, mid: bytes = b"0123456789abcdef") -> Message:
+    return Message(mid, body, 0, 1, Responder())  # type: ignore[arg-type]
+
+
+def test_the_handler_wrapper_opens_the_envelope_links_and_times_the_call():
+    otel = Otel()
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    instrument = otel.telemetry.consumer("orders", "billing")
+    seen: list[bytes] = []
+    handle = instrument.message_handler(lambda m: seen.append(m.body) or False, False)
+    assert handle(message(wrap_envelope(b"inner", parent))) is False
+    assert seen == [b"inner"]
+    (span,) = otel.spans.get_finished_spans()
+    assert span.name == "process orders" and span.kind == trace.SpanKind.CONSUMER
+    assert f"{span.links[0].context.span_id:016x}" == parent.split("-")[2]
+    assert span.attributes["messaging.message.id"] == "0123456789abcdef"
+    (point,) = otel.points("messaging.process.duration")
+    assert point.count == 1 and point.attributes["error.type"] == "requeued"
+    assert point.attributes["server.address"] == "127.0.0.1"
+    assert point.attributes["messaging.consumer.group.name"] == "billing"
+
+
+def test_a_malformed_traceparent_costs_the_link_not_the_message():
+    otel = Otel()
+    instrument = otel.telemetry.consumer("orders", "billing")
+    seen: list[bytes] = []
+    handle = instrument.message_handler(lambda m: seen.append(m.body), False)
+    handle(message(wrap_envelope(b"inner", "not-a-traceparent")))
+    assert seen == [b"inner"]
+    (span,) = otel.spans.get_finished_spans()
+    assert list(span.links) == []
+
+
+DRIFTED = '''
+from test_telemetry_unit import FakeTransport
+from nsq_spark.publish.transport import Transport
+
+
+class NoRedrive(FakeTransport):
+    redrive = None  # the port needs redrive() -> int
+
+
+def port(t: NoRedrive) -> Transport:
+    return t
+'''
+
+
+@pytest.mark.timeout(240)
+def test_the_fake_transport_is_checked_against_the_port_and_a_drifted_one_fails(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    (tmp_path / "drifted.py").write_text(DRIFTED)
+    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(here.parent), str(here)])}
+
+    def mypy(path: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", "", "--follow-imports", "silent",
+             "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.11",
+             "--no-error-summary", "--show-error-codes", path],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    good = mypy(str(here / "test_telemetry_unit.py"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    drifted = mypy("drifted.py")
+    assert drifted.returncode != 0 and "redrive" in drifted.stdout, drifted.stdout
