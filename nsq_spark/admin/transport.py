@@ -1,0 +1,90 @@
+"""The HTTP transport of the admin clients and of lookupd discovery: httpx, blocking and
+asyncio, behind two small ports (:class:`Transport`, :class:`AsyncTransport`) so tests can
+hand the clients a fake that mypy checks.
+
+A transport only moves bytes: it returns every status (the meaning of a 404 or a 500 is
+:func:`nsq_spark.admin.calls.read_answer`'s), and turns a failure to get any answer
+(refused, reset, timed out, a bad TLS certificate) into
+:class:`~nsq_spark.admin.errors.NodeUnreachableError` naming the URL.
+
+One httpx client (its pool of keep-alive connections) serves many requests and threads;
+creating one builds an SSL context, about a millisecond or more, so long-lived users (the
+Spark driver, a Reader's discovery) keep theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import httpx
+
+from .calls import ACCEPT, Answer
+from .errors import NodeUnreachableError
+
+__all__ = ["AsyncHttpxTransport", "AsyncTransport", "HttpxTransport", "Transport"]
+
+
+class Transport(Protocol):
+    """What the blocking clients need: one request, its status and body."""
+
+    def request(self, method: str, url: str, timeout: float) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncTransport(Protocol):
+    """What the asyncio clients need: one request, its status and body."""
+
+    async def request(self, method: str, url: str, timeout: float) -> Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
+    return httpx.Timeout(timeout, connect=connect_timeout or timeout)
+
+
+def _unreachable(method: str, url: str, exc: Exception) -> NodeUnreachableError:
+    return NodeUnreachableError(
+        f"{method} {url}: no answer ({type(exc).__name__}: {exc or 'timed out'}); check "
+        "that the server runs there and that this is its HTTP port (nsqd 4151, "
+        "nsqlookupd 4161 by default)")
+
+
+class HttpxTransport:
+    """:class:`Transport` on ``httpx.Client``. ``connect_timeout`` (seconds) bounds the
+    TCP connect, ``timeout`` of each request the rest."""
+
+    def __init__(self, connect_timeout: float | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self._client = httpx.Client(headers={"Accept": ACCEPT}, follow_redirects=False)
+
+    def request(self, method: str, url: str, timeout: float) -> Answer:
+        try:
+            resp = self._client.request(method, url,
+                                        timeout=_timeout(timeout, self.connect_timeout))
+        except httpx.TransportError as exc:
+            raise _unreachable(method, url, exc) from exc
+        return Answer(resp.status_code, resp.content)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class AsyncHttpxTransport:
+    """:class:`AsyncTransport` on ``httpx.AsyncClient`` (used on one event loop)."""
+
+    def __init__(self, connect_timeout: float | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self._client = httpx.AsyncClient(headers={"Accept": ACCEPT}, follow_redirects=False)
+
+    async def request(self, method: str, url: str, timeout: float) -> Answer:
+        try:
+            resp = await self._client.request(method, url,
+                                              timeout=_timeout(timeout, self.connect_timeout))
+        except httpx.TransportError as exc:
+            raise _unreachable(method, url, exc) from exc
+        return Answer(resp.status_code, resp.content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
