@@ -162,6 +162,11 @@ def _str(doc: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key)
+    return value if isinstance(value, list) else []
+
+
 def _port(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         return None
@@ -187,7 +192,7 @@ def _channel(doc: dict[str, Any]) -> ChannelStats:
         deferred_count=_int(doc, "deferred_count"), message_count=_int(doc, "message_count"),
         requeue_count=_int(doc, "requeue_count"), timeout_count=_int(doc, "timeout_count"),
         client_count=_int(doc, "client_count"), paused=bool(doc.get("paused")),
-        clients=tuple(_client(c) for c in doc.get("clients") or [] if isinstance(c, dict)))
+        clients=tuple(_client(c) for c in _list(doc, "clients") if isinstance(c, dict)))
 
 
 def _topic(doc: dict[str, Any]) -> TopicStats:
@@ -195,7 +200,7 @@ def _topic(doc: dict[str, Any]) -> TopicStats:
         name=_str(doc, "topic_name"), depth=_int(doc, "depth"),
         backend_depth=_int(doc, "backend_depth"), message_count=_int(doc, "message_count"),
         message_bytes=_int(doc, "message_bytes"), paused=bool(doc.get("paused")),
-        channels=tuple(_channel(c) for c in doc.get("channels") or [] if isinstance(c, dict)))
+        channels=tuple(_channel(c) for c in _list(doc, "channels") if isinstance(c, dict)))
 
 
 def parse_nsqd_stats(body: bytes, source: str = "nsqd") -> NsqdStats:
@@ -207,7 +212,7 @@ def parse_nsqd_stats(body: bytes, source: str = "nsqd") -> NsqdStats:
                                     f"{_preview(body)}; is this an nsqd HTTP port?")
     return NsqdStats(version=_str(doc, "version"), health=_str(doc, "health"),
                      start_time=_int(doc, "start_time"),
-                     topics=tuple(_topic(t) for t in doc.get("topics") or []
+                     topics=tuple(_topic(t) for t in _list(doc, "topics")
                                   if isinstance(t, dict)))
 
 
@@ -265,8 +270,8 @@ def parse_producers(body: bytes | str, source: str = "lookupd") -> list[LookupdP
             broadcast_address=host, tcp_port=port, http_port=_port(p.get("http_port")),
             hostname=_str(p, "hostname"), remote_address=_str(p, "remote_address"),
             version=_str(p, "version"),
-            topics=tuple(str(t) for t in p.get("topics") or []),
-            tombstones=tuple(bool(t) for t in p.get("tombstones") or [])))
+            topics=tuple(str(t) for t in _list(p, "topics")),
+            tombstones=tuple(bool(t) for t in _list(p, "tombstones"))))
     return out
 
 
@@ -274,7 +279,7 @@ def parse_lookup(body: bytes, source: str = "lookupd") -> Lookup:
     """nsqlookupd's ``/lookup?topic=``."""
     producers = parse_producers(body, source)
     doc = _unwrap(json.loads(body), "producers")
-    return Lookup(channels=tuple(str(c) for c in doc.get("channels") or []),
+    return Lookup(channels=tuple(str(c) for c in _list(doc, "channels")),
                   producers=tuple(producers))
 
 
