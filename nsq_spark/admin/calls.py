@@ -70,11 +70,14 @@ class Call(Generic[T]):
 
 def base_url(address: str, kind: str) -> tuple[str, str]:
     """``(base URL, "<kind> host:port")`` for an nsqd / nsqlookupd HTTP address
-    (``host:port`` or an ``http(s)://`` URL, by the one address rule)."""
+    (``host:port`` or an ``http(s)://`` URL, by the one address rule). A path is not
+    kept: pynsq-style lookupd addresses name their ``/lookup`` endpoint with it
+    (discovery honours that, :func:`nsq_spark.lookupd.lookup_url`), which is no prefix
+    of the other endpoints."""
     param = f"{kind} HTTP address"
     example = "127.0.0.1:4161" if kind == "nsqlookupd" else "127.0.0.1:4151"
-    scheme, address_, path = parse_http_address(address, param, example)
-    return f"{scheme}://{address_}{path}", f"{kind} {address_}"
+    scheme, address_, _ = parse_http_address(address, param, example)
+    return f"{scheme}://{address_}", f"{kind} {address_}"
 
 
 def _url(base: str, path: str, **params: Any) -> str:
