@@ -34,7 +34,8 @@ from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
 from .admin.calls import read_answer
 from .admin.errors import HTTPStatusError, LookupdError, NodeUnreachableError
-from .admin.transport import AsyncHttpxTransport, Transport, shared_transport
+from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
+                              shared_transport)
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +161,17 @@ class LookupdPoller:
             ``lookupd_connect_timeout`` / ``lookupd_request_timeout``).
         attempts: tries per lookupd and poll for transport errors (tenacity).
         name: prefix for log lines.
+        transport: the :class:`~nsq_spark.admin.transport.AsyncTransport` to send
+            through (default: an httpx client of the poller's own, made at the first poll
+            and closed by :meth:`stop`; one given here is the caller's to close).
     """
 
     def __init__(self, addresses: Iterable[str], topic: str,
                  on_producers: Callable[[set[ProducerAddress]], Any],
                  poll_interval: float = 60, poll_jitter: float = 0.3,
                  connect_timeout: float = 1, request_timeout: float = 2,
-                 attempts: int = 2, name: str = "", rng: random.Random | None = None) -> None:
+                 attempts: int = 2, name: str = "", rng: random.Random | None = None,
+                 transport: AsyncTransport | None = None) -> None:
         self.addresses = list(addresses)
         if not self.addresses:
             raise ValueError("LookupdPoller needs at least one lookupd HTTP address")
@@ -191,7 +196,8 @@ class LookupdPoller:
         self.polls = 0  # completed polls (for stats and tests)
         self.last_producers: set[ProducerAddress] = set()
         self.failures: dict[str, str] = {}  # url -> last error, cleared on success
-        self._transport: AsyncHttpxTransport | None = None
+        self._own_transport = transport is None
+        self._transport: AsyncTransport | None = transport
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
 
@@ -277,6 +283,6 @@ class LookupdPoller:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self._transport is not None:
+        if self._transport is not None and self._own_transport:
             transport, self._transport = self._transport, None
             await transport.aclose()

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsq_spark.admin import (AsyncNsqdClient, ChannelNotFoundError, HTTPStatusError,
-                             LookupdClient, LookupdError, NotFoundError, NsqdClient,
-                             TopicNotFoundError, UnexpectedAnswerError)
+                             LookupdClient, LookupdError, NodeUnreachableError, NotFoundError,
+                             NsqdClient, TopicNotFoundError, UnexpectedAnswerError)
 from nsq_spark.admin import calls
 from nsq_spark.admin.calls import Answer, read_answer
 from nsq_spark.admin.transport import AsyncTransport, Transport
@@ -240,3 +240,60 @@ def test_async_client_reads_the_same_answers():
     stats = asyncio.run(go())
     assert stats == calls.parse_nsqd_stats(recorded("nsqd_stats.json"))
     assert fake.asked == [("GET", "http://127.0.0.1:4151/stats?format=json")]
+
+
+# -- discovery's poller on the same call layer ------------------------------------------
+
+
+class ScriptedAsyncTransport:
+    """Answers (or raises) in the order given; records the URLs asked."""
+
+    def __init__(self, *steps: Answer | BaseException) -> None:
+        self.steps = list(steps)
+        self.asked: list[str] = []
+
+    async def request(self, method: str, url: str, timeout: float) -> Answer:
+        self.asked.append(url)
+        step = self.steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    async def aclose(self) -> None:
+        pass
+
+
+_s: AsyncTransport = ScriptedAsyncTransport()
+
+
+def poll(*steps: Answer | BaseException):
+    from nsq_spark.lookupd import LookupdPoller
+
+    transport = ScriptedAsyncTransport(*steps)
+    poller = LookupdPoller(["127.0.0.1:4161"], "orders", lambda found: None, attempts=2,
+                           transport=transport)
+    found = asyncio.run(poller.poll_once())
+    return found, poller.failures, transport.asked
+
+
+LOOKUP = Answer(200, recorded("lookupd_lookup.json"))
+PRODUCER = {(p.broadcast_address, p.tcp_port)
+            for p in calls.parse_producers(recorded("lookupd_lookup.json"))}
+
+
+@pytest.mark.parametrize("first", [
+    Answer(500, b'{"message":"INTERNAL_ERROR"}'),
+    NodeUnreachableError("refused"),
+])
+def test_the_poller_retries_a_transport_error_or_5xx_once(first):
+    found, failures, asked = poll(first, LOOKUP)
+    assert found == PRODUCER and failures == {} and len(asked) == 2
+
+
+def test_the_poller_takes_an_unknown_topic_as_empty_and_garbage_as_a_failure():
+    found, failures, asked = poll(Answer(404, recorded("lookupd_lookup_404.txt")))
+    assert found == set() and failures == {} and len(asked) == 1
+    found, failures, asked = poll(Answer(200, b"<html>"))
+    assert found == set() and len(asked) == 1  # an answer: no retry
+    (error,) = failures.values()
+    assert error.startswith("LookupdError") and "not JSON" in error
