@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,12 @@ from nsq_spark.admin import (AsyncNsqdClient, ChannelNotFoundError, HTTPStatusEr
                              NsqdClient, TopicNotFoundError, UnexpectedAnswerError)
 from nsq_spark.admin import calls
 from nsq_spark.admin.calls import Answer, read_answer
-from nsq_spark.admin.transport import AsyncTransport, Transport
 from nsq_spark.errors import InvalidAddressError, InvalidNameError, is_transient
 
 pytestmark = pytest.mark.unit
+
+sys.path.insert(0, os.path.dirname(__file__))
+from admin_fakes import FakeAsyncTransport, FakeTransport, ScriptedAsyncTransport  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "admin"
 
@@ -29,37 +33,32 @@ def recorded(name: str) -> bytes:
     return (DATA / name).read_bytes()
 
 
-class FakeTransport:
-    """Answers every request with one canned answer; records what was asked."""
+def test_the_fakes_conform_to_the_transport_ports(tmp_path):
+    """tests/admin_fakes.py passes mypy --strict against the ports; a fake that drifts
+    from them fails (the drifted variant shows the check bites)."""
+    pytest.importorskip("mypy")
+    from test_typing import TESTS_DIR, strict_mypy
 
-    def __init__(self, answer: Answer = Answer(200, b"")) -> None:
-        self.answer = answer
-        self.asked: list[tuple[str, str, float]] = []
+    (tmp_path / "drifted.py").write_text(DRIFTED)
+    code, out = strict_mypy(tmp_path, TESTS_DIR, str(TESTS_DIR / "admin_fakes.py"))
+    assert code == 0, out
+    code, out = strict_mypy(tmp_path, TESTS_DIR, "drifted.py")
+    assert code == 1 and "drifted.py:12:" in out and 'expected "Transport"' in out, out
 
-    def request(self, method: str, url: str, timeout: float) -> Answer:
-        self.asked.append((method, url, timeout))
+
+DRIFTED = """from admin_fakes import FakeTransport
+from nsq_spark.admin.calls import Answer
+from nsq_spark.admin.transport import Transport
+
+
+class NoTimeout(FakeTransport):
+    def request(self, method: str, url: str) -> Answer:  # type: ignore[override]
         return self.answer
 
-    def close(self) -> None:
-        pass
 
-
-class FakeAsyncTransport:
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.asked: list[tuple[str, str]] = []
-
-    async def request(self, method: str, url: str, timeout: float) -> Answer:
-        self.asked.append((method, url))
-        return self.answer
-
-    async def aclose(self) -> None:
-        pass
-
-
-# mypy checks the fakes against the ports
-_t: Transport = FakeTransport()
-_a: AsyncTransport = FakeAsyncTransport(Answer(200, b""))
+def port(fake: NoTimeout) -> Transport:
+    return fake
+"""
 
 
 # -- parsing recorded answers -----------------------------------------------------------
@@ -243,27 +242,6 @@ def test_async_client_reads_the_same_answers():
 
 
 # -- discovery's poller on the same call layer ------------------------------------------
-
-
-class ScriptedAsyncTransport:
-    """Answers (or raises) in the order given; records the URLs asked."""
-
-    def __init__(self, *steps: Answer | BaseException) -> None:
-        self.steps = list(steps)
-        self.asked: list[str] = []
-
-    async def request(self, method: str, url: str, timeout: float) -> Answer:
-        self.asked.append(url)
-        step = self.steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
-    async def aclose(self) -> None:
-        pass
-
-
-_s: AsyncTransport = ScriptedAsyncTransport()
 
 
 def poll(*steps: Answer | BaseException):

@@ -167,3 +167,11 @@ def test_stat_with_no_nsqd_answering_fails_with_status_1():
     down = f"127.0.0.1:{free_port()}"
     rc, out, err = run("stat", "--nsqd-http-address", down, "--count", "1")
     assert rc == cli.EXIT_ERROR and out == "" and "no nsqd answered" in err and down in err
+
+
+def test_tail_takes_max_messages_and_timeout():
+    a = cli.build_parser().parse_args(["tail", "--topic", "t", "--lookupd-http-address", "l:1",
+                                       "--max-messages", "5", "--timeout", "2.5"])
+    assert (a.count, a.idle_exit) == (5, 2.5)
+    a = cli.build_parser().parse_args(["tail", "-topic", "t", "-max-messages", "7"])
+    assert a.count == 7
