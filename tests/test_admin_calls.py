@@ -275,3 +275,17 @@ def test_the_poller_takes_an_unknown_topic_as_empty_and_garbage_as_a_failure():
     assert found == set() and len(asked) == 1  # an answer: no retry
     (error,) = failures.values()
     assert error.startswith("LookupdError") and "not JSON" in error
+
+
+names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names, names, st.sampled_from(calls.TOPIC_ACTIONS))
+def test_any_valid_name_reaches_nsqd_unchanged(topic, channel, action):
+    from urllib.parse import parse_qs, urlsplit
+
+    call = calls.channel_action("127.0.0.1:4151", action, topic, channel)
+    parts = urlsplit(call.url)
+    assert (call.method, parts.path) == ("POST", f"/channel/{action}")
+    assert parse_qs(parts.query) == {"topic": [topic], "channel": [channel]}
