@@ -289,3 +289,13 @@ def test_any_valid_name_reaches_nsqd_unchanged(topic, channel, action):
     parts = urlsplit(call.url)
     assert (call.method, parts.path) == ("POST", f"/channel/{action}")
     assert parse_qs(parts.query) == {"topic": [topic], "channel": [channel]}
+
+
+def test_ssl_context_and_a_transport_are_not_given_together():
+    import ssl
+
+    from nsq_spark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ssl_context or transport, not both"):
+        NsqdClient("127.0.0.1:4151", transport=FakeTransport(),
+                   ssl_context=ssl.create_default_context())

@@ -166,3 +166,33 @@ def test_blocking_lookupd_client(nsq_cluster):
         (producer,) = lookupd.lookup("adm_l").producers
         assert producer.tcp_address == nsq_cluster.nsqd_tcp_addresses[0]
         assert [n.http_address for n in lookupd.nodes()] == nsq_cluster.nsqd_http_addresses
+
+
+def test_https_with_a_client_certificate_and_a_refused_handshake(tmp_path_factory):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from conn_tls_helpers import make_certs
+
+    from nsq_spark.admin import AdminTLSError
+    from nsq_spark.config import ConnectionConfig
+    from nsq_spark.testing import NSQCluster
+
+    certs = make_certs(tmp_path_factory.mktemp("admin-certs"))
+    with NSQCluster(nsqd=1, lookupd=0, tls_cert=str(certs.server_cert),
+                    tls_key=str(certs.server_key), tls_root_ca_file=str(certs.ca),
+                    tls_client_auth_policy="require-verify") as cluster:
+        url = f"https://127.0.0.1:{cluster.nsqds[0].https_port}"
+        good = ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.ca),
+                                tls_cert_file=str(certs.client_cert),
+                                tls_key_file=str(certs.client_key)).ssl_context()
+        with NsqdClient(url, ssl_context=good) as nsqd:
+            assert nsqd.ping() == "OK"
+            nsqd.create_topic("adm_tls")
+            assert nsqd.stats("adm_tls").topic("adm_tls") is not None
+        wrong_ca = ConnectionConfig(tls_v1=True, tls_ca_file=str(certs.other_ca)).ssl_context()
+        with NsqdClient(url, ssl_context=wrong_ca) as nsqd:
+            with pytest.raises(AdminTLSError, match="TLS handshake failed") as info:
+                nsqd.ping()
+        assert not is_transient(info.value)

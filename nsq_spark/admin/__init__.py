@@ -18,13 +18,13 @@ behind a typed port), :mod:`.client` (the four clients), :mod:`.model` (results)
 
 from .client import (DEFAULT_TIMEOUT, AsyncLookupdClient, AsyncNsqdClient, LookupdClient,
                      NsqdClient)
-from .errors import (AdminError, ChannelNotFoundError, HTTPStatusError, LookupdError,
+from .errors import (AdminError, AdminTLSError, ChannelNotFoundError, HTTPStatusError, LookupdError,
                      NodeUnreachableError, NotFoundError, TopicNotFoundError,
                      UnexpectedAnswerError)
 from .model import (ChannelStats, ClientStats, Lookup, LookupdInfo, LookupdProducer, NsqdInfo,
                     NsqdStats, TopicStats)
 
-__all__ = ["AdminError", "AsyncLookupdClient", "AsyncNsqdClient", "ChannelNotFoundError",
+__all__ = ["AdminError", "AdminTLSError", "AsyncLookupdClient", "AsyncNsqdClient", "ChannelNotFoundError",
            "ChannelStats", "ClientStats", "DEFAULT_TIMEOUT", "HTTPStatusError", "Lookup",
            "LookupdClient", "LookupdError", "LookupdInfo", "LookupdProducer",
            "NodeUnreachableError", "NotFoundError", "NsqdClient", "NsqdInfo", "NsqdStats",

@@ -8,16 +8,18 @@ only in how they wait. Clients are context managers (``with`` / ``async with``) 
 one pool of keep-alive connections; ``close()`` / ``aclose()`` release it.
 
 Errors (:mod:`nsq_spark.admin.errors`): :class:`NodeUnreachableError` when nothing
-answers, :class:`TopicNotFoundError` / :class:`ChannelNotFoundError` for a 404,
+answers, :class:`AdminTLSError` when the HTTPS handshake fails, :class:`TopicNotFoundError` / :class:`ChannelNotFoundError` for a 404,
 :class:`HTTPStatusError` for any other non-2xx answer, with nsqd's message;
 :class:`~nsq_spark.errors.InvalidNameError` for a bad name before any request.
 """
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, TypeVar
 
 from nsq_spark import validate
+from nsq_spark.errors import ConfigError
 from nsq_spark.validate import MAX_SECONDS
 
 from . import calls
@@ -34,6 +36,12 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT = 5.0
 
 
+def _one_of(transport: object, ssl_context: ssl.SSLContext | None) -> None:
+    if transport is not None and ssl_context is not None:
+        raise ConfigError("give ssl_context or transport, not both: a transport given "
+                          "carries its own TLS settings")
+
+
 def _checked_timeout(timeout: float) -> float:
     return float(validate.number(timeout, "timeout", lo=0, lo_open=True, hi=MAX_SECONDS,
                                  unit="seconds"))
@@ -43,12 +51,14 @@ class _Sync:
     kind = "nsqd"
 
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.timeout = _checked_timeout(timeout)
         calls.base_url(address, self.kind)  # a bad address fails here, not at first use
+        _one_of(transport, ssl_context)
         self.address = address
         self._own = transport is None
-        self._transport: Transport = transport or HttpxTransport()
+        self._transport: Transport = transport or HttpxTransport(ssl_context=ssl_context)
 
     def _send(self, call: Call[T]) -> T:
         return read_answer(call, self._transport.request(call.method, call.url, self.timeout))
@@ -73,12 +83,15 @@ class _Async:
     kind = "nsqd"
 
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 transport: AsyncTransport | None = None) -> None:
+                 transport: AsyncTransport | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.timeout = _checked_timeout(timeout)
         calls.base_url(address, self.kind)
+        _one_of(transport, ssl_context)
         self.address = address
         self._own = transport is None
-        self._transport: AsyncTransport = transport or AsyncHttpxTransport()
+        self._transport: AsyncTransport = transport or AsyncHttpxTransport(
+            ssl_context=ssl_context)
 
     async def _send(self, call: Call[T]) -> T:
         answer = await self._transport.request(call.method, call.url, self.timeout)
@@ -110,6 +123,11 @@ class NsqdClient(_Sync):
             default 5.
         transport: the :class:`~nsq_spark.admin.transport.Transport` to send through
             (default: a new httpx client, closed by :meth:`close`).
+        ssl_context: for an ``https://`` address (nsqd's ``--https-address``): verifies
+            the node and may carry a client certificate, e.g.
+            ``ConnectionConfig(tls_v1=True, tls_ca_file=..., tls_cert_file=...,
+            tls_key_file=...).ssl_context()``; default None: the system's CAs. Not with
+            ``transport``.
 
     ::
 

@@ -13,10 +13,10 @@ the others are answers, and another attempt gets the same answer.
 
 from __future__ import annotations
 
-from nsq_spark.errors import ConnectError, NSQError
+from nsq_spark.errors import ConnectError, NSQError, TLSError
 
-__all__ = ["AdminError", "ChannelNotFoundError", "HTTPStatusError", "LookupdError",
-           "NodeUnreachableError", "NotFoundError", "TopicNotFoundError",
+__all__ = ["AdminError", "AdminTLSError", "ChannelNotFoundError", "HTTPStatusError",
+           "LookupdError", "NodeUnreachableError", "NotFoundError", "TopicNotFoundError",
            "UnexpectedAnswerError"]
 
 
@@ -26,6 +26,11 @@ class AdminError(NSQError):
 
 class NodeUnreachableError(AdminError, ConnectError):
     """nsqd or nsqlookupd did not answer over HTTP (refused, reset, timed out)."""
+
+
+class AdminTLSError(AdminError, TLSError):
+    """The HTTPS handshake failed (the node's certificate not verified, a client
+    certificate refused): the same on every attempt, so not transient."""
 
 
 class HTTPStatusError(AdminError):

@@ -18,13 +18,14 @@ owner to keep one (:func:`nsq_spark.lookupd.lookup_sync`, the Spark driver's
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from typing import Protocol
 
 import httpx
 
 from .calls import ACCEPT, Answer
-from .errors import NodeUnreachableError
+from .errors import AdminTLSError, NodeUnreachableError
 
 __all__ = ["AsyncHttpxTransport", "AsyncTransport", "HttpxTransport", "Transport",
            "shared_transport"]
@@ -50,7 +51,26 @@ def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
     return httpx.Timeout(timeout, connect=connect_timeout or timeout)
 
 
-def _unreachable(method: str, url: str, exc: Exception) -> NodeUnreachableError:
+def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS failure under an httpx error, unless it is a stream cut short."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) and not isinstance(
+                seen, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _unreachable(method: str, url: str, exc: Exception
+                 ) -> NodeUnreachableError | AdminTLSError:
+    tls = _tls_cause(exc)
+    if tls is not None:
+        return AdminTLSError(
+            f"{method} {url}: the TLS handshake failed ({tls}); give the CA that signed "
+            "the server's certificate, and a client certificate if it asks for one "
+            "(ssl_context=ConnectionConfig(tls_v1=True, tls_ca_file=..., tls_cert_file=..., "
+            "tls_key_file=...).ssl_context())")
     return NodeUnreachableError(
         f"{method} {url}: no answer ({type(exc).__name__}: {exc or 'timed out'}); check "
         "that the server runs there and that this is its HTTP port (nsqd 4151, "
@@ -59,11 +79,14 @@ def _unreachable(method: str, url: str, exc: Exception) -> NodeUnreachableError:
 
 class HttpxTransport:
     """:class:`Transport` on ``httpx.Client``. ``connect_timeout`` (seconds) bounds the
-    TCP connect, ``timeout`` of each request the rest."""
+    TCP connect, ``timeout`` of each request the rest; ``ssl_context`` verifies
+    ``https://`` nodes (and may carry a client certificate); default: the system's CAs."""
 
-    def __init__(self, connect_timeout: float | None = None) -> None:
+    def __init__(self, connect_timeout: float | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.connect_timeout = connect_timeout
-        self._client = httpx.Client(headers={"Accept": ACCEPT}, follow_redirects=False)
+        self._client = httpx.Client(headers={"Accept": ACCEPT}, follow_redirects=False,
+                                    verify=ssl_context if ssl_context is not None else True)
 
     def request(self, method: str, url: str, timeout: float) -> Answer:
         try:
@@ -78,11 +101,15 @@ class HttpxTransport:
 
 
 class AsyncHttpxTransport:
-    """:class:`AsyncTransport` on ``httpx.AsyncClient`` (used on one event loop)."""
+    """:class:`AsyncTransport` on ``httpx.AsyncClient`` (used on one event loop);
+    arguments as :class:`HttpxTransport`'s."""
 
-    def __init__(self, connect_timeout: float | None = None) -> None:
+    def __init__(self, connect_timeout: float | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.connect_timeout = connect_timeout
-        self._client = httpx.AsyncClient(headers={"Accept": ACCEPT}, follow_redirects=False)
+        self._client = httpx.AsyncClient(headers={"Accept": ACCEPT}, follow_redirects=False,
+                                         verify=ssl_context if ssl_context is not None
+                                         else True)
 
     async def request(self, method: str, url: str, timeout: float) -> Answer:
         try:
