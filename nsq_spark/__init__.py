@@ -31,6 +31,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``conn``           Connection (tornado)
   ``sync_conn``      SyncConnection (blocking)
   ``lookupd``        discovery: poller, response parser, blocking lookup
+  ``admin``          nsqd / nsqlookupd HTTP clients (blocking, asyncio): stats, operations
   ``metrics``        the Prometheus collector
   ``telemetry``      OpenTelemetry metrics and spans (``Telemetry``; the ``otel`` extra)
   ``cli``            the ``nsq-spark`` command

@@ -1,6 +1,18 @@
-"""Command-line tools: ``nsq-spark publish``, ``nsq-spark tail``, ``nsq-spark spool
+"""Command-line tools: ``nsq-spark publish``, ``nsq-spark tail``, ``nsq-spark stat``,
+``nsq-spark topic|channel create|delete|pause|unpause|empty``, ``nsq-spark spool
 redrive``, ``nsq-spark install-nsq`` (``python -m nsq_spark ...`` is the same program;
 ``nsq-spark --version`` prints the version).
+
+``stat`` is nsq_stat: every ``--status-every`` (2s) one view of the channels (depth, in
+flight, deferred, requeued, timed out, message counts and rates, clients), summed over
+the nsqds given or found through lookupd; ``--json`` prints one JSON object an interval::
+
+    nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --topic events --count 1
+
+``topic`` and ``channel`` run nsqd's operations on every nsqd given (or every nsqd
+lookupd lists for the topic; ``create`` through lookupd: every nsqd registered there)::
+
+    nsq-spark channel pause --topic events --channel archive --nsqd-http-address 127.0.0.1:4151
 
 ``publish`` is to_nsq with a progress bar and an optional durable spool: it reads files
 (or stdin), one message per line, and publishes them in MPUB batches::
@@ -33,7 +45,8 @@ from a file or the ``NSQ_AUTH_SECRET`` variable, never from the command line (``
 show it), and is never printed.
 
 Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
-Exit status: 0 done, 1 error (the message says what and how to fix it; also ``tail``
+Exit status: 0 done, 1 error (the message says what and how to fix it; an operation that
+failed on any nsqd; also ``tail``
 ending without ever having connected to an nsqd), 2 bad usage, 3 ``publish`` ended with
 messages still in the spool, 130 interrupted.
 """
@@ -165,7 +178,7 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     parser = StrictParser(prog=prog, description="NSQ command-line tools of nsq_spark")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{publish,tail,spool,install-nsq}")
+                                metavar="{publish,tail,stat,topic,channel,spool,install-nsq}")
 
     p = sub.add_parser("publish", help="publish lines of files or stdin to a topic",
                        description="Publish one message per line (like to_nsq), with a "
@@ -219,12 +232,13 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(t, "--lookupd-http-address", action="append", default=[],
          dest="lookupd_http_addresses", metavar="HOST:PORT",
          help="nsqlookupd HTTP address (repeatable)")
-    t.add_argument("-n", "--n", type=_number(int, "-n", lo=0), default=0, dest="count",
+    t.add_argument("-n", "--n", "--max-messages", "-max-messages",
+                   type=_number(int, "-n", lo=0), default=0, dest="count",
                    help="exit after this many messages (default 0: run until interrupted)")
     _add(t, "--max-in-flight", type=_number(int, "--max-in-flight", lo=1, hi=2 ** 31 - 1),
          default=200, help="max in flight (default 200)")
     _add(t, "--print-topic", action="store_true", help="prefix each line with 'topic | '")
-    _add(t, "--idle-exit", type=_number(float, "--idle-exit", lo=0, hi=MAX_SECONDS,
+    _add(t, "--idle-exit", "--timeout", type=_number(float, "--idle-exit", lo=0, hi=MAX_SECONDS,
                                          unit="seconds"), default=0,
          help="exit after this many seconds without a message (default 0: never); exit "
          f"status 1 if no nsqd was ever connected (a first connection is given at least "
@@ -236,6 +250,8 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
         _add_connection_options(sp)
         _add(sp, "--log-level", default="warning",
              choices=["debug", "info", "warning", "error"], help="log level (stderr)")
+
+    _add_admin_parsers(sub)
 
     s = sub.add_parser("spool", help="manage a publish spool directory",
                        description="Manage a publish spool directory (--spool-dir, "
@@ -257,6 +273,97 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
                        add_help=False)
     i.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
+
+
+ADMIN_ACTIONS = ("create", "delete", "pause", "unpause", "empty")
+_ACTION_DONE = {"create": "created", "delete": "deleted", "pause": "paused",
+                "unpause": "unpaused", "empty": "emptied"}
+
+
+def _duration(text: str) -> float:
+    """``--status-every``: a Go duration (``2s``, ``500ms``, ``1m``) or seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    number, unit = text, "s"
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            number, unit = text[:-len(suffix)], suffix
+            break
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--status-every {text!r}: give a duration such as 2s, 500ms or 1m") from None
+    try:
+        return float(validate.number(seconds, "--status-every", lo=0.01, hi=MAX_SECONDS,
+                                     unit="seconds"))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_where(p: argparse.ArgumentParser) -> None:
+    _add(p, "--nsqd-http-address", action="append", default=[], dest="nsqd_http_addresses",
+         metavar="HOST:PORT", help="nsqd HTTP address (repeatable; 4151 by default)")
+    _add(p, "--lookupd-http-address", action="append", default=[],
+         dest="lookupd_http_addresses", metavar="HOST:PORT",
+         help="nsqlookupd HTTP address (repeatable; 4161 by default): act on the nsqds it "
+         "lists")
+    _add(p, "--http-timeout", type=_number(float, "--http-timeout", lo=0, lo_open=True,
+                                           hi=MAX_SECONDS, unit="seconds"), default=5.0,
+         help="seconds each HTTP request may take (default 5)")
+    _add(p, "--log-level", default="warning",
+         choices=["debug", "info", "warning", "error"], help="log level (stderr)")
+
+
+def _add_admin_parsers(sub: Any) -> None:
+    st = sub.add_parser(
+        "stat", help="per-interval channel stats (like nsq_stat)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Every --status-every, one view of the channels summed over the nsqds: "
+        "depth, disk depth, in flight, deferred, requeued, timed out, messages and "
+        "messages per second, clients (like nsq_stat).",
+        epilog="examples:\n"
+        "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --count 1\n"
+        "  nsq-spark stat --lookupd-http-address 127.0.0.1:4161 --topic events "
+        "--channel archive --status-every 5s\n"
+        "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --json --count 3 | jq .channels")
+    _add(st, "--topic", help="only this topic (default: every topic)")
+    _add(st, "--channel", help="only this channel of --topic (default: every channel)")
+    _add(st, "--status-every", type=_duration, default=2.0, metavar="DURATION",
+         help="time between views: 2s (default), 500ms, 1m")
+    _add(st, "--count", type=_number(int, "--count", lo=0), default=0,
+         help="views to print, then exit (default 0: until interrupted)")
+    _add(st, "--json", action="store_true",
+         help="one JSON object per view (a line each) instead of the table")
+    _add(st, "--clients", action="store_true",
+         help="a line per consumer connection under each channel (the table)")
+    _add_where(st)
+    for kind in ("topic", "channel"):
+        what = "a topic" if kind == "topic" else "a topic's channel"
+        p = sub.add_parser(
+            kind, help=f"create, delete, pause, unpause or empty {what} on nsqd",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=f"Run nsqd's /{kind}/ACTION on every nsqd given with "
+            "--nsqd-http-address, or on every nsqd lookupd lists for the topic (create: "
+            "every nsqd registered with lookupd). pause: nsqd "
+            + ("copies nothing into the topic's channels" if kind == "topic" else
+               "sends nothing to the channel's consumers") + " until unpause; empty: drop "
+            "the queued messages; delete: drop " + ("the topic, its channels and their "
+                                                    "messages" if kind == "topic" else
+                                                    "the channel and its messages, and close "
+                                                    "its consumers' connections") + ".",
+            epilog="examples:\n"
+            + (f"  nsq-spark topic create --topic events --nsqd-http-address 127.0.0.1:4151\n"
+               f"  nsq-spark topic pause --topic events --lookupd-http-address 127.0.0.1:4161"
+               if kind == "topic" else
+               "  nsq-spark channel pause --topic events --channel archive "
+               "--nsqd-http-address 127.0.0.1:4151\n"
+               "  nsq-spark channel empty --topic events --channel archive "
+               "--lookupd-http-address 127.0.0.1:4161"))
+        p.add_argument("action", choices=ADMIN_ACTIONS, help="what to do")
+        _add(p, "--topic", required=True, help="the topic")
+        if kind == "channel":
+            _add(p, "--channel", required=True, help="the channel")
+        _add_where(p)
 
 
 def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
@@ -281,6 +388,10 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None,
             return _publish(args, stdin or sys.stdin.buffer, stderr)
         if args.command == "spool":
             return _spool_redrive(args.directory, stderr)
+        if args.command == "stat":
+            return _stat(args, stdout or sys.stdout.buffer, stderr)
+        if args.command in ("topic", "channel"):
+            return _admin_action(args, stdout or sys.stdout.buffer, stderr)
         return _tail(args, stdout or sys.stdout.buffer, stderr)
     except KeyboardInterrupt:
         stderr.write("\ninterrupted\n")
@@ -617,3 +728,144 @@ def _ever_subscribed(reader: Any) -> bool:
         if conn.get("state") in ("subscribed", "closing") or conn.get("messages"):
             return True
     return False
+
+
+# ---------------------------------------------------------------------------------------
+# stat, topic, channel
+
+
+def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = False
+                  ) -> list[str]:
+    """The nsqd HTTP addresses to act on: given, or what the lookupds list (for the topic,
+    or every registered nsqd: ``for_create``, or no topic)."""
+    from nsq_spark.addresses import parse_http_address_list
+    from nsq_spark.admin import AdminError, LookupdClient
+
+    if args.nsqd_http_addresses:
+        return parse_http_address_list(args.nsqd_http_addresses, "--nsqd-http-address",
+                                       "127.0.0.1:4151")
+    lookupds = parse_http_address_list(args.lookupd_http_addresses,
+                                       "--lookupd-http-address", "127.0.0.1:4161")
+    found: list[str] = []
+    errors: list[str] = []
+    for address in lookupds:
+        client = LookupdClient(address, timeout=args.http_timeout, transport=transport)
+        try:
+            if args.topic and not for_create:
+                producers = list(client.lookup(args.topic).producers)
+            else:
+                producers = client.nodes()
+        except (AdminError, OSError) as exc:
+            errors.append(str(exc))
+            continue
+        found += [p.http_address for p in producers
+                  if p.http_address and p.http_address not in found]
+    if errors and len(errors) == len(lookupds):
+        raise RuntimeError("no nsqlookupd answered: " + "; ".join(errors))
+    for e in errors:
+        log.warning("%s", e)
+    if not found:
+        where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
+        raise RuntimeError(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
+                           "the name right? does nsqd run with --lookupd-tcp-address?)")
+    return found
+
+
+def _admin_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments of stat/topic/channel before any request (exit
+    status 2), or None: names, addresses, where to act."""
+    from nsq_spark.addresses import parse_http_address_list
+    from nsq_spark.errors import InvalidAddressError, InvalidNameError
+    from nsq_spark.protocol import check_channel, check_topic
+
+    if bool(args.nsqd_http_addresses) == bool(args.lookupd_http_addresses):
+        return "give --nsqd-http-address or --lookupd-http-address (one of them, repeatable)"
+    if getattr(args, "channel", None) is not None and args.topic is None:
+        return "--channel needs --topic"
+    try:
+        if args.topic is not None:
+            check_topic(args.topic)
+        if getattr(args, "channel", None) is not None:
+            check_channel(args.channel)
+        parse_http_address_list(args.nsqd_http_addresses, "--nsqd-http-address",
+                                "127.0.0.1:4151")
+        parse_http_address_list(args.lookupd_http_addresses, "--lookupd-http-address",
+                                "127.0.0.1:4161")
+    except (InvalidNameError, InvalidAddressError) as exc:
+        return str(exc)
+    return None
+
+
+def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
+    from nsq_spark.admin import AdminError, NsqdClient
+    from nsq_spark.admin.transport import HttpxTransport
+
+    problem = _admin_usage(args)
+    if problem:
+        stderr.write(f"nsq-spark {args.command}: error: {problem}\n")
+        return EXIT_USAGE
+    channel: str | None = getattr(args, "channel", None)
+    transport = HttpxTransport()
+    try:
+        targets = _nsqd_targets(args, transport, for_create=args.action == "create")
+        failed = 0
+        what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
+        for address in targets:
+            nsqd = NsqdClient(address, timeout=args.http_timeout, transport=transport)
+            try:
+                if channel is None:
+                    getattr(nsqd, f"{args.action}_topic")(args.topic)
+                else:
+                    getattr(nsqd, f"{args.action}_channel")(args.topic, channel)
+            except (AdminError, OSError) as exc:
+                failed += 1
+                stderr.write(f"nsq-spark {args.command} {args.action}: error: {exc}\n")
+                continue
+            stdout.write(f"{_ACTION_DONE[args.action]} {what} on nsqd {address}\n".encode())
+        stdout.flush()
+        return EXIT_ERROR if failed else EXIT_OK
+    finally:
+        transport.close()
+
+
+def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
+    from nsq_spark.admin import AdminError, NsqdClient
+    from nsq_spark.admin.stat import StatView, format_text
+    from nsq_spark.admin.transport import HttpxTransport
+
+    problem = _admin_usage(args)
+    if problem:
+        stderr.write(f"nsq-spark stat: error: {problem}\n")
+        return EXIT_USAGE
+    transport = HttpxTransport()
+    view = StatView(args.topic, args.channel)
+    shown = 0
+    try:
+        while True:
+            started = time.monotonic()
+            targets = _nsqd_targets(args, transport)
+            snapshots = {}
+            unreachable = {}
+            for address in targets:
+                try:
+                    snapshots[address] = NsqdClient(
+                        address, timeout=args.http_timeout, transport=transport).stats(
+                        args.topic, args.channel, include_clients=True)
+                except (AdminError, OSError) as exc:
+                    unreachable[address] = str(exc)
+            if not snapshots and shown == 0:
+                raise RuntimeError("no nsqd answered: " + "; ".join(
+                    f"{a}: {e}" for a, e in unreachable.items()))
+            interval = view.update(time.time(), snapshots, unreachable)
+            if args.json:
+                text = interval.as_json() + "\n"
+            else:
+                text = format_text(interval, header=shown % 25 == 0, clients=args.clients)
+            stdout.write(text.encode())
+            stdout.flush()
+            shown += 1
+            if args.count and shown >= args.count:
+                return EXIT_OK
+            time.sleep(max(0.0, args.status_every - (time.monotonic() - started)))
+    finally:
+        transport.close()

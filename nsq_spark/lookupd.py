@@ -12,26 +12,32 @@ pynsq and go-nsq query one lookupd per interval, round-robin; we query all of th
 time, as the "Building Client Libraries" guide describes, so that one lookupd being down
 never delays discovery.
 
-The pure parts (:func:`lookup_url`, :func:`parse_lookup_response`, :func:`next_poll_delay`)
-carry the logic and are unit-tested alone; :class:`LookupdPoller` does the IO on tornado's
-``AsyncHTTPClient`` with tenacity retrying transport errors once.
+The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answers read by
+the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
+parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
+:func:`lookup_sync` send their requests through the admin client's httpx transports (the
+library's one HTTP path), the poller with tenacity retrying transport errors once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import random
 from typing import Any, Callable, Iterable, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .addresses import parse_http_address
-from .errors import NSQError
+from .admin import calls
+from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
+from .admin.calls import read_answer
+from .admin.errors import HTTPStatusError, LookupdError, NodeUnreachableError
+from .admin.model import LookupdProducer
+from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
+                              shared_transport)
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +50,6 @@ ProducerAddress = tuple[str, int]
 #: The old name of :data:`ProducerAddress`, kept for users; it is not ``nsq_spark.Producer``
 #: (the publisher), hence the new name.
 Producer = ProducerAddress
-
-ACCEPT = "application/vnd.nsq; version=1.0"
-
-
-class LookupdError(NSQError):
-    """A lookupd answered something that is not a lookup response."""
-
 
 def lookup_url(address: str, topic: str) -> str:
     """The ``/lookup`` URL for ``topic`` at ``address``.
@@ -102,47 +101,18 @@ class ProducerInfo(NamedTuple):
         return None if self.http_port is None else producer_address((self.host, self.http_port))
 
 
-def _hint(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _port(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        return None
-    return value
-
-
 def parse_producer_records(body: bytes | str, source: str = "lookupd") -> list[ProducerInfo]:
     """The producers in a ``/lookup`` (or ``/nodes``) answer, nsqlookupd >= 1.0 or the
     older form with a ``data`` envelope. Raises :class:`LookupdError` if the answer is
     not such a response at all; single malformed producer entries are skipped with a
-    warning. The one parser of lookupd answers: discovery, the Spark driver and the Spark
-    sink all use it."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LookupdError(f"{source} answered something that is not JSON ({exc}): "
-                           f"{_preview(body)}; is this address an nsqlookupd HTTP port?") from None
-    if isinstance(doc, dict) and "producers" not in doc and isinstance(doc.get("data"), dict):
-        doc = doc["data"]  # pre-1.0 envelope: {"status_code":200,"data":{"producers":[...]}}
-    producers = doc.get("producers") if isinstance(doc, dict) else None
-    if not isinstance(producers, list):
-        raise LookupdError(f"{source} answered JSON without a 'producers' list: "
-                           f"{_preview(body)}; is this address an nsqlookupd HTTP port?")
-    out: list[ProducerInfo] = []
-    for p in producers:
-        if not isinstance(p, dict):
-            log.warning("%s: skipping a producer that is not an object: %r", source, p)
-            continue
-        host = p.get("broadcast_address") or p.get("address")
-        port = _port(p.get("tcp_port"))
-        if not isinstance(host, str) or not host or port is None:
-            log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
-                        source, p)
-            continue
-        out.append(ProducerInfo(host, port, _port(p.get("http_port")),
-                                _hint(p.get("topology_zone")), _hint(p.get("topology_region"))))
-    return out
+    warning. Read by :func:`nsq_spark.admin.calls.parse_producers`, the one parser of
+    lookupd answers (discovery, the Spark driver and sink, the admin client)."""
+    return [_record(p) for p in calls.parse_producers(body, source)]
+
+
+def _record(p: LookupdProducer) -> ProducerInfo:
+    return ProducerInfo(p.broadcast_address, p.tcp_port, p.http_port, p.topology_zone,
+                        p.topology_region)
 
 
 def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[ProducerAddress]:
@@ -152,27 +122,26 @@ def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Pr
 
 
 def lookup_sync(address: str, topic: str, timeout: float = 2.0,
-                path: str = "/lookup") -> list[ProducerInfo]:
+                path: str = "/lookup", transport: Transport | None = None
+                ) -> list[ProducerInfo]:
     """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request:
-    the producers; ``[]`` for a topic the lookupd does not know. Raises ``OSError`` for
-    transport errors and :class:`LookupdError` for an answer that is not a lookup
-    response. For code without an event loop (the Spark driver and sink)."""
-    import urllib.error
-    import urllib.request
-
+    the producers; ``[]`` for a topic the lookupd does not know. Raises ``OSError``
+    (:class:`~nsq_spark.admin.errors.NodeUnreachableError`) when the lookupd does not
+    answer, and :class:`LookupdError` for an answer that is not a lookup response (a
+    non-2xx status included). For code without an event loop (the Spark driver and sink);
+    ``transport`` defaults to the process's shared one."""
     url = lookup_url(address, topic)
     if path != "/lookup":
         scheme, netloc, _, _, _ = urlsplit(url)
         url = urlunsplit((scheme, netloc, path, "", ""))
-    req = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    call = calls.lookup(url)
+    answer = (transport or shared_transport()).request(call.method, call.url, timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404 and b"TOPIC_NOT_FOUND" in (exc.read() or b""):
-            return []
-        raise
-    return parse_producer_records(body, url)
+        found = read_answer(call, answer)
+    except HTTPStatusError as exc:
+        raise LookupdError(str(exc)) from exc
+    return [ProducerInfo(p.broadcast_address, p.tcp_port, p.http_port)
+            for p in found.producers]
 
 
 def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = None) -> float:
@@ -181,16 +150,11 @@ def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = 
     return interval * (1.0 + jitter * r)
 
 
-def _preview(body: bytes | str, n: int = 120) -> str:
-    text = body if isinstance(body, str) else body[:n].decode("utf-8", "replace")
-    return repr(text[:n] + ("..." if len(body) > n else ""))
-
-
 def _transport_error(exc: BaseException) -> bool:
-    """Worth one retry: refused/reset connections, timeouts (599) and 5xx."""
-    if isinstance(exc, HTTPClientError):
-        return exc.code >= 500
-    return isinstance(exc, OSError)
+    """Worth one retry: refused/reset connections, timeouts and 5xx."""
+    if isinstance(exc, HTTPStatusError):
+        return exc.status >= 500
+    return isinstance(exc, (NodeUnreachableError, OSError))
 
 
 class LookupdPoller:
@@ -213,6 +177,9 @@ class LookupdPoller:
         poll: if given, what each scheduled or triggered poll runs instead of
             :meth:`poll_once` (the consumer hands its owner's ``query_lookupd``, so that
             an override decides); an awaitable result is awaited.
+        transport: the :class:`~nsq_spark.admin.transport.AsyncTransport` to send
+            through (default: an httpx client of the poller's own, made at the first poll
+            and closed by :meth:`stop`; one given here is the caller's to close).
     """
 
     def __init__(self, addresses: Iterable[str], topic: str,
@@ -221,7 +188,8 @@ class LookupdPoller:
                  connect_timeout: float = 1, request_timeout: float = 2,
                  attempts: int = 2, name: str = "", rng: random.Random | None = None,
                  on_records: Callable[[list[ProducerInfo]], Any] | None = None,
-                 poll: Callable[[], Any] | None = None) -> None:
+                 poll: Callable[[], Any] | None = None,
+                 transport: AsyncTransport | None = None) -> None:
         self.addresses = list(addresses)
         if not self.addresses:
             raise ValueError("LookupdPoller needs at least one lookupd HTTP address")
@@ -248,7 +216,8 @@ class LookupdPoller:
         self.polls = 0  # completed polls (for stats and tests)
         self.last_producers: set[ProducerAddress] = set()
         self.failures: dict[str, str] = {}  # url -> last error, cleared on success
-        self._client: AsyncHTTPClient | None = None
+        self._own_transport = transport is None
+        self._transport: AsyncTransport | None = transport
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
 
@@ -260,25 +229,20 @@ class LookupdPoller:
 
     async def query_records(self, url: str) -> list[ProducerInfo]:
         """One lookupd's producer records; raises on transport errors and garbage."""
-        if self._client is None:
-            # our own instance, closed in stop(): a Reader may start and stop many times
-            self._client = AsyncHTTPClient(force_instance=True)
-        req = HTTPRequest(url, method="GET", headers={"Accept": ACCEPT},
-                          connect_timeout=self.connect_timeout,
-                          request_timeout=self.request_timeout)
+        if self._transport is None:
+            # our own client, closed in stop(): a Reader may start and stop many times
+            self._transport = AsyncHttpxTransport(connect_timeout=self.connect_timeout)
+        call = calls.lookup(url)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_random(0.05, 0.25),
                                            retry=retry_if_exception(_transport_error),
                                            reraise=True):
             with attempt:
-                try:
-                    resp = await self._client.fetch(req)
-                except HTTPClientError as exc:
-                    if exc.code == 404 and exc.response is not None and \
-                            b"TOPIC_NOT_FOUND" in (exc.response.body or b""):
-                        return []  # nothing published to this topic yet
-                    raise
-        return parse_producer_records(resp.body, url)
+                answer = await self._transport.request(call.method, call.url,
+                                                       self.request_timeout)
+                # an unknown topic (404 TOPIC_NOT_FOUND) is an empty lookup
+                found = read_answer(call, answer)
+        return [_record(p) for p in found.producers]
 
     async def poll_once(self) -> set[ProducerAddress]:
         """Query every lookupd concurrently; the union of what the healthy ones said."""
@@ -374,6 +338,6 @@ class LookupdPoller:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        if self._transport is not None and self._own_transport:
+            transport, self._transport = self._transport, None
+            await transport.aclose()

@@ -52,18 +52,18 @@ at once).
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import struct
 import time
-import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from nsq_spark.addresses import parse_address
+from nsq_spark.admin.client import LookupdClient, NsqdClient
+from nsq_spark.admin.errors import AdminError
+from nsq_spark.admin.transport import shared_transport
 from nsq_spark.errors import ConnectError
 from nsq_spark.lookupd import LookupdError, lookup_sync
 
@@ -97,17 +97,17 @@ def _each(fn: Callable[[str], T], addresses: Iterable[str]) -> list[tuple[str, T
     def call(a: str) -> tuple[str, T | None, str]:
         try:
             return a, fn(a), ""
-        except (OSError, ValueError, LookupdError, ConnectError) as exc:
+        except (OSError, ValueError, LookupdError, ConnectError, AdminError) as exc:
             return a, None, f"{type(exc).__name__}: {exc}"
 
     with ThreadPoolExecutor(max_workers=min(8, len(addresses))) as pool:
         return list(pool.map(call, addresses))
 
 
-def _get_json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as resp:
-        doc: dict[str, Any] = json.loads(resp.read())
-        return doc
+def _nsqd(http_address: str) -> NsqdClient:
+    """A client of one nsqd on the process's shared connection pool (the driver asks at
+    every trigger: no client of its own, no pool per call)."""
+    return NsqdClient(http_address, timeout=HTTP_TIMEOUT, transport=shared_transport())
 
 
 @dataclass
@@ -141,13 +141,9 @@ def lookup_nsqd_http(lookupd_http_addresses: list[str], topic: str) -> set[str]:
 def create_channel(http_address: str, topic: str, channel: str) -> None:
     """``POST /topic/create`` then ``/channel/create`` on one nsqd (both are no-ops when
     it exists; nsqd answers 404 to the second without the first); raises on error."""
-    for path, args in (("topic", {"topic": topic}),
-                       ("channel", {"topic": topic, "channel": channel})):
-        req = urllib.request.Request(
-            f"http://{http_address}/{path}/create?{urllib.parse.urlencode(args)}", data=b"",
-            method="POST")
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
-            resp.read()
+    nsqd = _nsqd(http_address)
+    nsqd.create_topic(topic)
+    nsqd.create_channel(topic, channel)
 
 
 @dataclass(frozen=True)
@@ -244,24 +240,17 @@ class Backlog:
 
 
 def nsqd_stats(http_address: str, topic: str, channel: str) -> NsqdStats:
-    """The topic's and channel's counts and pause flags on one nsqd; raises OSError or
-    ValueError when it does not answer (or not with JSON)."""
-    url = (f"http://{http_address}/stats?format=json&include_clients=false"
-           f"&topic={urllib.parse.quote(topic)}")
-    doc = _get_json(url)
-    topics = doc.get("topics", doc.get("data", {}).get("topics", [])) or []
-    for t in topics:
-        if t.get("topic_name") != topic:
-            continue
-        topic_paused = bool(t.get("paused", False))
-        for c in t.get("channels") or []:
-            if c.get("channel_name") == channel:
-                return NsqdStats(ChannelStats(int(t.get("depth", 0)), int(c.get("depth", 0)),
-                                              int(c.get("in_flight_count", 0)),
-                                              int(c.get("deferred_count", 0))),
-                                 topic_paused, bool(c.get("paused", False)))
-        return NsqdStats(ChannelStats(topic_depth=int(t.get("depth", 0))), topic_paused)
-    return NsqdStats(ChannelStats())
+    """The topic's and channel's counts and pause flags on one nsqd; raises
+    :class:`~nsq_spark.admin.errors.AdminError` (or OSError) when it does not answer
+    (or not with nsqd's stats)."""
+    found = _nsqd(http_address).stats(topic, include_clients=False).topic(topic)
+    if found is None:
+        return NsqdStats(ChannelStats())
+    c = found.channel(channel)
+    if c is None:
+        return NsqdStats(ChannelStats(topic_depth=found.depth), found.paused)
+    return NsqdStats(ChannelStats(found.depth, c.depth, c.in_flight_count, c.deferred_count),
+                     found.paused, c.paused)
 
 
 def probe_nsqd_tcp(address: str) -> None:
@@ -468,19 +457,12 @@ def list_topics(lookupd_http_addresses: list[str], nsqd_http_addresses: list[str
     """Every topic the lookupds list (``/topics``), or with no lookupd the nsqds
     (``/stats``), asked at once: the sorted union and ``{address: error}`` of those that
     did not answer. ``topicPattern`` is matched against it at every trigger."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    from nsq_spark.lookupd import lookup_url
-
     def from_lookupd(address: str) -> list[str]:
-        scheme, netloc, _, _, _ = urlsplit(lookup_url(address, "_"))
-        doc = _get_json(urlunsplit((scheme, netloc, "/topics", "", "")))
-        return [str(t) for t in doc.get("topics", doc.get("data", {}).get("topics", []))]
+        return LookupdClient(address, timeout=HTTP_TIMEOUT,
+                             transport=shared_transport()).topics()
 
     def from_nsqd(address: str) -> list[str]:
-        doc = _get_json(f"http://{address}/stats?format=json&include_clients=false")
-        topics = doc.get("topics", doc.get("data", {}).get("topics", [])) or []
-        return [str(t.get("topic_name")) for t in topics if t.get("topic_name")]
+        return [t.name for t in _nsqd(address).stats(include_clients=False).topics if t.name]
 
     ask, where = (from_lookupd, lookupd_http_addresses) if lookupd_http_addresses else \
         (from_nsqd, nsqd_http_addresses)

@@ -169,6 +169,10 @@ def _set_pdeathsig() -> None:
         pass
 
 
+# The harness's own readers of nsqd (stats(), nodes(), publish()) stay on the standard
+# library: they are the independent oracle that tests of the library's HTTP path (the
+# admin clients, discovery) check against. Readiness and registration waits use the
+# library's path (nsq_spark.admin).
 def _http_get(url: str, timeout: float = 2.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         body: bytes = resp.read()
@@ -266,14 +270,15 @@ class _Server:
             return bool(self._ready_probe())
         if self.ready_url is None:
             return True
+        from nsq_spark.admin.transport import shared_transport
+
         try:
-            return _http_get(self.ready_url, timeout=0.5).strip() == b"OK"
-        except urllib.error.HTTPError:
-            # An answer at all means it is up: nsqd with --tls-required=true answers plain
-            # HTTP /ping with 403.
-            return True
-        except (OSError, urllib.error.URLError):
+            status, body = shared_transport().request("GET", self.ready_url, 0.5)
+        except OSError:  # NodeUnreachableError: nothing answered yet
             return False
+        # An answer at all means it is up: nsqd with --tls-required=true answers plain
+        # HTTP /ping with 403.
+        return status != 200 or body.strip() == b"OK"
 
 
 def _head_tail(lines: list[str], head: int, tail: int) -> str:
@@ -1017,10 +1022,15 @@ class NSQCluster:
 
 
 def _lists_node(lookupd: AnyLookupd, tcp_port: int) -> bool:
+    from nsq_spark.admin import AdminError, LookupdClient
+    from nsq_spark.admin.transport import shared_transport
+
     try:
-        return any(p.get("tcp_port") == tcp_port for p in lookupd.nodes())
-    except (OSError, urllib.error.URLError, ValueError, KeyError):
+        nodes = LookupdClient(lookupd.http_address, timeout=2.0,
+                              transport=shared_transport()).nodes()
+    except (AdminError, OSError):
         return False
+    return any(p.tcp_port == tcp_port for p in nodes)
 
 
 def _start_with_port_retry(node: Any, timeout: float, attempts: int = 3) -> None:

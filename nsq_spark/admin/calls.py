@@ -1,0 +1,401 @@
+"""nsqd's and nsqlookupd's HTTP API without IO: what to ask (:class:`Call`: method, URL,
+how to read the answer) and what the answer means (:func:`read_answer`). The blocking and
+the asyncio clients (:mod:`nsq_spark.admin.client`) and lookupd discovery
+(:mod:`nsq_spark.lookupd`) send these calls; this module is the one place that knows the
+URLs, the JSON and the error answers.
+
+Names are checked here, before any request (:func:`nsq_spark.protocol.check_topic`), and
+addresses by the one address rule (:func:`nsq_spark.addresses.parse_http_address`).
+
+nsqd v1.3.0 answers errors as ``{"message": "TOPIC_NOT_FOUND"}`` with the HTTP status
+(older versions put ``status_txt`` in a ``{"status_code", "data"}`` envelope; both are
+read). Its write endpoints take POST only (GET is 405).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, NamedTuple, TypeVar
+from urllib.parse import urlencode
+
+from nsq_spark.addresses import parse_http_address
+from nsq_spark.protocol import check_channel, check_topic
+
+from .errors import (ChannelNotFoundError, HTTPStatusError, LookupdError, NotFoundError,
+                     TopicNotFoundError, UnexpectedAnswerError)
+from .model import (ChannelStats, ClientStats, Lookup, LookupdInfo, LookupdProducer, NsqdInfo,
+                    NsqdStats, TopicStats)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ACCEPT", "Answer", "Call", "TOPIC_ACTIONS", "base_url", "channel_action",
+           "lookup", "lookupd_channels", "lookupd_info", "lookupd_nodes", "lookupd_topics",
+           "nsqd_info", "nsqd_stats", "parse_lookup", "parse_nsqd_stats", "parse_producers",
+           "ping", "read_answer", "tombstone", "topic_action"]
+
+T = TypeVar("T")
+
+#: nsqlookupd < 1.0 wraps answers in an envelope unless asked for this version.
+ACCEPT = "application/vnd.nsq; version=1.0"
+#: What ``topic_action`` / ``channel_action`` can do (nsqd's ``/topic/<action>``).
+TOPIC_ACTIONS = ("create", "delete", "empty", "pause", "unpause")
+
+
+class Answer(NamedTuple):
+    """What came back: the HTTP status and the body."""
+
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer.
+
+    ``parse`` turns a 2xx body into the result; ``missing`` is the result of a 404 when
+    the API means "nothing" by it (lookupd's ``/lookup`` of an unknown topic), and
+    ``has_missing`` says whether there is one (None can be a result)."""
+
+    method: str
+    url: str
+    parse: Callable[[bytes, str], T]
+    node: str  # "nsqd 127.0.0.1:4151" / "nsqlookupd ...", for messages
+    topic: str | None = None
+    channel: str | None = None
+    missing: T | None = None
+    has_missing: bool = False
+
+
+def base_url(address: str, kind: str) -> tuple[str, str]:
+    """``(base URL, "<kind> host:port")`` for an nsqd / nsqlookupd HTTP address
+    (``host:port`` or an ``http(s)://`` URL, by the one address rule). A path is not
+    kept: pynsq-style lookupd addresses name their ``/lookup`` endpoint with it
+    (discovery honours that, :func:`nsq_spark.lookupd.lookup_url`), which is no prefix
+    of the other endpoints."""
+    param = f"{kind} HTTP address"
+    example = "127.0.0.1:4161" if kind == "nsqlookupd" else "127.0.0.1:4151"
+    scheme, address_, _ = parse_http_address(address, param, example)
+    return f"{scheme}://{address_}", f"{kind} {address_}"
+
+
+def _url(base: str, path: str, **params: Any) -> str:
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"{base}{path}" + (f"?{query}" if query else "")
+
+
+# -- reading answers --------------------------------------------------------------------
+
+
+def _message(body: bytes) -> str:
+    """nsqd's error text: ``{"message": X}`` (1.x), ``{"status_txt": X}`` (0.x), or the
+    body."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict):
+        for key in ("message", "status_txt"):
+            if isinstance(doc.get(key), str):
+                return str(doc[key])
+    return body[:200].decode("utf-8", "replace").strip()
+
+
+def _fix(call: Call[Any], status: int, message: str) -> str:
+    where = f"on {call.node}"
+    if message == "TOPIC_NOT_FOUND":
+        return (f"topic {call.topic!r} does not exist {where}; check the name, or create it "
+                "first (NsqdClient.create_topic, nsq-spark topic create)")
+    if message == "CHANNEL_NOT_FOUND":
+        return (f"channel {call.channel!r} of topic {call.topic!r} does not exist {where}; "
+                "check the name, or create it first (NsqdClient.create_channel, "
+                "nsq-spark channel create)")
+    if status == 404:
+        return (f"{call.url} is not found {where} ({message}); is this address an "
+                f"{call.node.split()[0]} HTTP port of a v1.x server?")
+    return f"{call.method} {call.url} failed {where}: HTTP {status} {message}"
+
+
+def read_answer(call: Call[T], answer: Answer) -> T:
+    """The result of ``call`` from ``answer``, or the typed error it means."""
+    status, body = answer
+    if 200 <= status < 300:
+        return call.parse(body, call.node)
+    message = _message(body)
+    if status == 404 and call.has_missing and message in ("TOPIC_NOT_FOUND",
+                                                          "CHANNEL_NOT_FOUND"):
+        return call.missing  # type: ignore[return-value]
+    kind: type[HTTPStatusError] = HTTPStatusError
+    if status == 404:
+        kind = {"TOPIC_NOT_FOUND": TopicNotFoundError,
+                "CHANNEL_NOT_FOUND": ChannelNotFoundError}.get(message, NotFoundError)
+    raise kind(_fix(call, status, message), status=status, message=message, url=call.url)
+
+
+def _json(body: bytes, source: str, error: type[UnexpectedAnswerError] = UnexpectedAnswerError
+          ) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise error(f"{source} answered something that is not JSON ({exc}): "
+                    f"{_preview(body)}; is this address the right server's HTTP port?"
+                    ) from None
+
+
+def _preview(body: bytes | str, n: int = 120) -> str:
+    text = body if isinstance(body, str) else body[:n].decode("utf-8", "replace")
+    return repr(text[:n] + ("..." if len(body) > n else ""))
+
+
+def _unwrap(doc: Any, key: str) -> Any:
+    """nsqd < 1.0 wraps answers: ``{"status_code": 200, "data": {...}}``."""
+    if isinstance(doc, dict) and key not in doc and isinstance(doc.get("data"), dict):
+        return doc["data"]
+    return doc
+
+
+def _int(doc: dict[str, Any], key: str) -> int:
+    value = doc.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _str(doc: dict[str, Any], key: str) -> str:
+    value = doc.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _port(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        return None
+    return value
+
+
+def _client(doc: dict[str, Any]) -> ClientStats:
+    return ClientStats(
+        client_id=_str(doc, "client_id"), hostname=_str(doc, "hostname"),
+        remote_address=_str(doc, "remote_address"), user_agent=_str(doc, "user_agent"),
+        version=_str(doc, "version"), state=_int(doc, "state"),
+        ready_count=_int(doc, "ready_count"), in_flight_count=_int(doc, "in_flight_count"),
+        message_count=_int(doc, "message_count"), finish_count=_int(doc, "finish_count"),
+        requeue_count=_int(doc, "requeue_count"), connect_ts=_int(doc, "connect_ts"),
+        tls=bool(doc.get("tls")), snappy=bool(doc.get("snappy")),
+        deflate=bool(doc.get("deflate")))
+
+
+def _channel(doc: dict[str, Any]) -> ChannelStats:
+    return ChannelStats(
+        name=_str(doc, "channel_name"), depth=_int(doc, "depth"),
+        backend_depth=_int(doc, "backend_depth"), in_flight_count=_int(doc, "in_flight_count"),
+        deferred_count=_int(doc, "deferred_count"), message_count=_int(doc, "message_count"),
+        requeue_count=_int(doc, "requeue_count"), timeout_count=_int(doc, "timeout_count"),
+        client_count=_int(doc, "client_count"), paused=bool(doc.get("paused")),
+        clients=tuple(_client(c) for c in _list(doc, "clients") if isinstance(c, dict)))
+
+
+def _topic(doc: dict[str, Any]) -> TopicStats:
+    return TopicStats(
+        name=_str(doc, "topic_name"), depth=_int(doc, "depth"),
+        backend_depth=_int(doc, "backend_depth"), message_count=_int(doc, "message_count"),
+        message_bytes=_int(doc, "message_bytes"), paused=bool(doc.get("paused")),
+        channels=tuple(_channel(c) for c in _list(doc, "channels") if isinstance(c, dict)))
+
+
+def parse_nsqd_stats(body: bytes, source: str = "nsqd") -> NsqdStats:
+    """nsqd's ``/stats?format=json``."""
+    doc = _unwrap(_json(body, source), "topics")
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics", []), (list, type(None))) \
+            or "version" not in doc:
+        raise UnexpectedAnswerError(f"{source} answered JSON that is not nsqd's /stats: "
+                                    f"{_preview(body)}; is this an nsqd HTTP port?")
+    return NsqdStats(version=_str(doc, "version"), health=_str(doc, "health"),
+                     start_time=_int(doc, "start_time"),
+                     topics=tuple(_topic(t) for t in _list(doc, "topics")
+                                  if isinstance(t, dict)))
+
+
+def _parse_nsqd_info(body: bytes, source: str) -> NsqdInfo:
+    doc = _unwrap(_json(body, source), "version")
+    if not isinstance(doc, dict) or "tcp_port" not in doc:
+        raise UnexpectedAnswerError(f"{source} answered JSON that is not nsqd's /info: "
+                                    f"{_preview(body)}; is this an nsqd HTTP port?")
+    return NsqdInfo(version=_str(doc, "version"),
+                    broadcast_address=_str(doc, "broadcast_address"),
+                    hostname=_str(doc, "hostname"), tcp_port=_int(doc, "tcp_port"),
+                    http_port=_int(doc, "http_port"), start_time=_int(doc, "start_time"))
+
+
+def _parse_lookupd_info(body: bytes, source: str) -> LookupdInfo:
+    doc = _unwrap(_json(body, source), "version")
+    if not isinstance(doc, dict) or "version" not in doc:
+        raise UnexpectedAnswerError(f"{source} answered JSON that is not /info: "
+                                    f"{_preview(body)}; is this an nsqlookupd HTTP port?")
+    return LookupdInfo(version=_str(doc, "version"))
+
+
+def _parse_ok(body: bytes, source: str) -> None:
+    return None
+
+
+def _parse_ping(body: bytes, source: str) -> str:
+    return body.decode("utf-8", "replace").strip()
+
+
+def parse_producers(body: bytes | str, source: str = "lookupd") -> list[LookupdProducer]:
+    """The producers in a ``/lookup`` or ``/nodes`` answer, nsqlookupd >= 1.0 or the
+    older form with a ``data`` envelope. Raises :class:`LookupdError` if the answer is
+    not such a response at all; single malformed producer entries are skipped with a
+    warning. The one parser of lookupd's producers (discovery, the Spark driver and
+    sink, the admin client)."""
+    doc = _unwrap(_json(body if isinstance(body, bytes) else body.encode(), source,
+                        LookupdError), "producers")
+    producers = doc.get("producers") if isinstance(doc, dict) else None
+    if not isinstance(producers, list):
+        raise LookupdError(f"{source} answered JSON without a 'producers' list: "
+                           f"{_preview(body)}; is this address an nsqlookupd HTTP port?")
+    out: list[LookupdProducer] = []
+    for p in producers:
+        if not isinstance(p, dict):
+            log.warning("%s: skipping a producer that is not an object: %r", source, p)
+            continue
+        host = p.get("broadcast_address") or p.get("address")
+        port = _port(p.get("tcp_port"))
+        if not isinstance(host, str) or not host or port is None:
+            log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
+                        source, p)
+            continue
+        out.append(LookupdProducer(
+            broadcast_address=host, tcp_port=port, http_port=_port(p.get("http_port")),
+            hostname=_str(p, "hostname"), remote_address=_str(p, "remote_address"),
+            version=_str(p, "version"),
+            topics=tuple(str(t) for t in _list(p, "topics")),
+            tombstones=tuple(bool(t) for t in _list(p, "tombstones")),
+            topology_zone=_str(p, "topology_zone") or None,
+            topology_region=_str(p, "topology_region") or None))
+    return out
+
+
+def parse_lookup(body: bytes, source: str = "lookupd") -> Lookup:
+    """nsqlookupd's ``/lookup?topic=``."""
+    producers = parse_producers(body, source)
+    doc = _unwrap(json.loads(body), "producers")
+    return Lookup(channels=tuple(str(c) for c in _list(doc, "channels")),
+                  producers=tuple(producers))
+
+
+def _names(key: str) -> Callable[[bytes, str], list[str]]:
+    def parse(body: bytes, source: str) -> list[str]:
+        doc = _unwrap(_json(body, source, LookupdError), key)
+        names = doc.get(key) if isinstance(doc, dict) else None
+        if not isinstance(names, list):
+            raise LookupdError(f"{source} answered JSON without a {key!r} list: "
+                               f"{_preview(body)}; is this an nsqlookupd HTTP port?")
+        return [str(n) for n in names]
+    return parse
+
+
+# -- what to ask ------------------------------------------------------------------------
+
+
+def ping(address: str, kind: str = "nsqd") -> Call[str]:
+    """``GET /ping``: ``"OK"`` when healthy (nsqd says what is wrong otherwise, with 500)."""
+    base, node = base_url(address, kind)
+    return Call("GET", _url(base, "/ping"), _parse_ping, node)
+
+
+def nsqd_info(address: str) -> Call[NsqdInfo]:
+    base, node = base_url(address, "nsqd")
+    return Call("GET", _url(base, "/info"), _parse_nsqd_info, node)
+
+
+def nsqd_stats(address: str, topic: str | None = None, channel: str | None = None,
+               include_clients: bool = True) -> Call[NsqdStats]:
+    """``GET /stats?format=json``, optionally of one topic (and channel) only."""
+    base, node = base_url(address, "nsqd")
+    if topic is not None:
+        check_topic(topic)
+    if channel is not None:
+        if topic is None:
+            raise ValueError("nsqd_stats: a channel needs its topic; give topic= too")
+        check_channel(channel)
+    url = _url(base, "/stats", format="json", topic=topic, channel=channel,
+               include_clients=None if include_clients else "false")
+    return Call("GET", url, parse_nsqd_stats, node, topic, channel)
+
+
+def _action(action: str) -> str:
+    if action not in TOPIC_ACTIONS:
+        raise ValueError(f"unknown action {action!r}: use one of {', '.join(TOPIC_ACTIONS)}")
+    return action
+
+
+def topic_action(address: str, action: str, topic: str) -> Call[None]:
+    """``POST /topic/<action>?topic=`` (create, delete, empty, pause, unpause)."""
+    base, node = base_url(address, "nsqd")
+    check_topic(topic)
+    return Call("POST", _url(base, f"/topic/{_action(action)}", topic=topic), _parse_ok,
+                node, topic)
+
+
+def channel_action(address: str, action: str, topic: str, channel: str) -> Call[None]:
+    """``POST /channel/<action>?topic=&channel=`` (create, delete, empty, pause,
+    unpause)."""
+    base, node = base_url(address, "nsqd")
+    check_topic(topic)
+    check_channel(channel)
+    return Call("POST", _url(base, f"/channel/{_action(action)}", topic=topic,
+                             channel=channel), _parse_ok, node, topic, channel)
+
+
+def lookup(address_or_url: str, topic: str | None = None) -> Call[Lookup]:
+    """``GET /lookup?topic=``; an unknown topic is an empty :class:`Lookup`. With
+    ``topic`` None, ``address_or_url`` is a full lookup URL (discovery builds it,
+    :func:`nsq_spark.lookupd.lookup_url`)."""
+    if topic is None:
+        url, node = address_or_url, f"nsqlookupd {address_or_url}"
+        return Call("GET", url, parse_lookup, node, missing=Lookup(), has_missing=True)
+    base, node = base_url(address_or_url, "nsqlookupd")
+    check_topic(topic)
+    return Call("GET", _url(base, "/lookup", topic=topic), parse_lookup, node, topic,
+                missing=Lookup(), has_missing=True)
+
+
+def lookupd_nodes(address: str) -> Call[list[LookupdProducer]]:
+    """``GET /nodes``: every nsqd registered with the lookupd."""
+    base, node = base_url(address, "nsqlookupd")
+    return Call("GET", _url(base, "/nodes"), parse_producers, node)
+
+
+def lookupd_topics(address: str) -> Call[list[str]]:
+    base, node = base_url(address, "nsqlookupd")
+    return Call("GET", _url(base, "/topics"), _names("topics"), node)
+
+
+def lookupd_channels(address: str, topic: str) -> Call[list[str]]:
+    base, node = base_url(address, "nsqlookupd")
+    check_topic(topic)
+    return Call("GET", _url(base, "/channels", topic=topic), _names("channels"), node, topic,
+                missing=[], has_missing=True)
+
+
+def lookupd_info(address: str) -> Call[LookupdInfo]:
+    base, node = base_url(address, "nsqlookupd")
+    return Call("GET", _url(base, "/info"), _parse_lookupd_info, node)
+
+
+def tombstone(address: str, topic: str, node_address: str) -> Call[None]:
+    """``POST /topic/tombstone?topic=&node=``: lookupd stops listing that nsqd for the
+    topic (for ``--tombstone-lifetime``), so consumers stop finding it there while it is
+    being retired. ``node_address`` is the nsqd's ``broadcast_address:http_port``."""
+    base, node = base_url(address, "nsqlookupd")
+    check_topic(topic)
+    from nsq_spark.addresses import parse_address
+
+    target = parse_address(node_address, "node_address", "127.0.0.1:4151")
+    return Call("POST", _url(base, "/topic/tombstone", topic=topic, node=str(target)),
+                _parse_ok, node, topic)

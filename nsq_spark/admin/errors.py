@@ -1,0 +1,65 @@
+"""Typed errors of the admin clients (:mod:`nsq_spark.admin`).
+
+Every one derives from :class:`AdminError` (an :class:`~nsq_spark.errors.NSQError`), names
+the node and what was asked, and says how to fix it. A bad topic or channel name is
+refused before any request with the library's usual
+:class:`~nsq_spark.errors.InvalidNameError`, and a bad address with
+:class:`~nsq_spark.errors.InvalidAddressError`.
+
+:class:`NodeUnreachableError` is also a :class:`~nsq_spark.errors.ConnectError` (so an
+``OSError``), which :func:`nsq_spark.errors.is_transient` counts as worth another attempt;
+the others are answers, and another attempt gets the same answer.
+"""
+
+from __future__ import annotations
+
+from nsq_spark.errors import ConnectError, NSQError, TLSError
+
+__all__ = ["AdminError", "AdminTLSError", "ChannelNotFoundError", "HTTPStatusError",
+           "LookupdError", "NodeUnreachableError", "NotFoundError", "TopicNotFoundError",
+           "UnexpectedAnswerError"]
+
+
+class AdminError(NSQError):
+    """Base class of the admin clients' errors."""
+
+
+class NodeUnreachableError(AdminError, ConnectError):
+    """nsqd or nsqlookupd did not answer over HTTP (refused, reset, timed out)."""
+
+
+class AdminTLSError(AdminError, TLSError):
+    """The HTTPS handshake failed (the node's certificate not verified, a client
+    certificate refused): the same on every attempt, so not transient."""
+
+
+class HTTPStatusError(AdminError):
+    """The node answered with a status other than 2xx. ``status`` is the HTTP status,
+    ``message`` what nsqd said (e.g. ``"INVALID_TOPIC"``), ``url`` what was asked."""
+
+    def __init__(self, text: str, *, status: int, message: str, url: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.message = message
+        self.url = url
+
+
+class NotFoundError(HTTPStatusError):
+    """404: the topic or channel does not exist on that node."""
+
+
+class TopicNotFoundError(NotFoundError):
+    """404 ``TOPIC_NOT_FOUND``."""
+
+
+class ChannelNotFoundError(NotFoundError):
+    """404 ``CHANNEL_NOT_FOUND``."""
+
+
+class UnexpectedAnswerError(AdminError, ValueError):
+    """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields):
+    usually an address that is some other server's port."""
+
+
+class LookupdError(UnexpectedAnswerError):
+    """A lookupd answered something that is not a lookup response."""

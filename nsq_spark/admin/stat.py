@@ -1,0 +1,194 @@
+"""``nsq-spark stat`` without IO: nsq_stat's per-interval view of channels, computed from
+nsqd ``/stats`` snapshots (:class:`StatView`), and its text and JSON forms.
+
+A row is one topic/channel summed over the nsqds that carry it (as nsq_stat sums them):
+depth (memory and disk), in flight, deferred, and the counters nsqd keeps since it
+started: messages, requeued, timed out. Rates are a counter's growth per second since the
+previous interval; the first interval has none, and neither has a counter that went down
+(an nsqd restarted, or a channel was deleted and made again: its counters began anew), so
+a rate is never negative. A topic without channels is shown as a row without a channel
+(its depth is what no channel has been sent yet).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping
+
+from .model import NsqdStats
+
+__all__ = ["ChannelRow", "ClientRow", "Interval", "StatView", "format_text"]
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One consumer connection of a channel."""
+
+    nsqd: str
+    remote_address: str
+    user_agent: str
+    ready: int
+    in_flight: int
+    messages: int
+    finished: int
+    requeued: int
+
+
+@dataclass(frozen=True)
+class ChannelRow:
+    """One topic/channel (``channel`` None: a topic with no channel), summed over nsqds."""
+
+    topic: str
+    channel: str | None
+    depth: int
+    backend_depth: int
+    in_flight: int
+    deferred: int
+    messages: int
+    requeued: int
+    timed_out: int
+    client_count: int
+    paused: bool  # on any nsqd
+    topic_paused: bool  # on any nsqd
+    nsqds: tuple[str, ...]
+    message_rate: float | None = None  # per second since the previous interval
+    requeue_rate: float | None = None
+    timeout_rate: float | None = None
+    clients: tuple[ClientRow, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.topic, self.channel)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What one interval shows."""
+
+    at: float  # time.time()
+    seconds: float | None  # since the previous interval (None: the first)
+    rows: tuple[ChannelRow, ...]
+    unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd, what the attempt said)
+
+    def as_json(self) -> str:
+        """One JSON object (``--json`` prints one a line)."""
+        doc: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
+            "interval_seconds": self.seconds,
+            "channels": [asdict(r) for r in self.rows],
+            "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable]}
+        return json.dumps(doc, sort_keys=False)
+
+
+def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | None
+          ) -> list[ChannelRow]:
+    sums: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for nsqd, stats in sorted(snapshots.items()):
+        for t in stats.topics:
+            if topic is not None and t.name != topic:
+                continue
+            chans = [c for c in t.channels if channel is None or c.name == channel]
+            if not t.channels and channel is None:
+                row = sums.setdefault((t.name, None), _empty())
+                _add(row, nsqd, depth=t.depth, backend_depth=t.backend_depth,
+                     messages=t.message_count, topic_paused=t.paused)
+            for c in chans:
+                row = sums.setdefault((t.name, c.name), _empty())
+                _add(row, nsqd, depth=c.depth, backend_depth=c.backend_depth,
+                     in_flight=c.in_flight_count, deferred=c.deferred_count,
+                     messages=c.message_count, requeued=c.requeue_count,
+                     timed_out=c.timeout_count, client_count=c.client_count,
+                     paused=c.paused, topic_paused=t.paused)
+                row["clients"].extend(
+                    ClientRow(nsqd, k.remote_address, k.user_agent, k.ready_count,
+                              k.in_flight_count, k.message_count, k.finish_count,
+                              k.requeue_count) for k in c.clients)
+    return [ChannelRow(topic=k[0], channel=k[1], nsqds=tuple(v.pop("nsqds")),
+                       clients=tuple(v.pop("clients")), **v)
+            for k, v in sorted(sums.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+
+
+def _empty() -> dict[str, Any]:
+    return dict(depth=0, backend_depth=0, in_flight=0, deferred=0, messages=0, requeued=0,
+                timed_out=0, client_count=0, paused=False, topic_paused=False, nsqds=[],
+                clients=[])
+
+
+def _add(row: dict[str, Any], nsqd: str, **values: Any) -> None:
+    for k, v in values.items():
+        row[k] = (row[k] or v) if isinstance(v, bool) else row[k] + v
+    if nsqd not in row["nsqds"]:
+        row["nsqds"].append(nsqd)
+
+
+def _rate(now: int, before: int | None, seconds: float | None) -> float | None:
+    if before is None or not seconds or seconds <= 0 or now < before:
+        return None
+    return round((now - before) / seconds, 3)
+
+
+@dataclass
+class StatView:
+    """The rows of each interval and their rates (``topic`` / ``channel`` None: all)."""
+
+    topic: str | None = None
+    channel: str | None = None
+    _previous: dict[tuple[str, str | None], ChannelRow] = field(default_factory=dict)
+    _previous_at: float | None = None
+
+    def update(self, at: float, snapshots: Mapping[str, NsqdStats],
+               unreachable: Mapping[str, str] | None = None) -> Interval:
+        """The interval measured at ``at`` (``time.time()``) from each answering nsqd's
+        stats (keyed by its address)."""
+        seconds = None if self._previous_at is None else at - self._previous_at
+        rows = []
+        for row in _rows(snapshots, self.topic, self.channel):
+            before = self._previous.get(row.key)
+            # an nsqd that did not answer this time is not a counter reset
+            same = before is not None and before.nsqds == row.nsqds
+            rows.append(_with_rates(row, before if same else None, seconds))
+        self._previous = {r.key: r for r in rows}
+        self._previous_at = at
+        return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())))
+
+
+def _with_rates(row: ChannelRow, before: ChannelRow | None, seconds: float | None
+                ) -> ChannelRow:
+    if before is None:
+        return row
+    return replace(row, message_rate=_rate(row.messages, before.messages, seconds),
+                   requeue_rate=_rate(row.requeued, before.requeued, seconds),
+                   timeout_rate=_rate(row.timed_out, before.timed_out, seconds))
+
+
+_HEADER = (f"{'topic/channel':<32} {'depth':>8} {'disk':>8} {'inflight':>8} {'deferred':>8} "
+           f"{'requeued':>8} {'timedout':>8} {'msgs':>10} {'msg/s':>9} {'clients':>7}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def format_text(interval: Interval, header: bool = True, clients: bool = False) -> str:
+    """The interval as text lines (a header first when ``header``; with ``clients`` a
+    line per consumer connection under its channel)."""
+    lines = [_HEADER] if header else []
+    for r in interval.rows:
+        name = f"{r.topic}/{r.channel}" if r.channel is not None else f"{r.topic} (no channel)"
+        flags = "".join([" [channel paused]" if r.paused else "",
+                         " [topic paused]" if r.topic_paused else ""])
+        lines.append(f"{name:<32} {r.depth:>8,} {r.backend_depth:>8,} {r.in_flight:>8,} "
+                     f"{r.deferred:>8,} {r.requeued:>8,} {r.timed_out:>8,} {r.messages:>10,} "
+                     f"{_num(r.message_rate):>9} {r.client_count:>7}{flags}")
+        if clients:
+            for k in r.clients:
+                lines.append(f"    {k.remote_address} on {k.nsqd} ({k.user_agent}): rdy "
+                             f"{k.ready} inflight {k.in_flight} msgs {k.messages} fin "
+                             f"{k.finished} req {k.requeued}")
+    if not interval.rows:
+        lines.append("(nothing to show: no such topic/channel on the nsqds that answered)")
+    for nsqd, error in interval.unreachable:
+        lines.append(f"nsqd {nsqd} did not answer: {error}")
+    return "\n".join(lines) + "\n"

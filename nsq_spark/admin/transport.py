@@ -1,0 +1,138 @@
+"""The HTTP transport of the admin clients and of lookupd discovery: httpx, blocking and
+asyncio, behind two small ports (:class:`Transport`, :class:`AsyncTransport`) so tests can
+hand the clients a fake that mypy checks.
+
+A transport only moves bytes: it returns every status (the meaning of a 404 or a 500 is
+:func:`nsq_spark.admin.calls.read_answer`'s), and turns a failure to get any answer
+(refused, reset, timed out, a bad TLS certificate) into
+:class:`~nsq_spark.admin.errors.NodeUnreachableError` naming the URL.
+
+One httpx client (its pool of keep-alive connections) serves many requests and threads;
+creating one builds an SSL context, about a millisecond or more, so long-lived users (the
+Spark driver, a Reader's discovery) keep theirs, and the blocking helpers that have no
+owner to keep one (:func:`nsq_spark.lookupd.lookup_sync`, the Spark driver's
+:mod:`nsq_spark.spark.backlog`) share :func:`shared_transport` (measured: a new
+``httpx.Client`` costs 21 ms here; the driver asks nsqd's ``/stats`` at every trigger).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+from typing import Protocol
+
+import httpx
+
+from .calls import ACCEPT, Answer
+from .errors import AdminTLSError, NodeUnreachableError
+
+__all__ = ["AsyncHttpxTransport", "AsyncTransport", "HttpxTransport", "Transport",
+           "shared_transport"]
+
+
+class Transport(Protocol):
+    """What the blocking clients need: one request, its status and body."""
+
+    def request(self, method: str, url: str, timeout: float) -> Answer: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncTransport(Protocol):
+    """What the asyncio clients need: one request, its status and body."""
+
+    async def request(self, method: str, url: str, timeout: float) -> Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
+    return httpx.Timeout(timeout, connect=connect_timeout or timeout)
+
+
+def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS failure under an httpx error, unless it is a stream cut short."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) and not isinstance(
+                seen, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _unreachable(method: str, url: str, exc: Exception
+                 ) -> NodeUnreachableError | AdminTLSError:
+    tls = _tls_cause(exc)
+    if tls is not None:
+        return AdminTLSError(
+            f"{method} {url}: the TLS handshake failed ({tls}); give the CA that signed "
+            "the server's certificate, and a client certificate if it asks for one "
+            "(ssl_context=ConnectionConfig(tls_v1=True, tls_ca_file=..., tls_cert_file=..., "
+            "tls_key_file=...).ssl_context())")
+    return NodeUnreachableError(
+        f"{method} {url}: no answer ({type(exc).__name__}: {exc or 'timed out'}); check "
+        "that the server runs there and that this is its HTTP port (nsqd 4151, "
+        "nsqlookupd 4161 by default)")
+
+
+class HttpxTransport:
+    """:class:`Transport` on ``httpx.Client``. ``connect_timeout`` (seconds) bounds the
+    TCP connect, ``timeout`` of each request the rest; ``ssl_context`` verifies
+    ``https://`` nodes (and may carry a client certificate); default: the system's CAs."""
+
+    def __init__(self, connect_timeout: float | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self._client = httpx.Client(headers={"Accept": ACCEPT}, follow_redirects=False,
+                                    verify=ssl_context if ssl_context is not None else True)
+
+    def request(self, method: str, url: str, timeout: float) -> Answer:
+        try:
+            resp = self._client.request(method, url,
+                                        timeout=_timeout(timeout, self.connect_timeout))
+        except httpx.TransportError as exc:
+            raise _unreachable(method, url, exc) from exc
+        return Answer(resp.status_code, resp.content)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class AsyncHttpxTransport:
+    """:class:`AsyncTransport` on ``httpx.AsyncClient`` (used on one event loop);
+    arguments as :class:`HttpxTransport`'s."""
+
+    def __init__(self, connect_timeout: float | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.connect_timeout = connect_timeout
+        self._client = httpx.AsyncClient(headers={"Accept": ACCEPT}, follow_redirects=False,
+                                         verify=ssl_context if ssl_context is not None
+                                         else True)
+
+    async def request(self, method: str, url: str, timeout: float) -> Answer:
+        try:
+            resp = await self._client.request(method, url,
+                                              timeout=_timeout(timeout, self.connect_timeout))
+        except httpx.TransportError as exc:
+            raise _unreachable(method, url, exc) from exc
+        return Answer(resp.status_code, resp.content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+_shared: tuple[int, HttpxTransport] | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_transport() -> Transport:
+    """The process's blocking transport for callers with no client of their own (safe
+    from any thread). A forked child gets a new one: the parent's pooled sockets are not
+    its to use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():
+            _shared = (os.getpid(), HttpxTransport())
+        return _shared[1]

@@ -1,0 +1,177 @@
+"""``nsq-spark stat`` and ``nsq-spark topic|channel ACTION`` against real nsqd/nsqlookupd:
+what each command does to nsqd (read back through nsqd's own /stats), its output, its exit
+status (0 done, 1 an operation failed, 2 bad usage) and errors that name the fix."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from nsq_spark import cli
+from nsq_spark.testing import free_port, wait_until
+
+pytestmark = pytest.mark.nsqd
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.BytesIO(), io.StringIO()
+    rc = cli.main(list(argv), stdout=out, stderr=err)
+    return rc, out.getvalue().decode(), err.getvalue()
+
+
+def channel(cluster, topic, name, nsqd=0):
+    return cluster.nsqds[nsqd].channel_stats(topic, name)
+
+
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
+def test_channel_actions_through_lookupd_reach_every_nsqd(nsq_cluster):
+    topic = "cli_adm"
+    for i in range(2):
+        nsq_cluster.publish(topic, [b"x"], nsqd=i)
+        nsq_cluster.wait_registered(i)
+    lookupd = ("--lookupd-http-address", nsq_cluster.lookupd_http_addresses[0])
+    rc, out, err = run("channel", "create", "--topic", topic, "--channel", "c", *lookupd)
+    assert (rc, err) == (0, "")
+    assert sorted(out.splitlines()) == sorted(
+        f"created channel {topic}/c on nsqd {a}" for a in nsq_cluster.nsqd_http_addresses)
+    nsq_cluster.publish(topic, [b"a", b"b"], nsqd=0)
+    # the first "x" waited on the topic (no channel yet) and moved into the new channel
+    wait_until(lambda: channel(nsq_cluster, topic, "c")["depth"] == 3, 5, "depth 3")
+
+    assert run("channel", "pause", "--topic", topic, "--channel", "c", *lookupd)[0] == 0
+    assert all(channel(nsq_cluster, topic, "c", i)["paused"] for i in range(2))
+    assert run("channel", "unpause", "--topic", topic, "--channel", "c", *lookupd)[0] == 0
+    assert not any(channel(nsq_cluster, topic, "c", i)["paused"] for i in range(2))
+
+    assert run("channel", "empty", "--topic", topic, "--channel", "c", *lookupd)[0] == 0
+    assert channel(nsq_cluster, topic, "c")["depth"] == 0
+    assert run("channel", "delete", "--topic", topic, "--channel", "c", *lookupd)[0] == 0
+    assert channel(nsq_cluster, topic, "c") == {} and channel(nsq_cluster, topic, "c", 1) == {}
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_topic_actions_on_a_given_nsqd(nsq_cluster):
+    nsqd = ("--nsqd-http-address", nsq_cluster.nsqd_http_addresses[0])
+    rc, out, _ = run("topic", "create", "--topic", "cli_t", *nsqd)
+    assert rc == 0 and out == f"created topic cli_t on nsqd {nsqd[1]}\n"
+    nsq_cluster.publish("cli_t", [b"1", b"2", b"3"])
+
+    def topic_stats():
+        return [t for t in nsq_cluster.nsqds[0].stats("cli_t")["topics"] or []
+                if t["topic_name"] == "cli_t"]
+
+    assert topic_stats()[0]["depth"] == 3
+    assert run("topic", "pause", "--topic", "cli_t", *nsqd)[0] == 0
+    assert topic_stats()[0]["paused"] is True
+    assert run("topic", "unpause", "--topic", "cli_t", *nsqd)[0] == 0
+    assert topic_stats()[0]["paused"] is False
+    assert run("topic", "empty", "--topic", "cli_t", *nsqd)[0] == 0
+    assert topic_stats()[0]["depth"] == 0
+    assert run("topic", "delete", "--topic", "cli_t", *nsqd)[0] == 0
+    assert topic_stats() == []
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_an_operation_on_a_missing_topic_fails_with_status_1_naming_the_fix(nsq_cluster):
+    rc, out, err = run("channel", "pause", "--topic", "cli_nope", "--channel", "c",
+                       "--nsqd-http-address", nsq_cluster.nsqd_http_addresses[0])
+    assert rc == cli.EXIT_ERROR and out == ""
+    assert "topic 'cli_nope' does not exist" in err and "create it" in err
+
+
+def test_an_unreachable_nsqd_fails_with_status_1_naming_the_port():
+    down = f"127.0.0.1:{free_port()}"
+    rc, _, err = run("topic", "pause", "--topic", "t", "--nsqd-http-address", down)
+    assert rc == cli.EXIT_ERROR
+    assert down in err and "no answer" in err and "4151" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["topic", "pause", "--topic", "t"], "give --nsqd-http-address or --lookupd-http-address"),
+    (["topic", "pause", "--topic", "bad name", "--nsqd-http-address", "h:1"],
+     "invalid topic name"),
+    (["channel", "empty", "--topic", "t", "--channel", "c!", "--nsqd-http-address", "h:1"],
+     "invalid channel name"),
+    (["topic", "pause", "--topic", "t", "--nsqd-http-address", "h"], "no port"),
+    (["topic", "frobnicate", "--topic", "t", "--nsqd-http-address", "h:1"], "invalid choice"),
+    (["channel", "pause", "--topic", "t", "--nsqd-http-address", "h:1"], "--channel"),
+    (["stat", "--channel", "c", "--nsqd-http-address", "h:1"], "--channel needs --topic"),
+    (["stat", "--nsqd-http-address", "h:1", "--status-every", "soon"], "duration"),
+    (["stat", "--nsqd-http-address", "h:1", "--status-every", "0s"], "--status-every"),
+])
+def test_bad_usage_is_status_2_before_any_request(argv, words, capsys):
+    rc, out, err = run(*argv)
+    assert rc == cli.EXIT_USAGE and out == ""
+    assert words in err + capsys.readouterr().err  # argparse's own errors go to sys.stderr
+
+
+def test_help_shows_examples(capsys):
+    for command in ("stat", "topic", "channel"):
+        assert cli.main([command, "--help"]) == 0
+        assert f"examples:\n  nsq-spark {command}" in capsys.readouterr().out
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_stat_json_gives_one_object_per_interval_with_rates(nsq_cluster, running_reader):
+    topic = "cli_stat"
+    address = nsq_cluster.nsqd_http_addresses[0]
+    nsq_cluster.publish(topic, [b"m%d" % i for i in range(10)])
+    held = []
+
+    def keep(message):  # no answer: the messages stay in flight
+        message.enable_async()
+        held.append(message)
+
+    reader = running_reader.start(topic, "slow", keep,
+                                  nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                                  max_in_flight=3)
+    wait_until(lambda: len(held) == 3, 10, "3 messages in flight")
+    rc, out, err = run("stat", "--nsqd-http-address", address, "--topic", topic,
+                       "--channel", "slow", "--json", "--count", "2", "--status-every",
+                       "200ms")
+    assert (rc, err) == (0, "")
+    first, second = [json.loads(line) for line in out.splitlines()]
+    (row,) = first["channels"]
+    assert (row["topic"], row["channel"], row["in_flight"], row["depth"], row["messages"],
+            row["client_count"], row["paused"]) == (topic, "slow", 3, 7, 10, 1, False)
+    assert row["message_rate"] is None and first["interval_seconds"] is None
+    (client,) = row["clients"]
+    assert client["nsqd"] == address and client["in_flight"] == 3 and client["ready"] == 3
+    assert second["interval_seconds"] > 0.15 and second["channels"][0]["message_rate"] == 0.0
+    running_reader.stop(reader)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_stat_table_through_lookupd_marks_a_paused_channel(nsq_cluster):
+    topic = "cli_stat2"
+    nsq_cluster.publish(topic, [b"x"])
+    nsq_cluster.wait_registered(0)
+    nsqd = nsq_cluster.nsqd_http_addresses[0]
+    assert run("channel", "create", "--topic", topic, "--channel", "c",
+               "--nsqd-http-address", nsqd)[0] == 0
+    nsq_cluster.publish(topic, [b"y", b"z"])
+    assert run("channel", "pause", "--topic", topic, "--channel", "c",
+               "--nsqd-http-address", nsqd)[0] == 0
+    rc, out, err = run("stat", "--lookupd-http-address", nsq_cluster.lookupd_http_addresses[0],
+                       "--topic", topic, "--count", "1")
+    assert (rc, err) == (0, "")
+    header, line = out.splitlines()
+    assert header.split()[:3] == ["topic/channel", "depth", "disk"]
+    # "x" waited on the topic (no channel yet), then moved into the new channel: 3
+    assert line.split()[:2] == [f"{topic}/c", "3"] and "[channel paused]" in line
+
+
+def test_stat_with_no_nsqd_answering_fails_with_status_1():
+    down = f"127.0.0.1:{free_port()}"
+    rc, out, err = run("stat", "--nsqd-http-address", down, "--count", "1")
+    assert rc == cli.EXIT_ERROR and out == "" and "no nsqd answered" in err and down in err
+
+
+def test_tail_takes_max_messages_and_timeout():
+    a = cli.build_parser().parse_args(["tail", "--topic", "t", "--lookupd-http-address", "l:1",
+                                       "--max-messages", "5", "--timeout", "2.5"])
+    assert (a.count, a.idle_exit) == (5, 2.5)
+    a = cli.build_parser().parse_args(["tail", "-topic", "t", "-max-messages", "7"])
+    assert a.count == 7
