@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
+from .._log import get_logger
 from ..errors import ConnectionClosedError, is_transient
 from ..handshake import ConnState
 from ..lookupd import LookupdPoller, ProducerAddress, producer_address
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from .rdy import ConnRdy, RdyPolicy
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.pool")
+log = get_logger("nsq_spark.reader.pool")
 
 __all__ = ["Pool", "Deliveries", "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
@@ -106,6 +106,7 @@ class Pool:
         self.bridge = bridge
         self.tasks = tasks
         self.name = name
+        self._log = log.bind(reader=name, topic=topic, channel=channel)
         self.direct = [(a.host, a.port) for a in direct]
         self._direct_keys = {producer_address(hp) for hp in self.direct}
         self.make_poller = make_poller
@@ -159,8 +160,9 @@ class Pool:
         try:
             await self._connect_once(host, port)
         except Exception as exc:  # the next lookupd poll tries again
-            log.warning("[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
-                        "poll): %s", self.name, host, port, exc)
+            self._log.for_nsqd(producer_address((host, port))).warning(
+                "[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
+                "poll): %s", self.name, host, port, exc)
 
     async def _keep_connected(self, host: str, port: int, first: bool = False) -> None:
         """Connect to a direct nsqd address, retrying with exponential backoff and jitter."""
@@ -172,7 +174,7 @@ class Pool:
                   + wait_random(0, self.reconnect_initial)),
             retry=retry_if_exception_type(Exception),
             stop=lambda state: self.lifecycle.closing,
-            before_sleep=lambda state: log.warning(
+            before_sleep=lambda state: self._log.for_nsqd(addr).warning(
                 "[%s] cannot connect to nsqd %s (attempt %d), retrying in %.1fs: %s",
                 self.name, addr, state.attempt_number,
                 state.next_action.sleep if state.next_action else 0.0,
@@ -185,7 +187,8 @@ class Pool:
                         return
                     await self._connect_once(host, port)
         except Exception as exc:  # only when closing
-            log.debug("[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
+            self._log.for_nsqd(addr).debug(
+                "[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
 
     async def _connect_once(self, host: str, port: int) -> None:
         address = producer_address((host, port))
@@ -202,7 +205,7 @@ class Pool:
             on_close=functools.partial(self._on_conn_close, link),
             on_heartbeat=self.on_heartbeat, responder=link)
         answers.attach(link, conn)
-        log.info("[%s] connecting to nsqd %s", self.name, address)
+        self._log.for_nsqd(address).info("[%s] connecting to nsqd %s", self.name, address)
         try:
             await conn.connect()
             await asyncio.wait_for(conn.subscribe(self.topic, self.channel),
@@ -226,15 +229,17 @@ class Pool:
                                         "after SUB")  # the caller retries
         policy = self.policy
         if conn.max_rdy_count < policy.max_in_flight:
-            log.info("[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
-                     self.name, address, conn.max_rdy_count, policy.max_in_flight)
+            self._log.for_nsqd(address).info(
+                "[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
+                self.name, address, conn.max_rdy_count, policy.max_in_flight)
         st, cmds = policy.add(address, max(1, conn.max_rdy_count), self.bridge.time(),
                               handle=link)
         answers.subscribed(link, st)
         self.connect_errors.pop(address, None)
         self.apply(cmds)
-        log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
-                 conn.max_rdy_count)
+        self._log.for_nsqd(address).info(
+            "[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
+            conn.max_rdy_count)
 
     # -- deliveries: once per read chunk ------------------------------------------------
 
@@ -270,10 +275,11 @@ class Pool:
             # never subscribed: _connect_once failed and its caller (the reconnect loop or
             # the next lookupd poll) retries; another loop here would double them each time
             return
-        log.warning("[%s] connection to nsqd %s closed%s%s", self.name, address,
-                    f": {exc}" if exc else "",
-                    f" ({lost} messages were unanswered; nsqd redelivers them after their "
-                    "timeout)" if lost else "")
+        self._log.for_nsqd(address).warning(
+            "[%s] connection to nsqd %s closed%s%s", self.name, address,
+            f": {exc}" if exc else "",
+            f" ({lost} messages were unanswered; nsqd redelivers them after their "
+            "timeout)" if lost else "")
         if address in self._direct_keys:
             self.tasks.spawn(self._keep_connected(link.host, link.port), "connect")
         elif self.poller is not None:
@@ -307,15 +313,17 @@ class Pool:
     def _rdy_refused(self, st: "ConnRdy[Link]", conn: ConsumerConnection, n: int,
                      exc: Exception) -> None:
         limit = max(0, min(n, conn.max_rdy_count))
-        log.error("[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
-                  self.name, conn.address, n, exc, limit,
-                  "; this connection gets no messages until nsqd's --max-rdy-count is "
-                  "raised above 0" if limit == 0 else "")
+        self._log.for_nsqd(conn.address).error(
+            "[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
+            self.name, conn.address, n, exc, limit,
+            "; this connection gets no messages until nsqd's --max-rdy-count is "
+            "raised above 0" if limit == 0 else "")
         st.max_rdy_count = max(1, conn.max_rdy_count)  # the policy caps to it from now on
         try:
             conn.send_rdy(limit)
         except Exception:
-            log.exception("[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
+            self._log.for_nsqd(conn.address).exception(
+                "[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
 
     def _is_disabled(self) -> bool:
         if self.disabled is None:
@@ -323,7 +331,7 @@ class Pool:
         try:
             return bool(self.disabled())
         except Exception:
-            log.exception("[%s] disabled() raised; taken as False", self.name)
+            self._log.exception("[%s] disabled() raised; taken as False", self.name)
             return False
 
     def _tick(self) -> None:

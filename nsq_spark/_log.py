@@ -1,0 +1,132 @@
+"""The one way the library's log records get their structured fields (``extra=``).
+
+Every module logs through a :class:`ContextLogger` (a :class:`logging.LoggerAdapter`) from
+:func:`get_logger`. A part binds what it knows once, where it is built
+(``self._log = log.bind(nsqd=address, topic=topic)``), and every line it logs carries
+those fields as attributes of the :class:`logging.LogRecord`, so a JSON formatter emits
+them as fields and a filter can select on them; no call site builds a dict. The message
+texts are unchanged: the address stays in the text too.
+
+Three layers are merged per record, later ones winning: the process's Spark task fields
+(:func:`task_fields`, set by :mod:`nsq_spark.spark.logs` while a Spark task runs: a Python
+worker runs one task at a time, and the Reader's IO thread logs for that task too), the
+fields bound to the logger, and a call's own ``extra=``.
+
+Costs: nothing when the level is disabled (``LoggerAdapter.log`` asks ``isEnabledFor``
+before :meth:`ContextLogger.process` runs); one small dict per emitted record otherwise.
+Values are redacted once, when bound (:func:`nsq_spark.validate.redact_url`: a URL's
+password and secret query parameters), and only the names of :data:`FIELDS` are taken,
+none of which names a secret (:func:`nsq_spark.validate.is_secret_name`): an AUTH secret,
+a TLS key password or a credential never becomes a field.
+
+Field names (:data:`FIELDS`) are stable; none clashes with a ``LogRecord`` attribute.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, MutableMapping
+
+from .validate import is_secret_name, redact_url
+
+if TYPE_CHECKING:
+    _Adapter = logging.LoggerAdapter[logging.Logger]
+else:
+    _Adapter = logging.LoggerAdapter
+
+__all__ = ["FIELDS", "ContextLogger", "get_logger", "task_fields", "current_task_fields"]
+
+#: The structured fields a record may carry, and what each holds. Stable names: log
+#: pipelines select on them. A record carries those its part knows.
+FIELDS: Mapping[str, str] = MappingProxyType({
+    "nsqd": "the nsqd TCP address ``host:port`` (IPv6 in brackets) the line is about",
+    "topic": "the NSQ topic",
+    "channel": "the NSQ channel (consumers)",
+    "lookupd": "the nsqlookupd HTTP address or URL the line is about",
+    "reader": "the Reader's name (``Reader(name=...)``, default ``topic:channel``)",
+    "producer": "the Producer's or Writer's name",
+    "spool": "the publish spool's directory",
+    "spark_query": "the Spark streaming query's id in the connector's spool",
+    "spark_batch": "the Spark micro-batch number (streaming reads)",
+    "spark_partition": "the Spark input partition's index in its batch",
+})
+
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message", "asctime"}
+assert not _RESERVED & set(FIELDS), "a field name clashes with a LogRecord attribute"
+assert not any(map(is_secret_name, FIELDS)), "a field name says it holds a secret"
+
+_MAX_PER_NSQD = 1024
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+_task: Mapping[str, Any] = _NO_FIELDS  # the Spark task running in this process
+
+
+def _checked(fields: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name not in FIELDS:
+            raise ValueError(f"log field {name!r} is not one of nsq_spark._log.FIELDS "
+                             f"({', '.join(FIELDS)}): add it there, with its meaning")
+        if value is not None:
+            out[name] = redact_url(value) if isinstance(value, str) else value
+    return out
+
+
+class ContextLogger(_Adapter):
+    """A logger whose records carry the fields bound to it (see the module doc).
+
+    ``fields``: names from :data:`FIELDS`; None values are left out."""
+
+    def __init__(self, logger: logging.Logger, fields: Mapping[str, Any] = _NO_FIELDS) -> None:
+        super().__init__(logger, _checked(fields))
+        self._per_nsqd: dict[str, ContextLogger] = {}
+
+    def bind(self, **fields: Any) -> "ContextLogger":
+        """This logger with more fields (a part calls it once, where it is built)."""
+        assert self.extra is not None
+        return ContextLogger(self.logger, {**self.extra, **_checked(fields)})
+
+    def for_nsqd(self, address: str) -> "ContextLogger":
+        """This logger with ``nsqd=address`` bound, made once per address (for a part that
+        logs about several connections: the pool, the handlers, the producer's pool)."""
+        child = self._per_nsqd.get(address)
+        if child is None:
+            if len(self._per_nsqd) >= _MAX_PER_NSQD:  # addresses come and go: stay bounded
+                self._per_nsqd.clear()
+            child = self._per_nsqd[address] = self.bind(nsqd=address)
+        return child
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]
+                ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = {**_task, **(self.extra or _NO_FIELDS)}
+        given = kwargs.get("extra")
+        if given:
+            extra.update(given)
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+
+def get_logger(name: str, **fields: Any) -> ContextLogger:
+    """The :class:`ContextLogger` of the :mod:`logging` logger ``name`` (users filter on the
+    name), with ``fields`` bound."""
+    return ContextLogger(logging.getLogger(name), fields)
+
+
+def current_task_fields() -> Mapping[str, Any]:
+    """The Spark task fields of this process now (empty outside a task)."""
+    return _task
+
+
+@contextmanager
+def task_fields(**fields: Any) -> Iterator[None]:
+    """Every record logged in this process while the block runs carries ``fields`` (the
+    Spark task's query, batch, partition, topic, channel), from any thread."""
+    global _task
+    previous = _task
+    _task = MappingProxyType({**previous, **_checked(fields)})
+    try:
+        yield
+    finally:
+        _task = previous
