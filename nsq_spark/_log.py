@@ -58,7 +58,7 @@ _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
 assert not _RESERVED & set(FIELDS), "a field name clashes with a LogRecord attribute"
 assert not any(map(is_secret_name, FIELDS)), "a field name says it holds a secret"
 
-_MAX_PER_NSQD = 1024
+_MAX_CHILDREN = 1024
 _NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 _task: Mapping[str, Any] = _NO_FIELDS  # the Spark task running in this process
 
@@ -81,7 +81,7 @@ class ContextLogger(_Adapter):
 
     def __init__(self, logger: logging.Logger, fields: Mapping[str, Any] = _NO_FIELDS) -> None:
         super().__init__(logger, _checked(fields))
-        self._per_nsqd: dict[str, ContextLogger] = {}
+        self._children: dict[tuple[str, str], ContextLogger] = {}
 
     def bind(self, **fields: Any) -> "ContextLogger":
         """This logger with more fields (a part calls it once, where it is built)."""
@@ -91,11 +91,19 @@ class ContextLogger(_Adapter):
     def for_nsqd(self, address: str) -> "ContextLogger":
         """This logger with ``nsqd=address`` bound, made once per address (for a part that
         logs about several connections: the pool, the handlers, the producer's pool)."""
-        child = self._per_nsqd.get(address)
+        return self._child("nsqd", address)
+
+    def for_lookupd(self, address: str) -> "ContextLogger":
+        """This logger with ``lookupd=address`` bound, made once per address."""
+        return self._child("lookupd", address)
+
+    def _child(self, field: str, value: str) -> "ContextLogger":
+        key = (field, value)
+        child = self._children.get(key)
         if child is None:
-            if len(self._per_nsqd) >= _MAX_PER_NSQD:  # addresses come and go: stay bounded
-                self._per_nsqd.clear()
-            child = self._per_nsqd[address] = self.bind(nsqd=address)
+            if len(self._children) >= _MAX_CHILDREN:  # addresses come and go: stay bounded
+                self._children.clear()
+            child = self._children[key] = self.bind(**{field: value})
         return child
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]

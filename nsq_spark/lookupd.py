@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import random
 from typing import Any, Callable, Iterable, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,10 +28,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from ._log import get_logger
 from .addresses import parse_http_address
 from .errors import NSQError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
            "lookup_sync", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
@@ -122,13 +122,15 @@ def parse_producer_records(body: bytes | str, source: str = "lookupd") -> list[P
     out: list[ProducerInfo] = []
     for p in producers:
         if not isinstance(p, dict):
-            log.warning("%s: skipping a producer that is not an object: %r", source, p)
+            log.for_lookupd(source).warning(
+                "%s: skipping a producer that is not an object: %r", source, p)
             continue
         host = p.get("broadcast_address") or p.get("address")
         port = _port(p.get("tcp_port"))
         if not isinstance(host, str) or not host or port is None:
-            log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
-                        source, p)
+            log.for_lookupd(source).warning(
+                "%s: skipping a producer without broadcast_address/tcp_port: %r",
+                source, p)
             continue
         out.append(ProducerInfo(host, port, _port(p.get("http_port"))))
     return out
@@ -224,6 +226,7 @@ class LookupdPoller:
         self.request_timeout = float(request_timeout)
         self.attempts = attempts
         self.name = name or topic
+        self._log = log.bind(reader=self.name, topic=topic)
         self.rng = rng or random.Random()
         self.polls = 0  # completed polls (for stats and tests)
         self.last_producers: set[ProducerAddress] = set()
@@ -267,11 +270,12 @@ class LookupdPoller:
                     raise res
                 msg = f"{type(res).__name__}: {res}"
                 if self.failures.get(url) != msg:  # log a change of state, not every poll
-                    log.warning("[%s] lookupd %s skipped: %s", self.name, url, msg)
+                    self._log.for_lookupd(url).warning(
+                        "[%s] lookupd %s skipped: %s", self.name, url, msg)
                 self.failures[url] = msg
                 continue
             if url in self.failures:
-                log.info("[%s] lookupd %s answers again", self.name, url)
+                self._log.for_lookupd(url).info("[%s] lookupd %s answers again", self.name, url)
                 del self.failures[url]
             producers.update(res)
         self.polls += 1
@@ -300,7 +304,7 @@ class LookupdPoller:
             except asyncio.CancelledError:
                 raise
             except Exception:  # on_producers failed: keep polling
-                log.exception("[%s] lookupd poll failed", self.name)
+                self._log.exception("[%s] lookupd poll failed", self.name)
             delay = next_poll_delay(self.poll_interval, self.poll_jitter, self.rng)
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)

@@ -41,10 +41,10 @@ and skipped for that scrape (the others are still exported).
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from typing import Any, Iterable, Iterator
+from ._log import get_logger
 
 try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("nsq_spark.metrics needs the prometheus-client library: "
                       "pip install 'nsq-spark[prometheus]'") from exc
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["NSQCollector"]
 

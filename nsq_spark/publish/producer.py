@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -73,13 +72,14 @@ from nsq_spark.errors import ConfigError
 from nsq_spark.spool.drain import Sender
 from nsq_spark.spool.store import FSYNC_ALWAYS, CorruptSegment, SpoolStats
 
+from .._log import get_logger
 from .direct import DirectTransport
 from .retry import RetryPolicy
 from .spooled import SpooledTransport
 from .stats import PublishStats
 from .transport import Transport
 
-log = logging.getLogger("nsq_spark.producer")   # the name users filter on
+log = get_logger("nsq_spark.producer")   # the name users filter on
 
 __all__ = ["Producer", "DEFAULT_MAX_MPUB_BYTES"]
 
