@@ -12,10 +12,10 @@ Three layers are merged per record, later ones winning: the process's Spark task
 worker runs one task at a time, and the Reader's IO thread logs for that task too), the
 fields bound to the logger, and a call's own ``extra=``.
 
-Costs: nothing when the level is disabled (``LoggerAdapter.log`` asks ``isEnabledFor``
-before :meth:`ContextLogger.process` runs); one small dict per emitted record otherwise.
+Costs: nothing when the level is disabled (:meth:`ContextLogger.log` asks
+``isEnabledFor`` first); one small dict per emitted record otherwise.
 Values are redacted once, when bound (:func:`nsq_spark.validate.redact_url`: a URL's
-password and secret query parameters), and only the names of :data:`FIELDS` are taken,
+password and secret query parameters), a record's string arguments likewise, and only the names of :data:`FIELDS` are taken,
 none of which names a secret (:func:`nsq_spark.validate.is_secret_name`): an AUTH secret,
 a TLS key password or a credential never becomes a field.
 
@@ -105,6 +105,16 @@ class ContextLogger(_Adapter):
                 self._children.clear()
             child = self._children[key] = self.bind(**{field: value})
         return child
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        """As :meth:`logging.LoggerAdapter.log`, with every ``str`` argument passed through
+        :func:`~nsq_spark.validate.redact_url` (a spool or dedup URL's password never reaches
+        a message; a plain string costs one ``in`` test) and the caller's line kept."""
+        if self.isEnabledFor(level):
+            msg, given = self.process(msg, kwargs)
+            args = tuple(redact_url(a) if isinstance(a, str) else a for a in args)
+            given["stacklevel"] = given.get("stacklevel", 1) + 1  # skip this frame
+            self.logger.log(level, msg, *args, **given)
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]
                 ) -> tuple[Any, MutableMapping[str, Any]]:

@@ -23,6 +23,11 @@ Format, with the fetch task's topic, channel, batch and partition on each of its
 time, so the label is per process)::
 
     2026-11-25 01:02:03,456 INFO nsq_spark.spark.fetch [t/c batch 3 part 1] batch 3 ...
+
+The same task context is on every record as fields (:mod:`nsq_spark._log`): ``topic``,
+``channel``, ``spark_query``, ``spark_batch``, ``spark_partition``, so a JSON formatter
+(docs/logging.md) emits them; :func:`task` sets both, the text label being made from the
+fields by :func:`label_of` when not given.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar
 
-__all__ = ["ENV", "LEVELS", "configure", "parse_level", "task", "task_rows"]
+from .._log import task_fields
+
+__all__ = ["ENV", "LEVELS", "configure", "label_of", "parse_level", "task", "task_rows"]
 
 T = TypeVar("T")
 
@@ -87,20 +94,39 @@ def configure(level: str | None = None) -> None:
     logger.addHandler(handler)
 
 
+def label_of(fields: Mapping[str, Any]) -> str:
+    """The text label of a task's fields: ``topic/channel batch 3 part 1`` (a streaming
+    fetch), ``topic/channel read part 1`` (a batch read), ``-`` for none."""
+    words = []
+    if "topic" in fields:
+        words.append(f"{fields['topic']}/{fields.get('channel', '-')}")
+    if "spark_batch" in fields:
+        words.append(f"batch {fields['spark_batch']}")
+    elif "spark_partition" in fields:
+        words.append("read")
+    if "spark_partition" in fields:
+        words.append(f"part {fields['spark_partition']}")
+    return " ".join(words) or "-"
+
+
 @contextmanager
-def task(label: str) -> Iterator[None]:
-    """Label the lines logged in this process while a task runs (see the module doc)."""
+def task(label: str | None = None, **fields: Any) -> Iterator[None]:
+    """Label the lines logged in this process while a task runs, and put ``fields`` (names
+    of :data:`nsq_spark._log.FIELDS`: ``topic``, ``channel``, ``spark_query``,
+    ``spark_batch``, ``spark_partition``) on its records (see the module doc). ``label``:
+    the text format's label; default :func:`label_of` the fields."""
     global _task
-    previous, _task = _task, label
+    previous, _task = _task, label if label is not None else label_of(fields)
     try:
-        yield
+        with task_fields(**fields):
+            yield
     finally:
         _task = previous
 
 
-def task_rows(label: str, level: str | None, rows: Iterator[T]) -> Iterator[T]:
+def task_rows(level: str | None, rows: Iterator[T], **fields: Any) -> Iterator[T]:
     """``rows`` (a task's generator, which does its work as it is iterated) with the
-    logging configured and every line of the task labelled ``label``."""
+    logging configured and every record of the task carrying ``fields`` (:func:`task`)."""
     configure(level)
-    with task(label):
+    with task(**fields):
         yield from rows
