@@ -96,7 +96,7 @@ def test_an_unknown_field_name_is_refused_with_the_fix() -> None:
 def test_no_field_name_clashes_with_a_logrecord_attribute_and_none_says_secret() -> None:
     logger = logging.getLogger("nsq_spark.test.clash")
     # makeRecord raises KeyError for an extra that would overwrite a LogRecord attribute
-    rec = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "m", None, None,
+    rec = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "m", (), None,
                             extra={name: 1 for name in FIELDS})
     assert all(getattr(rec, name) == 1 for name in FIELDS)
     from nsq_spark.validate import is_secret_name
@@ -151,7 +151,7 @@ def test_a_url_password_reaches_neither_a_field_nor_a_message(password: str) -> 
         logger.setLevel(logging.NOTSET)
     (rec,) = handler.records
     assert password not in rec.getMessage() and password not in repr(fields_of(rec))
-    assert "127.0.0.1:6379" in rec.getMessage() and rec.lookupd.startswith("redis://user:")
+    assert "127.0.0.1:6379" in rec.getMessage() and fields_of(rec)["lookupd"].startswith("redis://user:")
 
 
 # -- the Spark task's fields (no Spark) -----------------------------------------------------
@@ -300,7 +300,11 @@ def test_no_secret_in_any_record_of_a_reader_a_producer_and_a_dedup_store(
         host_port = redis_server.url.split("//", 1)[1]
         dedup = from_spec(f"redis://user:{REDIS_PASSWORD}@{host_port}")
         got: list[bytes] = []
-        r = running_reader.start("st", "sc", lambda m: got.append(m.body) or True,
+
+        def handle(m: Any) -> bool:
+            got.append(m.body)
+            return True
+        r = running_reader.start("st", "sc", handle,
                                  nsqd_tcp_addresses=[addr], auth_secret=AUTH_SECRET,
                                  dedup=dedup)
         wait_until(lambda: len(got) >= 2, 20, "the messages, handled without dedup")
