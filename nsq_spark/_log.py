@@ -14,10 +14,12 @@ fields bound to the logger, and a call's own ``extra=``.
 
 Costs: nothing when the level is disabled (:meth:`ContextLogger.log` asks
 ``isEnabledFor`` first); one small dict per emitted record otherwise.
-Values are redacted once, when bound (:func:`nsq_spark.validate.redact_url`: a URL's
-password and secret query parameters), a record's string arguments likewise, and only the names of :data:`FIELDS` are taken,
-none of which names a secret (:func:`nsq_spark.validate.is_secret_name`): an AUTH secret,
-a TLS key password or a credential never becomes a field.
+
+Secrets: values are redacted once, when bound (:func:`nsq_spark.validate.redact_url`: a
+URL's password and secret query parameters), a record's string arguments as it is logged,
+and only the names of :data:`FIELDS` are taken, none of which names a secret
+(:func:`nsq_spark.validate.is_secret_name`): an AUTH secret or a credential never becomes
+a field.
 
 Field names (:data:`FIELDS`) are stable; none clashes with a ``LogRecord`` attribute.
 """
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 else:
     _Adapter = logging.LoggerAdapter
 
-__all__ = ["FIELDS", "ContextLogger", "get_logger", "task_fields", "current_task_fields"]
+__all__ = ["FIELDS", "ContextLogger", "get_logger", "task_fields"]
 
 #: The structured fields a record may carry, and what each holds. Stable names: log
 #: pipelines select on them. A record carries those its part knows.
@@ -46,7 +48,7 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "channel": "the NSQ channel (consumers)",
     "lookupd": "the nsqlookupd HTTP address or URL the line is about",
     "reader": "the Reader's name (``Reader(name=...)``, default ``topic:channel``)",
-    "producer": "the Producer's or Writer's name",
+    "producer": "the Writer's name (pynsq's ``Writer(name=...)``)",
     "spool": "the publish spool's directory",
     "spark_query": "the Spark streaming query's id in the connector's spool",
     "spark_batch": "the Spark micro-batch number (streaming reads)",
@@ -130,11 +132,6 @@ def get_logger(name: str, **fields: Any) -> ContextLogger:
     """The :class:`ContextLogger` of the :mod:`logging` logger ``name`` (users filter on the
     name), with ``fields`` bound."""
     return ContextLogger(logging.getLogger(name), fields)
-
-
-def current_task_fields() -> Mapping[str, Any]:
-    """The Spark task fields of this process now (empty outside a task)."""
-    return _task
 
 
 @contextmanager
