@@ -20,11 +20,11 @@ the IO loop.
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .._log import ContextLogger
+from .._log import ContextLogger
 
 __all__ = ["PublishStats", "command_size"]
 
@@ -87,8 +87,8 @@ class PublishStats:
     one thread) take no lock; those of the blocking callers' threads (:meth:`acked`) do.
     """
 
-    def __init__(self, log: "ContextLogger") -> None:
-        self._log = log
+    def __init__(self, log: logging.Logger | ContextLogger) -> None:
+        self._log = log if isinstance(log, ContextLogger) else ContextLogger(log)
         self._lock = threading.Lock()
         self._loop_counts = _Counts()       # only the IO loop's thread writes these
         self._thread_counts = _Counts()     # under _lock
