@@ -314,3 +314,49 @@ def test_no_secret_in_any_record_of_a_reader_a_producer_and_a_dedup_store(
     assert any("dedup check failed" in m for m in messages), messages
     assert any("is down" in m for m in messages), messages
     assert_nowhere([AUTH_SECRET, WRONG_SECRET, REDIS_PASSWORD], collect)
+
+
+# -- a real Spark query's workers, in JSON (a child driver, so its stderr can be read) --------
+
+SPARK_JSON_SCRIPT = """
+import sys
+sys.path.insert(0, {spark_tests!r})
+from sparkutil import build_session
+import nsq_spark.spark
+spark = build_session("nsq-json-logs")
+nsq_spark.spark.register(spark)
+df = (spark.read.format("nsq").option("topic", "jl").option("channel", "c")
+      .option("nsqdTcpAddresses", {tcp!r}).option("idleTimeout", 0.5)
+      .option("logLevel", "INFO").load())
+print("ROWS", df.count(), flush=True)
+"""
+
+
+@pytest.mark.nsqd
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_a_real_spark_reads_workers_write_json_lines_with_the_task_and_connection_fields(
+        nsq_cluster: Any, tmp_path: Any) -> None:
+    pytest.importorskip("pyspark")
+    spark_tests = os.path.join(HERE, "spark")
+    sys.path.insert(0, spark_tests)
+    try:
+        from sparkutil import spark_env
+    finally:
+        sys.path.remove(spark_tests)
+    addr = nsq_cluster.nsqd_tcp_addresses[0]
+    nsq_cluster.publish("jl", [b"m%d" % i for i in range(20)])
+    env = {k: v for k, v in os.environ.items() if k != "NSQ_SPARK_LOG_LEVEL"}
+    env.update(spark_env(), NSQ_SPARK_LOG_FORMAT="json",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", SPARK_JSON_SCRIPT.format(spark_tests=spark_tests, tcp=addr)],
+        capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
+    assert "ROWS 20" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith('{"asctime"')]
+    subscribed = [x for x in lines if "subscribed to nsqd" in x["message"]]
+    assert subscribed, proc.stderr[-3000:]
+    for x in subscribed:  # the Reader's IO thread, inside a fetch task
+        assert (x["nsqd"], x["topic"], x["channel"]) == (addr, "jl", "c")
+        assert x["spark_partition"] in (0, 1) and addr in x["message"]
