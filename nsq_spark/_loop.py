@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import threading
 import warnings
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, TypeVar
 
+from ._log import get_logger
 from .errors import NSQError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["LoopBridge", "LoopHome", "LoopThread", "TaskGroup", "start_loop_thread",
            "current_ioloop", "on_loop_future"]

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import ssl
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
@@ -62,6 +61,7 @@ from tornado.iostream import IOStream, StreamBufferFullError, StreamClosedError
 from tornado.tcpclient import TCPClient
 
 from . import protocol
+from ._log import get_logger
 from ._loop import LoopBridge
 from .addresses import Address
 from ._codecs import StreamCodec, make_codec
@@ -74,7 +74,7 @@ from .message import Message, Responder
 from ._rdy_credit import RdyCredit
 from .sync_conn import SyncConnection  # re-exported for users (the project imports sync_conn)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["Connection", "ConnState", "SyncConnection"]
 
@@ -155,6 +155,7 @@ class Connection(NegotiatedAttributes):
         self.host = host
         self.port = int(port)
         self.address = str(Address(host, self.port))  # IPv6 in brackets
+        self._log = log.bind(nsqd=self.address)
         self.config = config
         if on_messages is not None and on_blocks is not None:
             raise ValueError("give on_messages or on_blocks, not both")
@@ -266,8 +267,8 @@ class Connection(NegotiatedAttributes):
         hb = cfg.heartbeat_interval_ms
         if hb > 0:
             self._watchdog = self._aloop.call_later(hb / 1000.0, self._check_heartbeat)
-        log.debug("[%s] connected (tls=%s snappy=%s deflate=%s auth=%s)", self.address,
-                  self.tls, self.snappy, self.deflate, self.auth_required)
+        self._log.debug("[%s] connected (tls=%s snappy=%s deflate=%s auth=%s)", self.address,
+                        self.tls, self.snappy, self.deflate, self.auth_required)
         return self
 
     def _fail_connect(self) -> None:
@@ -403,12 +404,12 @@ class Connection(NegotiatedAttributes):
                     try:
                         cb(self, msgs)
                     except Exception:
-                        log.exception("[%s] on_messages callback failed", self.address)
+                        self._log.exception("[%s] on_messages callback failed", self.address)
         except StreamClosedError as e:
             exc = self._close_cause(e)
         except Exception as e:  # ProtocolError and anything unexpected end the connection
-            log.error("[%s] closing connection: %s", self.address, e,
-                      exc_info=not isinstance(e, NSQError))
+            self._log.error("[%s] closing connection: %s", self.address, e,
+                            exc_info=not isinstance(e, NSQError))
             # kept by the connection and its waiters: without its traceback, so that it
             # holds neither this frame's buffers nor, through them, the connection (a
             # cycle that only the cyclic collector would free, late, on every reconnect)
@@ -447,11 +448,11 @@ class Connection(NegotiatedAttributes):
                 elif self.on_response is not None:
                     self._callback(self.on_response, self, data)
                 else:
-                    log.debug("[%s] unexpected response %r", self.address, data[:100])
+                    self._log.debug("[%s] unexpected response %r", self.address, data[:100])
             else:
                 exc = error_from_frame(data, self.address)
                 if exc.fatal:
-                    log.error("[%s] %s", self.address, exc)
+                    self._log.error("[%s] %s", self.address, exc)
                     self._close_reason = exc
                     if self._pending:
                         fut = self._pending.popleft()
@@ -460,7 +461,7 @@ class Connection(NegotiatedAttributes):
                             fut.set_exception(exc)
                             fut.exception()  # mark retrieved; an awaiting caller still gets it
                 else:
-                    log.warning("[%s] %s", self.address, exc)
+                    self._log.warning("[%s] %s", self.address, exc)
                 if self.on_error is not None:
                     self._callback(self.on_error, self, exc)
                 if exc.fatal:  # nsqd closes now: no command may go out on this one any more
@@ -472,7 +473,8 @@ class Connection(NegotiatedAttributes):
         try:
             fn(*args)
         except Exception:
-            log.exception("[%s] %s callback failed", self.address, getattr(fn, "__name__", fn))
+            self._log.exception("[%s] %s callback failed", self.address,
+                                getattr(fn, "__name__", fn))
 
     def _check_heartbeat(self) -> None:
         self._watchdog = None
@@ -761,16 +763,16 @@ class Connection(NegotiatedAttributes):
                 fut.exception()  # mark retrieved: the owner may have stopped caring
         self._wbuf = []
         if exc is not None:
-            log.warning("[%s] connection closed: %s", self.address, exc)
+            self._log.warning("[%s] connection closed: %s", self.address, exc)
         else:
-            log.debug("[%s] connection closed", self.address)
+            self._log.debug("[%s] connection closed", self.address)
         if self._closed_fut is not None and not self._closed_fut.done():
             self._closed_fut.set_result(None)
         if self.on_close is not None:
             try:
                 self.on_close(self, exc)
             except Exception:
-                log.exception("[%s] on_close callback failed", self.address)
+                self._log.exception("[%s] on_close callback failed", self.address)
 
 
 def _translate(address: str, response_timeout: float, exc: BaseException, when: str
@@ -897,7 +899,7 @@ def _frames_in(data: bytearray, codec: StreamCodec | None, decoder: protocol.Fra
             raw = b"".join(out)
         return decoder.feed(raw)[1]
     except Exception as exc:  # noqa: BLE001 - garbage at the end
-        log.debug("[%s] unreadable bytes before the reset: %s", address, exc)
+        log.for_nsqd(address).debug("[%s] unreadable bytes before the reset: %s", address, exc)
         return []
 
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import enum
 import json
-import logging
 import math
 import ssl
 import struct
@@ -53,13 +52,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
 from . import protocol
+from ._log import get_logger
 from .addresses import Address
 from ._codecs import CodecKind
 from .config import ConnectionConfig
 from .errors import (AuthError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["ConnState", "Handshake", "Negotiated", "SendBytes", "StartTLS", "InstallCodec",
            "Done", "Action", "HTTP_PORT_HINT", "HANDSHAKE_MAX_FRAME_SIZE"]
@@ -215,6 +215,7 @@ class Handshake:
         self.config = config
         self.host = host
         self.address = str(Address(host, port))
+        self._log = log.bind(nsqd=self.address)
         self.negotiated = Negotiated()
         self._decoder = decoder if decoder is not None else protocol.FrameDecoder(
             None, config.max_frame_size)
@@ -378,8 +379,8 @@ class Handshake:
         if step is _Step.AUTH:
             self.negotiated.auth_response = self._parse_auth(data)
             auth = self.negotiated.auth_response
-            log.info("[%s] authenticated as %r (%s permissions)", self.address,
-                     auth.get("identity"), auth.get("permission_count"))
+            self._log.info("[%s] authenticated as %r (%s permissions)", self.address,
+                           auth.get("identity"), auth.get("permission_count"))
         return self._after(step)
 
     def _after(self, step: _Step) -> list[Action]:
@@ -401,8 +402,8 @@ class Handshake:
             self._step = _Step.AUTH
             return [SendBytes(protocol.auth(cfg.auth_secret))]
         if not n.auth_required and cfg.auth_secret is not None:
-            log.warning("[%s] auth_secret is set but nsqd does not require AUTH; not sent",
-                        self.address)
+            self._log.warning("[%s] auth_secret is set but nsqd does not require AUTH; not sent",
+                              self.address)
         self._step = _Step.DONE
         return [Done(n)]
 
@@ -480,11 +481,11 @@ class Handshake:
             raise TLSError(f"nsqd at {self.address} does not offer TLS (start it with "
                            "--tls-cert and --tls-key) but tls_v1 was requested")
         if cfg.snappy and not n.snappy:
-            log.warning("[%s] snappy requested but nsqd refused it (--snappy=false?)",
-                        self.address)
+            self._log.warning("[%s] snappy requested but nsqd refused it (--snappy=false?)",
+                              self.address)
         if cfg.deflate and not n.deflate:
-            log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)",
-                        self.address)
+            self._log.warning("[%s] deflate requested but nsqd refused it (--deflate=false?)",
+                              self.address)
 
 
 def _short(value: Any) -> str:

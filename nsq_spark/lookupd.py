@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import random
 from typing import Any, Callable, Iterable, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
+from ._log import get_logger
 from .addresses import parse_http_address
 from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
@@ -39,7 +39,7 @@ from .admin.model import LookupdProducer
 from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
                               shared_transport)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
            "lookup_sync", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
@@ -212,6 +212,7 @@ class LookupdPoller:
         self.request_timeout = float(request_timeout)
         self.attempts = attempts
         self.name = name or topic
+        self._log = log.bind(reader=self.name, topic=topic)
         self.rng = rng or random.Random()
         self.polls = 0  # completed polls (for stats and tests)
         self.last_producers: set[ProducerAddress] = set()
@@ -257,11 +258,12 @@ class LookupdPoller:
                     raise res
                 msg = f"{type(res).__name__}: {res}"
                 if self.failures.get(url) != msg:  # log a change of state, not every poll
-                    log.warning("[%s] lookupd %s skipped: %s", self.name, url, msg)
+                    self._log.for_lookupd(url).warning(
+                        "[%s] lookupd %s skipped: %s", self.name, url, msg)
                 self.failures[url] = msg
                 continue
             if url in self.failures:
-                log.info("[%s] lookupd %s answers again", self.name, url)
+                self._log.for_lookupd(url).info("[%s] lookupd %s answers again", self.name, url)
                 del self.failures[url]
             for record in res:
                 if record.producer not in producers:
@@ -319,7 +321,7 @@ class LookupdPoller:
             except asyncio.CancelledError:
                 raise
             except Exception:  # on_producers failed: keep polling
-                log.exception("[%s] lookupd poll failed", self.name)
+                self._log.exception("[%s] lookupd poll failed", self.name)
             delay = next_poll_delay(self.poll_interval, self.poll_jitter, self.rng)
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)

@@ -51,11 +51,11 @@ and skipped for that scrape (the others are still exported).
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Protocol
+from ._log import get_logger
 
 try:
     from prometheus_client import start_http_server
@@ -65,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("nsq_spark.metrics needs the prometheus-client library: "
                       "pip install 'nsq-spark[prometheus]'") from exc
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["MetricsServer", "NSQCollector", "Watchable", "serve"]
 

@@ -80,8 +80,9 @@ def imported_names(mod: str, path: Path, files: dict[str, Path]) -> list[tuple[s
 
 
 def _is_get_logger(func: ast.expr) -> bool:
-    return (isinstance(func, ast.Attribute) and func.attr == "getLogger") or \
-        (isinstance(func, ast.Name) and func.id == "getLogger")
+    names = ("getLogger", "get_logger")  # logging's, and nsq_spark._log's
+    return (isinstance(func, ast.Attribute) and func.attr in names) or \
+        (isinstance(func, ast.Name) and func.id in names)
 
 
 def _is_import_module(func: ast.expr) -> bool:

@@ -30,12 +30,12 @@ go out in one write) and returns a future that is already done.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any
 
 from tornado.ioloop import IOLoop
 
+from .._log import get_logger
 from ..config import ConnectionConfig
 from ..conn import Connection
 from ..errors import ConnectionClosedError, NSQServerError
@@ -43,7 +43,7 @@ from ..message import Message
 from . import event
 from .event import EventedMixin
 
-log = logging.getLogger("nsq_spark.compat.async_conn")
+log = get_logger("nsq_spark.compat.async_conn")
 
 __all__ = ["AsyncConn", "INIT", "CONNECTING", "CONNECTED", "DISCONNECTED"]
 

@@ -41,17 +41,17 @@ It lives with the rest of pynsq's surface in :mod:`nsq_spark.compat`; its old pa
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, Callable, Sequence
 
 from tornado.ioloop import IOLoop
 
+from .._log import get_logger
 from .. import protocol, validate
 from ..addresses import Address
 from ..errors import ConfigError, NSQError, SendError
 from ..publish.producer import Producer
 
-log = logging.getLogger("nsq_spark.producer")
+log = get_logger("nsq_spark.producer")
 
 __all__ = ["Writer", "WriterConnection"]
 
@@ -136,6 +136,7 @@ class Writer(Producer):
         self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
+        self._log = log.bind(producer=self.name)
         self.conn_kwargs = dict(kwargs)
         # one WriterConnection per nsqd, made on first use: pynsq keeps one conn per nsqd
         self._views: dict[str, WriterConnection] = {}
@@ -238,7 +239,7 @@ class Writer(Producer):
             try:
                 callback(self._connection(route), exc if exc is not None else fut.result())
             except Exception:
-                log.exception("[%s] %s: the callback raised", self.name, what)
+                self._log.exception("[%s] %s: the callback raised", self.name, what)
         elif exc is not None:
             # nobody to tell but the future's awaiter, if any: log it (as pynsq does)
-            log.error("[%s] %s failed (no callback given): %s", self.name, what, exc)
+            self._log.error("[%s] %s failed (no callback given): %s", self.name, what, exc)

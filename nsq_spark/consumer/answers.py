@@ -32,10 +32,10 @@ results and the deduplicator gate (to forget what is requeued).
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from .._log import get_logger
 from ..errors import AlreadyRespondedError, NSQError
 from .rdy import ConnRdy
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .dedup_gate import DedupGate
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.answers")
+log = get_logger("nsq_spark.reader.answers")
 
 __all__ = ["Answers", "Link", "FIN", "REQ", "TOUCH"]
 

@@ -36,9 +36,9 @@ consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing. (It was 
 from __future__ import annotations
 
 import enum
-import logging
 import random
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+from .._log import get_logger
 
 from ..config import BACKOFF_STRATEGIES
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .rdy import ConnRdy, RdyPolicy
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.backoff_timer")
+log = get_logger("nsq_spark.reader.backoff_timer")
 
 __all__ = ["Backoff", "BackoffWindows", "Decision", "Action", "exponential", "full_jitter"]
 
@@ -199,6 +199,7 @@ class BackoffWindows:
         self.bridge = bridge
         self.lifecycle = lifecycle
         self.name = name
+        self._log = log.bind(reader=name)
         self._timer: asyncio.TimerHandle | None = None
 
     def record(self, success: bool) -> None:
@@ -208,12 +209,12 @@ class BackoffWindows:
         if decision.action is Action.NONE or self.lifecycle.closing:
             return
         if decision.action is Action.EXIT:
-            log.info("[%s] backoff complete, resuming normal operation (%d connections)",
-                     self.name, len(self.policy.conns))
+            self._log.info("[%s] backoff complete, resuming normal operation (%d connections)",
+                           self.name, len(self.policy.conns))
             self.apply(self.policy.exit_backoff())
             return
-        log.warning("[%s] backing off for %.2fs (level %d, %d connections)", self.name,
-                    decision.duration, decision.level, len(self.policy.conns))
+        self._log.warning("[%s] backing off for %.2fs (level %d, %d connections)", self.name,
+                          decision.duration, decision.level, len(self.policy.conns))
         self.apply(self.policy.enter_backoff())
         if self._timer is not None:
             self._timer.cancel()
@@ -224,7 +225,7 @@ class BackoffWindows:
         if self.lifecycle.closing:
             return
         if self.backoff.window_ended():
-            log.info("[%s] backoff window over, testing the waters with RDY 1", self.name)
+            self._log.info("[%s] backoff window over, testing the waters with RDY 1", self.name)
             self.apply(self.policy.test_waters())
         else:
             self.apply(self.policy.exit_backoff())

@@ -10,15 +10,15 @@ lets the chunk through, a failed erase is logged.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Callable, Sequence
+from .._log import get_logger
 
 if TYPE_CHECKING:
     from ..dedup.base import Deduplicator, Key, KeyFunc
     from ..message import Message
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.intake")
+log = get_logger("nsq_spark.reader.intake")
 
 __all__ = ["DedupGate"]
 
@@ -31,6 +31,7 @@ class DedupGate:
         self.dedup = dedup
         self.key = key
         self.name = name
+        self._log = log.bind(reader=name)
         self.duplicates = 0
 
     @classmethod
@@ -58,8 +59,9 @@ class DedupGate:
         try:
             seen = check_and_set_many(self.dedup, [key(m) for m in msgs])
         except Exception:
-            log.exception("[%s] dedup check failed on %d messages from %s; handling them "
-                          "anyway", self.name, len(msgs), source)
+            self._log.for_nsqd(source).exception(
+                "[%s] dedup check failed on %d messages from %s; handling them "
+                "anyway", self.name, len(msgs), source)
             return msgs, []
         if not any(seen):
             return msgs, []
@@ -75,12 +77,13 @@ class DedupGate:
         try:
             self.dedup.erase(self.key(m))
         except Exception:
-            log.exception("[%s] dedup erase failed for message %s: its redelivery may be "
-                          "dropped as a duplicate", self.name, m.id.decode("ascii", "replace"))
+            self._log.exception(
+                "[%s] dedup erase failed for message %s: its redelivery may be "
+                "dropped as a duplicate", self.name, m.id.decode("ascii", "replace"))
 
     def forget_many(self, msgs: Sequence["Message"]) -> None:
         from ..dedup import erase_many  # only when used
         try:
             erase_many(self.dedup, [self.key(m) for m in msgs])
         except Exception:
-            log.exception("[%s] dedup erase failed for %d messages", self.name, len(msgs))
+            self._log.exception("[%s] dedup erase failed for %d messages", self.name, len(msgs))

@@ -28,12 +28,12 @@ they know nothing of the Reader.
 from __future__ import annotations
 
 import inspect
-import logging
 import threading
 from collections import deque
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from .._log import get_logger
 from .._loop import on_loop_future
 from ..errors import ConfigError
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .answers import Answers, Link
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.handlers")
+log = get_logger("nsq_spark.reader.handlers")
 
 __all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "Concurrent", "choose",
            "check_concurrency", "is_coroutine_function", "HandlerInstrument"]
@@ -86,6 +86,7 @@ class _Base:
         self.bridge = bridge
         self.tasks = tasks
         self.name = name
+        self._log = log.bind(reader=name)
 
     def close(self) -> None:
         """Nothing to stop: the handler runs on the loop (or as its tasks)."""
@@ -105,8 +106,9 @@ class PerMessage(_Base):
     def _other(self, link: "Link", m: "Message", r: Any, exc: Exception | None) -> None:
         """What the ledger leaves to the strategy: a failed call, or an awaitable."""
         if exc is not None:
-            log.error("[%s] handler failed on message %s from %s; requeueing",
-                      self.name, _mid(m), link.address, exc_info=exc)
+            self._log.for_nsqd(link.address).error(
+                "[%s] handler failed on message %s from %s; requeueing",
+                self.name, _mid(m), link.address, exc_info=exc)
             if not m.responded:
                 if m.delegated:
                     self.answers.hold_one(link, m)
@@ -124,8 +126,9 @@ class PerMessage(_Base):
         try:
             fut = on_loop_future(r, self.bridge.loop)
         except Exception:
-            log.error("[%s] handler returned %r for message %s from %s: return True, False, "
-                      "None or an awaitable; requeueing", self.name, r, _mid(m), link.address)
+            self._log.for_nsqd(link.address).error(
+                "[%s] handler returned %r for message %s from %s: return True, False, "
+                "None or an awaitable; requeueing", self.name, r, _mid(m), link.address)
             self.settle_one(link, m, False)
             return
 
@@ -133,8 +136,9 @@ class PerMessage(_Base):
             try:
                 res = f.result()
             except Exception:
-                log.exception("[%s] async handler failed on message %s from %s; requeueing",
-                              self.name, _mid(m), link.address)
+                self._log.for_nsqd(link.address).exception(
+                    "[%s] async handler failed on message %s from %s; requeueing",
+                    self.name, _mid(m), link.address)
                 res = False
             self.settle_one(link, m, res)
         fut.add_done_callback(done)
@@ -155,8 +159,9 @@ class PerMessageCoroutine(_Base):
         try:
             r = await self.call(m)
         except Exception:
-            log.exception("[%s] handler failed on message %s from %s; requeueing",
-                          self.name, _mid(m), link.address)
+            self._log.for_nsqd(link.address).exception(
+                "[%s] handler failed on message %s from %s; requeueing",
+                self.name, _mid(m), link.address)
             r = False
         self.settle_one(link, m, r)
 
@@ -180,8 +185,9 @@ class Batch(_Base):
         try:
             r = self.call(msgs)
         except Exception:
-            log.exception("[%s] batch handler failed on %d messages from %s; requeueing "
-                          "those it did not answer", self.name, len(msgs), link.address)
+            self._log.for_nsqd(link.address).exception(
+                "[%s] batch handler failed on %d messages from %s; requeueing "
+                "those it did not answer", self.name, len(msgs), link.address)
             r = False
         if r is not None and r is not True and r is not False:
             answers.hold(link, msgs)
@@ -197,9 +203,10 @@ class Batch(_Base):
             else:
                 r = await on_loop_future(awaitable, self.bridge.loop)
         except Exception:
-            log.exception("[%s] batch handler failed on %d messages from %s (it must return "
-                          "True, False, None or an awaitable); requeueing those it did not "
-                          "answer", self.name, len(msgs), link.address)
+            self._log.for_nsqd(link.address).exception(
+                "[%s] batch handler failed on %d messages from %s (it must return "
+                "True, False, None or an awaitable); requeueing those it did not "
+                "answer", self.name, len(msgs), link.address)
             r = False
         self.answers.settle_chunk(link, msgs, r is not False)
 

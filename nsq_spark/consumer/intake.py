@@ -23,9 +23,9 @@ sinks as callables; it runs on the loop thread, once per chunk, and scans a chun
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Callable
 
+from .._log import get_logger
 from ..errors import NSQError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.intake")
+log = get_logger("nsq_spark.reader.intake")
 
 __all__ = ["Intake", "MessageSink", "BlockSink"]
 
@@ -82,6 +82,7 @@ class Intake:
         self.max_tries = max_tries
         self.giving_up = giving_up
         self.name = name
+        self._log = log.bind(reader=name)
         self.dedup = dedup
         self.given_up = 0
         self.to_messages: MessageSink = _not_started
@@ -156,8 +157,9 @@ class Intake:
         except Exception:
             # as pynsq: the message goes back to nsqd (finishing it would drop a message the
             # application failed to put aside); giving_up() gets it again next delivery
-            log.exception("[%s] giving_up() failed for message %s from %s; requeueing it",
-                          self.name, m.id.decode("ascii", "replace"), link.address)
+            self._log.for_nsqd(link.address).exception(
+                "[%s] giving_up() failed for message %s from %s; requeueing it",
+                self.name, m.id.decode("ascii", "replace"), link.address)
             answers.settle(link, m, False)
             return
         if m.delegated and not m.responded:

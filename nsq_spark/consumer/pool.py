@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
+from .._log import get_logger
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
 from ..lookupd import ProducerInfo, lookup_url, producer_address
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from .rdy import ConnRdy, RdyPolicy
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.pool")
+log = get_logger("nsq_spark.reader.pool")
 
 __all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
            "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
@@ -176,6 +176,7 @@ class Pool:
         self.bridge = bridge
         self.tasks = tasks
         self.name = name
+        self._log = log.bind(reader=name, topic=topic, channel=channel)
         self.direct = [(a.host, a.port) for a in direct]
         self._direct_keys = {producer_address(hp) for hp in self.direct}
         self.make_poller = make_poller
@@ -253,19 +254,19 @@ class Pool:
                                       region=self.topology_region,
                                       discovery_filter=self.discovery_filter)
         except DiscoveryFilterError as exc:
-            log.error("[%s] %s; connecting to none of this poll's %d producers",
-                      self.name, exc, len(records))
+            self._log.error("[%s] %s; connecting to none of this poll's %d producers",
+                            self.name, exc, len(records))
             return
         except Exception:
-            log.exception("[%s] discovery_filter raised; connecting to none of this poll's "
-                          "%d producers", self.name, len(records))
+            self._log.exception("[%s] discovery_filter raised; connecting to none of this "
+                                "poll's %d producers", self.name, len(records))
             return
         for record in chosen:
             try:
                 self.connect_to_nsqd(record.host, record.tcp_port)
             except Exception:
-                log.exception("[%s] connect_to_nsqd(%r, %d) raised", self.name,
-                              record.host, record.tcp_port)
+                self._log.exception("[%s] connect_to_nsqd(%r, %d) raised", self.name,
+                                    record.host, record.tcp_port)
 
     # -- run-time controls (loop thread) ------------------------------------------------
 
@@ -291,7 +292,8 @@ class Pool:
         conn = link.conn
         if conn is None:
             return
-        log.info("[%s] disconnecting from nsqd %s", self.name, link.address)
+        self._log.for_nsqd(link.address).info("[%s] disconnecting from nsqd %s", self.name,
+                                              link.address)
         self._disconnecting.add(link.address)
         if conn.state is ConnState.SUBSCRIBED:
             # RDY 0 and CLS (the state is CLOSING from now on: no RDY is sent to it any
@@ -300,7 +302,8 @@ class Pool:
             try:
                 await asyncio.wait_for(conn.send_cls(), self.config.close_timeout)
             except Exception as exc:
-                log.debug("[%s] CLS to %s: %s", self.name, link.address, exc)
+                self._log.for_nsqd(link.address).debug("[%s] CLS to %s: %s", self.name,
+                                                       link.address, exc)
             await self._until_quiet([conn])
             deadline = self.bridge.time() + self.config.close_timeout
             while link.outstanding and self.bridge.time() < deadline:
@@ -348,8 +351,9 @@ class Pool:
         try:
             await self._connect_once(host, port)
         except Exception as exc:  # the next lookupd poll tries again
-            log.warning("[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
-                        "poll): %s", self.name, host, port, exc)
+            self._log.for_nsqd(producer_address((host, port))).warning(
+                "[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
+                "poll): %s", self.name, host, port, exc)
 
     async def _keep_connected(self, host: str, port: int, first: bool = False) -> None:
         """Connect to a direct nsqd address, retrying with exponential backoff and jitter."""
@@ -361,7 +365,7 @@ class Pool:
                   + wait_random(0, self.reconnect_initial)),
             retry=retry_if_exception_type(Exception),
             stop=lambda state: self.lifecycle.closing or addr not in self._direct_keys,
-            before_sleep=lambda state: log.warning(
+            before_sleep=lambda state: self._log.for_nsqd(addr).warning(
                 "[%s] cannot connect to nsqd %s (attempt %d), retrying in %.1fs: %s",
                 self.name, addr, state.attempt_number,
                 state.next_action.sleep if state.next_action else 0.0,
@@ -374,7 +378,8 @@ class Pool:
                         return  # closing, or disconnect_from() took it off the list
                     await self._connect_once(host, port)
         except Exception as exc:  # only when closing
-            log.debug("[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
+            self._log.for_nsqd(addr).debug(
+                "[%s] stopped reconnecting to %s: %s", self.name, addr, exc)
 
     async def _connect_once(self, host: str, port: int) -> None:
         address = producer_address((host, port))
@@ -391,7 +396,7 @@ class Pool:
             on_close=functools.partial(self._on_conn_close, link),
             on_heartbeat=self._heartbeat, responder=link)
         answers.attach(link, conn)
-        log.info("[%s] connecting to nsqd %s", self.name, address)
+        self._log.for_nsqd(address).info("[%s] connecting to nsqd %s", self.name, address)
         try:
             await conn.connect()
             await asyncio.wait_for(conn.subscribe(self.topic, self.channel),
@@ -415,15 +420,17 @@ class Pool:
                                         "after SUB")  # the caller retries
         policy = self.policy
         if conn.max_rdy_count < policy.max_in_flight:
-            log.info("[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
-                     self.name, address, conn.max_rdy_count, policy.max_in_flight)
+            self._log.for_nsqd(address).info(
+                "[%s] nsqd %s max_rdy_count %d < max_in_flight %d: its share is capped",
+                self.name, address, conn.max_rdy_count, policy.max_in_flight)
         st, cmds = policy.add(address, max(1, conn.max_rdy_count), self.bridge.time(),
                               handle=link)
         answers.subscribed(link, st)
         self.connect_errors.pop(address, None)
         self.apply(cmds)
-        log.info("[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
-                 conn.max_rdy_count)
+        self._log.for_nsqd(address).info(
+            "[%s] subscribed to nsqd %s (max_rdy_count %d)", self.name, address,
+            conn.max_rdy_count)
 
     def _heartbeat(self, conn: Any) -> None:
         # the owner's hook is looked up at each heartbeat (every 30 s by default), not at
@@ -464,8 +471,9 @@ class Pool:
         lost = self.answers.forget_link(link) + self.on_link_lost(link)
         if address in self._disconnecting:
             self._disconnecting.discard(address)
-            log.info("[%s] disconnected from nsqd %s%s", self.name, address,
-                     f" ({lost} messages were unanswered)" if lost else "")
+            self._log.for_nsqd(address).info(
+                "[%s] disconnected from nsqd %s%s", self.name, address,
+                f" ({lost} messages were unanswered)" if lost else "")
             if self.poller is not None and not self.lifecycle.closing:
                 self.poller.trigger()  # go-nsq: a lookupd that lists it finds it again
             return
@@ -473,10 +481,11 @@ class Pool:
             # never subscribed: _connect_once failed and its caller (the reconnect loop or
             # the next lookupd poll) retries; another loop here would double them each time
             return
-        log.warning("[%s] connection to nsqd %s closed%s%s", self.name, address,
-                    f": {exc}" if exc else "",
-                    f" ({lost} messages were unanswered; nsqd redelivers them after their "
-                    "timeout)" if lost else "")
+        self._log.for_nsqd(address).warning(
+            "[%s] connection to nsqd %s closed%s%s", self.name, address,
+            f": {exc}" if exc else "",
+            f" ({lost} messages were unanswered; nsqd redelivers them after their "
+            "timeout)" if lost else "")
         if address in self._direct_keys:
             self.tasks.spawn(self._keep_connected(link.host, link.port), "connect")
         elif self.poller is not None:
@@ -510,15 +519,17 @@ class Pool:
     def _rdy_refused(self, st: "ConnRdy[Link]", conn: ConsumerConnection, n: int,
                      exc: Exception) -> None:
         limit = max(0, min(n, conn.max_rdy_count))
-        log.error("[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
-                  self.name, conn.address, n, exc, limit,
-                  "; this connection gets no messages until nsqd's --max-rdy-count is "
-                  "raised above 0" if limit == 0 else "")
+        self._log.for_nsqd(conn.address).error(
+            "[%s] nsqd %s: cannot send RDY %d (%s); sending RDY %d instead%s",
+            self.name, conn.address, n, exc, limit,
+            "; this connection gets no messages until nsqd's --max-rdy-count is "
+            "raised above 0" if limit == 0 else "")
         st.max_rdy_count = max(1, conn.max_rdy_count)  # the policy caps to it from now on
         try:
             conn.send_rdy(limit)
         except Exception:
-            log.exception("[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
+            self._log.for_nsqd(conn.address).exception(
+                "[%s] nsqd %s: RDY %d failed too", self.name, conn.address, limit)
 
     def _is_disabled(self) -> bool:
         if self.disabled is None:
@@ -526,7 +537,7 @@ class Pool:
         try:
             return bool(self.disabled())
         except Exception:
-            log.exception("[%s] disabled() raised; taken as False", self.name)
+            self._log.exception("[%s] disabled() raised; taken as False", self.name)
             return False
 
     def _tick(self) -> None:

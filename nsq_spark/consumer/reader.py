@@ -74,11 +74,11 @@ result, queue a FIN", and FINs of a chunk go out in one write.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
+from .._log import get_logger
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from .. import validate
 from ..addresses import (parse_address, parse_address_list, parse_http_address,
@@ -108,7 +108,7 @@ if TYPE_CHECKING:
     from ..dedup.base import Deduplicator, KeyFunc
     from ..telemetry import Telemetry
 
-log = logging.getLogger("nsq_spark.reader")
+log = get_logger("nsq_spark.reader")
 
 __all__ = ["Reader"]
 
@@ -232,6 +232,7 @@ class Reader:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
         self.name = name or f"{self.topic}:{self.channel}"
+        self._log = log.bind(reader=self.name, topic=self.topic, channel=self.channel)
         direct = parse_address_list(nsqd_tcp_addresses, "nsqd_tcp_addresses")
         lookupd = parse_http_address_list(
             lookupd_http_addresses, "lookupd_http_addresses", "127.0.0.1:4161")
@@ -388,9 +389,9 @@ class Reader:
     def giving_up(self, message: Message) -> None:
         """pynsq hook for a message delivered more than ``max_tries`` times, before it is
         finished (default: a warning log); if it raises, the message is requeued instead."""
-        log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
-                    self.name, message.id.decode("ascii", "replace"), message.attempts,
-                    self.max_tries, message.body[:200])
+        self._log.warning("[%s] giving up on message %s after %d tries (max_tries %d): %r",
+                          self.name, message.id.decode("ascii", "replace"), message.attempts,
+                          self.max_tries, message.body[:200])
 
     def heartbeat(self, conn: Connection) -> None:
         """pynsq hook: called after every heartbeat of a connection (already answered)."""
@@ -544,8 +545,8 @@ class Reader:
 
     def _start_here(self) -> None:
         self._bridge.bind()
-        log.info("[%s] starting reader for %s/%s (max_in_flight %d)", self.name, self.topic,
-                 self.channel, self._policy.max_in_flight)
+        self._log.info("[%s] starting reader for %s/%s (max_in_flight %d)", self.name, self.topic,
+                       self.channel, self._policy.max_in_flight)
         self._pool.start()
 
     def _choose_strategy(self) -> handlers.Strategy:
@@ -700,7 +701,7 @@ class Reader:
             return None
         wait = self.drain_timeout + 10 if timeout is None else timeout
         if not bridge.run_coroutine(self.aclose(), wait):
-            log.warning("[%s] close did not finish within %.1fs", self.name, wait)
+            self._log.warning("[%s] close did not finish within %.1fs", self.name, wait)
         if self._thread is not None:
             self._thread.join(wait)
         return None
@@ -714,7 +715,7 @@ class Reader:
     async def _aclose(self) -> None:
         answers = self._answers
         self._lifecycle.begin_closing()  # the parts read it: no deliveries, connects, windows
-        log.info("[%s] closing (%d connections)", self.name, len(self._pool.links))
+        self._log.info("[%s] closing (%d connections)", self.name, len(self._pool.links))
         self._backoff_windows.stop()
         # 1. stop deliveries: RDY 0 and CLS (nsqd answers CLOSE_WAIT and sends no more)
         links = await self._pool.stop_deliveries()
@@ -729,7 +730,7 @@ class Reader:
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
         if n_req:
-            log.info("[%s] requeued %d unanswered messages on close", self.name, n_req)
+            self._log.info("[%s] requeued %d unanswered messages on close", self.name, n_req)
         answers.flush()
         # 4. answers given from other threads up to now (bulk ones arrive as loop callbacks,
         # single ones through the ledger's queue): let the callbacks run, drain, flush, and
@@ -740,7 +741,7 @@ class Reader:
         await self._pool.close_all()
         self._lifecycle.finish_closing()
         self._closed_event.set()
-        log.info("[%s] closed", self.name)
+        self._log.info("[%s] closed", self.name)
 
     @property
     def closed(self) -> bool:

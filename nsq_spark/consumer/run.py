@@ -8,15 +8,15 @@ bound to that loop, and returns. A second signal stops at once.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import weakref
 from typing import Any, Protocol
 
+from .._log import get_logger
 from .._loop import current_ioloop
 
 # a child of the Reader's historical logger: its level and handlers still apply
-log = logging.getLogger("nsq_spark.reader.run")
+log = get_logger("nsq_spark.reader.run")
 
 __all__ = ["run", "register"]
 

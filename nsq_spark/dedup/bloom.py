@@ -21,7 +21,6 @@ very same positions client-side, and the in-process one needs an atomic check-an
 
 from __future__ import annotations
 
-import logging
 import math
 import sys
 import threading
@@ -29,13 +28,14 @@ from collections import OrderedDict
 from hashlib import blake2b
 from typing import Any, Iterable
 
+from .._log import get_logger
 from .. import validate
 from ..errors import ConfigError
 from ..validate import MAX_MEMORY_BYTES, MAX_SECONDS
 from ._redis import is_cluster
 from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["BloomFilter", "RedisBloomFilter", "bloom_parameters"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 from typing import Any, Sequence
 
 from nsq_spark import protocol
@@ -27,6 +26,7 @@ from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.errors import ConfigError, NSQError
 
+from .._log import get_logger
 from .health import NsqdHealth
 from .http import HttpPublisher
 from .retry import RetryPolicy
@@ -35,7 +35,7 @@ from .sync import BlockingPool
 from .tcp import PipelinedPool
 from .transport import all_of, publish_timed_out, within
 
-log = logging.getLogger("nsq_spark.producer")
+log = get_logger("nsq_spark.producer")
 
 __all__ = ["DirectTransport"]
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -74,6 +73,7 @@ from nsq_spark.spool.drain import Sender
 from nsq_spark.spool.store import FSYNC_ALWAYS, CorruptSegment, SpoolStats
 from nsq_spark.telemetry import checked as checked_telemetry
 
+from .._log import get_logger
 from .direct import DirectTransport
 from .retry import RetryPolicy
 from .spooled import SpooledTransport
@@ -83,7 +83,7 @@ from .transport import Transport
 if TYPE_CHECKING:
     from nsq_spark.telemetry import Telemetry
 
-log = logging.getLogger("nsq_spark.producer")   # the name users filter on
+log = get_logger("nsq_spark.producer")   # the name users filter on
 
 __all__ = ["Producer", "DEFAULT_MAX_MPUB_BYTES"]
 

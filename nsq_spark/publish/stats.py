@@ -24,6 +24,8 @@ import logging
 import threading
 from typing import Any
 
+from .._log import ContextLogger
+
 __all__ = ["PublishStats", "command_size"]
 
 _MPUB = ord("M")
@@ -85,8 +87,8 @@ class PublishStats:
     one thread) take no lock; those of the blocking callers' threads (:meth:`acked`) do.
     """
 
-    def __init__(self, log: logging.Logger) -> None:
-        self._log = log
+    def __init__(self, log: logging.Logger | ContextLogger) -> None:
+        self._log = log if isinstance(log, ContextLogger) else ContextLogger(log)
         self._lock = threading.Lock()
         self._loop_counts = _Counts()       # only the IO loop's thread writes these
         self._thread_counts = _Counts()     # under _lock
@@ -138,8 +140,9 @@ class PublishStats:
             was = entry.up
             entry.up = False
         if was is not False:
-            self._log.warning("nsqd %s is down: %s (publishing retries it, or uses the "
-                              "other nsqd given)", address, entry.last_error)
+            self._log.for_nsqd(address).warning(
+                "nsqd %s is down: %s (publishing retries it, or uses the "
+                "other nsqd given)", address, entry.last_error)
 
     def up(self, address: str) -> None:
         """``address`` answered (connected): logs when it had been down."""
@@ -148,7 +151,7 @@ class PublishStats:
             was = entry.up
             entry.up = True
         if was is False:
-            self._log.info("nsqd %s is up again", address)
+            self._log.for_nsqd(address).info("nsqd %s is up again", address)
 
     def is_up(self, address: str) -> bool | None:
         entry = self._nsqd.get(address)

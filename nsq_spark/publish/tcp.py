@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import logging
 import time
 from typing import Any, Callable
 
@@ -39,11 +38,12 @@ from nsq_spark.config import ConnectionConfig
 from nsq_spark.conn import Connection
 from nsq_spark.errors import ConnectError, NSQError, NSQTimeoutError, is_transient
 
+from .._log import get_logger
 from .health import NsqdHealth
 from .retry import RetryPolicy
 from .stats import PublishStats
 
-log = logging.getLogger("nsq_spark.producer")
+log = get_logger("nsq_spark.producer")
 
 __all__ = ["PipelinedPool"]
 
@@ -466,7 +466,7 @@ class PipelinedPool:
         self._update_live()
         self.health.connected(key)
         fut.set_result(conn)
-        log.debug("producer connected to %s", key)
+        log.for_nsqd(key).debug("producer connected to %s", key)
         return conn
 
     def _on_conn_close(self, key: str, conn: Connection, exc: BaseException | None) -> None:

@@ -52,7 +52,6 @@ at once).
 
 from __future__ import annotations
 
-import logging
 import socket
 import struct
 import time
@@ -66,8 +65,9 @@ from nsq_spark.admin.errors import AdminError
 from nsq_spark.admin.transport import shared_transport
 from nsq_spark.errors import ConnectError
 from nsq_spark.lookupd import LookupdError, lookup_sync
+from .._log import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 HTTP_TIMEOUT = 2.0
 TCP_TIMEOUT = 3.0
@@ -125,7 +125,7 @@ def lookup(lookupd_http_addresses: list[str], topic: str) -> Lookup:
     for addr, producers, err in _each(lambda a: lookup_sync(a, topic, HTTP_TIMEOUT),
                                       lookupd_http_addresses):
         if producers is None:
-            log.warning("lookupd %s: /lookup failed: %s", addr, err)
+            log.for_lookupd(addr).warning("lookupd %s: /lookup failed: %s", addr, err)
             out.failed[addr] = err
             continue
         out.answered.append(addr)
@@ -313,11 +313,13 @@ class Nsqds:
         failed: dict[str, str] = {}
         for addr, ok, err in _each(lambda a: create_channel(a, self.topic, self.channel), todo):
             if err:
-                log.warning("nsqd %s: could not create channel %s/%s: %s", addr, self.topic,
-                            self.channel, err)
+                log.for_nsqd(addr).warning(
+                    "nsqd %s: could not create channel %s/%s: %s", addr, self.topic,
+                    self.channel, err)
                 failed[addr] = err
             else:
-                log.info("nsqd %s: channel %s/%s ready", addr, self.topic, self.channel)
+                log.for_nsqd(addr).info(
+                    "nsqd %s: channel %s/%s ready", addr, self.topic, self.channel)
                 self._channel_on.add(addr)
         return failed
 
@@ -334,7 +336,7 @@ class Nsqds:
                             "check that nsqd runs there and that these are its TCP ports "
                             "(4150 by default), reachable from the driver and executors")
             for a, e in bad.items():
-                log.warning("nsqd %s unreachable at query start: %s", a, e)
+                log.for_nsqd(a).warning("nsqd %s unreachable at query start: %s", a, e)
             if self.nsqd_http:
                 failed = self.ensure_channel(self.nsqd_http)
                 if len(failed) == len(self.nsqd_http):
@@ -392,26 +394,29 @@ class Nsqds:
                 continue
             since = self._known.get(addr) or now
             if addr not in listed and now - since > FORGET_UNREACHABLE:
-                log.warning("nsq source %s/%s: forgetting nsqd %s: it has not answered for "
-                            "%.0f s and lookupd no longer lists it", self.topic,
-                            self.channel, addr, now - since)
+                log.for_nsqd(addr).warning(
+                    "nsq source %s/%s: forgetting nsqd %s: it has not answered for "
+                    "%.0f s and lookupd no longer lists it", self.topic,
+                    self.channel, addr, now - since)
                 del self._known[addr]
                 continue
             self._known[addr] = since
             unreachable.append((addr, err))
             if self._warn_now(("unreachable", addr), now):
-                log.warning("nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits "
-                            "on it is read once it is back", self.topic, self.channel, addr,
-                            err, "" if addr in listed else ", and lookupd no longer lists it")
+                log.for_nsqd(addr).warning(
+                    "nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits "
+                    "on it is read once it is back", self.topic, self.channel, addr,
+                    err, "" if addr in listed else ", and lookupd no longer lists it")
         paused = tuple(Paused(a, st.paused, st.stats.backlog)
                        for a, st in answers if st.paused is not None)
         for p in paused:
             if not self._warn_now((p.what, p.nsqd), now):
                 continue
-            log.warning("nsq source %s/%s: the %s is paused on nsqd %s, where %d messages "
-                        "wait; no batch reads them until it is unpaused (nsqadmin, or "
-                        "POST /%s/unpause on nsqd)", self.topic, self.channel, p.what,
-                        p.nsqd, p.depth, p.what.split("+")[-1])
+            log.for_nsqd(p.nsqd).warning(
+                "nsq source %s/%s: the %s is paused on nsqd %s, where %d messages "
+                "wait; no batch reads them until it is unpaused (nsqadmin, or "
+                "POST /%s/unpause on nsqd)", self.topic, self.channel, p.what,
+                p.nsqd, p.depth, p.what.split("+")[-1])
         current = {(p.what, p.nsqd) for p in paused} | {("unreachable", a)
                                                         for a, _ in unreachable}
         self._warned = {k: t for k, t in self._warned.items() if k in current}

@@ -114,7 +114,6 @@ Arrow stream writer: ``df.writeStream.format("nsq")`` is refused when the query 
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import replace
@@ -122,6 +121,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 # _compat first: on a pyspark without the Python data source API it raises
 # SparkVersionError naming the version needed, instead of an ImportError from below
+from .._log import get_logger
 from ._compat import (API, ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows,
                       StreamArrowWriterBase, TriggerAvailableNowBase, require)
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: E402
@@ -136,7 +136,7 @@ from .logs import task_rows  # noqa: E402
 from .options import parse_read_options, parse_write_options  # noqa: E402
 from .schema import SCHEMA_DDL  # noqa: E402
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 Offset = dict[str, Any]  # what Spark keeps in the offsets log (JSON)
 # Offsets of this version carry "parts" and mean the query marker was written.
@@ -231,6 +231,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
         self.opts = parse_read_options(options, streaming=True)
         configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
+        self._log = log.bind(topic=self.opts.topic, channel=self.opts.channel)
         assert self.opts.spool_path is not None
         if self.opts.dedup:
             from .filters import check_dedup_spec
@@ -328,7 +329,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._an_fetched = 0
         self._an_counted = set()
         self._an_empty = 0
-        log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
+        self._log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
 
     def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
         limits = self._limits(limit)
@@ -414,8 +415,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                 now - self._logged[1] < BACKLOG_LOG_EVERY:
             return
         self._logged = (what, now)
-        log.info("nsq source %s/%s: backlog %s", self._subscription.describe(),
-                 self.opts.channel, shown)
+        self._log.info("nsq source %s/%s: backlog %s", self._subscription.describe(),
+                       self.opts.channel, shown)
 
     def _current_measurements(self) -> dict[str, Any]:
         """The latest :class:`~.backlog.Backlog` of each topic measured last time."""
@@ -435,8 +436,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         try:
             summary = self._spool(query).batch_summary(batch)
         except Exception as exc:  # metrics only: the data is safe
-            log.warning("nsq source: could not read the numbers of batch %d from the spool "
-                        "under %s: %s", batch, self.spool_path, exc)
+            self._log.warning("nsq source: could not read the numbers of batch %d from the spool "
+                              "under %s: %s", batch, self.spool_path, exc)
             return
         self._last_summary = (batch, summary)
 
@@ -452,8 +453,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         try:
             self._spool(start["query"]).write_query_marker()
         except Exception as exc:  # tried again at the next trigger
-            log.warning("could not write the query marker under %s: %s",
-                        redact_url(self.spool_path), exc)
+            self._log.warning("could not write the query marker under %s: %s",
+                              redact_url(self.spool_path), exc)
             return 0  # no marker promised: a restart does not look for one
         return OFFSET_VERSION
 
@@ -550,9 +551,9 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         batch = int(end["batch"])
         where = redact_url(self.spool_path)
         if batch in self._planned:
-            log.warning("the spool of this query under %s was deleted while it ran; the "
-                        "redelivery index went with it (a redelivery of a message read "
-                        "before may become a second row); batch %d goes on", where, batch)
+            self._log.warning("the spool of this query under %s was deleted while it ran; the "
+                              "redelivery index went with it (a redelivery of a message read "
+                              "before may become a second row); batch %d goes on", where, batch)
             spool.write_query_marker()
             return
         raise SpoolError(
@@ -570,10 +571,10 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         batch = int(end["batch"])
         try:
             deleted = spool.delete_upto(batch)
-            log.debug("commit %s: deleted the spool of %d batches", end, deleted)
+            self._log.debug("commit %s: deleted the spool of %d batches", end, deleted)
         except Exception as exc:  # the data is safe; stale spool only costs space
-            log.warning("commit %s: could not delete the spool under %s: %s",
-                        end, self.spool_path, exc)
+            self._log.warning("commit %s: could not delete the spool under %s: %s",
+                              end, self.spool_path, exc)
         if self.opts.redelivery_window > 0:
             self._prune_seen(spool, batch)
 
@@ -588,13 +589,13 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                                              self.opts.redelivery_window_max_ids)
             self._counted = {f.name for f in files}
         except Exception as exc:  # only costs space; the next commit tries again
-            log.warning("commit %s: could not prune the redelivery index under %s: %s",
-                        batch, self.spool_path, exc)
+            self._log.warning("commit %s: could not prune the redelivery index under %s: %s",
+                              batch, self.spool_path, exc)
             return
-        log.info("nsq source %s/%s: batch %d committed; %d ids remembered for "
-                 "redeliveries (%d index files pruned), %d redeliveries dropped",
-                 self._subscription.describe(), self.opts.channel, batch, remembered, pruned,
-                 self._dropped)
+        self._log.info("nsq source %s/%s: batch %d committed; %d ids remembered for "
+                       "redeliveries (%d index files pruned), %d redeliveries dropped",
+                       self._subscription.describe(), self.opts.channel, batch, remembered, pruned,
+                       self._dropped)
 
     def _tidy(self, query: str, batch: int) -> None:
         if batch <= 0 or self._tidied == (query, batch):
@@ -603,8 +604,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         try:
             self._spool(query).tidy(batch)
         except Exception as exc:  # the data is safe; stale spool only costs space
-            log.warning("could not delete the spool of committed batches under %s: %s",
-                        self.spool_path, exc)
+            self._log.warning("could not delete the spool of committed batches under %s: %s",
+                              self.spool_path, exc)
 
     def stop(self) -> None:
         pass
@@ -616,13 +617,14 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
         assert isinstance(partition, NSQPartition)
         topic = partition.topic or self.opts.topic
-        return task_rows(f"{topic}/{self.opts.channel} batch {partition.batch} "
-                         f"part {partition.index}", self.opts.log_level,
+        return task_rows(self.opts.log_level,
                          fetch_stream_partition(self.opts, self._spool(partition.query),
                                                 partition.batch, partition.index,
                                                 partition.share,
                                                 marker=getattr(partition, "marker", None),
-                                                topic=topic, max_bytes=partition.max_bytes))
+                                                topic=topic, max_bytes=partition.max_bytes),
+                         topic=topic, channel=self.opts.channel, spark_query=partition.query,
+                         spark_batch=partition.batch, spark_partition=partition.index)
 
 
 class NSQStartlessStreamReader(NSQStreamReader):
@@ -695,9 +697,10 @@ class NSQBatchReader(DataSourceReader):
 
         assert isinstance(partition, NSQPartition) and partition.share
         topic = partition.topic or self.opts.topic
-        return task_rows(f"{topic}/{self.opts.channel} read part {partition.index}",
-                         self.opts.log_level,
-                         fetch_batch_partition(self.opts, partition.share, topic=topic))
+        return task_rows(self.opts.log_level,
+                         fetch_batch_partition(self.opts, partition.share, topic=topic),
+                         topic=topic, channel=self.opts.channel,
+                         spark_partition=partition.index)
 
 
 class _PublishCommitMessage(WriterCommitMessage):

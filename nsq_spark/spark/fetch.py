@@ -48,11 +48,11 @@ password, and the fix.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
 from typing import TYPE_CHECKING, Iterator
 
+from .._log import get_logger
 from .fetch_task import (FIRST_WAIT, FetchTask, PartitionTally, ReaderFactory, ReaderLease,
                          ReaderPort, TaskTimings, blocks_body_bytes, first_blocks,
                          not_subscribed, not_subscribed_error, observe_timings,
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pyarrow as pa
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["FIRST_WAIT", "ReaderFactory", "ReaderPort", "check_dedup_spec",
            "check_speculation_off", "dedup_store_error", "default_reader_factory",

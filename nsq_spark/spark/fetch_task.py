@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 import os
 import threading
 import time
@@ -32,6 +31,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
+from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
 from .filters import DeadLetterSplit, Dedup
 from .options import ReadOptions
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # The fetch task's lines keep the logger name they had before the task became its own
 # module: users' log configurations filter on it (logs.py documents it).
-log = logging.getLogger("nsq_spark.spark.fetch")
+log = get_logger("nsq_spark.spark.fetch")
 
 
 class ReaderPort(Protocol):

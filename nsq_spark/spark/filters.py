@@ -5,10 +5,10 @@ its FIN, so neither can drop a message without a trace.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
+from .._log import get_logger
 from .options import ReadOptions
 from .schema import messages_to_batch
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from nsq_spark.message import Message
     from nsq_spark.protocol import MessageBlock
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["DeadLetterSplit", "Dedup", "check_dedup_spec", "dedup_store_error"]
 

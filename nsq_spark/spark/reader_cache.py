@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Hashable, Protocol, TypeVar
+from .._log import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["CachedReaders", "Pausable", "cache_key", "readers"]
 

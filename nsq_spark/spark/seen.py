@@ -50,12 +50,12 @@ the file; a peer chunk without one is read, and its rows of other topics skipped
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
+from .._log import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .spool import PartitionSpool, Spool
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 SEEN_DIR = "_seen"
 # Defaults of the options redeliveryWindow and redeliveryWindowMaxIds.

@@ -13,16 +13,16 @@ and awaited per Arrow batch; the Producer does the retries (``max_tries``).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .._log import get_logger
 from .options import NSQOptionError, WriteOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass
@@ -45,7 +45,7 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
         try:
             producers = lookup_sync(addr, "", timeout=5, path="/nodes")
         except (OSError, LookupdError) as exc:
-            log.warning("lookupd %s: /nodes failed: %s", addr, exc)
+            log.for_lookupd(addr).warning("lookupd %s: /nodes failed: %s", addr, exc)
             continue
         found.update(producer_address(p.producer) for p in producers)
     if not found:

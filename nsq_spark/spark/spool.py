@@ -131,7 +131,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 import shutil
@@ -141,11 +140,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from nsq_spark.validate import redact_url
+from .._log import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # Seconds after which a partly filled chunk is written and FINished anyway.
 FLUSH_INTERVAL = 2.0

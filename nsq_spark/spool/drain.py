@@ -31,7 +31,6 @@ is on the wire at a time.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import threading
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -41,10 +40,11 @@ from tenacity import RetryCallState, Retrying
 from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
 from nsq_spark.publish.retry import RetryPolicy
 
+from .._log import get_logger
 from .format import SpoolError, wrap_envelope
 from .store import Batch, SegmentStore
 
-log = logging.getLogger("nsq_spark.publish_spool")
+log = get_logger("nsq_spark.publish_spool")
 
 __all__ = ["SpoolDrain", "Sender", "refused", "REFUSAL_CODES", "LOG_EVERY"]
 
@@ -121,6 +121,7 @@ class SpoolDrain:
                  on_error: Callable[[BaseException], None] | None = None,
                  log_every: float = LOG_EVERY) -> None:
         self._store = store
+        self._log = log.bind(spool=str(store.directory))
         self.retry = retry
         self.message_id_digest = message_id_digest
         self.batch_size = batch_size
@@ -189,22 +190,22 @@ class SpoolDrain:
         self._next_report = now + self.log_every
         self._reported = True
         pending = self._store.pending()
-        log.error("spool %s: nsqd does not take messages: %s: %s (%d failed attempts over "
-                  "%.0f s); %d bytes stay in the spool and are retried, nothing is dropped",
-                  self._store.directory, type(exc).__name__, exc, self.consecutive_failures,
-                  now - self._failing_mono, pending)
+        self._log.error("spool %s: nsqd does not take messages: %s: %s (%d failed attempts over "
+                        "%.0f s); %d bytes stay in the spool and are retried, nothing is dropped",
+                        self._store.directory, type(exc).__name__, exc, self.consecutive_failures,
+                        now - self._failing_mono, pending)
         if self.on_error is not None:
             try:
                 self.on_error(exc)
             except Exception:  # a user callback must not stop the drain
-                log.exception("spool on_error callback failed")
+                self._log.exception("spool on_error callback failed")
 
     def _recovered(self) -> None:
         if self._reported:
             self._reported = False
-            log.warning("spool %s: nsqd takes messages again after %d failed attempts over "
-                        "%.1f s", self._store.directory, self.consecutive_failures,
-                        time.monotonic() - self._failing_mono)
+            self._log.warning("spool %s: nsqd takes messages again after %d failed attempts over "
+                              "%.1f s", self._store.directory, self.consecutive_failures,
+                              time.monotonic() - self._failing_mono)
         self.failing_since = None
         self.consecutive_failures = 0
         self.last_error = None
@@ -221,7 +222,7 @@ class SpoolDrain:
             try:
                 sender.close()
             except Exception as exc:  # noqa: BLE001 - closing goes on
-                log.debug("spool %s: closing the producer: %s", self._store.directory, exc)
+                self._log.debug("spool %s: closing the producer: %s", self._store.directory, exc)
 
     # -- the thread --------------------------------------------------------------------
 
@@ -229,8 +230,8 @@ class SpoolDrain:
         try:
             self._drain()
         except Exception:  # pragma: no cover - a bug; keep the spool, say so loudly
-            log.exception("spool %s: the drain thread failed; unsent messages stay in the "
-                          "spool for the next start", self._store.directory)
+            self._log.exception("spool %s: the drain thread failed; unsent messages stay in the "
+                                "spool for the next start", self._store.directory)
 
     def _retrying(self) -> Retrying:
         return self.retry.retrying(stop_event=self._stop, on_retry=self._log_retry,
@@ -363,7 +364,7 @@ class SpoolDrain:
             try:
                 self.on_rejected(batch.topic, batch.bodies[index], exc)
             except Exception:
-                log.exception("spool on_rejected callback failed")
+                self._log.exception("spool on_rejected callback failed")
         return True
 
     def _log_retry(self, state: RetryCallState) -> None:
@@ -371,5 +372,5 @@ class SpoolDrain:
         exc = state.outcome.exception() if state.outcome else None
         if exc is not None:
             self._failed(exc)   # the ERROR log, rate-limited, is there
-        log.debug("spool %s: sending failed (attempt %d): %s; the messages stay in the "
-                  "spool and are retried", self._store.directory, state.attempt_number, exc)
+        self._log.debug("spool %s: sending failed (attempt %d): %s; the messages stay in the "
+                        "spool and are retried", self._store.directory, state.attempt_number, exc)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import secrets
 import struct
@@ -50,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .._log import get_logger
 from .format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, decode_records,
                      encode_record)
 
-log = logging.getLogger("nsq_spark.publish_spool")
+log = get_logger("nsq_spark.publish_spool")
 
 __all__ = ["SegmentStore", "SpoolStats", "CorruptSegment", "Batch", "FSYNC_ALWAYS",
            "FSYNC_NEVER", "Redriven", "redrive"]
@@ -236,6 +236,7 @@ class SegmentStore:
         if not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"spool_max_bytes={max_bytes!r}: give a positive number of bytes")
         self.directory = Path(directory)
+        self._log = log.bind(spool=str(self.directory))
         self._sync_ms = _parse_fsync(fsync)
         self.max_bytes = max_bytes
         self.full = full
@@ -387,8 +388,8 @@ class SegmentStore:
             same = False
         if not same:
             self._lost = "the path now names another directory, or nothing"
-            log.error("spool %s was deleted or replaced while in use; publishing into it "
-                      "raises from now on (create a new producer)", self.directory)
+            self._log.error("spool %s was deleted or replaced while in use; publishing into it "
+                            "raises from now on (create a new producer)", self.directory)
         return same
 
     def _append_error(self, seg: _Segment, exc: OSError) -> SpoolError:
@@ -476,7 +477,7 @@ class SegmentStore:
             try:
                 self._sync_dir()
             except OSError as exc:   # the segment exists and is ours: the appends say more
-                log.error("spool %s: syncing the directory failed: %s", self.directory, exc)
+                self._log.error("spool %s: syncing the directory failed: %s", self.directory, exc)
         seg = _Segment(name, path, fd, len(MAGIC), len(MAGIC), own=True)
         self._next_link_check = 0.0   # a new file: check it on its first append
         self._segments.append(seg)
@@ -514,7 +515,7 @@ class SegmentStore:
             try:
                 self.sync()
             except OSError as exc:  # keep trying: the next interval may succeed
-                log.error("spool %s: periodic fsync failed: %s", self.directory, exc)
+                self._log.error("spool %s: periodic fsync failed: %s", self.directory, exc)
 
     # -- reader side -------------------------------------------------------------------
 
@@ -531,7 +532,7 @@ class SegmentStore:
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:
-            log.error("spool %s: cannot list the directory: %s", self.directory, exc)
+            self._log.error("spool %s: cannot list the directory: %s", self.directory, exc)
             return 0
         existing = set(names)
         claimed = 0
@@ -564,8 +565,8 @@ class SegmentStore:
                 self.stats.orphans_claimed += 1
                 claimed += 1
                 room -= 1
-                log.info("spool %s: claimed leftover segment %s (%d bytes, %d acknowledged)",
-                         self.directory, name, seg.size, seg.acked)
+                self._log.info("spool %s: claimed leftover segment %s (%d bytes, %d acknowledged)",
+                               self.directory, name, seg.size, seg.acked)
         with self._lock:
             # refresh the size bound's view of the directory (other processes write too)
             self._disk_bytes = self._scan_bytes()
@@ -581,7 +582,7 @@ class SegmentStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.error("spool %s: cannot open %s: %s", self.directory, name, exc)
+            self._log.error("spool %s: cannot open %s: %s", self.directory, name, exc)
             return None
         try:
             try:
@@ -625,8 +626,8 @@ class SegmentStore:
             return 0
         mark, checksum = _ACK.unpack(raw)
         if zlib.crc32(raw[:8]) != checksum:
-            log.warning("spool %s: ack file of %s is damaged; its messages are sent again "
-                        "from the start (duplicates possible)", self.directory, name)
+            self._log.warning("spool %s: ack file of %s is damaged; its messages are sent again "
+                              "from the start (duplicates possible)", self.directory, name)
             return 0
         return int(mark)
 
@@ -648,8 +649,8 @@ class SegmentStore:
         if seg is self._active:
             self._active = None
         self.stats.corrupt_segments.append(info)
-        log.error("%s; the segment is moved to %s once that prefix is acknowledged",
-                  info, self.directory / "corrupt")
+        self._log.error("%s; the segment is moved to %s once that prefix is acknowledged",
+                        info, self.directory / "corrupt")
         return info
 
     def _notify_corrupt(self, info: CorruptSegment) -> None:
@@ -658,7 +659,7 @@ class SegmentStore:
             try:
                 self.on_corrupt(info)
             except Exception:  # a user callback must not stop the drain
-                log.exception("spool on_corrupt callback failed")
+                self._log.exception("spool on_corrupt callback failed")
 
     def next_batch(self, max_messages: int = 1000, max_bytes: int = 1 << 20,
                    after: Batch | None = None) -> Batch | None:
@@ -746,9 +747,9 @@ class SegmentStore:
                 try:
                     self._write_ack(seg)
                 except OSError as exc:
-                    log.warning("spool %s: cannot write the ack file of %s (%s); its "
-                                "messages may be sent again after a crash",
-                                self.directory, seg.name, exc)
+                    self._log.warning("spool %s: cannot write the ack file of %s (%s); its "
+                                      "messages may be sent again after a crash",
+                                      self.directory, seg.name, exc)
             self._retire_done()
             self._changed.notify_all()
 
@@ -775,9 +776,9 @@ class SegmentStore:
                 raise SpoolError(f"cannot write a rejected message to {self.directory}/"
                                  f"rejected: {e}; it stays in the queue") from e
             self.stats.rejected += 1
-        log.error("spool %s: nsqd refused a message for topic %r for good (%s); it was moved "
-                  "to %s/rejected (nsq-spark spool redrive %s puts it back)", self.directory,
-                  batch.topic, exc, self.directory, self.directory)
+        self._log.error("spool %s: nsqd refused a message for topic %r for good (%s); it was moved "
+                        "to %s/rejected (nsq-spark spool redrive %s puts it back)", self.directory,
+                        batch.topic, exc, self.directory, self.directory)
 
     def redrive(self) -> "Redriven":
         """Move every file of ``rejected/`` back into the queue (this store's own rejected
@@ -819,15 +820,15 @@ class SegmentStore:
                 qdir = self.directory / "corrupt"
                 _make_dir(qdir)
                 os.rename(seg.path, qdir / seg.name)
-                log.error("spool %s: the intact part of damaged segment %s was delivered; "
-                          "the segment is kept as %s for inspection", self.directory,
-                          seg.name, qdir / seg.name)
+                self._log.error("spool %s: the intact part of damaged segment %s was delivered; "
+                                "the segment is kept as %s for inspection", self.directory,
+                                seg.name, qdir / seg.name)
             elif self._lost is None:   # else: already gone with the directory
                 os.unlink(seg.path)
             _unlink_quiet(seg.path + ".ack")
         except OSError as exc:
-            log.error("spool %s: cannot remove delivered segment %s: %s", self.directory,
-                      seg.name, exc)
+            self._log.error("spool %s: cannot remove delivered segment %s: %s", self.directory,
+                            seg.name, exc)
         try:
             self._disk_bytes -= os.fstat(seg.fd).st_size
         except OSError:
@@ -886,16 +887,16 @@ class SegmentStore:
             self._retire_done()
             lost = sum(s.size - s.acked for s in self._segments)
             if self._lost is not None and lost:
-                log.error("spool %s: %d bytes of messages accepted before the directory was "
-                          "deleted or replaced were not delivered; they are lost with their "
-                          "unlinked files", self.directory, lost)
+                self._log.error("spool %s: %d bytes of messages accepted before the directory was "
+                                "deleted or replaced were not delivered; they are lost with their "
+                                "unlinked files", self.directory, lost)
             for seg in self._segments:
                 try:
                     if seg.own and self._sync_ms is not None:
                         self._sync_fd(seg.fd)
                 except OSError as exc:
-                    log.error("spool %s: final fsync of %s failed: %s", self.directory,
-                              seg.name, exc)
+                    self._log.error("spool %s: final fsync of %s failed: %s", self.directory,
+                                    seg.name, exc)
                 if seg.ack_fd is not None:
                     os.close(seg.ack_fd)
                 os.close(seg.fd)
@@ -966,8 +967,9 @@ def redrive(directory: str | os.PathLike[str]) -> Redriven:
         finally:
             os.close(fd)   # after the move: a drain claims it only now
     if out.files:
-        log.info("spool %s: %d messages in %d files moved from rejected/ back into the "
-                 "queue", d, out.messages, out.files)
+        log.bind(spool=str(d)).info(
+            "spool %s: %d messages in %d files moved from rejected/ back into the "
+            "queue", d, out.messages, out.files)
     return out
 
 
