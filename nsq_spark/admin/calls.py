@@ -15,11 +15,11 @@ read). Its write endpoints take POST only (GET is 405).
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
+from nsq_spark._log import get_logger
 from nsq_spark.addresses import parse_http_address
 from nsq_spark.protocol import check_channel, check_topic
 
@@ -28,7 +28,7 @@ from .errors import (ChannelNotFoundError, HTTPStatusError, LookupdError, NotFou
 from .model import (ChannelStats, ClientStats, Lookup, LookupdInfo, LookupdProducer, NsqdInfo,
                     NsqdStats, TopicStats)
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["ACCEPT", "Answer", "Call", "TOPIC_ACTIONS", "base_url", "channel_action",
            "lookup", "lookupd_channels", "lookupd_info", "lookupd_nodes", "lookupd_topics",
@@ -261,12 +261,14 @@ def parse_producers(body: bytes | str, source: str = "lookupd") -> list[LookupdP
     out: list[LookupdProducer] = []
     for p in producers:
         if not isinstance(p, dict):
-            log.warning("%s: skipping a producer that is not an object: %r", source, p)
+            log.for_lookupd(source).warning(
+                "%s: skipping a producer that is not an object: %r", source, p)
             continue
         host = p.get("broadcast_address") or p.get("address")
         port = _port(p.get("tcp_port"))
         if not isinstance(host, str) or not host or port is None:
-            log.warning("%s: skipping a producer without broadcast_address/tcp_port: %r",
+            log.for_lookupd(source).warning(
+                "%s: skipping a producer without broadcast_address/tcp_port: %r",
                         source, p)
             continue
         out.append(LookupdProducer(

@@ -51,7 +51,7 @@ import dataclasses
 import functools
 import inspect
 import json
-import logging
+
 import os
 import threading
 import time
@@ -59,13 +59,14 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from nsq_spark import validate
+from nsq_spark._log import get_logger
 from nsq_spark.errors import ConfigError, InvalidNameError, NSQError
 from nsq_spark.protocol import valid_channel_name, valid_topic_name
 
 if TYPE_CHECKING:
     from nsq_spark.message import Message
 
-log = logging.getLogger("nsq_spark.contrib.dead_letter")
+log = get_logger("nsq_spark.contrib.dead_letter")
 
 __all__ = ["DeadLetter", "DeadLetterRecord", "DeadLetterFormatError", "DeadLetterPublisher",
            "read_dead_letter", "MAGIC", "MAX_REASON_CHARS", "MAX_REMEMBERED_REASONS"]
@@ -362,23 +363,25 @@ class DeadLetter:
         try:
             message.finish()
         except NSQError as fin_exc:  # the Reader closed meanwhile: nsqd redelivers it
-            log.warning("message %s is on dead-letter topic %r but could not be finished "
-                        "(%s); nsqd will deliver it again, and it will be dead-lettered "
-                        "twice", message.id.decode("ascii", "replace"), self.topic, fin_exc)
+            log.for_nsqd(message.nsqd_address or "unknown").warning(
+                "message %s is on dead-letter topic %r but could not be finished "
+                "(%s); nsqd will deliver it again, and it will be dead-lettered "
+                "twice", message.id.decode("ascii", "replace"), self.topic, fin_exc)
 
     def _failed(self, message: "Message", exc: BaseException) -> None:
         with self._lock:
             self.failed += 1
-        log.error("could not publish message %s (attempts %d, from %s) to dead-letter topic "
-                  "%r via nsqd %s: %s; requeueing it (it comes back here on its next "
-                  "delivery)", message.id.decode("ascii", "replace"), message.attempts,
-                  message.nsqd_address, self.topic, self._nsqd(), exc)
+        log.for_nsqd(message.nsqd_address or "unknown").error(
+            "could not publish message %s (attempts %d, from %s) to dead-letter topic "
+            "%r via nsqd %s: %s; requeueing it (it comes back here on its next "
+            "delivery)", message.id.decode("ascii", "replace"), message.attempts,
+            message.nsqd_address, self.topic, self._nsqd(), exc)
         try:
             message.requeue(self.requeue_delay, backoff=False)
         except NSQError as req_exc:  # the Reader closed meanwhile: nsqd redelivers it
-            log.warning("message %s could not be requeued either (%s); nsqd will deliver "
-                        "it again after its timeout", message.id.decode("ascii", "replace"),
-                        req_exc)
+            log.for_nsqd(message.nsqd_address or "unknown").warning(
+                "message %s could not be requeued either (%s); nsqd will deliver "
+                "it again after its timeout", message.id.decode("ascii", "replace"), req_exc)
 
     def _nsqd(self) -> str:
         p = self.producer

@@ -38,7 +38,6 @@ Connect server.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -46,9 +45,10 @@ from typing import Any, Callable, Mapping
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from .._log import get_logger
 from .progress import SourceLag, source_lags
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["NSQSourceListener", "SourceBatch", "SourceTotals", "SparkSourceMetrics"]
 
@@ -190,7 +190,7 @@ class NSQSourceListener(StreamingQueryListener):
                     self.on_batch(batch)
                 except Exception as exc:  # noqa: BLE001 - Spark's listener thread goes on
                     log.warning("NSQSourceListener: on_batch failed for query %s: %s",
-                                query, exc)
+                                query, exc, extra={"spark_query": query})
         return out
 
     def onQueryStarted(self, event: Any) -> None:
