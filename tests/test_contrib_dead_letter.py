@@ -293,6 +293,33 @@ def test_watch_wraps_coroutine_handlers_too():
 
 
 @unit
+def test_watch_sees_the_failure_inside_an_async_call_method():
+    """An object whose ``__call__`` is ``async def`` is a coroutine handler too: the
+    wrapper awaits it, so what it raises or returns reaches the record's reason."""
+    import asyncio
+    import inspect
+
+    class PriceCheck:
+        async def __call__(self, msg: Message) -> bool:
+            if msg.attempts == 1:
+                return False
+            raise LookupError("no price list")
+
+    pub = FakePublisher()
+    dead = DeadLetter("orders.dead", _as_port(pub))
+    watched = dead.watch(PriceCheck())
+    assert inspect.iscoroutinefunction(watched)
+    m1, _ = message(attempts=1)
+    assert asyncio.run(watched(m1)) is False
+    assert dead.reason_for(m1) == "handler returned False"
+    m2, _ = message(attempts=2)
+    with pytest.raises(LookupError):
+        asyncio.run(watched(m2))
+    dead(message(attempts=3)[0])
+    assert read_dead_letter(pub.sent[0][1]).reason == "LookupError: no price list"
+
+
+@unit
 def test_reasons_are_bounded():
     dead = DeadLetter("d", _as_port(FakePublisher()), remember_reasons=2)
     msgs = [Message(b"%016d" % i, b"b", 0, 1, FakeResponder()) for i in range(3)]

@@ -49,9 +49,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import inspect
 import json
-
 import os
 import threading
 import time
@@ -60,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from nsq_spark import validate
 from nsq_spark._log import get_logger
+from nsq_spark.consumer.handlers import is_coroutine_function
 from nsq_spark.errors import ConfigError, InvalidNameError, NSQError
 from nsq_spark.protocol import valid_channel_name, valid_topic_name
 
@@ -289,19 +288,21 @@ class DeadLetter:
         return self
 
     def watch(self, handler: H) -> H:
-        """Wrap a message handler (plain or ``async def``) so that its last failure for
-        a message -- an exception, or returning False -- becomes that message's reason
-        when it is given up. The wrapper returns or raises what ``handler`` does."""
-        if inspect.iscoroutinefunction(handler):
+        """Wrap a message handler (plain, ``async def``, or an object with an ``async def
+        __call__``) so that its last failure for a message -- an exception, or returning
+        False -- becomes that message's reason when it is given up. The wrapper returns or
+        raises what ``handler`` does."""
+        # the consumer's own test (it looks at __call__ too): a wrapper that only called
+        # an async __call__ would see a coroutine, never the failure inside it
+        if is_coroutine_function(handler):
             @functools.wraps(handler)
             async def watched_async(message: "Message") -> Any:
                 try:
                     result = await handler(message)
                 except Exception as exc:
-                    self.note_failure(message, exc)
+                    self._note_outcome(message, raised=exc)
                     raise
-                if result is False:
-                    self.note_failure(message, "handler returned False")
+                self._note_outcome(message, result)
                 return result
             return watched_async  # type: ignore[return-value]
 
@@ -310,12 +311,19 @@ class DeadLetter:
             try:
                 result = handler(message)
             except Exception as exc:
-                self.note_failure(message, exc)
+                self._note_outcome(message, raised=exc)
                 raise
-            if result is False:
-                self.note_failure(message, "handler returned False")
+            self._note_outcome(message, result)
             return result
         return watched  # type: ignore[return-value]
+
+    def _note_outcome(self, message: "Message", result: Any = None,
+                      raised: Exception | None = None) -> None:
+        # the one rule of both wrappers: an exception, or a False result, is a failure
+        if raised is not None:
+            self.note_failure(message, raised)
+        elif result is False:
+            self.note_failure(message, "handler returned False")
 
     def note_failure(self, message: "Message", reason: BaseException | str) -> None:
         """Remember why handling ``message`` failed (for handlers :meth:`watch` cannot
