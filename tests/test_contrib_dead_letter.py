@@ -341,7 +341,12 @@ def test_attach_sets_the_hook_and_the_source():
 
 @unit
 @pytest.mark.parametrize("kwargs, error, says", [
-    (dict(topic="bad topic", producer=FakePublisher()), InvalidNameError, "topic='bad topic'"),
+    (dict(topic="bad topic", producer=FakePublisher()), InvalidNameError,
+     "invalid topic name 'bad topic'"),
+    (dict(topic="d", producer=FakePublisher(), source_topic="x" * 65), InvalidNameError,
+     "invalid topic name 'x{65}'"),
+    (dict(topic="d", producer=FakePublisher(), source_channel="bad channel"),
+     InvalidNameError, "invalid channel name 'bad channel'"),
     (dict(topic="d"), ConfigError, "one of them"),
     (dict(topic="d", producer=FakePublisher(), nsqd_tcp_addresses="127.0.0.1:9"),
      ConfigError, "one of them"),

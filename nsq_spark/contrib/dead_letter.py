@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 from nsq_spark import validate
 from nsq_spark._log import get_logger
 from nsq_spark.consumer.handlers import is_coroutine_function
-from nsq_spark.errors import ConfigError, InvalidNameError, NSQError
-from nsq_spark.protocol import valid_channel_name, valid_topic_name
+from nsq_spark.errors import ConfigError, NSQError
+from nsq_spark.protocol import check_channel, check_topic
 
 if TYPE_CHECKING:
     from nsq_spark.message import Message
@@ -191,16 +191,6 @@ class DeadLetterPublisher(Protocol):
     def close(self, timeout: float | None = None) -> None: ...
 
 
-def _check_name(value: Any, param: str, valid: Callable[[object], bool], none: bool) -> Any:
-    if value is None and none:
-        return None
-    if not valid(value):
-        raise InvalidNameError(f"{param}={value!r} is not a name nsqd accepts: 1-64 "
-                               "characters of [.a-zA-Z0-9_-], optionally ending in "
-                               "'#ephemeral'")
-    return value
-
-
 class DeadLetter:
     """A Reader's ``giving_up`` hook that republishes given-up messages to ``topic``.
 
@@ -239,11 +229,11 @@ class DeadLetter:
                  source_topic: str | None = None, source_channel: str | None = None,
                  publish_timeout: float | None = None, requeue_delay: float | None = None,
                  remember_reasons: int = 10_000) -> None:
-        self.topic: str = _check_name(topic, "topic", valid_topic_name, False)
-        self.source_topic: str | None = _check_name(source_topic, "source_topic",
-                                                    valid_topic_name, True)
-        self.source_channel: str | None = _check_name(source_channel, "source_channel",
-                                                      valid_channel_name, True)
+        self.topic: str = check_topic(topic)
+        self.source_topic: str | None = (None if source_topic is None
+                                         else check_topic(source_topic))
+        self.source_channel: str | None = (None if source_channel is None
+                                           else check_channel(source_channel))
         self.requeue_delay: float | None = validate.seconds(
             requeue_delay, "requeue_delay", lo_open=False, hi=3600,
             none="the Reader's default delay")
