@@ -20,10 +20,17 @@ The rule, so that nothing is dropped:
   dead-letter path did), the failure is logged at ERROR with the nsqd address(es), and
   the next delivery comes back here (its attempts are still over ``max_tries``);
 * the publish is asynchronous (:meth:`Message.enable_async`): the Reader's loop is not
-  blocked while nsqd answers. Keep the producer's ``publish_timeout`` below nsqd's
-  ``--msg-timeout`` (default 60 s; ours defaults to 10 s), or nsqd may time the original
-  out and redeliver it while its copy is still being published: NSQ is at-least-once,
-  and so is the dead-letter topic (a record may be stored twice; its ``id`` tells).
+  blocked while nsqd answers. With ``spool_dir`` there is no answer to wait for, but the
+  append to the spool (and its fsync, per the producer's ``spool_fsync``) happens inside
+  the hook, on the Reader's loop: about 0.25 ms per give-up with ``"always"`` on a local
+  disk of this machine class, under 10 us with ``"never"``; and a full spool
+  (``spool_full="block"``) holds the loop until it has room: without limit for the
+  producer DeadLetter builds, up to ``spool_block_timeout`` for a Producer you give (then
+  the message is requeued). The message is FINished after that append returns. Keep
+  the producer's ``publish_timeout`` below nsqd's ``--msg-timeout`` (default 60 s; ours
+  defaults to 10 s), or nsqd may time the original out and redeliver it while its copy
+  is still being published: NSQ is at-least-once, and so is the dead-letter topic (a
+  record may be stored twice; its ``id`` tells).
 
 The reason: the last exception the handler raised for this message (or "handler returned
 False") when this process saw it, through :meth:`DeadLetter.watch`; else ``"max_tries"``
