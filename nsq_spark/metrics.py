@@ -82,7 +82,7 @@ _READER_COUNTERS = {
     "finished": ("nsq_reader_messages_finished", "Messages finished (FIN)."),
     "requeued": ("nsq_reader_messages_requeued", "Messages requeued (REQ)."),
     "given_up": ("nsq_reader_messages_given_up",
-                 "Messages over max_tries handed to giving_up() and finished."),
+                 "Hand-overs to giving_up() (a message the hook requeues counts again)."),
     "duplicates": ("nsq_reader_duplicates", "Duplicates finished unseen by the dedup store."),
 }
 _READER_GAUGES = {
