@@ -54,7 +54,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 from ._log import get_logger
 
 try:
@@ -82,7 +82,7 @@ _READER_COUNTERS = {
     "finished": ("nsq_reader_messages_finished", "Messages finished (FIN)."),
     "requeued": ("nsq_reader_messages_requeued", "Messages requeued (REQ)."),
     "given_up": ("nsq_reader_messages_given_up",
-                 "Messages over max_tries handed to giving_up() and finished."),
+                 "Hand-overs to giving_up() (a message the hook requeues counts again)."),
     "duplicates": ("nsq_reader_duplicates", "Duplicates finished unseen by the dedup store."),
 }
 _READER_GAUGES = {
@@ -200,19 +200,34 @@ class NSQCollector:
         yield from _source_families(sources)
 
 
-def _source_families(sources: list[dict[str, Any]]) -> Iterator[Metric]:
-    labels = ["query", "topic", "channel"]
-    for family, table in ((GaugeMetricFamily, _SOURCE_GAUGES),
-                          (CounterMetricFamily, _SOURCE_COUNTERS)):
+# a table: stats() key -> (metric name, help); with the family kind it is exported as
+_Tables = tuple[tuple[type[CounterMetricFamily] | type[GaugeMetricFamily],
+                      dict[str, tuple[str, str]]], ...]
+
+
+def _table_families(rows: Sequence[tuple[list[str], Mapping[str, Any]]],
+                    labels: list[str], tables: _Tables) -> Iterator[Metric]:
+    """One family per table entry that some row's stats has as a number (a bool is not
+    one: it would export as 0/1), with one sample per such row, labelled by its
+    label values."""
+    for family, table in tables:
         for key, (metric, doc) in table.items():
-            present = [s for s in sources if isinstance(s.get(key), (int, float))
-                       and not isinstance(s.get(key), bool)]
+            present = [(values, stats[key]) for values, stats in rows
+                       if isinstance(stats.get(key), (int, float))
+                       and not isinstance(stats.get(key), bool)]
             if present:
                 out = family(metric, doc, labels=labels)
-                for s in present:
-                    out.add_metric([str(s.get("query", "")), str(s.get("topic", "")),
-                                    str(s.get("channel", ""))], s[key])
+                for values, number in present:
+                    out.add_metric(values, number)
                 yield out
+
+
+def _source_families(sources: list[dict[str, Any]]) -> Iterator[Metric]:
+    rows = [([str(s.get("query", "")), str(s.get("topic", "")), str(s.get("channel", ""))],
+             s) for s in sources]
+    yield from _table_families(rows, ["query", "topic", "channel"],
+                               ((GaugeMetricFamily, _SOURCE_GAUGES),
+                                (CounterMetricFamily, _SOURCE_COUNTERS)))
 
 
 @dataclass
@@ -262,15 +277,9 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
     def values(stats: dict[str, Any], name: str) -> list[str]:
         return [name, str(stats.get("topic", "")), str(stats.get("channel", ""))]
 
-    for family, table in ((CounterMetricFamily, _READER_COUNTERS),
-                          (GaugeMetricFamily, _READER_GAUGES)):
-        for key, (metric, doc) in table.items():
-            present = [(n, s) for n, s in readers if isinstance(s.get(key), int)]
-            if present:
-                out = family(metric, doc, labels=labels)
-                for n, s in present:
-                    out.add_metric(values(s, n), s[key])
-                yield out
+    yield from _table_families([(values(s, n), s) for n, s in readers], labels,
+                               ((CounterMetricFamily, _READER_COUNTERS),
+                                (GaugeMetricFamily, _READER_GAUGES)))
     if not readers:
         return
     backoff = GaugeMetricFamily("nsq_reader_backoff_level",

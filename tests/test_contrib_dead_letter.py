@@ -293,6 +293,33 @@ def test_watch_wraps_coroutine_handlers_too():
 
 
 @unit
+def test_watch_sees_the_failure_inside_an_async_call_method():
+    """An object whose ``__call__`` is ``async def`` is a coroutine handler too: the
+    wrapper awaits it, so what it raises or returns reaches the record's reason."""
+    import asyncio
+    import inspect
+
+    class PriceCheck:
+        async def __call__(self, msg: Message) -> bool:
+            if msg.attempts == 1:
+                return False
+            raise LookupError("no price list")
+
+    pub = FakePublisher()
+    dead = DeadLetter("orders.dead", _as_port(pub))
+    watched = dead.watch(PriceCheck())
+    assert inspect.iscoroutinefunction(watched)
+    m1, _ = message(attempts=1)
+    assert asyncio.run(watched(m1)) is False
+    assert dead.reason_for(m1) == "handler returned False"
+    m2, _ = message(attempts=2)
+    with pytest.raises(LookupError):
+        asyncio.run(watched(m2))
+    dead(message(attempts=3)[0])
+    assert read_dead_letter(pub.sent[0][1]).reason == "LookupError: no price list"
+
+
+@unit
 def test_reasons_are_bounded():
     dead = DeadLetter("d", _as_port(FakePublisher()), remember_reasons=2)
     msgs = [Message(b"%016d" % i, b"b", 0, 1, FakeResponder()) for i in range(3)]
@@ -314,7 +341,12 @@ def test_attach_sets_the_hook_and_the_source():
 
 @unit
 @pytest.mark.parametrize("kwargs, error, says", [
-    (dict(topic="bad topic", producer=FakePublisher()), InvalidNameError, "topic='bad topic'"),
+    (dict(topic="bad topic", producer=FakePublisher()), InvalidNameError,
+     "invalid topic name 'bad topic'"),
+    (dict(topic="d", producer=FakePublisher(), source_topic="x" * 65), InvalidNameError,
+     "invalid topic name 'x{65}'"),
+    (dict(topic="d", producer=FakePublisher(), source_channel="bad channel"),
+     InvalidNameError, "invalid channel name 'bad channel'"),
     (dict(topic="d"), ConfigError, "one of them"),
     (dict(topic="d", producer=FakePublisher(), nsqd_tcp_addresses="127.0.0.1:9"),
      ConfigError, "one of them"),

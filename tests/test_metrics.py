@@ -85,6 +85,25 @@ def test_per_nsqd_producer_stats_and_a_spooling_producers_outer_counters():
     assert value(got, "nsq_producer_spool_pending_bytes", producer="spooled") == 12
 
 
+@pytest.mark.unit
+def test_a_reader_figure_is_exported_when_it_is_a_number_and_not_when_it_is_a_bool():
+    registry = prometheus_client.CollectorRegistry()
+    collector = NSQCollector().register(registry)
+    reader = _Stats({"topic": "t", "channel": "c", "connections": {}, "name": "t:c",
+                     "messages_received": 4, "finished": 3.0, "requeued": True,
+                     "in_flight": False, "max_in_flight": 10})
+    collector.watch(reader)
+    got = scrape(registry)
+    rl = {"reader": "t:c", "topic": "t", "channel": "c"}
+    assert value(got, "nsq_reader_messages_received_total", **rl) == 4
+    assert value(got, "nsq_reader_messages_finished_total", **rl) == 3
+    assert value(got, "nsq_reader_max_in_flight", **rl) == 10
+    exported = {name for name, _labels in got}
+    assert "nsq_reader_messages_requeued_total" not in exported
+    assert "nsq_reader_in_flight" not in exported
+    assert value(got, "nsq_reader_connections", **rl) == 0
+
+
 _PRODUCER_KEYS = {"messages": "nsq_producer_messages_total", "bytes": "nsq_producer_bytes_total",
                   "retries": "nsq_producer_retries_total", "errors": "nsq_producer_errors_total",
                   "published": "nsq_producer_commands_total"}

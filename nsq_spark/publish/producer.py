@@ -433,9 +433,6 @@ class Producer:
     def _bind_running_loop(self) -> asyncio.AbstractEventLoop:
         return self._direct_only.home.bind_running()
 
-    def _command_future(self, data: bytes) -> "asyncio.Future[bytes]":
-        return self._direct_only.tcp.command_future(data)
-
     def _sync_slot(self, address: str) -> Any:
         """This thread's blocking connection to ``address`` (tests of the connection
         layer look at its negotiated features)."""
