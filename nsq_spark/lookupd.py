@@ -140,8 +140,7 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
         found = read_answer(call, answer)
     except HTTPStatusError as exc:
         raise LookupdError(str(exc)) from exc
-    return [ProducerInfo(p.broadcast_address, p.tcp_port, p.http_port)
-            for p in found.producers]
+    return [_record(p) for p in found.producers]
 
 
 def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = None) -> float:
