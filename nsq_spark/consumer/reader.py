@@ -725,7 +725,9 @@ class Reader:
             while any(s.outstanding for s in links) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         if self._strategy is not None:
-            self._strategy.close()  # a handler pool takes nothing more before step 3
+            # a handler pool's workers exit at the end of its queue; step 3 requeues what
+            # is queued, and the workers skip what is answered
+            self._strategy.close()
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
