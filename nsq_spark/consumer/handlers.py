@@ -299,23 +299,25 @@ class Concurrent(_Base):
             link, m, r, exc = q.popleft()
             if m.delegated:  # the application answers it (held since the hand-over)
                 if exc is not None:
-                    log.error("[%s] handler failed on message %s from %s after "
-                              "enable_async(); the application answers it", self.name,
-                              _mid(m), link.address, exc_info=exc)
+                    self._log.for_nsqd(link.address).error(
+                        "[%s] handler failed on message %s from %s after enable_async(); "
+                        "the application answers it", self.name, _mid(m), link.address,
+                        exc_info=exc)
                 continue
             if exc is not None:
-                log.error("[%s] handler failed on message %s from %s; requeueing",
-                          self.name, _mid(m), link.address, exc_info=exc)
+                self._log.for_nsqd(link.address).error(
+                    "[%s] handler failed on message %s from %s; requeueing", self.name,
+                    _mid(m), link.address, exc_info=exc)
                 settle(link, m, False)
             elif r is True or r is None:
                 settle(link, m, True)
             elif r is False:
                 settle(link, m, False)
             else:
-                log.error("[%s] handler returned %r for message %s from %s: with "
-                          "concurrency > 1 return True, False or None (an async def "
-                          "handler needs no threads); requeueing", self.name, r, _mid(m),
-                          link.address)
+                self._log.for_nsqd(link.address).error(
+                    "[%s] handler returned %r for message %s from %s: with concurrency > 1 "
+                    "return True, False or None (an async def handler needs no threads); "
+                    "requeueing", self.name, r, _mid(m), link.address)
                 settle(link, m, False)
         self.answers.flush()
 
