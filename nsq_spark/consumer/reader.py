@@ -112,6 +112,10 @@ log = get_logger("nsq_spark.reader")
 
 __all__ = ["Reader"]
 
+#: seconds a run-time control (disconnect_from_nsqd, connect_to_lookupd, ...) called from
+#: another thread waits for the IO loop to run it
+CONTROL_TIMEOUT = 10.0
+
 MessageHandler = Callable[[Message], Any]
 BatchHandler = Callable[[list[Message]], Any]
 
@@ -479,7 +483,8 @@ class Reader:
         :class:`~nsq_spark.errors.NotConnectedError` when the Reader neither has it as a
         direct address nor is connected to it."""
         a = parse_address(address, "address")
-        self._on_loop_result(lambda: self._pool.disconnect_from(a.host, a.port))
+        self._on_loop_result(lambda: self._pool.disconnect_from(a.host, a.port),
+                             f"disconnect_from_nsqd({address!r})")
 
     def connect_to_lookupd(self, address: str) -> bool:
         """Poll one more nsqlookupd (``host:port`` or URL, any thread, before or after
@@ -487,7 +492,8 @@ class Reader:
         it is polled already. :class:`~nsq_spark.errors.InvalidAddressError` for a
         malformed address."""
         parse_http_address(address, "address", "127.0.0.1:4161")
-        return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address)))
+        return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address),
+                                         f"connect_to_lookupd({address!r})"))
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
@@ -496,12 +502,18 @@ class Reader:
         without ``nsqd_tcp_addresses`` (nothing would find nsqds any more; go-nsq refuses
         the last one even with direct addresses)."""
         parse_http_address(address, "address", "127.0.0.1:4161")
-        self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address))
+        self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address),
+                             f"disconnect_from_lookupd({address!r})")
 
-    def _on_loop_result(self, fn: Callable[[], Any]) -> Any:
-        # on the loop (or here before start / on the loop's thread); the pool's typed
-        # errors reach the caller
-        return self._bridge.result(fn, timeout=10.0)
+    def _on_loop_result(self, fn: Callable[[], Any], control: str) -> Any:
+        # on the loop (or here before start / on the loop's thread), once; the pool's
+        # typed errors reach the caller. Never off the loop while it runs: the pool's
+        # lists and tasks are the loop's.
+        return self._bridge.result_on_loop(fn, CONTROL_TIMEOUT, (
+            f"[{self.name}] {control} was not applied: the Reader's IO loop did not run "
+            f"it within {CONTROL_TIMEOUT:g}s, so it is blocked (e.g. by a blocking "
+            "message_handler on the loop thread: give the Reader concurrency=N to run it "
+            "on N threads); try again once the loop is free"))
 
     def _call_on_loop(self, fn: Callable[[], Any]) -> None:
         if not self._bridge.bound:
