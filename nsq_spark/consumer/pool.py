@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = get_logger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
+__all__ = ["Pool", "Deliveries", "Pulled", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
            "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
@@ -89,6 +89,31 @@ class Deliveries(Protocol):
     def on_messages(self, link: "Link", msgs: list["Message"]) -> None: ...
 
     def on_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None: ...
+
+
+class Pulled(Protocol):
+    """What a puller was handed of a connection, or waits to be handed, outside the
+    ledger's record: the pull queue (:class:`~nsq_spark.consumer.pull.PullQueue`), on the
+    loop thread. The pool asks it when one connection closes."""
+
+    def take_queued(self, link: "Link") -> tuple[list["Message"], list["MessageBlock"]]:
+        """Closing ``link`` on purpose: its messages and blocks not handed out yet leave
+        the queue (the pool requeues them)."""
+        ...
+
+    def holds_blocks(self, link: "Link") -> bool:
+        """Blocks of ``link`` handed out and not answered yet."""
+        ...
+
+    def take_unanswered_blocks(self, link: "Link") -> list["MessageBlock"]:
+        """Closing ``link`` on purpose: its blocks not answered, forgotten here (the pool
+        requeues them)."""
+        ...
+
+    def drop_link(self, link: "Link") -> int:
+        """``link``'s connection closed: forget its blocks; how many messages they held
+        (for the log)."""
+        ...
 
 
 class Poller(Protocol):
@@ -139,8 +164,9 @@ class Pool:
         deliveries: gets every read chunk (the intake gate).
         connect: makes a connection (:class:`~.connection_port.ConnectNsqd`); default: the
             real :class:`nsq_spark.conn.Connection`.
-        on_link_lost: ``f(link)`` when a connection closed; returns how many messages of it
-            the caller still held (the pull queue's blocks), for the log.
+        pulled: the pull queue (:class:`Pulled`): what it holds of a connection is taken
+            out and requeued when that connection closes on purpose, and forgotten when
+            a connection is lost.
         on_heartbeat, disabled: pynsq's Reader hooks (see the module doc).
         lookupd: lookupd HTTP addresses polled from start (more may be added at run time).
         make_poller: makes the lookupd poller (:class:`MakePoller`); None: no lookupd
@@ -158,7 +184,7 @@ class Pool:
                  make_poller: MakePoller | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
                  reconnect_max: float, deliveries: Deliveries,
-                 on_link_lost: Callable[["Link"], int],
+                 pulled: Pulled,
                  connect: ConnectNsqd = connect_nsqd,
                  on_heartbeat: Callable[[Any], Any] | None = None,
                  disabled: Callable[[], bool] | None = None,
@@ -185,7 +211,7 @@ class Pool:
         self.reconnect_max = reconnect_max
         self.deliveries = deliveries
         self.connect = connect
-        self.on_link_lost = on_link_lost
+        self.pulled = pulled
         self.on_heartbeat = on_heartbeat
         self.disabled = disabled
         self._held: dict["ConnRdy[Link]", int] = {}  # RDY held back while disabled()
@@ -296,19 +322,23 @@ class Pool:
                                               link.address)
         self._disconnecting.add(link.address)
         if conn.state is ConnState.SUBSCRIBED:
-            # RDY 0 and CLS (the state is CLOSING from now on: no RDY is sent to it any
-            # more); the policy gives its share to the others when it has closed
-            conn.send_rdy(0)
-            try:
-                await asyncio.wait_for(conn.send_cls(), self.config.close_timeout)
-            except Exception as exc:
-                self._log.for_nsqd(link.address).debug("[%s] CLS to %s: %s", self.name,
-                                                       link.address, exc)
-            await self._until_quiet([conn])
+            # quiet (the state is CLOSING from now on: no RDY is sent to it any more); the
+            # policy gives its share to the others when it has closed
+            await self._quiesce([link])
+            # what waits in the pull queue is handed out no more (a REQ'd message handed
+            # out would make the puller's finish() of its whole batch fail)
+            queued, queued_blocks = self.pulled.take_queued(link)
+            # what was handed out gets close_timeout s to be answered (the queued messages
+            # stay in the ledger's record, answerable by nobody, until the requeue below)
             deadline = self.bridge.time() + self.config.close_timeout
-            while link.outstanding and self.bridge.time() < deadline:
+            while (len(link.outstanding) > len(queued) or self.pulled.holds_blocks(link)) \
+                    and self.bridge.time() < deadline:
                 await asyncio.sleep(0.01)
-            if self.answers.requeue_outstanding([link], ()):
+            # a straggler queued meanwhile leaves the queue too (its messages are in the
+            # ledger's record: requeued below with the rest)
+            _, late_blocks = self.pulled.take_queued(link)
+            blocks = queued_blocks + late_blocks + self.pulled.take_unanswered_blocks(link)
+            if self.answers.requeue_outstanding([link], blocks):
                 self.answers.flush()
         await conn.close()
 
@@ -468,7 +498,7 @@ class Pool:
         # answers would be refused now (message ids belong to the connection). Messages
         # already handed out stay so (pull queue, running handlers): handled at least once
         # beats dropped; their answers are counted in dropped_responses.
-        lost = self.answers.forget_link(link) + self.on_link_lost(link)
+        lost = self.answers.forget_link(link) + self.pulled.drop_link(link)
         if address in self._disconnecting:
             self._disconnecting.discard(address)
             self._log.for_nsqd(address).info(
@@ -599,17 +629,33 @@ class Pool:
         self.tasks.cancel("connect")  # pending connects and reconnect loops
         self.tasks.cancel("poll")
         links = self.subscribed()
-        cls = []
+        await self._quiesce(links)
+        return links
+
+    async def _quiesce(self, links: list["Link"]) -> None:
+        """RDY 0 and CLS on each of ``links`` still subscribed (nsqd answers CLOSE_WAIT
+        and sends no more), at most ``close_timeout`` s for the answers, then read on
+        until they are quiet. The one closing sequence of a connection, for all of them
+        (closing) or one (:meth:`disconnect_from`)."""
+        cls: dict[asyncio.Future[bytes], str] = {}
         for link in links:
             conn = link.conn
-            assert conn is not None
-            if conn.state is ConnState.SUBSCRIBED:
+            if conn is not None and conn.state is ConnState.SUBSCRIBED:
                 conn.send_rdy(0)
-                cls.append(conn.send_cls())
-        if cls:
-            await asyncio.wait(cls, timeout=self.config.close_timeout)
-            await self._until_quiet([link.conn for link in links if link.conn is not None])
-        return links
+                cls[asyncio.ensure_future(conn.send_cls())] = link.address
+        if not cls:
+            return
+        _, late = await asyncio.wait(cls, timeout=self.config.close_timeout)
+        for fut, address in cls.items():
+            if fut in late:
+                fut.cancel()  # the connection ignores an answer to a cancelled command
+                self._log.for_nsqd(address).debug("[%s] CLS to %s: no answer within %ss",
+                                                  self.name, address,
+                                                  self.config.close_timeout)
+            elif fut.exception() is not None:
+                self._log.for_nsqd(address).debug("[%s] CLS to %s: %s", self.name, address,
+                                                  fut.exception())
+        await self._until_quiet([link.conn for link in links if link.conn is not None])
 
     async def _until_quiet(self, conns: list[ConsumerConnection]) -> None:
         """After CLOSE_WAIT: read on until the connections are quiet for CLOSE_QUIET s.

@@ -311,7 +311,7 @@ class Reader:
                           direct=direct, make_poller=make_poller,
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
-                          deliveries=self._intake, on_link_lost=self._pull.drop_link,
+                          deliveries=self._intake, pulled=self._pull,
                           connect=connection_factory or connect_nsqd,
                           on_heartbeat=_overridden(self, "heartbeat"),
                           disabled=_overridden(self, "disabled"),
