@@ -25,7 +25,7 @@ from nsq_spark.consumer.pool import (ConnectToNsqd, MakePoller, Poller, Pool, Pu
                                      QueryLookupd)
 from nsq_spark.consumer.rdy import RdyPolicy
 from nsq_spark.errors import ConfigError, InvalidAddressError, NotConnectedError
-from nsq_spark.lookupd import ProducerInfo, parse_producer_records
+from nsq_spark.lookupd import ProducerInfo, lookupd_index, parse_producer_records
 from nsq_spark.message import Message
 from nsq_spark.protocol import MessageBlock
 
@@ -158,11 +158,17 @@ class FakePoller:
         return once()
 
     def add_address(self, address: str) -> bool:
+        # the port's contract: False for a lookupd polled already (the pool relies on it)
+        if lookupd_index(self.addresses, address, "t") is not None:
+            return False
         self.addresses.append(address)
         return True
 
     def remove_address(self, address: str) -> bool:
-        self.addresses.remove(address)
+        i = lookupd_index(self.addresses, address, "t")
+        if i is None:
+            return False
+        del self.addresses[i]
         return True
 
     def stop(self) -> Awaitable[None]:
@@ -387,6 +393,8 @@ def test_lookupds_are_added_and_removed_at_run_time() -> None:
         assert rig.pool.connect_to_lookupd("http://l1:4161") is False  # the same lookupd
         assert rig.pool.connect_to_lookupd("l2:4161") is True
         assert rig.poller.addresses == ["l1:4161", "l2:4161"] and rig.poller.triggered == 1
+        # one list: the pool asks the poller (no copy of its own to disagree)
+        assert rig.pool.lookupd_addresses == rig.poller.addresses
         rig.pool.disconnect_from_lookupd("l1:4161")
         assert rig.pool.lookupd_addresses == ["l2:4161"] == rig.poller.addresses
         with pytest.raises(NotConnectedError, match=r"lookupd 'l9:4161' is not polled"):
@@ -433,7 +441,9 @@ def test_the_readers_controls_check_their_input_by_the_one_rules() -> None:
     # before start: the lists change, nothing connects
     assert r.connect_to_lookupd("127.0.0.1:4161") is True
     assert r.lookupd_http_addresses == ["127.0.0.1:4161"]
+    assert r.connect_to_lookupd("http://127.0.0.1:4161/") is False  # the same one
     r.disconnect_from_lookupd("127.0.0.1:4161")
+    assert r.lookupd_http_addresses == []
     r.disconnect_from_nsqd("127.0.0.1:4150")
     assert r.nsqd_tcp_addresses == [] and r.lookupd_http_addresses == []
     with pytest.raises(NotConnectedError):

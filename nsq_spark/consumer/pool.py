@@ -56,7 +56,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, w
 from .._log import get_logger
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
-from ..lookupd import ProducerInfo, lookup_url, producer_address
+from ..lookupd import ProducerInfo, lookupd_index, producer_address
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 
@@ -117,10 +117,12 @@ class Pulled(Protocol):
 
 
 class Poller(Protocol):
-    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`)."""
+    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`).
+    Once made, it keeps the list of the lookupds polled (the pool keeps none then)."""
 
     polls: int
     failures: dict[str, str]
+    addresses: list[str]
 
     def start(self) -> None: ...
 
@@ -128,9 +130,13 @@ class Poller(Protocol):
 
     def poll_once(self) -> Awaitable[Any]: ...
 
-    def add_address(self, address: str) -> bool: ...
+    def add_address(self, address: str) -> bool:
+        """Poll ``address`` too; False if it is polled already (the same lookupd)."""
+        ...
 
-    def remove_address(self, address: str) -> bool: ...
+    def remove_address(self, address: str) -> bool:
+        """Stop polling ``address``; False if it was not polled."""
+        ...
 
     def stop(self) -> Awaitable[None]: ...
 
@@ -220,7 +226,8 @@ class Pool:
         # nsqd address -> the last connect/SUB failure, until it subscribes
         self.connect_errors: dict[str, BaseException] = {}
         self.messages_received = 0
-        self.lookupd_addresses = list(lookupd)
+        # the lookupds to poll while there is no poller; the poller keeps them once made
+        self._lookupd = list(lookupd)
         self.query_lookupd: QueryLookupd = query_lookupd or self.poll_lookupd
         self.connect_to_nsqd: ConnectToNsqd = connect_to_nsqd or self.connect_to
         self.topology_zone = topology_zone
@@ -240,14 +247,15 @@ class Pool:
         self._started = True
         for host, port in self.direct:
             self.tasks.spawn(self._keep_connected(host, port, first=True), "connect")
-        if self.lookupd_addresses:
+        if self._lookupd:
             self._start_poller()
 
     def _start_poller(self) -> None:
         if self.make_poller is None:
             raise ConfigError(f"[{self.name}] this consumer cannot poll nsqlookupd")
-        self.poller = self.make_poller(list(self.lookupd_addresses), self._on_records,
+        self.poller = self.make_poller(self._lookupd, self._on_records,
                                        self._scheduled_poll)
+        self._lookupd = []  # the poller's list is the one from now on
         self.poller.start()
 
     def connect_to(self, host: str, port: int) -> None:
@@ -342,40 +350,50 @@ class Pool:
                 self.answers.flush()
         await conn.close()
 
+    @property
+    def lookupd_addresses(self) -> list[str]:
+        """The lookupds polled (a copy): the poller's list, or the pool's while there is
+        no poller."""
+        poller = self.poller
+        return list(poller.addresses if poller is not None else self._lookupd)
+
     def connect_to_lookupd(self, address: str) -> bool:
         """Poll ``address`` too (a poll follows soon); False if it is polled already."""
-        url = lookup_url(address, self.topic)
-        if url in (lookup_url(a, self.topic) for a in self.lookupd_addresses):
+        poller = self.poller
+        if poller is not None:
+            if not poller.add_address(address):
+                return False
+            if not self.lifecycle.closing:
+                poller.trigger()
+            return True
+        if lookupd_index(self._lookupd, address, self.topic) is not None:
             return False
-        self.lookupd_addresses.append(address)
+        self._lookupd.append(address)
         if self._started and not self.lifecycle.closing:
-            if self.poller is None:
-                self._start_poller()  # polls at once
-            else:
-                self.poller.add_address(address)
-                self.poller.trigger()
+            self._start_poller()  # polls at once
         return True
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling ``address`` (NotConnectedError if it is not polled; ConfigError
         for the last one when there is no direct nsqd address)."""
-        urls = [lookup_url(a, self.topic) for a in self.lookupd_addresses]
-        url = lookup_url(address, self.topic)
-        if url not in urls:
+        polled = self.lookupd_addresses
+        i = lookupd_index(polled, address, self.topic)
+        if i is None:
             raise NotConnectedError(
                 f"[{self.name}] lookupd {address!r} is not polled (polled: "
-                f"{self.lookupd_addresses or 'none'}): give one of those addresses")
-        if len(urls) == 1 and not self.direct:
+                f"{polled or 'none'}): give one of those addresses")
+        if len(polled) == 1 and not self.direct:
             raise ConfigError(
                 f"[{self.name}] cannot disconnect from the only lookupd ({address!r}) of a "
                 "consumer without nsqd_tcp_addresses: connect_to_lookupd() another one first")
-        del self.lookupd_addresses[urls.index(url)]
         poller = self.poller
-        if poller is not None:
-            poller.remove_address(address)
-            if not self.lookupd_addresses:
-                self.poller = None
-                self.tasks.spawn(poller.stop(), "disconnect")
+        if poller is None:
+            del self._lookupd[i]
+            return
+        poller.remove_address(address)
+        if not poller.addresses:
+            self.poller = None
+            self.tasks.spawn(poller.stop(), "disconnect")
 
     async def _connect_quietly(self, host: str, port: int) -> None:
         try:
