@@ -472,8 +472,10 @@ class Reader:
 
     def disconnect_from_nsqd(self, address: str) -> None:
         """Close the connection to nsqd ``address`` (``"host:port"``, any thread), go-nsq's
-        ``DisconnectFromNSQD``: RDY 0 and CLS, in-flight messages get ``close_timeout``
-        seconds to be answered, the rest is requeued. A direct address is taken off
+        ``DisconnectFromNSQD``: RDY 0 and CLS, in-flight messages (and MessageBlocks)
+        get ``close_timeout`` seconds to be answered, the rest is requeued; what it
+        delivered that still waits for ``get_batch`` / ``get_blocks`` is requeued at once
+        and never handed out. A direct address is taken off
         :attr:`nsqd_tcp_addresses` and not reconnected; a lookupd that lists the nsqd
         makes the next poll connect to it again (as go-nsq does), unless
         ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out. Unlike
