@@ -24,7 +24,7 @@ import warnings
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, TypeVar
 
 from ._log import get_logger
-from .errors import NSQError
+from .errors import NSQError, NSQTimeoutError
 
 log = get_logger(__name__)
 
@@ -95,7 +95,30 @@ class LoopBridge:
 
     def result(self, fn: Callable[[], T], timeout: float) -> T:
         """``fn()`` evaluated on the loop (from any thread), waiting up to ``timeout`` s;
-        evaluated here when the loop is not running or is this thread's."""
+        evaluated here when the loop is not running or is this thread's, and here instead
+        when the loop did not start it within ``timeout`` (then never there). For reads
+        only (``stats()``): a read off the loop is a torn snapshot at worst; a change
+        made off the loop races with it (use :meth:`result_on_loop`)."""
+        try:
+            return self._evaluate(fn, timeout)
+        except concurrent.futures.TimeoutError:
+            return fn()
+
+    def result_on_loop(self, fn: Callable[[], T], timeout: float, busy_message: str) -> T:
+        """``fn()`` evaluated once, on the loop (from any thread), waiting up to ``timeout``
+        s; here only when the loop is not running or is this thread's (nothing races with
+        it then). When the loop did not start it within ``timeout`` (it is blocked), it
+        never runs: :class:`~nsq_spark.errors.NSQTimeoutError` (``busy_message``). For
+        changes of state owned by the loop (the run-time controls)."""
+        try:
+            return self._evaluate(fn, timeout)
+        except concurrent.futures.TimeoutError:
+            raise NSQTimeoutError(busy_message) from None
+
+    def _evaluate(self, fn: Callable[[], T], timeout: float) -> T:
+        """``fn()`` here (no running loop, or its thread) or on the loop within
+        ``timeout`` s; ``concurrent.futures.TimeoutError`` when the loop did not start it
+        by then, and it is withdrawn: it will not run later."""
         loop = self.loop
         if loop is None or loop.is_closed() or not loop.is_running() \
                 or threading.get_ident() == self.thread_id:
@@ -103,15 +126,24 @@ class LoopBridge:
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return  # the caller gave up waiting
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # pragma: no cover - handed to the caller
                 fut.set_exception(exc)
         try:
             loop.call_soon_threadsafe(run)
-            return fut.result(timeout=timeout)
-        except (RuntimeError, concurrent.futures.TimeoutError):
+        except RuntimeError:  # the loop closed meanwhile: nothing runs there any more
             return fn()
+        try:
+            return fut.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            if not fut.cancel():  # started just now: its result, whenever it ends
+                return fut.result()
+            if loop.is_closed() or not loop.is_running():
+                return fn()  # withdrawn, and the loop stopped meanwhile: nothing races
+            raise
 
     def run_coroutine(self, coro: Awaitable[Any], timeout: float) -> bool:
         """Run ``coro`` on the loop from another thread and wait up to ``timeout`` s;

@@ -14,6 +14,7 @@ go-nsq accept them); :func:`parse_http_address` keeps that rule in the same plac
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -21,8 +22,8 @@ from urllib.parse import urlsplit
 
 from nsq_spark.errors import InvalidAddressError
 
-__all__ = ["Address", "parse_address", "parse_address_list", "parse_http_address",
-           "parse_http_address_list", "split_list"]
+__all__ = ["Address", "ip_literal", "parse_address", "parse_address_list",
+           "parse_http_address", "parse_http_address_list", "split_list"]
 
 # a DNS name or an IPv4 address: letters, digits, dots, dashes, underscores
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})?")
@@ -87,6 +88,24 @@ def _checked(param: str, value: object, host: str, port: str, example: str) -> A
     if not 0 < number < 65536:
         raise _bad(param, value, f"port {number} is outside 1-65535", example)
     return Address(host, number)
+
+
+def ip_literal(value: object) -> str | None:
+    """The bare IP address of ``value`` when it is one, an IPv6 one possibly in brackets
+    as in ``host:port`` (``"::1"``, ``"[::1]"``, ``"127.0.0.2"``), else None (a name, a
+    port, unmatched brackets such as ``"[::1"``, not a string)."""
+    if not isinstance(value, str):
+        return None
+    text = value
+    if text.startswith("[") or text.endswith("]"):
+        if not _IPV6.fullmatch(text):
+            return None
+        text = text[1:-1]
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return text
 
 
 def split_list(value: object, param: str) -> list[object]:

@@ -24,7 +24,6 @@ connection that nsqd refuses for ever. ``auth_secret`` is never in a ``repr``.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import os
 import socket
 import ssl
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, NamedTuple
 
 from . import validate
+from .addresses import ip_literal
 from .validate import MAX_SECONDS
 from .errors import ConfigError
 
@@ -252,8 +252,7 @@ class ConnectionConfig:
     def source_ip(self) -> str | None:
         """The bare IP of ``local_address`` to bind before dialing (IPv6 may be given in
         brackets); None: the operating system chooses."""
-        la = self.local_address
-        return None if la is None else la.strip("[]")
+        return ip_literal(self.local_address)  # checked at construction
 
     def local_address_hint(self) -> str:
         """What a failed connect adds to its error when ``local_address`` is set."""
@@ -317,14 +316,8 @@ class ConnectionConfig:
 
 
 def _check_local_address(value: Any) -> None:
-    if value is None:
+    if value is None or ip_literal(value) is not None:
         return
-    if isinstance(value, str):
-        try:
-            ipaddress.ip_address(value.strip("[]"))
-            return
-        except ValueError:
-            pass
     raise ConfigError(f"local_address={value!r}: give the local IP address to dial from, "
                       "without a port (e.g. '127.0.0.2' or '::1'; the port is chosen by the "
                       "operating system), or None")

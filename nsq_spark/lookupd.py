@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
@@ -42,7 +42,7 @@ from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
 log = get_logger(__name__)
 
 __all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
-           "lookup_sync", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
+           "lookup_sync", "lookupd_index", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
            "producer_address"]
 
 #: ``(broadcast_address, tcp_port)``: how producers are told apart and united.
@@ -69,6 +69,17 @@ def lookup_url(address: str, topic: str) -> str:
     params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "topic"]
     params.append(("topic", topic))
     return urlunsplit((scheme, netloc, path, urlencode(params), fragment))
+
+
+def lookupd_index(addresses: Sequence[str], address: str, topic: str) -> int | None:
+    """Where ``address`` is in ``addresses`` as the same lookupd (the same ``/lookup`` URL
+    for ``topic``: ``h:4161`` and ``http://h:4161/`` are one), or None. The one rule for
+    "is this lookupd polled already?"."""
+    url = lookup_url(address, topic)
+    for i, known in enumerate(addresses):
+        if lookup_url(known, topic) == url:
+            return i
+    return None
 
 
 def producer_address(producer: ProducerAddress) -> str:
@@ -140,8 +151,7 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
         found = read_answer(call, answer)
     except HTTPStatusError as exc:
         raise LookupdError(str(exc)) from exc
-    return [ProducerInfo(p.broadcast_address, p.tcp_port, p.http_port)
-            for p in found.producers]
+    return [_record(p) for p in found.producers]
 
 
 def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = None) -> float:
@@ -278,21 +288,19 @@ class LookupdPoller:
 
     def add_address(self, address: str) -> bool:
         """Poll ``address`` too from the next poll on; False if it is polled already."""
-        url = lookup_url(address, self.topic)
-        if url in self.urls:
+        if lookupd_index(self.addresses, address, self.topic) is not None:
             return False
         self.addresses.append(address)
-        self.urls.append(url)
+        self.urls.append(lookup_url(address, self.topic))
         return True
 
     def remove_address(self, address: str) -> bool:
         """Stop polling ``address``; False if it was not polled."""
-        url = lookup_url(address, self.topic)
-        if url not in self.urls:
+        i = lookupd_index(self.addresses, address, self.topic)
+        if i is None:
             return False
-        i = self.urls.index(url)
+        self.failures.pop(self.urls[i], None)
         del self.urls[i], self.addresses[i]
-        self.failures.pop(url, None)
         return True
 
     # -- the loop -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ test instead of passing unnoticed.
 from __future__ import annotations
 
 import asyncio
+from array import array
 from typing import Any, Callable, Sequence
 
 from nsq_spark.config import ConnectionConfig
@@ -19,7 +20,7 @@ from nsq_spark.consumer.connection_port import (ConnectNsqd, ConsumerConnection,
                                                 OnClose, OnMessages)
 from nsq_spark.handshake import ConnState
 from nsq_spark.message import Message, Responder
-from nsq_spark.protocol import MessageBlock
+from nsq_spark.protocol import MessageBlock, encode_message_frame
 
 __all__ = ["FakeConn", "FakeConnections"]
 
@@ -108,13 +109,25 @@ class FakeConn:
     def deliver(self, n: int, attempts: int = 1) -> list[Message]:
         """One read chunk of ``n`` messages."""
         assert self.on_messages is not None, (
-            "a blocks connection (a Reader started with blocks=True): this fake delivers "
-            "Message lists only; blocks are not faked")
+            "a blocks connection (a Reader started with blocks=True): use deliver_blocks()")
         msgs = [Message(self.next_id(), b"body", 0, attempts, self.responder)
                 for _ in range(n)]
         self.messages_received += n
         self.on_messages(msgs)
         return msgs
+
+    def deliver_blocks(self, n: int, attempts: int = 1) -> list[MessageBlock]:
+        """One read chunk of ``n`` messages as one MessageBlock (a blocks connection)."""
+        assert self.on_blocks is not None, "a Message connection: use deliver()"
+        frames = [encode_message_frame(self.next_id(), b"body", 0, attempts)
+                  for _ in range(n)]
+        offsets = array("i", [0])
+        for f in frames:
+            offsets.append(offsets[-1] + len(f))
+        blocks = [MessageBlock(b"".join(frames), offsets, attempts, self.responder)]
+        self.messages_received += n
+        self.on_blocks(blocks)
+        return blocks
 
     def upcoming_ids(self, n: int) -> list[bytes]:
         """The ids of the next ``n`` messages :meth:`deliver` makes."""

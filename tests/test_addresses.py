@@ -77,3 +77,20 @@ def test_http_address_lists_are_checked_and_kept_as_given():
         parse_http_address_list(["h:1", "127.0.0.1:-1"])
     with pytest.raises(InvalidAddressError, match="lookupd_http_addresses: 4161"):
         parse_http_address_list([4161])
+
+
+@pytest.mark.parametrize("text,bare", [
+    ("127.0.0.2", "127.0.0.2"), ("::1", "::1"), ("[::1]", "::1"), ("[127.0.0.1]", "127.0.0.1"),
+    ("[::1", None), ("::1]", None), ("[[::1]]", None), ("localhost", None), ("[]", None),
+    ("127.0.0.2:4000", None), ("", None), (2130706434, None),
+])
+def test_ip_literal_is_the_one_rule_for_a_bare_ip(text, bare):
+    from nsq_spark.addresses import ip_literal
+    assert ip_literal(text) == bare
+
+
+def test_an_unmatched_bracket_is_no_local_address():
+    from nsq_spark.config import ConnectionConfig
+    with pytest.raises(ConfigError, match=r"local_address='\[::1'"):
+        ConnectionConfig(local_address="[::1")
+    assert ConnectionConfig(local_address="[::1]").source_ip == "::1"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fake_nsqd import FakeConnections
+from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge, TaskGroup
 from nsq_spark.addresses import parse_address
 from nsq_spark.config import ConnectionConfig
@@ -21,10 +21,11 @@ from nsq_spark.consumer.discovery import (DiscoveryFilterError, apply_filter,
                                           check_discovery_filter, choose_producers,
                                           prefer_topology)
 from nsq_spark.consumer.lifecycle import Lifecycle
-from nsq_spark.consumer.pool import ConnectToNsqd, MakePoller, Poller, Pool, QueryLookupd
+from nsq_spark.consumer.pool import (ConnectToNsqd, MakePoller, Poller, Pool, Pulled,
+                                     QueryLookupd)
 from nsq_spark.consumer.rdy import RdyPolicy
 from nsq_spark.errors import ConfigError, InvalidAddressError, NotConnectedError
-from nsq_spark.lookupd import ProducerInfo, parse_producer_records
+from nsq_spark.lookupd import ProducerInfo, lookupd_index, parse_producer_records
 from nsq_spark.message import Message
 from nsq_spark.protocol import MessageBlock
 
@@ -157,11 +158,17 @@ class FakePoller:
         return once()
 
     def add_address(self, address: str) -> bool:
+        # the port's contract: False for a lookupd polled already (the pool relies on it)
+        if lookupd_index(self.addresses, address, "t") is not None:
+            return False
         self.addresses.append(address)
         return True
 
     def remove_address(self, address: str) -> bool:
-        self.addresses.remove(address)
+        i = lookupd_index(self.addresses, address, "t")
+        if i is None:
+            return False
+        del self.addresses[i]
         return True
 
     def stop(self) -> Awaitable[None]:
@@ -215,10 +222,26 @@ class NoDeliveries:
         raise AssertionError("no blocks in these tests")
 
 
-def _conforms(p: FakePollers, q: FakePoller, c: Recorder, n: CountingQuery
-              ) -> tuple[MakePoller, Poller, ConnectToNsqd, QueryLookupd]:
+class NothingPulled:
+    """No pull queue: nothing queued nor handed out."""
+
+    def take_queued(self, link: Link) -> tuple[list[Message], list[MessageBlock]]:
+        return [], []
+
+    def holds_blocks(self, link: Link) -> bool:
+        return False
+
+    def take_unanswered_blocks(self, link: Link) -> list[MessageBlock]:
+        return []
+
+    def drop_link(self, link: Link) -> int:
+        return 0
+
+
+def _conforms(p: FakePollers, q: FakePoller, c: Recorder, n: CountingQuery, u: NothingPulled
+              ) -> tuple[MakePoller, Poller, ConnectToNsqd, QueryLookupd, Pulled]:
     """Never called: mypy checks here that the fakes satisfy the pool's ports."""
-    return p, q, c, n
+    return p, q, c, n, u
 
 
 class Rig:
@@ -239,7 +262,7 @@ class Rig:
             lifecycle=self.lifecycle, bridge=self.bridge, tasks=TaskGroup("t"), name="t",
             direct=[parse_address(a) for a in direct], make_poller=self.pollers,
             rdy_redistribute_interval=5, reconnect_initial=0.05, reconnect_max=0.1,
-            deliveries=NoDeliveries(), on_link_lost=lambda link: 0, connect=self.nsqd,
+            deliveries=NoDeliveries(), pulled=NothingPulled(), connect=self.nsqd,
             lookupd=lookupd, query_lookupd=self.query_lookupd,
             connect_to_nsqd=self.connect_to_nsqd, **pool_kw)
 
@@ -370,6 +393,8 @@ def test_lookupds_are_added_and_removed_at_run_time() -> None:
         assert rig.pool.connect_to_lookupd("http://l1:4161") is False  # the same lookupd
         assert rig.pool.connect_to_lookupd("l2:4161") is True
         assert rig.poller.addresses == ["l1:4161", "l2:4161"] and rig.poller.triggered == 1
+        # one list: the pool asks the poller (no copy of its own to disagree)
+        assert rig.pool.lookupd_addresses == rig.poller.addresses
         rig.pool.disconnect_from_lookupd("l1:4161")
         assert rig.pool.lookupd_addresses == ["l2:4161"] == rig.poller.addresses
         with pytest.raises(NotConnectedError, match=r"lookupd 'l9:4161' is not polled"):
@@ -416,12 +441,83 @@ def test_the_readers_controls_check_their_input_by_the_one_rules() -> None:
     # before start: the lists change, nothing connects
     assert r.connect_to_lookupd("127.0.0.1:4161") is True
     assert r.lookupd_http_addresses == ["127.0.0.1:4161"]
+    assert r.connect_to_lookupd("http://127.0.0.1:4161/") is False  # the same one
     r.disconnect_from_lookupd("127.0.0.1:4161")
+    assert r.lookupd_http_addresses == []
     r.disconnect_from_nsqd("127.0.0.1:4150")
     assert r.nsqd_tcp_addresses == [] and r.lookupd_http_addresses == []
     with pytest.raises(NotConnectedError):
         r.disconnect_from_nsqd("127.0.0.1:4150")
     assert r.query_lookupd() is None  # not running: nothing to poll
+
+
+# -- disconnect_from_nsqd on a pulled Reader: the pull queue gives that nsqd's share back ------
+
+
+def _pulled_reader(blocks: bool) -> tuple[Any, FakeConn, FakeConn]:
+    """A pull-mode Reader on two fake nsqds (a, b), started (``blocks``: for get_blocks)."""
+    from nsq_spark.consumer.reader import Reader
+    from nsq_spark.testing import wait_until
+    nsqd = FakeConnections()
+    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150", "127.0.0.1:4151"],
+               max_in_flight=20, max_backoff_duration=0, connection_factory=nsqd,
+               close_timeout=0.3)
+    r.start(blocks=blocks)
+    wait_until(lambda: len(r.conns) == 2, 5, "both fake nsqds subscribed")
+    a, b = sorted(nsqd.made, key=lambda c: c.address)
+    return r, a, b
+
+
+def _on_loop(r: Any, fn: Callable[[], Any]) -> Any:
+    return r._bridge.result_on_loop(fn, 5, "the test's loop call")
+
+
+def test_disconnecting_a_pulled_nsqd_requeues_its_queued_messages_and_hands_them_out_no_more(
+        ) -> None:
+    from nsq_spark.testing import wait_until
+    r, a, b = _pulled_reader(blocks=False)
+    try:
+        held = _on_loop(r, lambda: a.deliver(1))
+        assert r.get_batch(10, timeout=1) == held  # handed out, answered during the close
+        queued_a = _on_loop(r, lambda: a.deliver(3))
+        queued_b = _on_loop(r, lambda: b.deliver(3))
+        r.disconnect_from_nsqd("127.0.0.1:4150")
+        r.finish(held)  # within close_timeout: it is FINished, not requeued
+        wait_until(lambda: a.closed, 5, "a closed")
+        cls = a.log.index(("CLS",))
+        assert a.log[cls - 1] == ("RDY", 0)  # the one quiesce: RDY 0, then CLS
+        assert a.fins() == [m.id for m in held]
+        assert a.reqs() == [(m.id, 0) for m in queued_a]  # at once, no delay
+        got = r.get_batch(10, timeout=1)
+        assert got == queued_b  # none of a's requeued messages is handed out
+        r.finish(got)  # and the healthy batch is answered (no AlreadyRespondedError)
+        wait_until(lambda: b.fins() == [m.id for m in queued_b], 5, "b's FINs")
+        assert r.stats()["pull_queued"] == 0
+    finally:
+        r.close(5)
+
+
+def test_disconnecting_a_pulled_nsqd_requeues_its_blocks_queued_and_handed_out() -> None:
+    from nsq_spark.testing import wait_until
+    r, a, b = _pulled_reader(blocks=True)
+    try:
+        held = _on_loop(r, lambda: a.deliver_blocks(2))
+        assert r.get_blocks(10, timeout=1) == held  # handed out, never answered
+        queued_a = _on_loop(r, lambda: a.deliver_blocks(3))
+        queued_b = _on_loop(r, lambda: b.deliver_blocks(3))
+        r.disconnect_from_nsqd("127.0.0.1:4150")
+        wait_until(lambda: a.closed, 5, "a closed")
+        # the handed-out block got close_timeout to be answered, then it and the queued
+        # one were requeued at once (not left to nsqd's msg_timeout)
+        assert sorted(a.reqs()) == sorted((i, 0) for blk in held + queued_a
+                                          for i in blk.ids())
+        got = r.get_blocks(10, timeout=1)
+        assert got == queued_b
+        r.finish_blocks(got)
+        wait_until(lambda: b.fins() == queued_b[0].ids(), 5, "b's FINs")
+        assert r.stats()["pull_queued"] == 0
+    finally:
+        r.close(5)
 
 
 # -- pynsq's nsq.reader names that real programs import -----------------------------------------

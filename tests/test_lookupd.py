@@ -102,3 +102,31 @@ def test_poller_validates(kwargs, match):
     args = {"addresses": ["127.0.0.1:1"], "topic": "t", "on_producers": print, **kwargs}
     with pytest.raises(ValueError, match=match):
         LookupdPoller(**args)
+
+
+def test_lookup_sync_keeps_the_topology_hints():
+    # the one record builder (_record) for the sync lookup too: zone and region survive
+    from admin_fakes import FakeTransport
+
+    from nsq_spark.admin.calls import Answer
+    from nsq_spark.lookupd import ProducerInfo, lookup_sync
+    body = json.dumps({"producers": [_p("10.0.0.1", 4150, topology_zone="z1",
+                                        topology_region="r1"), _p("10.0.0.2", 4152)]})
+    found = lookup_sync("127.0.0.1:4161", "t", transport=FakeTransport(Answer(200, body.encode())))
+    assert found == [ProducerInfo("10.0.0.1", 4150, 4151, "z1", "r1"),
+                     ProducerInfo("10.0.0.2", 4152, 4151, None, None)]
+
+
+def test_lookupd_index_is_the_one_same_lookupd_rule():
+    from nsq_spark.lookupd import lookupd_index
+    polled = ["127.0.0.1:4161", "http://lk2:4161/"]
+    assert lookupd_index(polled, "http://127.0.0.1:4161", "t") == 0
+    assert lookupd_index(polled, "lk2:4161", "t") == 1
+    assert lookupd_index(polled, "lk3:4161", "t") is None
+    poller = LookupdPoller(polled, "t", lambda producers: None)
+    assert poller.add_address("http://lk2:4161") is False
+    assert poller.add_address("lk3:4161") is True and poller.addresses[-1] == "lk3:4161"
+    assert poller.remove_address("http://127.0.0.1:4161/") is True
+    assert poller.addresses == ["http://lk2:4161/", "lk3:4161"]
+    assert poller.urls == [lookup_url(a, "t") for a in poller.addresses]
+    assert poller.remove_address("127.0.0.1:4161") is False

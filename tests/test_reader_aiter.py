@@ -499,3 +499,37 @@ def test_take_one_and_get_messages_hand_out_each_message_once_in_order(ops):
         assert q.queued == len(put) - len(out)
     out.extend(m.id for m in q.get_messages(10_000, 0))
     assert out == put and link.rdy.in_flight == len(put)
+
+
+@pytest.mark.unit
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(1, 5), st.sampled_from("ab")),
+    st.tuples(st.just("one"), st.just(0), st.just("")),
+    st.tuples(st.just("get"), st.integers(1, 7), st.just(""))), max_size=40))
+def test_take_queued_takes_one_links_waiting_messages_and_keeps_the_others_in_order(ops):
+    # disconnect_from_nsqd: what nsqd a delivered and nobody took yet leaves the queue;
+    # b's waiting messages are handed out afterwards, in order, each once
+    q = PullQueue(_Answers(), Lifecycle())  # type: ignore[arg-type]
+    links = {k: SimpleNamespace(rdy=SimpleNamespace(in_flight=0), outstanding={})
+             for k in "ab"}
+    put: list[tuple[str, int]] = []
+    out: list[tuple[str, int]] = []
+    for op, k, which in ops:
+        if op == "put":
+            msgs = [SimpleNamespace(id=(which, len(put) + i), responder=links[which])
+                    for i in range(k)]
+            put.extend(m.id for m in msgs)
+            q.put_messages(links[which], msgs)  # type: ignore[arg-type]
+        elif op == "one":
+            m = q.take_one()
+            if m is not None:
+                out.append(m.id)
+        else:
+            out.extend(m.id for m in q.get_messages(k, 0))
+    taken, blocks = q.take_queued(links["a"])  # type: ignore[arg-type]
+    waiting = [i for i in put if i not in out]
+    assert blocks == [] and [m.id for m in taken] == [i for i in waiting if i[0] == "a"]
+    assert q.queued == len(waiting) - len(taken)
+    rest = [m.id for m in q.get_messages(10_000, 0)]
+    assert rest == [i for i in waiting if i[0] == "b"] and q.queued == 0

@@ -189,3 +189,36 @@ def test_one_thread_is_todays_strategy_and_n_is_the_pool() -> None:
     hooked = handlers.choose(message_handler=lambda m: True, validate=lambda m: False,
                              concurrency=3, **kw)
     assert isinstance(hooked, handlers.Concurrent)  # pynsq's hooks run on the pool too
+
+
+@pytest.mark.unit
+def test_the_pools_error_lines_carry_the_nsqd_field() -> None:
+    # the results the workers hand back are logged with the structured fields of the
+    # other strategies (reader, and the nsqd of the message), not by the bare module logger
+    import logging
+    from types import SimpleNamespace
+
+    settled: list[tuple[bytes, bool]] = []
+    answers: Any = SimpleNamespace(settle=lambda link, m, ok: settled.append((m.id, ok)),
+                                   flush=lambda: None)
+    pool = handlers.Concurrent(lambda m: True, answers, None, None, "r:c", 2)  # type: ignore[arg-type]
+    link: Any = SimpleNamespace(address="127.0.0.1:4150")
+    failed, odd, delegated = (Message(b"%016d" % i, b"", 0, 1) for i in range(3))
+    delegated.delegated = True
+    pool._done.extend([(link, failed, None, ValueError("boom")), (link, odd, 42, None),
+                       (link, delegated, None, ValueError("late"))])
+    records: list[logging.LogRecord] = []
+    catch = logging.Handler(logging.DEBUG)
+    catch.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("nsq_spark.reader.handlers")
+    logger.addHandler(catch)
+    try:
+        pool._settle_done()
+    finally:
+        logger.removeHandler(catch)
+    assert settled == [(failed.id, False), (odd.id, False)]
+    assert len(records) == 3
+    for record in records:
+        assert record.levelno == logging.ERROR
+        assert (getattr(record, "nsqd", None), getattr(record, "reader", None)) == (
+            "127.0.0.1:4150", "r:c")

@@ -55,7 +55,11 @@ class Strategy(Protocol):
     def __call__(self, link: "Link", msgs: list["Message"]) -> None: ...
 
     def close(self) -> None:
-        """Closing: hand nothing more to the handler (what it holds is requeued)."""
+        """The strategy is retired (the Reader closes, or a hook was re-assigned and a
+        new strategy takes the next chunks). It does not drop nor answer anything itself:
+        a strategy with a queue (:class:`Concurrent`) still hands what is queued to its
+        handler, except messages answered meanwhile (closing the Reader requeues them
+        right after, so they are skipped)."""
 
 
 class HandlerInstrument(Protocol):
@@ -230,8 +234,9 @@ class Concurrent(_Base):
     (as in go-nsq). In flight: a message counts from the moment it is queued for the pool
     until it is answered, so ``max_in_flight`` still bounds the queued and running
     messages together (the queue never holds more), and ``is_starved()`` sees them.
-    Threads start with the first chunk and are daemons; ``close()`` stops them once they
-    finish the message they hold (drain_timeout applies as for any handler).
+    Threads start with the first chunk and are daemons; ``close()`` stops them at the end
+    of the queue, skipping what was answered meanwhile (see there; drain_timeout applies
+    as for any handler).
     """
 
     def __init__(self, call: Callable[..., Any], answers: "Answers", bridge: "LoopBridge",
@@ -294,28 +299,34 @@ class Concurrent(_Base):
             link, m, r, exc = q.popleft()
             if m.delegated:  # the application answers it (held since the hand-over)
                 if exc is not None:
-                    log.error("[%s] handler failed on message %s from %s after "
-                              "enable_async(); the application answers it", self.name,
-                              _mid(m), link.address, exc_info=exc)
+                    self._log.for_nsqd(link.address).error(
+                        "[%s] handler failed on message %s from %s after enable_async(); "
+                        "the application answers it", self.name, _mid(m), link.address,
+                        exc_info=exc)
                 continue
             if exc is not None:
-                log.error("[%s] handler failed on message %s from %s; requeueing",
-                          self.name, _mid(m), link.address, exc_info=exc)
+                self._log.for_nsqd(link.address).error(
+                    "[%s] handler failed on message %s from %s; requeueing", self.name,
+                    _mid(m), link.address, exc_info=exc)
                 settle(link, m, False)
             elif r is True or r is None:
                 settle(link, m, True)
             elif r is False:
                 settle(link, m, False)
             else:
-                log.error("[%s] handler returned %r for message %s from %s: with "
-                          "concurrency > 1 return True, False or None (an async def "
-                          "handler needs no threads); requeueing", self.name, r, _mid(m),
-                          link.address)
+                self._log.for_nsqd(link.address).error(
+                    "[%s] handler returned %r for message %s from %s: with concurrency > 1 "
+                    "return True, False or None (an async def handler needs no threads); "
+                    "requeueing", self.name, r, _mid(m), link.address)
                 settle(link, m, False)
         self.answers.flush()
 
     def close(self) -> None:
-        """No new message reaches the handler; each worker exits after its current one."""
+        """Each worker exits once it reaches the end of what is queued now (a stop
+        signal per worker goes behind it). Every queued message still reaches the
+        handler unless it was answered first: closing the Reader requeues them right
+        after this call, so the workers skip them; a strategy replaced because a hook was
+        re-assigned handles its whole queue with the old hooks."""
         if self._closed:
             return
         self._closed = True

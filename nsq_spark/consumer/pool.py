@@ -56,7 +56,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, w
 from .._log import get_logger
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
-from ..lookupd import ProducerInfo, lookup_url, producer_address
+from ..lookupd import ProducerInfo, lookupd_index, producer_address
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = get_logger("nsq_spark.reader.pool")
 
-__all__ = ["Pool", "Deliveries", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
+__all__ = ["Pool", "Deliveries", "Pulled", "Poller", "MakePoller", "QueryLookupd", "ConnectToNsqd",
            "CLOSE_QUIET", "CLOSE_QUIET_MAX"]
 
 # Closing: after CLOSE_WAIT, wait until nothing was received for CLOSE_QUIET seconds (at
@@ -91,11 +91,38 @@ class Deliveries(Protocol):
     def on_blocks(self, link: "Link", blocks: list["MessageBlock"]) -> None: ...
 
 
+class Pulled(Protocol):
+    """What a puller was handed of a connection, or waits to be handed, outside the
+    ledger's record: the pull queue (:class:`~nsq_spark.consumer.pull.PullQueue`), on the
+    loop thread. The pool asks it when one connection closes."""
+
+    def take_queued(self, link: "Link") -> tuple[list["Message"], list["MessageBlock"]]:
+        """Closing ``link`` on purpose: its messages and blocks not handed out yet leave
+        the queue (the pool requeues them)."""
+        ...
+
+    def holds_blocks(self, link: "Link") -> bool:
+        """Blocks of ``link`` handed out and not answered yet."""
+        ...
+
+    def take_unanswered_blocks(self, link: "Link") -> list["MessageBlock"]:
+        """Closing ``link`` on purpose: its blocks not answered, forgotten here (the pool
+        requeues them)."""
+        ...
+
+    def drop_link(self, link: "Link") -> int:
+        """``link``'s connection closed: forget its blocks; how many messages they held
+        (for the log)."""
+        ...
+
+
 class Poller(Protocol):
-    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`)."""
+    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`).
+    Once made, it keeps the list of the lookupds polled (the pool keeps none then)."""
 
     polls: int
     failures: dict[str, str]
+    addresses: list[str]
 
     def start(self) -> None: ...
 
@@ -103,9 +130,13 @@ class Poller(Protocol):
 
     def poll_once(self) -> Awaitable[Any]: ...
 
-    def add_address(self, address: str) -> bool: ...
+    def add_address(self, address: str) -> bool:
+        """Poll ``address`` too; False if it is polled already (the same lookupd)."""
+        ...
 
-    def remove_address(self, address: str) -> bool: ...
+    def remove_address(self, address: str) -> bool:
+        """Stop polling ``address``; False if it was not polled."""
+        ...
 
     def stop(self) -> Awaitable[None]: ...
 
@@ -139,8 +170,9 @@ class Pool:
         deliveries: gets every read chunk (the intake gate).
         connect: makes a connection (:class:`~.connection_port.ConnectNsqd`); default: the
             real :class:`nsq_spark.conn.Connection`.
-        on_link_lost: ``f(link)`` when a connection closed; returns how many messages of it
-            the caller still held (the pull queue's blocks), for the log.
+        pulled: the pull queue (:class:`Pulled`): what it holds of a connection is taken
+            out and requeued when that connection closes on purpose, and forgotten when
+            a connection is lost.
         on_heartbeat, disabled: pynsq's Reader hooks (see the module doc).
         lookupd: lookupd HTTP addresses polled from start (more may be added at run time).
         make_poller: makes the lookupd poller (:class:`MakePoller`); None: no lookupd
@@ -158,7 +190,7 @@ class Pool:
                  make_poller: MakePoller | None,
                  rdy_redistribute_interval: float, reconnect_initial: float,
                  reconnect_max: float, deliveries: Deliveries,
-                 on_link_lost: Callable[["Link"], int],
+                 pulled: Pulled,
                  connect: ConnectNsqd = connect_nsqd,
                  on_heartbeat: Callable[[Any], Any] | None = None,
                  disabled: Callable[[], bool] | None = None,
@@ -185,7 +217,7 @@ class Pool:
         self.reconnect_max = reconnect_max
         self.deliveries = deliveries
         self.connect = connect
-        self.on_link_lost = on_link_lost
+        self.pulled = pulled
         self.on_heartbeat = on_heartbeat
         self.disabled = disabled
         self._held: dict["ConnRdy[Link]", int] = {}  # RDY held back while disabled()
@@ -194,7 +226,8 @@ class Pool:
         # nsqd address -> the last connect/SUB failure, until it subscribes
         self.connect_errors: dict[str, BaseException] = {}
         self.messages_received = 0
-        self.lookupd_addresses = list(lookupd)
+        # the lookupds to poll while there is no poller; the poller keeps them once made
+        self._lookupd = list(lookupd)
         self.query_lookupd: QueryLookupd = query_lookupd or self.poll_lookupd
         self.connect_to_nsqd: ConnectToNsqd = connect_to_nsqd or self.connect_to
         self.topology_zone = topology_zone
@@ -214,14 +247,15 @@ class Pool:
         self._started = True
         for host, port in self.direct:
             self.tasks.spawn(self._keep_connected(host, port, first=True), "connect")
-        if self.lookupd_addresses:
+        if self._lookupd:
             self._start_poller()
 
     def _start_poller(self) -> None:
         if self.make_poller is None:
             raise ConfigError(f"[{self.name}] this consumer cannot poll nsqlookupd")
-        self.poller = self.make_poller(list(self.lookupd_addresses), self._on_records,
+        self.poller = self.make_poller(self._lookupd, self._on_records,
                                        self._scheduled_poll)
+        self._lookupd = []  # the poller's list is the one from now on
         self.poller.start()
 
     def connect_to(self, host: str, port: int) -> None:
@@ -296,56 +330,70 @@ class Pool:
                                               link.address)
         self._disconnecting.add(link.address)
         if conn.state is ConnState.SUBSCRIBED:
-            # RDY 0 and CLS (the state is CLOSING from now on: no RDY is sent to it any
-            # more); the policy gives its share to the others when it has closed
-            conn.send_rdy(0)
-            try:
-                await asyncio.wait_for(conn.send_cls(), self.config.close_timeout)
-            except Exception as exc:
-                self._log.for_nsqd(link.address).debug("[%s] CLS to %s: %s", self.name,
-                                                       link.address, exc)
-            await self._until_quiet([conn])
+            # quiet (the state is CLOSING from now on: no RDY is sent to it any more); the
+            # policy gives its share to the others when it has closed
+            await self._quiesce([link])
+            # what waits in the pull queue is handed out no more (a REQ'd message handed
+            # out would make the puller's finish() of its whole batch fail)
+            queued, queued_blocks = self.pulled.take_queued(link)
+            # what was handed out gets close_timeout s to be answered (the queued messages
+            # stay in the ledger's record, answerable by nobody, until the requeue below)
             deadline = self.bridge.time() + self.config.close_timeout
-            while link.outstanding and self.bridge.time() < deadline:
+            while (len(link.outstanding) > len(queued) or self.pulled.holds_blocks(link)) \
+                    and self.bridge.time() < deadline:
                 await asyncio.sleep(0.01)
-            if self.answers.requeue_outstanding([link], ()):
+            # a straggler queued meanwhile leaves the queue too (its messages are in the
+            # ledger's record: requeued below with the rest)
+            _, late_blocks = self.pulled.take_queued(link)
+            blocks = queued_blocks + late_blocks + self.pulled.take_unanswered_blocks(link)
+            if self.answers.requeue_outstanding([link], blocks):
                 self.answers.flush()
         await conn.close()
 
+    @property
+    def lookupd_addresses(self) -> list[str]:
+        """The lookupds polled (a copy): the poller's list, or the pool's while there is
+        no poller."""
+        poller = self.poller
+        return list(poller.addresses if poller is not None else self._lookupd)
+
     def connect_to_lookupd(self, address: str) -> bool:
         """Poll ``address`` too (a poll follows soon); False if it is polled already."""
-        url = lookup_url(address, self.topic)
-        if url in (lookup_url(a, self.topic) for a in self.lookupd_addresses):
+        poller = self.poller
+        if poller is not None:
+            if not poller.add_address(address):
+                return False
+            if not self.lifecycle.closing:
+                poller.trigger()
+            return True
+        if lookupd_index(self._lookupd, address, self.topic) is not None:
             return False
-        self.lookupd_addresses.append(address)
+        self._lookupd.append(address)
         if self._started and not self.lifecycle.closing:
-            if self.poller is None:
-                self._start_poller()  # polls at once
-            else:
-                self.poller.add_address(address)
-                self.poller.trigger()
+            self._start_poller()  # polls at once
         return True
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling ``address`` (NotConnectedError if it is not polled; ConfigError
         for the last one when there is no direct nsqd address)."""
-        urls = [lookup_url(a, self.topic) for a in self.lookupd_addresses]
-        url = lookup_url(address, self.topic)
-        if url not in urls:
+        polled = self.lookupd_addresses
+        i = lookupd_index(polled, address, self.topic)
+        if i is None:
             raise NotConnectedError(
                 f"[{self.name}] lookupd {address!r} is not polled (polled: "
-                f"{self.lookupd_addresses or 'none'}): give one of those addresses")
-        if len(urls) == 1 and not self.direct:
+                f"{polled or 'none'}): give one of those addresses")
+        if len(polled) == 1 and not self.direct:
             raise ConfigError(
                 f"[{self.name}] cannot disconnect from the only lookupd ({address!r}) of a "
                 "consumer without nsqd_tcp_addresses: connect_to_lookupd() another one first")
-        del self.lookupd_addresses[urls.index(url)]
         poller = self.poller
-        if poller is not None:
-            poller.remove_address(address)
-            if not self.lookupd_addresses:
-                self.poller = None
-                self.tasks.spawn(poller.stop(), "disconnect")
+        if poller is None:
+            del self._lookupd[i]
+            return
+        poller.remove_address(address)
+        if not poller.addresses:
+            self.poller = None
+            self.tasks.spawn(poller.stop(), "disconnect")
 
     async def _connect_quietly(self, host: str, port: int) -> None:
         try:
@@ -468,7 +516,7 @@ class Pool:
         # answers would be refused now (message ids belong to the connection). Messages
         # already handed out stay so (pull queue, running handlers): handled at least once
         # beats dropped; their answers are counted in dropped_responses.
-        lost = self.answers.forget_link(link) + self.on_link_lost(link)
+        lost = self.answers.forget_link(link) + self.pulled.drop_link(link)
         if address in self._disconnecting:
             self._disconnecting.discard(address)
             self._log.for_nsqd(address).info(
@@ -599,17 +647,33 @@ class Pool:
         self.tasks.cancel("connect")  # pending connects and reconnect loops
         self.tasks.cancel("poll")
         links = self.subscribed()
-        cls = []
+        await self._quiesce(links)
+        return links
+
+    async def _quiesce(self, links: list["Link"]) -> None:
+        """RDY 0 and CLS on each of ``links`` still subscribed (nsqd answers CLOSE_WAIT
+        and sends no more), at most ``close_timeout`` s for the answers, then read on
+        until they are quiet. The one closing sequence of a connection, for all of them
+        (closing) or one (:meth:`disconnect_from`)."""
+        cls: dict[asyncio.Future[bytes], str] = {}
         for link in links:
             conn = link.conn
-            assert conn is not None
-            if conn.state is ConnState.SUBSCRIBED:
+            if conn is not None and conn.state is ConnState.SUBSCRIBED:
                 conn.send_rdy(0)
-                cls.append(conn.send_cls())
-        if cls:
-            await asyncio.wait(cls, timeout=self.config.close_timeout)
-            await self._until_quiet([link.conn for link in links if link.conn is not None])
-        return links
+                cls[asyncio.ensure_future(conn.send_cls())] = link.address
+        if not cls:
+            return
+        _, late = await asyncio.wait(cls, timeout=self.config.close_timeout)
+        for fut, address in cls.items():
+            if fut in late:
+                fut.cancel()  # the connection ignores an answer to a cancelled command
+                self._log.for_nsqd(address).debug("[%s] CLS to %s: no answer within %ss",
+                                                  self.name, address,
+                                                  self.config.close_timeout)
+            elif fut.exception() is not None:
+                self._log.for_nsqd(address).debug("[%s] CLS to %s: %s", self.name, address,
+                                                  fut.exception())
+        await self._until_quiet([link.conn for link in links if link.conn is not None])
 
     async def _until_quiet(self, conns: list[ConsumerConnection]) -> None:
         """After CLOSE_WAIT: read on until the connections are quiet for CLOSE_QUIET s.

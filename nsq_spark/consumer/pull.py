@@ -7,7 +7,9 @@ for the asyncio iterators, which :attr:`PullQueue.on_put` wakes). What is put is
 over (the answers ledger is asked to count it in flight at once: the puller holds it from
 then on, as far as nsqd and ``is_starved()`` are concerned) and stays so until answered.
 Blocks queued or handed out and not answered are remembered here, so that ``close()``
-requeues them (a Message is held by the ledger instead). Getters return at once once the
+requeues them (a Message is held by the ledger instead); when one connection closes on
+purpose (``disconnect_from_nsqd``), what it delivered leaves the queue first
+(:meth:`PullQueue.take_queued`), so that nothing requeued is handed out afterwards. Getters return at once once the
 consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing (:meth:`wake`
 wakes those waiting). One lock (a Condition) guards it all, but
 :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
@@ -89,9 +91,49 @@ class PullQueue:
             self._blocks_out.difference_update(gone)
         return sum(map(len, gone))
 
-    def take_unanswered_blocks(self) -> list["MessageBlock"]:
-        """Closing: every block not answered (the ledger requeues them); the queue
-        emptied."""
+    def take_queued(self, link: "Link") -> tuple[list["Message"], list["MessageBlock"]]:
+        """One connection closes on purpose: its messages and blocks still queued (not
+        handed out) leave the queue, never to be handed out; the caller requeues them
+        (the messages through the ledger's record, the blocks as returned)."""
+        with self.cond:
+            q = self._q
+            if self._head:  # take_one took the first messages of the head list
+                q[0] = q[0][self._head:]
+                self._head = 0
+            msgs: list[Message] = []
+            blocks: list[MessageBlock] = []
+            kept: deque[Any] = deque()
+            for item in q:
+                if isinstance(item, list):
+                    mine = [m for m in item if m.responder is link]
+                    if mine:
+                        msgs.extend(mine)
+                        item = [m for m in item if m.responder is not link]
+                    if item:
+                        kept.append(item)
+                elif item.responder is link:
+                    blocks.append(item)
+                else:
+                    kept.append(item)
+            self._q = kept
+            self._blocks_out.difference_update(blocks)
+            self.queued -= len(msgs) + sum(map(len, blocks))
+        return msgs, blocks
+
+    def holds_blocks(self, link: "Link") -> bool:
+        """Blocks of ``link`` handed out (or queued) and not answered yet."""
+        with self.cond:
+            return any(b.responder is link and not b._responded for b in self._blocks_out)
+
+    def take_unanswered_blocks(self, link: "Link | None" = None) -> list["MessageBlock"]:
+        """Every block not answered (the ledger requeues them), of ``link`` only when
+        given (:meth:`take_queued` first), else of every connection: closing, and the
+        queue is emptied."""
+        if link is not None:
+            with self.cond:
+                blocks = [b for b in self._blocks_out if b.responder is link]
+                self._blocks_out.difference_update(blocks)
+            return [b for b in blocks if not b._responded]
         with self.cond:
             blocks = [b for b in self._blocks_out if not b._responded]
             self._blocks_out.clear()

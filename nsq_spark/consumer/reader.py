@@ -112,6 +112,10 @@ log = get_logger("nsq_spark.reader")
 
 __all__ = ["Reader"]
 
+#: seconds a run-time control (disconnect_from_nsqd, connect_to_lookupd, ...) called from
+#: another thread waits for the IO loop to run it
+CONTROL_TIMEOUT = 10.0
+
 MessageHandler = Callable[[Message], Any]
 BatchHandler = Callable[[list[Message]], Any]
 
@@ -307,7 +311,7 @@ class Reader:
                           direct=direct, make_poller=make_poller,
                           rdy_redistribute_interval=rdy_redistribute_interval,
                           reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
-                          deliveries=self._intake, on_link_lost=self._pull.drop_link,
+                          deliveries=self._intake, pulled=self._pull,
                           connect=connection_factory or connect_nsqd,
                           on_heartbeat=_overridden(self, "heartbeat"),
                           disabled=_overridden(self, "disabled"),
@@ -468,8 +472,10 @@ class Reader:
 
     def disconnect_from_nsqd(self, address: str) -> None:
         """Close the connection to nsqd ``address`` (``"host:port"``, any thread), go-nsq's
-        ``DisconnectFromNSQD``: RDY 0 and CLS, in-flight messages get ``close_timeout``
-        seconds to be answered, the rest is requeued. A direct address is taken off
+        ``DisconnectFromNSQD``: RDY 0 and CLS, in-flight messages (and MessageBlocks)
+        get ``close_timeout`` seconds to be answered, the rest is requeued; what it
+        delivered that still waits for ``get_batch`` / ``get_blocks`` is requeued at once
+        and never handed out. A direct address is taken off
         :attr:`nsqd_tcp_addresses` and not reconnected; a lookupd that lists the nsqd
         makes the next poll connect to it again (as go-nsq does), unless
         ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out. Unlike
@@ -479,7 +485,8 @@ class Reader:
         :class:`~nsq_spark.errors.NotConnectedError` when the Reader neither has it as a
         direct address nor is connected to it."""
         a = parse_address(address, "address")
-        self._on_loop_result(lambda: self._pool.disconnect_from(a.host, a.port))
+        self._on_loop_result(lambda: self._pool.disconnect_from(a.host, a.port),
+                             f"disconnect_from_nsqd({address!r})")
 
     def connect_to_lookupd(self, address: str) -> bool:
         """Poll one more nsqlookupd (``host:port`` or URL, any thread, before or after
@@ -487,7 +494,8 @@ class Reader:
         it is polled already. :class:`~nsq_spark.errors.InvalidAddressError` for a
         malformed address."""
         parse_http_address(address, "address", "127.0.0.1:4161")
-        return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address)))
+        return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address),
+                                         f"connect_to_lookupd({address!r})"))
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
@@ -496,12 +504,18 @@ class Reader:
         without ``nsqd_tcp_addresses`` (nothing would find nsqds any more; go-nsq refuses
         the last one even with direct addresses)."""
         parse_http_address(address, "address", "127.0.0.1:4161")
-        self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address))
+        self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address),
+                             f"disconnect_from_lookupd({address!r})")
 
-    def _on_loop_result(self, fn: Callable[[], Any]) -> Any:
-        # on the loop (or here before start / on the loop's thread); the pool's typed
-        # errors reach the caller
-        return self._bridge.result(fn, timeout=10.0)
+    def _on_loop_result(self, fn: Callable[[], Any], control: str) -> Any:
+        # on the loop (or here before start / on the loop's thread), once; the pool's
+        # typed errors reach the caller. Never off the loop while it runs: the pool's
+        # lists and tasks are the loop's.
+        return self._bridge.result_on_loop(fn, CONTROL_TIMEOUT, (
+            f"[{self.name}] {control} was not applied: the Reader's IO loop did not run "
+            f"it within {CONTROL_TIMEOUT:g}s, so it is blocked (e.g. by a blocking "
+            "message_handler on the loop thread: give the Reader concurrency=N to run it "
+            "on N threads); try again once the loop is free"))
 
     def _call_on_loop(self, fn: Callable[[], Any]) -> None:
         if not self._bridge.bound:
@@ -725,7 +739,9 @@ class Reader:
             while any(s.outstanding for s in links) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         if self._strategy is not None:
-            self._strategy.close()  # a handler pool takes nothing more before step 3
+            # a handler pool's workers exit at the end of its queue; step 3 requeues what
+            # is queued, and the workers skip what is answered
+            self._strategy.close()
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
