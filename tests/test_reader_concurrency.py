@@ -222,3 +222,130 @@ def test_the_pools_error_lines_carry_the_nsqd_field() -> None:
         assert record.levelno == logging.ERROR
         assert (getattr(record, "nsqd", None), getattr(record, "reader", None)) == (
             "127.0.0.1:4150", "r:c")
+
+
+def test_concurrency_refuses_a_coroutine_process_message_and_gen_coroutine() -> None:
+    # the threads call the process_message override when there is one: an async def
+    # override would hand each worker an un-awaited coroutine (nothing ever handled)
+    from tornado import gen
+
+    class AsyncProcess(Reader):
+        async def process_message(self, message: Message) -> Any:  # type: ignore[override]
+            return True
+
+    with pytest.raises(ConfigError, match=r"concurrency=2 .*process_message.*concurrency at 1"):
+        AsyncProcess("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"],
+                     concurrency=2)
+    AsyncProcess("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"])  # 1: fine
+
+    @gen.coroutine
+    def tornado_handler(m: Message) -> Any:
+        return True
+
+    with pytest.raises(ConfigError, match="concurrency=3"):
+        Reader("t", "c", tornado_handler, nsqd_tcp_addresses=["127.0.0.1:4150"],
+               concurrency=3)
+    r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], concurrency=2)
+    with pytest.raises(ConfigError, match="concurrency=2"):
+        r.set_message_handler(tornado_handler)
+
+    async def coro(m: Message) -> Any:
+        return True
+
+    with pytest.raises(ConfigError, match="process_message"):
+        r.process_message = coro  # type: ignore[method-assign]
+    assert "process_message" not in vars(r)  # refused, not half-applied
+    with pytest.raises(ConfigError, match="concurrency"):
+        handlers.choose(message_handler=lambda m: True, batch_handler=None, process=coro,
+                        answers=None, bridge=None, tasks=None, name="n",  # type: ignore[arg-type]
+                        concurrency=2)
+
+
+def _unit_pool(handler: Any, threads: int = 1) -> tuple[handlers.Concurrent, Any]:
+    from types import SimpleNamespace
+    answers: Any = SimpleNamespace(hand_over_held=lambda link, msgs: None,
+                                   settle=lambda link, m, ok: None, flush=lambda: None)
+    bridge: Any = SimpleNamespace(loop=None)  # results stay in pool._done
+    pool = handlers.Concurrent(handler, answers, bridge, None, "r:c", threads)  # type: ignore[arg-type]
+    return pool, SimpleNamespace(address="127.0.0.1:4150")
+
+
+@pytest.mark.unit
+def test_closing_the_reader_starts_no_queued_message() -> None:
+    # between the pool's close and the Reader's requeue_outstanding a worker that frees up
+    # must not start a message the requeue is about to answer
+    release = threading.Event()
+    called: list[bytes] = []
+
+    def handler(m: Message) -> bool:
+        called.append(m.id)
+        release.wait(5)
+        return True
+
+    pool, link = _unit_pool(handler)
+    a, b, c = (Message(b"%016d" % i, b"", 0, 1) for i in range(3))
+    pool(link, [a, b, c])
+    wait_until(lambda: called == [a.id], 5, "the first message running")
+    pool.close(skip_queued=True)  # what Reader._aclose does
+    release.set()
+    for t in pool._workers:
+        t.join(5)
+        assert not t.is_alive()
+    assert called == [a.id]  # b and c were left (unanswered, held) for the requeue
+    assert not b.responded and not c.responded
+    assert [m for _, m, _, _ in pool._done] == [a]
+
+
+@pytest.mark.unit
+def test_a_hook_reassignment_close_still_hands_the_whole_queue() -> None:
+    release = threading.Event()
+    called: list[bytes] = []
+
+    def handler(m: Message) -> bool:
+        called.append(m.id)
+        release.wait(5)
+        return True
+
+    pool, link = _unit_pool(handler)
+    msgs = [Message(b"%016d" % i, b"", 0, 1) for i in range(3)]
+    pool(link, msgs)
+    wait_until(lambda: len(called) == 1, 5, "the first message running")
+    pool.close()
+    release.set()
+    for t in pool._workers:
+        t.join(5)
+    assert called == [m.id for m in msgs]
+
+
+@pytest.mark.unit
+def test_a_base_exception_requeues_and_the_worker_lives_on() -> None:
+    import logging
+    settled: list[tuple[bytes, bool]] = []
+
+    def handler(m: Message) -> bool:
+        if m.id.endswith(b"0"):
+            raise SystemExit(3)  # would end a thread silently
+        if m.id.endswith(b"1"):
+            raise KeyboardInterrupt
+        return True
+
+    pool, link = _unit_pool(handler)
+    pool.answers.settle = lambda link, m, ok: settled.append((m.id, ok))
+    msgs = [Message(b"%016d" % i, b"", 0, 1) for i in range(3)]
+    pool(link, msgs)
+    wait_until(lambda: len(pool._done) == 3, 5, "all three handled by the one worker")
+    assert pool._workers[0].is_alive()
+    records: list[logging.LogRecord] = []
+    catch = logging.Handler(logging.DEBUG)
+    catch.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("nsq_spark.reader.handlers")
+    logger.addHandler(catch)
+    try:
+        pool._settle_done()
+    finally:
+        logger.removeHandler(catch)
+    assert settled == [(msgs[0].id, False), (msgs[1].id, False), (msgs[2].id, True)]
+    assert [getattr(r, "nsqd", None) for r in records] == ["127.0.0.1:4150"] * 2
+    pool.close()
+    pool._workers[0].join(5)
+    assert not pool._workers[0].is_alive()  # the stop signal still ends it

@@ -54,12 +54,15 @@ __all__ = ["Strategy", "PerMessage", "PerMessageCoroutine", "Batch", "Concurrent
 class Strategy(Protocol):
     def __call__(self, link: "Link", msgs: list["Message"]) -> None: ...
 
-    def close(self) -> None:
-        """The strategy is retired (the Reader closes, or a hook was re-assigned and a
-        new strategy takes the next chunks). It does not drop nor answer anything itself:
-        a strategy with a queue (:class:`Concurrent`) still hands what is queued to its
-        handler, except messages answered meanwhile (closing the Reader requeues them
-        right after, so they are skipped)."""
+    def close(self, skip_queued: bool = False) -> None:
+        """The strategy is retired. It answers nothing itself. A strategy with a queue
+        (:class:`Concurrent`):
+
+        * ``skip_queued=False`` (a hook was re-assigned and a new strategy takes the next
+          chunks): still hands its whole queue to its handler, then its threads exit;
+        * ``skip_queued=True`` (the Reader closes and requeues what is unanswered right
+          after): from this call on, no message that has not started is handed to the
+          handler; they stay held in the ledger for the Reader's requeue."""
 
 
 class HandlerInstrument(Protocol):
@@ -92,7 +95,7 @@ class _Base:
         self.name = name
         self._log = log.bind(reader=name)
 
-    def close(self) -> None:
+    def close(self, skip_queued: bool = False) -> None:
         """Nothing to stop: the handler runs on the loop (or as its tasks)."""
 
     def settle_one(self, link: "Link", m: "Message", result: Any) -> None:
@@ -223,20 +226,25 @@ class Concurrent(_Base):
 
     For blocking handlers (a database write, an HTTP call): while one waits, the others
     handle. On the loop thread each chunk is handed over (in flight from now on, and held:
-    ``close()`` requeues what is left) and queued; a worker calls ``f`` (through pynsq's
-    hooks when overridden) and its result goes back to the loop in batches, where the
-    ledger settles it as the one-thread strategy would: True/None FIN, False or an
+    closing the Reader requeues what is left) and queued; a worker calls ``f`` (through
+    pynsq's hooks when overridden) and its result goes back to the loop in batches, where
+    the ledger settles it as the one-thread strategy would: True/None FIN, False or an
     exception REQ (default delay, backoff), ``enable_async()`` leaves the answer to the
     application; an awaitable is refused (an ``async def`` handler already runs
-    concurrently on the loop) and requeued.
+    concurrently on the loop, and :func:`check_concurrency` refuses coroutine functions
+    up front) and requeued. A ``BaseException`` from the handler (``SystemExit``,
+    ``KeyboardInterrupt``, ...) is settled like an exception (logged with the nsqd,
+    requeued) and the worker goes on: only the pool's own stop signal ends a worker, so
+    a handler can never leave a message held by a dead thread.
 
     Ordering: none across messages: N handlers run at once and finish in any order
     (as in go-nsq). In flight: a message counts from the moment it is queued for the pool
     until it is answered, so ``max_in_flight`` still bounds the queued and running
     messages together (the queue never holds more), and ``is_starved()`` sees them.
     Threads start with the first chunk and are daemons; ``close()`` stops them at the end
-    of the queue, skipping what was answered meanwhile (see there; drain_timeout applies
-    as for any handler).
+    of the queue (a re-assigned hook: the whole queue is still handled) or, when the
+    Reader closes (``skip_queued=True``), starts no more messages (see there;
+    drain_timeout applies to the running ones as for any handler).
     """
 
     def __init__(self, call: Callable[..., Any], answers: "Answers", bridge: "LoopBridge",
@@ -246,9 +254,14 @@ class Concurrent(_Base):
         self._todo: SimpleQueue[tuple["Link", "Message"] | None] = SimpleQueue()
         self._workers: list[threading.Thread] = []
         # results: appended by workers, drained by one loop callback at a time
-        self._done: deque[tuple["Link", "Message", Any, "Exception | None"]] = deque()
+        self._done: deque[tuple["Link", "Message", Any, "BaseException | None"]] = deque()
         self._drain_scheduled = False
         self._closed = False
+        # set (under the lock) when the Reader closes: workers start no more messages;
+        # a worker checks it under the same lock before it starts one, so once close()
+        # returned no message starts that the Reader's requeue is about to answer
+        self._skip = False
+        self._start_lock = threading.Lock()
 
     def __call__(self, link: "Link", msgs: list["Message"]) -> None:
         if not self._workers:
@@ -266,17 +279,20 @@ class Concurrent(_Base):
             self._workers.append(t)
 
     def _work(self) -> None:  # a worker thread
-        get, call, done = self._todo.get, self.call, self._done.append
+        get, call, done, start = self._todo.get, self.call, self._done.append, self._start_lock
         while True:
             item = get()
             if item is _STOP:
                 return
             link, m = item
-            if m.responded:  # requeued by close() while queued
-                continue
+            with start:
+                # the Reader is closing (its requeue answers it), or it was answered
+                # while queued: not started
+                if self._skip or m.responded:
+                    continue
             try:
                 done((link, m, call(m), None))
-            except Exception as exc:
+            except BaseException as exc:  # noqa: B036 - a worker never dies of a handler
                 done((link, m, None, exc))
             if not self._drain_scheduled:
                 self._schedule_drain()
@@ -321,12 +337,19 @@ class Concurrent(_Base):
                 settle(link, m, False)
         self.answers.flush()
 
-    def close(self) -> None:
+    def close(self, skip_queued: bool = False) -> None:
         """Each worker exits once it reaches the end of what is queued now (a stop
-        signal per worker goes behind it). Every queued message still reaches the
-        handler unless it was answered first: closing the Reader requeues them right
-        after this call, so the workers skip them; a strategy replaced because a hook was
-        re-assigned handles its whole queue with the old hooks."""
+        signal per worker goes behind it).
+
+        ``skip_queued=False`` (a strategy replaced because a hook was re-assigned): every
+        queued message still reaches the handler (with the old hooks) unless it was
+        answered first. ``skip_queued=True`` (the Reader closes): once this returns, no
+        worker starts a queued message; they stay held in the ledger and the Reader's
+        ``requeue_outstanding`` right after requeues them (handlers already running
+        finish, their answers count if they come first)."""
+        if skip_queued:
+            with self._start_lock:
+                self._skip = True
         if self._closed:
             return
         self._closed = True
@@ -334,19 +357,42 @@ class Concurrent(_Base):
             self._todo.put(_STOP)
 
 
+def _coroutine_for_threads(f: Any) -> bool:
+    """``f`` returns an awaitable to be run on the loop: an ``async def`` function (or
+    callable) or a tornado ``@gen.coroutine``; a worker thread would only get its
+    coroutine or Future, never its result."""
+    if is_coroutine_function(f):
+        return True
+    from tornado import gen
+    return bool(gen.is_coroutine_function(f)) or bool(
+        gen.is_coroutine_function(getattr(f, "__call__", None)))
+
+
 def check_concurrency(concurrency: int, *, message_handler: Callable[..., Any] | None,
-                      batch_handler: Callable[..., Any] | None) -> None:
-    """ConfigError when ``concurrency`` > 1 cannot apply to the handler given."""
+                      batch_handler: Callable[..., Any] | None,
+                      process: Callable[..., Any] | None = None) -> None:
+    """ConfigError when ``concurrency`` > 1 cannot apply to the handler given.
+
+    ``process``: pynsq's ``process_message`` when overridden (the function the worker
+    threads actually call, as :func:`choose` does); it is checked as well as
+    ``message_handler`` (which a default ``process_message`` calls)."""
     if concurrency == 1:
         return
     if batch_handler is not None:
         raise ConfigError(f"concurrency={concurrency} runs a per-message handler on that many "
                           "threads; a batch_handler gets whole chunks: give a "
                           "message_handler, or leave concurrency at 1")
-    if message_handler is not None and is_coroutine_function(message_handler):
+    if process is not None and _coroutine_for_threads(process):
+        raise ConfigError(f"concurrency={concurrency} runs process_message on worker threads, "
+                          "but the override is a coroutine function (async def or "
+                          "tornado's @gen.coroutine): a thread would get an un-awaited "
+                          "coroutine and handle nothing. Leave concurrency at 1 (an async "
+                          "process_message already runs concurrently on the loop), or make "
+                          "process_message a plain blocking def")
+    if message_handler is not None and _coroutine_for_threads(message_handler):
         raise ConfigError(f"concurrency={concurrency} is for blocking handlers; an async def "
-                          "handler already runs concurrently on the loop (up to "
-                          "max_in_flight at once): leave concurrency at 1")
+                          "(or tornado @gen.coroutine) handler already runs concurrently on "
+                          "the loop (up to max_in_flight at once): leave concurrency at 1")
 
 
 def _unchanged(m: "Message") -> "Message":
@@ -372,7 +418,7 @@ def choose(*, message_handler: Callable[..., Any] | None,
     :func:`check_concurrency` says where it cannot); 1: on the loop thread.
     ``instrument``: wraps the handler the strategy calls (None: called as given)."""
     check_concurrency(concurrency, message_handler=message_handler,
-                      batch_handler=batch_handler)
+                      batch_handler=batch_handler, process=process)
     common = (answers, bridge, tasks, name)
 
     def wrap(f: Callable[..., Any], coroutine: bool = False) -> Callable[..., Any]:

@@ -295,8 +295,10 @@ class Reader:
                                                   low_rdy_timeout=low_rdy_timeout)
         self._backoff = Backoff(max_backoff_duration, backoff_multiplier, backoff_strategy)
         self.concurrency = concurrency
+        # the handler the threads would call: a subclass's process_message override too
         handlers.check_concurrency(concurrency, message_handler=message_handler,
-                                   batch_handler=batch_handler)
+                                   batch_handler=batch_handler,
+                                   process=_overridden(self, "process_message"))
         self._strategy: handlers.Strategy | None = None
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
@@ -346,6 +348,10 @@ class Reader:
         # pynsq programs assign hooks on the instance (``r.validate_message = f``), before
         # or after start; the part that calls the hook is re-wired then, so the hot path
         # keeps choosing once and pays nothing for a hook nobody set
+        if name == "process_message" and "concurrency" in vars(self):
+            # refused here, in the caller's thread, not later on the loop
+            handlers.check_concurrency(self.concurrency, message_handler=self.message_handler,
+                                       batch_handler=self.batch_handler, process=value)
         object.__setattr__(self, name, value)
         if name in HOOKS and "_pool" in vars(self):
             self._rewire_hook(name)
@@ -373,7 +379,8 @@ class Reader:
             raise NSQError(f"[{self.name}] this Reader is already pulled (get_batch or async "
                            "for); make another Reader for a handler")
         handlers.check_concurrency(self.concurrency, message_handler=message_handler,
-                                   batch_handler=None)
+                                   batch_handler=None,
+                                   process=_overridden(self, "process_message"))
         self.message_handler = message_handler
         self._schedule_start()
 
@@ -739,9 +746,9 @@ class Reader:
             while any(s.outstanding for s in links) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         if self._strategy is not None:
-            # a handler pool's workers exit at the end of its queue; step 3 requeues what
-            # is queued, and the workers skip what is answered
-            self._strategy.close()
+            # a handler pool starts no more queued messages from here on (its workers
+            # exit at the end of its queue): step 3 requeues them, never both
+            self._strategy.close(skip_queued=True)
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
