@@ -130,6 +130,34 @@ def test_disconnect_from_nsqd_leaves_that_nsqd_for_good(nsq_cluster: NSQCluster,
     assert (c["requeue_count"], c["timeout_count"]) == (0, 0)  # left cleanly
 
 
+def test_disconnect_from_nsqd_twice_joins_the_one_graceful_closing(
+        nsq_cluster: NSQCluster) -> None:
+    # a second call while the first closing runs must not cut it short: the message a
+    # puller holds still gets close_timeout seconds, and its FIN reaches nsqd
+    topic, channel = "disc_twice", "c"
+    _prepare(nsq_cluster, topic, channel, n=3)
+    a = nsq_cluster.nsqd_tcp_addresses[0]
+    r = Reader(topic, channel, nsqd_tcp_addresses=[a], max_in_flight=1, close_timeout=4.0)
+    try:
+        held = r.get_batch(1, timeout=10)
+        assert len(held) == 1
+        start = time.monotonic()
+        r.disconnect_from_nsqd(a)
+        r.disconnect_from_nsqd(a)  # joins the closing in progress
+        time.sleep(0.5)  # well within close_timeout
+        assert _clients(nsq_cluster, 0, topic, channel) == 1, "closed before close_timeout"
+        r.finish(held)
+        wait_for(lambda: _clients(nsq_cluster, 0, topic, channel) == 0, 10,
+                 "the client to leave")
+        assert time.monotonic() - start < 4.0 + 2.0  # left once the held one was answered
+        c = channel_stats(nsq_cluster, 0, topic, channel)
+        # FIN arrived: nothing in flight (a lost FIN stays in flight until msg_timeout)
+        assert (c["in_flight_count"], c["timeout_count"]) == (0, 0), c
+        assert c["depth"] == 2 and c["requeue_count"] == 0, c
+    finally:
+        r.close()
+
+
 def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster: NSQCluster,
         running_reader: ReaderRunner) -> None:
     topic, channel = "disc_lookupd", "c"

@@ -236,6 +236,9 @@ class Pool:
         self.poller: Poller | None = None
         self._started = False
         self._disconnecting: set[str] = set()  # closed on purpose (disconnect_from)
+        # address -> the graceful closing disconnect_from started, while it runs: a
+        # second call joins it instead of cutting it short
+        self._closings: dict[str, "asyncio.Future[Any]"] = {}
         self._redist: Any = None
 
     # -- starting and connecting (loop thread) ------------------------------------------
@@ -307,8 +310,15 @@ class Pool:
     def disconnect_from(self, host: str, port: int) -> "asyncio.Future[Any] | None":
         """Take ``host:port`` off the direct list and close its connection gracefully (RDY
         0, CLS, its unanswered messages requeued). Raises NotConnectedError when it is
-        neither direct nor connected. Returns the closing's Future (None: nothing open)."""
+        neither direct nor connected. Returns the closing's Future (None: nothing open).
+
+        Idempotent while the closing runs: a second call returns the same Future (the
+        one closing goes on, with its ``close_timeout`` for handed-out messages); once
+        closed, the address is neither direct nor connected (NotConnectedError)."""
         address = producer_address((host, port))
+        closing = self._closings.get(address)
+        if closing is not None:
+            return closing
         direct = address in self._direct_keys
         link = self.links.get(address)
         if not direct and link is None:
@@ -320,7 +330,14 @@ class Pool:
             self.direct = [hp for hp in self.direct if producer_address(hp) != address]
         if link is None:
             return None  # a reconnect loop, if any, sees it is no longer direct and stops
-        return self.tasks.spawn(self._close_link(link), "disconnect")
+        # marked now, not when the task first runs: a second call finds the closing
+        if link.conn is not None:
+            self._disconnecting.add(address)
+        fut = self.tasks.spawn(self._close_link(link), "disconnect")
+        self._closings[address] = fut
+        fut.add_done_callback(lambda f: self._closings.pop(address, None)
+                              if self._closings.get(address) is f else None)
+        return fut
 
     async def _close_link(self, link: "Link") -> None:
         conn = link.conn
@@ -328,7 +345,6 @@ class Pool:
             return
         self._log.for_nsqd(link.address).info("[%s] disconnecting from nsqd %s", self.name,
                                               link.address)
-        self._disconnecting.add(link.address)
         if conn.state is ConnState.SUBSCRIBED:
             # quiet (the state is CLOSING from now on: no RDY is sent to it any more); the
             # policy gives its share to the others when it has closed

@@ -488,6 +488,11 @@ class Reader:
         ``discovery_filter`` or a :meth:`connect_to_nsqd` override leaves it out. Unlike
         go-nsq, a connection found through lookupd may be closed this way too.
 
+        Idempotent while that closing runs: calling it again for the same address joins
+        the closing in progress (nothing is cut short: handed-out messages keep their
+        ``close_timeout``); once the connection has closed, the address is unknown
+        (NotConnectedError, below).
+
         Raises :class:`~nsq_spark.errors.InvalidAddressError` for a malformed address and
         :class:`~nsq_spark.errors.NotConnectedError` when the Reader neither has it as a
         direct address nor is connected to it."""
