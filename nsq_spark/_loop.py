@@ -190,6 +190,16 @@ class TaskGroup:
             if k == kind and not task.done() and task is not current:
                 task.cancel()
 
+    async def cancel_and_wait(self, kind: str) -> None:
+        """:meth:`cancel` the tasks of ``kind``, then wait until they have ended."""
+        current = asyncio.current_task()
+        pending = [t for t, k in list(self._tasks.items())
+                   if k == kind and not t.done() and t is not current]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
     def __len__(self) -> int:
         return len(self._tasks)
 

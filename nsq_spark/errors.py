@@ -99,6 +99,13 @@ class NotConnectedError(NSQError, ValueError):
     polling (go-nsq's ``ErrNotConnected``); the message lists those it is."""
 
 
+class PollerStoppedError(NSQError, RuntimeError):
+    """A lookupd poller was asked to query after :meth:`~nsq_spark.lookupd.LookupdPoller.stop`
+    (its consumer closed, or its last lookupd was disconnected): it makes no new HTTP
+    client that nothing would close. Start it again, or make a new one
+    (``Reader.connect_to_lookupd``)."""
+
+
 class NSQTimeoutError(NSQError, TimeoutError):
     """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
 

@@ -38,6 +38,7 @@ from .admin.errors import HTTPStatusError, LookupdError, NodeUnreachableError
 from .admin.model import LookupdProducer
 from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
                               shared_transport)
+from .errors import PollerStoppedError
 
 log = get_logger(__name__)
 
@@ -190,6 +191,10 @@ class LookupdPoller:
         transport: the :class:`~nsq_spark.admin.transport.AsyncTransport` to send
             through (default: an httpx client of the poller's own, made at the first poll
             and closed by :meth:`stop`; one given here is the caller's to close).
+
+    Once :meth:`stop` began, a query (:meth:`poll_once`, :meth:`query_records`, e.g. an
+    explicit poll racing with the stop) raises :class:`~nsq_spark.errors.PollerStoppedError`
+    instead of making an HTTP client nothing would close; :meth:`start` polls again.
     """
 
     def __init__(self, addresses: Iterable[str], topic: str,
@@ -231,6 +236,7 @@ class LookupdPoller:
         self._transport: AsyncTransport | None = transport
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._stopped = False  # stop() began: no query, no new transport
 
     # -- one poll -----------------------------------------------------------------------
 
@@ -239,24 +245,37 @@ class LookupdPoller:
         return [r.producer for r in await self.query_records(url)]
 
     async def query_records(self, url: str) -> list[ProducerInfo]:
-        """One lookupd's producer records; raises on transport errors and garbage."""
-        if self._transport is None:
+        """One lookupd's producer records; raises on transport errors and garbage, and
+        :class:`~nsq_spark.errors.PollerStoppedError` once :meth:`stop` began."""
+        self._check_running()
+        transport = self._transport
+        if transport is None:
             # our own client, closed in stop(): a Reader may start and stop many times
-            self._transport = AsyncHttpxTransport(connect_timeout=self.connect_timeout)
+            transport = self._transport = AsyncHttpxTransport(
+                connect_timeout=self.connect_timeout)
         call = calls.lookup(url)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_random(0.05, 0.25),
                                            retry=retry_if_exception(_transport_error),
                                            reraise=True):
             with attempt:
-                answer = await self._transport.request(call.method, call.url,
-                                                       self.request_timeout)
+                self._check_running()  # a retry after stop() began: its client is closed
+                answer = await transport.request(call.method, call.url,
+                                                 self.request_timeout)
                 # an unknown topic (404 TOPIC_NOT_FOUND) is an empty lookup
                 found = read_answer(call, answer)
         return [_record(p) for p in found.producers]
 
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise PollerStoppedError(
+                f"[{self.name}] the lookupd poller is stopped (its consumer closed or its "
+                "last lookupd was disconnected): no query is sent; start() it again, or "
+                "use Reader.connect_to_lookupd() to poll a lookupd again")
+
     async def poll_once(self) -> set[ProducerAddress]:
         """Query every lookupd concurrently; the union of what the healthy ones said."""
+        self._check_running()
         urls = list(self.urls)  # add_address/remove_address may run meanwhile
         results = await asyncio.gather(*(self.query_records(u) for u in urls),
                                        return_exceptions=True)
@@ -264,7 +283,7 @@ class LookupdPoller:
         records: list[ProducerInfo] = []
         for url, res in zip(urls, results):
             if isinstance(res, BaseException):
-                if isinstance(res, asyncio.CancelledError):
+                if isinstance(res, (asyncio.CancelledError, PollerStoppedError)):
                     raise res
                 msg = f"{type(res).__name__}: {res}"
                 if self.failures.get(url) != msg:  # log a change of state, not every poll
@@ -308,6 +327,7 @@ class LookupdPoller:
     def start(self) -> None:
         """Poll now, then forever with jitter (on the running asyncio loop)."""
         if self._task is None:
+            self._stopped = False
             self._wake = asyncio.Event()
             self._task = asyncio.ensure_future(self._run())
 
@@ -340,7 +360,10 @@ class LookupdPoller:
             self._wake.clear()
 
     async def stop(self) -> None:
-        """Stop polling and release the HTTP client."""
+        """Stop polling and release the HTTP client. From its first step on, no query
+        runs nor makes a client (:class:`~nsq_spark.errors.PollerStoppedError`); cancel
+        explicit polls of :meth:`poll_once` before, as the consumer's pool does."""
+        self._stopped = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

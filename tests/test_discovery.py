@@ -145,6 +145,10 @@ class FakePoller:
         self.polls = 0
         self.failures: dict[str, str] = {}
         self.started = self.triggered = self.stopped = 0
+        self.polling = 0  # polls running now
+        self.polling_at_stop: list[int] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
 
     def start(self) -> None:
         self.started += 1
@@ -155,6 +159,11 @@ class FakePoller:
     def poll_once(self) -> Awaitable[Any]:
         async def once() -> None:
             self.polls += 1
+            self.polling += 1
+            try:
+                await self.gate.wait()  # set: polls end at once
+            finally:
+                self.polling -= 1
         return once()
 
     def add_address(self, address: str) -> bool:
@@ -173,6 +182,7 @@ class FakePoller:
 
     def stop(self) -> Awaitable[None]:
         async def stop() -> None:
+            self.polling_at_stop.append(self.polling)
             self.stopped += 1
         return stop()
 
@@ -402,6 +412,30 @@ def test_lookupds_are_added_and_removed_at_run_time() -> None:
         with pytest.raises(ConfigError, match="only lookupd .* connect_to_lookupd"):
             rig.pool.disconnect_from_lookupd("l2:4161")
         await rig.close()
+    run(main)
+
+
+@pytest.mark.parametrize("how", ["close", "last lookupd"])
+def test_explicit_polls_end_before_the_poller_stops(how: str) -> None:
+    # a poll still running when the poller releases its HTTP client would make a new one
+    # that nothing closes: the pool ends them first
+    async def main() -> None:
+        rig = Rig(direct=("d1:4150",))
+        rig.pool.start()
+        await rig.settle()
+        poller = rig.poller
+        poller.gate.clear()  # polls hang, as a slow lookupd does
+        rig.pool.poll_lookupd()  # Reader.query_lookupd() from another thread
+        await rig.settle()
+        assert poller.polling == 1
+        if how == "close":
+            await rig.close()
+        else:
+            rig.pool.disconnect_from_lookupd("l1:4161")
+            await rig.settle()
+            await rig.close()
+        assert poller.polling_at_stop == [0] and poller.stopped == 1
+
     run(main)
 
 

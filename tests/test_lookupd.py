@@ -130,3 +130,43 @@ def test_lookupd_index_is_the_one_same_lookupd_rule():
     assert poller.addresses == ["http://lk2:4161/", "lk3:4161"]
     assert poller.urls == [lookup_url(a, "t") for a in poller.addresses]
     assert poller.remove_address("127.0.0.1:4161") is False
+
+
+def test_a_stopped_poller_makes_no_http_client_and_says_so(monkeypatch) -> None:
+    # an explicit poll racing with stop() (Reader.query_lookupd from another thread) used
+    # to make a new client after stop() had released the old one: nothing closed it
+    import asyncio
+
+    from admin_fakes import ScriptedAsyncTransport
+    from nsq_spark import lookupd
+    from nsq_spark.admin.calls import Answer
+    from nsq_spark.errors import NSQError, PollerStoppedError
+
+    made: list[ScriptedAsyncTransport] = []
+    closed: list[ScriptedAsyncTransport] = []
+
+    class Client(ScriptedAsyncTransport):
+        def __init__(self, **kw: object) -> None:
+            super().__init__(*[Answer(200, b'{"producers":[]}')] * 4)
+            made.append(self)
+
+        async def aclose(self) -> None:
+            await asyncio.sleep(0)  # stop() yields here: the race's window
+            closed.append(self)
+
+    monkeypatch.setattr(lookupd, "AsyncHttpxTransport", Client)
+
+    async def main() -> None:
+        poller = LookupdPoller(["127.0.0.1:4161"], "t", lambda found: None)
+        await poller.poll_once()  # makes its own client
+        stopping = asyncio.ensure_future(poller.stop())
+        await asyncio.sleep(0)  # stop() is releasing the client
+        with pytest.raises(PollerStoppedError, match="stopped") as raised:
+            await poller.poll_once()
+        assert isinstance(raised.value, NSQError)
+        await stopping
+        with pytest.raises(PollerStoppedError):
+            await poller.query_records(poller.urls[0])
+
+    asyncio.run(main())
+    assert len(made) == 1 and closed == made  # every client made was closed

@@ -408,8 +408,16 @@ class Pool:
             return
         poller.remove_address(address)
         if not poller.addresses:
-            self.poller = None
-            self.tasks.spawn(poller.stop(), "disconnect")
+            self.poller = None  # poll_lookupd starts no poll from now on
+            self.tasks.cancel("poll")  # now: none of them sends a request any more
+            self.tasks.spawn(self._stop_poller(poller), "disconnect")
+
+    async def _stop_poller(self, poller: Poller) -> None:
+        """Explicit polls (``query_lookupd()`` from any thread) end first, then the
+        poller stops and closes its HTTP client: a poll running after the client was
+        released would make a new one that nothing closes."""
+        await self.tasks.cancel_and_wait("poll")
+        await poller.stop()
 
     async def _connect_quietly(self, host: str, port: int) -> None:
         try:
@@ -659,9 +667,8 @@ class Pool:
         if self._redist is not None:
             self._redist.stop()
         if self.poller is not None:
-            await self.poller.stop()
+            await self._stop_poller(self.poller)
         self.tasks.cancel("connect")  # pending connects and reconnect loops
-        self.tasks.cancel("poll")
         links = self.subscribed()
         await self._quiesce(links)
         return links
