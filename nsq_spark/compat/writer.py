@@ -14,8 +14,8 @@ The callback's ``conn``, as pynsq's: the connection that carried the command, se
 :class:`WriterConnection` with pynsq's ``id`` (``"host:port"``), ``host``, ``port`` and
 ``str(conn)``; one object per nsqd, so it can key a dict. If a retry sent the command to
 another nsqd, it is the last one tried. When no connection carried it (bad arguments, no
-nsqd reachable) it is the configured nsqd if there is only one, else None (pynsq passes
-None then too). Callbacks written for earlier nsq_spark releases, which passed the Writer
+nsqd reachable) it is None, however many nsqds are configured, as pynsq 0.9.1 passes
+None whenever it had no open connection (programs test ``conn is None``). Callbacks written for earlier nsq_spark releases, which passed the Writer
 itself, keep working: any other attribute of ``conn`` is the Writer's (``conn.pub(...)``),
 except ``close``/``aclose``: in pynsq ``conn.close()`` drops one connection, and closing
 the whole Writer instead would be a surprise.
@@ -216,14 +216,12 @@ class Writer(Producer):
         return result
 
     def _connection(self, route: _Route) -> WriterConnection | None:
-        """The callback's ``conn``: the nsqd the command went to last; else the only
-        nsqd configured; else None."""
+        """The callback's ``conn``: the nsqd the command went to last; None when no
+        connection carried it (pynsq)."""
         addresses: dict[str, Address] = self._tcp.addresses
         key = route.key
         if key is None:
-            if len(addresses) != 1:
-                return None
-            key = next(iter(addresses))
+            return None
         view = self._views.get(key)
         if view is None:
             address = addresses.get(key)
