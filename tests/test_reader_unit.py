@@ -19,6 +19,29 @@ def test_addresses_follow_the_one_address_rule():
     assert r.lookupd_http_addresses == ["http://127.0.0.1:4161"]
 
 
+def test_the_address_lists_are_read_only_and_say_which_control_changes_them():
+    # pynsq programs append to r.lookupd_http_addresses: a copy that swallowed the append
+    # changed nothing, silently; now it is an immutable snapshot that says what to call
+    r = Reader("t", "c", nsqd_tcp_addresses="127.0.0.1:4150",
+               lookupd_http_addresses="127.0.0.1:4161")
+    lookupds, nsqds = r.lookupd_http_addresses, r.nsqd_tcp_addresses
+    assert isinstance(lookupds, tuple) and lookupds == ("127.0.0.1:4161",)
+    with pytest.raises(ConfigError, match=r"connect_to_lookupd.*disconnect_from_lookupd"):
+        lookupds.append("127.0.0.1:4261")
+    with pytest.raises(ConfigError, match="connect_to_lookupd"):
+        r.lookupd_http_addresses += ["127.0.0.1:4261"]
+    with pytest.raises(ConfigError, match=r"read-only.*connect_to_lookupd"):
+        r.lookupd_http_addresses = ["127.0.0.1:4261"]
+    with pytest.raises(ConfigError, match=r"connect_to_nsqd.*disconnect_from_nsqd"):
+        nsqds.extend(["127.0.0.1:4250"])
+    with pytest.raises(ConfigError, match=r"read-only.*connect_to_nsqd"):
+        r.nsqd_tcp_addresses = []
+    assert r.lookupd_http_addresses == ["127.0.0.1:4161"]  # unchanged
+    assert r.nsqd_tcp_addresses == ["127.0.0.1:4150"] != ["x:1"]
+    assert r.connect_to_lookupd("127.0.0.1:4261") is True  # the control does change it
+    assert r.lookupd_http_addresses == ("127.0.0.1:4161", "127.0.0.1:4261")
+
+
 @pytest.mark.parametrize("bad", ["localhost", ":4150", "h:", "h:x", "h:0", "h:70000", "::1:4150"])
 def test_bad_nsqd_address_names_the_parameter(bad):
     with pytest.raises(InvalidAddressError, match="nsqd_tcp_addresses"):

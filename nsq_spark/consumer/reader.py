@@ -444,14 +444,33 @@ class Reader:
         self._call_on_loop(lambda: self._pool.apply(self._policy.set_max_in_flight(max_in_flight)))
 
     @property
-    def nsqd_tcp_addresses(self) -> list[str]:
-        """The direct nsqd addresses (``host:port``): reconnected when they drop."""
-        return [producer_address(hp) for hp in self._pool.direct]
+    def nsqd_tcp_addresses(self) -> "Addresses":
+        """The direct nsqd addresses (``host:port``): reconnected when they drop.
+
+        A snapshot, immutable (a tuple that also compares equal to a list of the same
+        addresses): pynsq's ``r.nsqd_tcp_addresses.append(a)`` and assigning it raise
+        :class:`~nsq_spark.errors.ConfigError` naming :meth:`connect_to_nsqd` /
+        :meth:`disconnect_from_nsqd`, which change what the Reader connects to."""
+        return Addresses((producer_address(hp) for hp in self._pool.direct),
+                         _NSQD_CONTROLS)
+
+    @nsqd_tcp_addresses.setter
+    def nsqd_tcp_addresses(self, value: Any) -> None:
+        raise ConfigError(f"[{self.name}] nsqd_tcp_addresses is read-only: "
+                          f"{_NSQD_CONTROLS}")
 
     @property
-    def lookupd_http_addresses(self) -> list[str]:
-        """The nsqlookupd HTTP addresses polled (see :meth:`connect_to_lookupd`)."""
-        return list(self._pool.lookupd_addresses)
+    def lookupd_http_addresses(self) -> "Addresses":
+        """The nsqlookupd HTTP addresses polled; a snapshot, immutable as
+        :attr:`nsqd_tcp_addresses` (change them with :meth:`connect_to_lookupd` /
+        :meth:`disconnect_from_lookupd`: ``append`` and assignment raise ConfigError
+        saying so)."""
+        return Addresses(self._pool.lookupd_addresses, _LOOKUPD_CONTROLS)
+
+    @lookupd_http_addresses.setter
+    def lookupd_http_addresses(self, value: Any) -> None:
+        raise ConfigError(f"[{self.name}] lookupd_http_addresses is read-only: "
+                          f"{_LOOKUPD_CONTROLS}")
 
     def connect_to_nsqd(self, host: str, port: int) -> None:
         """Connect to one more nsqd (pynsq), unless connected already; not reconnected if
@@ -800,6 +819,44 @@ def _stats_of(r: Reader) -> dict[str, Any]:
         "lookupd": r._pool.lookupd_stats(),
         "connect_errors": r._pool.connect_error_stats(),
     }
+
+
+_NSQD_CONTROLS = ("to change the nsqds a running Reader reads, call "
+                  "reader.connect_to_nsqd(host, port) / reader.disconnect_from_nsqd('host:port')")
+_LOOKUPD_CONTROLS = ("to change the lookupds polled, call reader.connect_to_lookupd(address) "
+                     "/ reader.disconnect_from_lookupd(address)")
+
+
+class Addresses(tuple[str, ...]):
+    """An immutable snapshot of a Reader's addresses (:attr:`Reader.nsqd_tcp_addresses`,
+    :attr:`Reader.lookupd_http_addresses`). pynsq's were lists that a program could
+    change in place (``r.lookupd_http_addresses.append(a)``); changing this snapshot
+    could not change the Reader, so the list methods raise
+    :class:`~nsq_spark.errors.ConfigError` naming the run-time control to call. It
+    compares equal to a list or tuple of the same addresses."""
+
+    _controls: str
+
+    def __new__(cls, addresses: Iterable[str], controls: str) -> "Addresses":
+        self = super().__new__(cls, addresses)
+        self._controls = controls
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            other = tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigError(f"a Reader's addresses are a read-only snapshot: {self._controls}")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _read_only
+    __setitem__ = __delitem__ = __iadd__ = _read_only
 
 
 #: pynsq's hooks a program may override in a subclass or assign on an instance
