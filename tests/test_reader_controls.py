@@ -5,6 +5,7 @@ on the wire meanwhile)."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -16,6 +17,17 @@ from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster, ReaderRunner, wait_until
 
 pytestmark = pytest.mark.nsqd
+
+
+class FixedDraw(random.Random):
+    """A random source whose every draw is ``value``."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
 
 
 def _topic() -> str:
@@ -65,7 +77,6 @@ def test_low_rdy_timeout_hands_rdy_between_busy_nsqds_on_time(
 def test_backoff_strategy_sets_how_long_deliveries_stop_after_a_failure(
         strategy: str, nsq_cluster: NSQCluster, running_reader: ReaderRunner) -> None:
     topic = _topic()
-    nsq_cluster.publish(topic, [b"fail", b"b", b"c"])
     delivered: list[tuple[float, bytes]] = []
 
     def handler(m: Message) -> bool:
@@ -76,18 +87,22 @@ def test_backoff_strategy_sets_how_long_deliveries_stop_after_a_failure(
                                   backoff_strategy=strategy, backoff_multiplier=2.0,
                                   max_backoff_duration=2.0, requeue_delay=0,
                                   nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    # full jitter draws through the Reader's backoff policy: a fixed draw makes its window
+    # known (0.75 of the 2 s cap), so a missing backoff (or a zero draw) fails the test
+    reader._backoff.rng = FixedDraw(0.75)
+    nsq_cluster.publish(topic, [b"fail", b"b", b"c"])
     wait_until(lambda: reader.finished >= 3, 20, "3 finished")
     state: dict[str, Any] = reader.stats()["backoff"]
     assert state["strategy"] == strategy and state["level"] == 0
     running_reader.stop(reader)
     first_fail = next(t for t, body in delivered if body == b"fail")
     window = next(t for t, _ in delivered if t > first_fail) - first_fail
-    # RDY 0 on the wire for the window. Exponential waits the whole 2 s; full jitter waits a
-    # uniform draw up to 2 s, whose distribution tests/test_backoff.py checks with an
-    # injected random source (here any draw is legal, so only the cap is asserted; 1 s of
-    # slack for delivery on a loaded machine)
+    # RDY 0 on the wire for the window. Exponential waits the whole 2 s; full jitter waits
+    # its draw, 0.75 * 2 s here (the distribution of draws: tests/test_backoff.py); at
+    # least the window (no backoff at all would redeliver at once), at most the cap plus
+    # 1 s of slack for delivery on a loaded machine
     if strategy == "exponential":
         assert 2.0 <= window < 3.0
     else:
-        assert window < 3.0
+        assert 1.5 <= window < 2.0 + 1.0, window
     nsq_cluster.wait_drained(topic, "ch")
