@@ -335,11 +335,17 @@ MAX_ATTEMPTS = 65535
 #: backoff window at level ``n`` lasts, ``backoff_multiplier`` seconds being the unit and
 #: ``max_backoff_duration`` the cap:
 #:
-#: * ``"exponential"`` (the default, go-nsq's ``ExponentialStrategy``):
-#:   ``backoff_multiplier * 2 ** (n - 1)`` seconds;
-#: * ``"full_jitter"`` (go-nsq's ``FullJitterStrategy``, AWS's "full jitter"): a uniformly
-#:   random duration from 0 up to that exponential one, so that many consumers failing
-#:   at once do not all come back at the same moment.
+#: * ``"exponential"`` (the default, shaped as go-nsq's ``ExponentialStrategy``):
+#:   ``backoff_multiplier * 2 ** (n - 1)`` seconds, so the first window is
+#:   ``backoff_multiplier``. Deliberately not go-nsq's numbers: its ``Calculate`` is
+#:   ``BackoffMultiplier * 2^n``, a first window of twice the multiplier (2 s by
+#:   default); ``backoff_multiplier=2`` gives go-nsq's windows;
+#: * ``"full_jitter"`` (shaped as go-nsq's ``FullJitterStrategy``, AWS's "full jitter"): a
+#:   uniformly random duration from 0 up to that exponential one, capped before the draw
+#:   (go-nsq draws below ``BackoffMultiplier * 2^n`` and caps after), so that many
+#:   consumers failing at once do not all come back at the same moment.
+#:
+#: See :mod:`nsq_spark.consumer.backoff` (and pynsq's linear timer, which neither follows).
 BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 
 #: The most handler threads ``concurrency`` may ask for.

@@ -9,16 +9,30 @@ Only one result counts per window: results that arrive while a window is open (m
 that were already in flight when it opened) are ignored, so a burst of failures raises the
 level by one, not by the burst's size (go-nsq's rule, and the guide's).
 
-Durations follow one of go-nsq's two strategies (``backoff_strategy``, the names in
-:data:`nsq_spark.config.BACKOFF_STRATEGIES`): ``"exponential"``, ``multiplier * 2 **
+Durations follow the shape of go-nsq's two strategies (``backoff_strategy``, the names
+in :data:`nsq_spark.config.BACKOFF_STRATEGIES`): ``"exponential"``, ``multiplier * 2 **
 (level - 1)`` seconds capped at ``max_backoff_duration`` (the default), or
 ``"full_jitter"``, a uniformly random duration in ``[0, that)`` drawn from the injected
 random source. The level stops growing once the exponential duration reaches the cap,
 whichever the strategy, so recovering from the worst case takes a bounded number of
-successes. (pynsq uses a two-speed linear timer instead; we follow go-nsq and the guide.
-go-nsq draws the jitter below the uncapped power of two and caps after; we draw below the
-capped one, so that every duration up to the cap is as likely -- AWS's definition of full
-jitter.) Setting ``max_backoff_duration`` to 0 turns backoff off.
+successes. Setting ``max_backoff_duration`` to 0 turns backoff off.
+
+Deliberate differences (the formula is ours; the numbers below are checked against the
+sources):
+
+* go-nsq's ``ExponentialStrategy.Calculate(attempt)`` is ``BackoffMultiplier *
+  2^attempt`` and its first window is attempt 1: ``2 * BackoffMultiplier`` (2 s by
+  default). Ours is ``multiplier * 2 ** (level - 1)``: the first window is
+  ``backoff_multiplier`` itself (1 s by default), every window half of go-nsq's at the
+  same level, so that the option reads as "the first window". ``backoff_multiplier=2``
+  gives go-nsq's windows.
+* go-nsq's ``FullJitterStrategy`` draws ``rand.Intn(BackoffMultiplier * 2^attempt)``,
+  below the uncapped power of two, and caps after; we draw below the capped one (a
+  uniform draw up to the cap, AWS's definition of full jitter), and below half of
+  go-nsq's bound at the same level, as above.
+* pynsq follows neither: its ``BackoffTimer`` is a two-speed linear timer (with
+  ``max_backoff_duration=128``, the first window is 3.584 s, then 7.168 s, ...); its
+  first window is not what ours follows either.
 
 The Reader feeds it at most one result per batch of responses (:meth:`Backoff.record`)
 and acts on the returned :class:`Decision`.
@@ -81,7 +95,8 @@ NOTHING = Decision(Action.NONE)
 
 
 def exponential(level: int, multiplier: float, cap: float) -> float:
-    """Seconds of backoff at ``level`` (>= 1): ``multiplier * 2**(level-1)``, at most ``cap``."""
+    """Seconds of backoff at ``level`` (>= 1): ``multiplier * 2**(level-1)``, at most ``cap``
+    (go-nsq's is ``multiplier * 2**level``: see the module doc)."""
     if level <= 0:
         return 0.0
     # min() before the power would overflow for absurd levels; the level is bounded anyway

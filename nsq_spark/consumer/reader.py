@@ -32,7 +32,8 @@ Where pynsq and go-nsq differ, the choice made here:
   raises on it and leaves the message to time out);
 * the default requeue delay is ``requeue_delay * attempts`` seconds (pynsq), capped by
   ``max_requeue_delay`` (go-nsq, 15 min);
-* backoff is go-nsq's exponential one (see :mod:`nsq_spark.consumer.backoff`),
+* backoff is exponential as go-nsq's, its first window ``backoff_multiplier`` seconds
+  (go-nsq's is twice its multiplier: see :mod:`nsq_spark.consumer.backoff`),
   ``max_backoff_duration=0`` turns it off;
 * every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
   addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
@@ -150,7 +151,8 @@ class Reader:
             deduplicator's own ``key_func`` (its ``key=`` option), else
             :func:`nsq_spark.dedup.by_message_id`.
         max_requeue_delay: cap, in seconds, of the default requeue delay.
-        backoff_multiplier: seconds of the first backoff window (doubling per level).
+        backoff_multiplier: seconds of the first backoff window (doubling per level); go-nsq's
+            first window is twice its ``BackoffMultiplier`` (see ``backoff_strategy``).
         rdy_redistribute_interval: seconds between RDY redistribution rounds.
         reconnect_initial, reconnect_max: seconds, the exponential reconnect backoff of
             direct nsqd addresses (plus up to ``reconnect_initial`` of jitter).
@@ -163,6 +165,11 @@ class Reader:
             ``"exponential"`` (default: ``backoff_multiplier * 2 ** (level - 1)`` seconds,
             at most ``max_backoff_duration``) or ``"full_jitter"`` (a uniformly random
             duration from 0 up to that, so that many consumers do not resume together).
+            Deliberately one level below go-nsq's numbers, whose ``ExponentialStrategy``
+            is ``BackoffMultiplier * 2^level`` (first window 2 s by default, ours 1 s;
+            ``backoff_multiplier=2`` gives go-nsq's), and its full jitter draws below that
+            uncapped bound (ours below the capped one); pynsq's linear timer is neither
+            (see :mod:`~nsq_spark.consumer.backoff`).
         low_rdy_timeout: SECONDS (> 0, at most a year) a connection may hold RDY, busy or
             not, when ``max_in_flight`` is below the number of connections (go-nsq's
             ``LowRdyTimeout``, 30 s there): then it gives its RDY to one that waits.
