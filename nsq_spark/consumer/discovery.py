@@ -9,8 +9,14 @@ in order:
    ``topology_zone`` first, then those in its ``topology_region``, then the rest; the
    order within each group is lookupd's. It reorders and never drops: a message on an nsqd
    that no consumer connects to is never delivered, so a consumer in another zone must
-   still reach it. nsqd's own topology-aware delivery (the hints sent in IDENTIFY) does
-   the rest. Records without hints (nsqlookupd v1.3.0 reports none) keep their order.
+   still reach it. The order is all it changes: it is the order in which the filter
+   sees the records and ``connect_to_nsqd`` is called; every chosen producer is then
+   connected, and ``max_in_flight`` is shared equally among the connections whatever
+   their zone (no RDY weighting). To read from same-zone nsqds only, drop the others
+   in a ``discovery_filter`` (keeping all of them when none is in the zone: see
+   docs/discovery.md). nsqd's own topology-aware delivery (the hints sent in IDENTIFY)
+   is the server's part. Records without hints (nsqlookupd v1.3.0 reports none) keep
+   their order.
 2. **The discovery filter** (go-nsq's ``DiscoveryFilter``): ``discovery_filter(records)``
    gets that list and returns the records to use -- keep, drop, reorder. Its result is
    checked: anything but :class:`~nsq_spark.lookupd.ProducerInfo` records raises

@@ -193,9 +193,14 @@ class Reader:
             :mod:`~nsq_spark.consumer.discovery`.
         topology_zone, topology_region: (connection options, see
             :class:`~nsq_spark.config.ConnectionConfig`; default None: no preference) this
-            consumer's zone and region, sent in IDENTIFY; discovery also tries the
-            producers lookupd reports in the same zone first, then the same region, then
-            the rest (it never drops one).
+            consumer's zone and region, sent in IDENTIFY; discovery also orders the
+            producers lookupd reports: same zone first, then same region, then the rest.
+            That order is all it changes (what ``discovery_filter`` sees and the order of
+            the ``connect_to_nsqd`` calls): it never drops a producer, every chosen one is
+            connected, and ``max_in_flight`` is shared equally among all connections. To
+            connect to same-zone nsqds only, give a ``discovery_filter`` that keeps the
+            records whose ``topology_zone`` is yours when there are any (example in
+            docs/discovery.md).
         telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and
             spans of this Reader (``process``/``receive`` spans linked to the producers'
             send spans, ``message.body`` freed of the traced envelope). Default None: not
