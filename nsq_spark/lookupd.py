@@ -16,7 +16,8 @@ The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answe
 the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
 :func:`lookup_sync` send their requests through the admin client's httpx transports (the
-library's one HTTP path), the poller with tenacity retrying transport errors once.
+library's one HTTP path), the poller with tenacity retrying once what
+:func:`nsq_spark.errors.is_transient` calls transient (no answer, HTTP 500/502/503/504).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from .addresses import parse_http_address
 from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
 from .admin.calls import read_answer
-from .admin.errors import HTTPStatusError, LookupdError, NodeUnreachableError
+from .admin.errors import HTTPStatusError, LookupdError
+from .errors import is_transient
 from .admin.model import LookupdProducer
 from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
                               shared_transport)
@@ -160,13 +162,6 @@ def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = 
     return interval * (1.0 + jitter * r)
 
 
-def _transport_error(exc: BaseException) -> bool:
-    """Worth one retry: refused/reset connections, timeouts and 5xx."""
-    if isinstance(exc, HTTPStatusError):
-        return exc.status >= 500
-    return isinstance(exc, (NodeUnreachableError, OSError))
-
-
 class LookupdPoller:
     """Polls every lookupd for ``topic`` and reports the union of producers.
 
@@ -246,7 +241,7 @@ class LookupdPoller:
         call = calls.lookup(url)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_random(0.05, 0.25),
-                                           retry=retry_if_exception(_transport_error),
+                                           retry=retry_if_exception(is_transient),
                                            reraise=True):
             with attempt:
                 answer = await self._transport.request(call.method, call.url,

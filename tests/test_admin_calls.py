@@ -140,6 +140,15 @@ def test_error_answers_are_typed_and_name_the_fix(call, file, status, kind, word
     assert not is_transient(info.value)  # an answer: another attempt gets the same
 
 
+@pytest.mark.parametrize("status, transient", [
+    (500, True), (502, True), (503, True), (504, True), (501, False), (505, False),
+    (400, False), (403, False), (404, False), (405, False)])
+def test_5xx_answers_are_transient_the_others_are_not(status, transient):
+    with pytest.raises(HTTPStatusError) as info:
+        read_answer(calls.nsqd_stats("n:4151"), Answer(status, b'{"message":"X"}'))
+    assert is_transient(info.value) is transient
+
+
 def test_a_404_of_another_server_says_which_port_to_give():
     with pytest.raises(NotFoundError, match="is this address an nsqd HTTP port"):
         read_answer(calls.nsqd_stats("n:4151"), Answer(404, b"404 page not found\n"))

@@ -7,8 +7,10 @@ refused before any request with the library's usual
 :class:`~nsq_spark.errors.InvalidAddressError`.
 
 :class:`NodeUnreachableError` is also a :class:`~nsq_spark.errors.ConnectError` (so an
-``OSError``), which :func:`nsq_spark.errors.is_transient` counts as worth another attempt;
-the others are answers, and another attempt gets the same answer.
+``OSError``), which :func:`nsq_spark.errors.is_transient` counts as worth another attempt,
+as it does an :class:`HTTPStatusError` 500, 502, 503 or 504 (the server, or a proxy in
+front of it, failed this time); the others are answers, and another attempt gets the same
+answer.
 """
 
 from __future__ import annotations
