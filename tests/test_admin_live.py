@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nsq_spark.admin import (AsyncLookupdClient, AsyncNsqdClient, ChannelNotFoundError,
-                             LookupdClient, NodeUnreachableError, NsqdClient,
+                             LookupdClient, NodeUnreachableError, NotFoundError, NsqdClient,
                              TopicNotFoundError)
 from nsq_spark.errors import InvalidNameError, is_transient
 from nsq_spark.testing import free_port, wait_until
@@ -88,6 +88,24 @@ def test_async_clients_lookup_and_tombstone(nsq_cluster):
 
     channel = asyncio.run(go())
     assert channel is not None and channel.depth == 0
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_a_tombstone_of_a_mistyped_node_fails_naming_the_producers(nsq_cluster):
+    nsqd_http = nsq_cluster.nsqd_http_addresses[0]
+    with NsqdClient(nsqd_http) as nsqd, \
+            LookupdClient(nsq_cluster.lookupd_http_addresses[0]) as lookupd:
+        nsqd.create_topic("adm_tomb")
+        wait_until(lambda: lookupd.lookup("adm_tomb").producers, 5, "adm_tomb registered")
+        # the TCP port instead of the HTTP one: lookupd answers 200 and tombstones nothing
+        typo = nsq_cluster.nsqd_tcp_addresses[0]
+        with pytest.raises(NotFoundError) as info:
+            lookupd.tombstone_topic_producer("adm_tomb", typo)
+        assert f"no producer of topic 'adm_tomb' is at {typo}" in str(info.value)
+        assert f"knows: {nsqd_http};" in str(info.value)
+        assert lookupd.lookup("adm_tomb").producers  # still listed
+        lookupd.tombstone_topic_producer("adm_tomb", nsqd_http)
+        assert lookupd.lookup("adm_tomb").producers == ()
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)

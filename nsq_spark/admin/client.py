@@ -214,8 +214,15 @@ class LookupdClient(_Sync):
     def tombstone_topic_producer(self, topic: str, node: str) -> None:
         """Stop listing nsqd ``node`` (its ``broadcast_address:http_port``) for
         ``topic`` for nsqlookupd's ``--tombstone-lifetime`` (45 s by default): consumers
-        stop finding it there, e.g. while it is drained and retired."""
-        self._send(calls.tombstone(self.address, topic, node))
+        stop finding it there, e.g. while it is drained and retired.
+
+        lookupd answers 200 even when no producer matched, so ``/nodes`` is asked
+        afterwards: :class:`~nsq_spark.admin.errors.NotFoundError` (``message``
+        ``"NODE_NOT_FOUND"``) names the producers of ``topic`` it knows when none at
+        ``node`` is tombstoned."""
+        call = calls.tombstone(self.address, topic, node)
+        self._send(call)
+        calls.check_tombstoned(call, self.nodes(), node)
 
 
 class AsyncNsqdClient(_Async):
@@ -291,4 +298,6 @@ class AsyncLookupdClient(_Async):
         return await self._send(calls.lookupd_channels(self.address, topic))
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> None:
-        await self._send(calls.tombstone(self.address, topic, node))
+        call = calls.tombstone(self.address, topic, node)
+        await self._send(call)
+        calls.check_tombstoned(call, await self.nodes(), node)

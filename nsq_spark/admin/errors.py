@@ -47,7 +47,9 @@ class HTTPStatusError(AdminError):
 
 
 class NotFoundError(HTTPStatusError):
-    """404: the topic or channel does not exist on that node."""
+    """404: the topic or channel does not exist on that node; or a tombstone that
+    matched no producer (lookupd answered 200: ``status`` 200, ``message``
+    ``"NODE_NOT_FOUND"``)."""
 
 
 class TopicNotFoundError(NotFoundError):
