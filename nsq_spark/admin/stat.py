@@ -75,6 +75,8 @@ class Interval:
     seconds: float | None  # since the previous interval (None: the first)
     rows: tuple[ChannelRow, ...]
     unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd, what the attempt said)
+    #: (nsqlookupd, what the attempt said): the nsqds it listed before were asked
+    unreachable_lookupds: tuple[tuple[str, str], ...] = ()
 
     def as_json(self) -> str:
         """One JSON object (``--json`` prints one a line)."""
@@ -82,7 +84,9 @@ class Interval:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
             "interval_seconds": self.seconds,
             "channels": [asdict(r) for r in self.rows],
-            "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable]}
+            "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
+            "unreachable_lookupds": [{"lookupd": a, "error": e}
+                                     for a, e in self.unreachable_lookupds]}
         return json.dumps(doc, sort_keys=False)
 
 
@@ -168,9 +172,11 @@ class StatView:
     _previous_at: float | None = None
 
     def update(self, at: float, snapshots: Mapping[str, NsqdStats],
-               unreachable: Mapping[str, str] | None = None) -> Interval:
+               unreachable: Mapping[str, str] | None = None,
+               unreachable_lookupds: Mapping[str, str] | None = None) -> Interval:
         """The interval measured at ``at`` (``time.time()``) from each answering nsqd's
-        stats (keyed by its address)."""
+        stats (keyed by its address); ``unreachable`` / ``unreachable_lookupds``: the
+        nsqds and lookupds that did not answer (address: what the attempt said)."""
         seconds = None if self._previous_at is None else at - self._previous_at
         rows = []
         found, parts = _rows(snapshots, self.topic, self.channel)
@@ -183,7 +189,8 @@ class StatView:
             rows.append(row)
         self._previous = parts
         self._previous_at = at
-        return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())))
+        return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())),
+                        tuple(sorted((unreachable_lookupds or {}).items())))
 
 
 _HEADER = (f"{'topic/channel':<32} {'depth':>8} {'disk':>8} {'inflight':>8} {'deferred':>8} "
@@ -214,4 +221,7 @@ def format_text(interval: Interval, header: bool = True, clients: bool = False) 
         lines.append("(nothing to show: no such topic/channel on the nsqds that answered)")
     for nsqd, error in interval.unreachable:
         lines.append(f"nsqd {nsqd} did not answer: {error}")
+    for lookupd, error in interval.unreachable_lookupds:
+        lines.append(f"nsqlookupd {lookupd} did not answer (the nsqds it listed before, if "
+                     f"any, were asked): {error}")
     return "\n".join(lines) + "\n"
