@@ -109,6 +109,31 @@ def test_a_tombstone_of_a_mistyped_node_fails_naming_the_producers(nsq_cluster):
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_empty_channel_drops_queued_and_in_flight_messages(nsq_cluster, running_reader):
+    topic, channel = "adm_empty", "c"
+    held = []
+
+    def keep(message):  # no answer: the messages stay in flight
+        message.enable_async()
+        held.append(message)
+
+    with NsqdClient(nsq_cluster.nsqd_http_addresses[0]) as nsqd:
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        nsq_cluster.publish(topic, [b"m%d" % i for i in range(5)])
+        reader = running_reader.start(topic, channel, keep,
+                                      nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                                      max_in_flight=2)
+        wait_until(lambda: len(held) == 2, 10, "2 messages in flight")
+        before = nsqd.stats(topic, channel).channel(topic, channel)
+        assert before is not None and (before.in_flight_count, before.depth) == (2, 3)
+        nsqd.empty_channel(topic, channel)
+        after = nsqd.stats(topic, channel).channel(topic, channel)
+        assert after is not None and (after.in_flight_count, after.depth) == (0, 0)
+        running_reader.stop(reader)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_a_running_reader_sees_pause_unpause_empty_and_delete(nsq_cluster, running_reader):
     topic, channel = "adm_reader", "c"
     got: list[bytes] = []

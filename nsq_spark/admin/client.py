@@ -177,7 +177,9 @@ class NsqdClient(_Sync):
         self._send(calls.channel_action(self.address, "delete", topic, channel))
 
     def empty_channel(self, topic: str, channel: str) -> None:
-        """Drop every queued message of ``channel`` (in-flight ones stay in flight)."""
+        """Drop every message of ``channel``: queued (memory and disk), in flight and
+        deferred (nsqd's ``Channel.Empty``). Consumers still hold the in-flight ones, but
+        their FIN, REQ or TOUCH of them then fails (``E_FIN_FAILED``...)."""
         self._send(calls.channel_action(self.address, "empty", topic, channel))
 
     def pause_channel(self, topic: str, channel: str) -> None:
@@ -268,6 +270,8 @@ class AsyncNsqdClient(_Async):
         await self.channel_action("delete", topic, channel)
 
     async def empty_channel(self, topic: str, channel: str) -> None:
+        """As :meth:`NsqdClient.empty_channel`: queued, in-flight and deferred messages
+        are dropped."""
         await self.channel_action("empty", topic, channel)
 
     async def pause_channel(self, topic: str, channel: str) -> None:
