@@ -32,7 +32,7 @@ __all__ = ["AsyncLookupdClient", "AsyncNsqdClient", "DEFAULT_TIMEOUT", "LookupdC
 
 T = TypeVar("T")
 
-#: Seconds a request may take by default (connect included).
+#: The default ``timeout``: seconds each stage of a request may take (see NsqdClient).
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -119,8 +119,11 @@ class NsqdClient(_Sync):
     Args:
         address: nsqd's HTTP address, ``host:port`` (4151 by default) or an
             ``http(s)://`` URL.
-        timeout: seconds each request may take, connect included; > 0, at most a year;
-            default 5.
+        timeout: seconds each stage of a request may take, each on its own (httpx's
+            timeouts): the connect (unless the transport has a ``connect_timeout``),
+            sending, each read of the answer, waiting for a pooled connection. Not a
+            bound on the whole request: a server that keeps sending slowly can take
+            longer. > 0, at most a year; default 5.
         transport: the :class:`~nsq_spark.admin.transport.Transport` to send through
             (default: a new httpx client, closed by :meth:`close`).
         ssl_context: for an ``https://`` address (nsqd's ``--https-address``): verifies

@@ -79,7 +79,9 @@ def _unreachable(method: str, url: str, exc: Exception
 
 class HttpxTransport:
     """:class:`Transport` on ``httpx.Client``. ``connect_timeout`` (seconds) bounds the
-    TCP connect, ``timeout`` of each request the rest; ``ssl_context`` verifies
+    TCP (and TLS) connect (default: the request's ``timeout``); a request's ``timeout``
+    bounds each of its other stages on its own (each write, each read, waiting for a
+    pooled connection), not the request as a whole; ``ssl_context`` verifies
     ``https://`` nodes (and may carry a client certificate); default: the system's CAs."""
 
     def __init__(self, connect_timeout: float | None = None,
