@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from nsq_spark.admin import (AsyncLookupdClient, AsyncNsqdClient, ChannelNotFoundError,
-                             LookupdClient, NodeUnreachableError, NotFoundError, NsqdClient,
-                             TopicNotFoundError)
+from nsq_spark.admin import (AdminTLSError, AsyncLookupdClient, AsyncNsqdClient,
+                             ChannelNotFoundError, LookupdClient, NodeUnreachableError,
+                             NotFoundError, NsqdClient, TopicNotFoundError,
+                             UnexpectedAnswerError)
 from nsq_spark.errors import InvalidNameError, is_transient
 from nsq_spark.testing import free_port, wait_until
 
@@ -52,6 +53,33 @@ def test_an_unreachable_node_is_a_transient_typed_error():
         with pytest.raises(NodeUnreachableError, match=f"{down}.*no answer") as info:
             nsqd.stats()
     assert isinstance(info.value, OSError) and is_transient(info.value)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_a_port_that_answers_but_not_http_says_which_port_to_give(nsq_cluster):
+    # nsqd's TCP port answers an HTTP request with E_BAD_PROTOCOL: an answer, not "none"
+    tcp = nsq_cluster.nsqd_tcp_addresses[0]
+    with NsqdClient(tcp, timeout=2) as nsqd:
+        with pytest.raises(UnexpectedAnswerError, match="answered, but not HTTP") as info:
+            nsqd.stats()
+    assert tcp in str(info.value) and "4151" in str(info.value)
+    assert not is_transient(info.value)
+
+    async def go():
+        async with AsyncLookupdClient(tcp, timeout=2) as lookupd:
+            await lookupd.nodes()
+
+    with pytest.raises(UnexpectedAnswerError, match="is this the HTTP port"):
+        asyncio.run(go())
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_https_to_a_plain_http_port_says_use_http(nsq_cluster):
+    url = f"https://{nsq_cluster.nsqd_http_addresses[0]}"
+    with NsqdClient(url, timeout=2) as nsqd:
+        with pytest.raises(AdminTLSError, match="use http://") as info:
+            nsqd.ping()
+    assert url in str(info.value) and not is_transient(info.value)
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)

@@ -61,8 +61,9 @@ class ChannelNotFoundError(NotFoundError):
 
 
 class UnexpectedAnswerError(AdminError, ValueError):
-    """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields):
-    usually an address that is some other server's port."""
+    """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields),
+    or an answer that is not HTTP at all (nsqd's TCP port answers ``E_BAD_PROTOCOL``):
+    usually an address that is some other server's or port; not transient."""
 
 
 class LookupdError(UnexpectedAnswerError):
