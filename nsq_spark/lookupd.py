@@ -138,11 +138,14 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
                 path: str = "/lookup", transport: Transport | None = None
                 ) -> list[ProducerInfo]:
     """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request:
-    the producers; ``[]`` for a topic the lookupd does not know. Raises ``OSError``
-    (:class:`~nsq_spark.admin.errors.NodeUnreachableError`) when the lookupd does not
-    answer, and :class:`LookupdError` for an answer that is not a lookup response (a
-    non-2xx status included). For code without an event loop (the Spark driver and sink);
-    ``transport`` defaults to the process's shared one."""
+    the producers; ``[]`` for a topic the lookupd does not know. Raises an
+    :class:`~nsq_spark.admin.errors.AdminError`: ``NodeUnreachableError`` (an
+    ``OSError``) when the lookupd does not answer, ``AdminTLSError`` when the HTTPS
+    handshake fails, ``UnexpectedAnswerError`` for an answer that is not HTTP, and
+    :class:`LookupdError` for an answer that is not a lookup response (a non-2xx status
+    included); callers that skip a failing lookupd catch ``AdminError``. For code
+    without an event loop (the Spark driver and sink); ``transport`` defaults to the
+    process's shared one."""
     url = lookup_url(address, topic)
     if path != "/lookup":
         scheme, netloc, _, _, _ = urlsplit(url)
