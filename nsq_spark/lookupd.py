@@ -16,7 +16,9 @@ The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answe
 the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
 :func:`lookup_sync` send their requests through the admin client's httpx transports (the
-library's one HTTP path), the poller with tenacity retrying once what
+HTTP path of discovery, the admin clients and the Spark driver; publishing over HTTP,
+:mod:`nsq_spark.publish.http`, still uses tornado's client, see there), the poller with
+tenacity retrying once what
 :func:`nsq_spark.errors.is_transient` calls transient (no answer, HTTP 500/502/503/504).
 """
 
