@@ -3,14 +3,15 @@
 redrive``, ``nsq-spark install-nsq`` (``python -m nsq_spark ...`` is the same program;
 ``nsq-spark --version`` prints the version).
 
-``stat`` is nsq_stat: every ``--status-every`` (2s) one view of the channels (depth, in
+``stat`` is nsq_stat: every ``--interval`` (2s) one view of the channels (depth, in
 flight, deferred, requeued, timed out, message counts and rates, clients), summed over
 the nsqds given or found through lookupd; ``--json`` prints one JSON object an interval::
 
     nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --topic events --count 1
 
 ``topic`` and ``channel`` run nsqd's operations on every nsqd given (or every nsqd
-lookupd lists for the topic; ``create`` through lookupd: every nsqd registered there)::
+lookupd lists for the topic, as nsqadmin does; ``topic create`` through lookupd: every
+nsqd registered there)::
 
     nsq-spark channel pause --topic events --channel archive --nsqd-http-address 127.0.0.1:4151
 
@@ -46,7 +47,7 @@ show it), and is never printed.
 
 Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
 Exit status: 0 done, 1 error (the message says what and how to fix it; an operation that
-failed on any nsqd; also ``tail``
+failed on any nsqd, or through lookupd with a lookupd not answering; also ``tail``
 ending without ever having connected to an nsqd), 2 bad usage, 3 ``publish`` ended with
 messages still in the spool, 130 interrupted.
 """
@@ -280,8 +281,16 @@ _ACTION_DONE = {"create": "created", "delete": "deleted", "pause": "paused",
                 "unpause": "unpaused", "empty": "emptied"}
 
 
-def _duration(text: str) -> float:
-    """``--status-every``: a Go duration (``2s``, ``500ms``, ``1m``) or seconds."""
+def _duration(option: str) -> Any:
+    """An argparse ``type`` for a Go duration (``2s``, ``500ms``, ``1m``) or seconds,
+    named ``option`` in its errors."""
+    def parse(text: str) -> float:
+        return _seconds(text, option)
+    parse.__name__ = "duration"
+    return parse
+
+
+def _seconds(text: str, option: str) -> float:
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     number, unit = text, "s"
     for suffix in ("ms", "s", "m", "h"):
@@ -292,9 +301,9 @@ def _duration(text: str) -> float:
         seconds = float(number) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--status-every {text!r}: give a duration such as 2s, 500ms or 1m") from None
+            f"{option} {text!r}: give a duration such as 2s, 500ms or 1m") from None
     try:
-        return float(validate.number(seconds, "--status-every", lo=0.01, hi=MAX_SECONDS,
+        return float(validate.number(seconds, option, lo=0.01, hi=MAX_SECONDS,
                                      unit="seconds"))
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
@@ -307,9 +316,14 @@ def _add_where(p: argparse.ArgumentParser) -> None:
          dest="lookupd_http_addresses", metavar="HOST:PORT",
          help="nsqlookupd HTTP address (repeatable; 4161 by default): act on the nsqds it "
          "lists")
-    _add(p, "--http-timeout", type=_number(float, "--http-timeout", lo=0, lo_open=True,
-                                           hi=MAX_SECONDS, unit="seconds"), default=5.0,
-         help="seconds each HTTP request may take (default 5)")
+    _add(p, "--http-client-connect-timeout", type=_duration("--http-client-connect-timeout"),
+         default=2.0, metavar="DURATION",
+         help="time a TCP (and TLS) connect to nsqd / nsqlookupd may take (default 2s)")
+    _add(p, "--http-client-request-timeout", type=_duration("--http-client-request-timeout"),
+         default=5.0, metavar="DURATION",
+         help="time each further stage of a request may take, on its own: sending, each "
+         "read of the answer, waiting for a pooled connection (default 5s; not a bound on "
+         "the whole request)")
     _add(p, "--log-level", default="warning",
          choices=["debug", "info", "warning", "error"], help="log level (stderr)")
 
@@ -318,18 +332,19 @@ def _add_admin_parsers(sub: Any) -> None:
     st = sub.add_parser(
         "stat", help="per-interval channel stats (like nsq_stat)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Every --status-every, one view of the channels summed over the nsqds: "
+        description="Every --interval, one view of the channels summed over the nsqds: "
         "depth, disk depth, in flight, deferred, requeued, timed out, messages and "
         "messages per second, clients (like nsq_stat).",
         epilog="examples:\n"
         "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --count 1\n"
         "  nsq-spark stat --lookupd-http-address 127.0.0.1:4161 --topic events "
-        "--channel archive --status-every 5s\n"
+        "--channel archive --interval 5s\n"
         "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --json --count 3 | jq .channels")
     _add(st, "--topic", help="only this topic (default: every topic)")
     _add(st, "--channel", help="only this channel of --topic (default: every channel)")
-    _add(st, "--status-every", type=_duration, default=2.0, metavar="DURATION",
-         help="time between views: 2s (default), 500ms, 1m")
+    _add(st, "--interval", "--status-every", type=_duration("--interval"), default=2.0,
+         metavar="DURATION", help="time between views: 2s (default), 500ms, 1m "
+         "(--status-every: nsq_stat's old name of it)")
     _add(st, "--count", type=_number(int, "--count", lo=0), default=0,
          help="views to print, then exit (default 0: until interrupted)")
     _add(st, "--json", action="store_true",
@@ -343,11 +358,17 @@ def _add_admin_parsers(sub: Any) -> None:
             kind, help=f"create, delete, pause, unpause or empty {what} on nsqd",
             formatter_class=argparse.RawDescriptionHelpFormatter,
             description=f"Run nsqd's /{kind}/ACTION on every nsqd given with "
-            "--nsqd-http-address, or on every nsqd lookupd lists for the topic (create: "
-            "every nsqd registered with lookupd). pause: nsqd "
+            "--nsqd-http-address, or on every nsqd lookupd lists for the topic ("
+            + ("create: every nsqd registered with lookupd" if kind == "topic" else
+               "create included: the nsqds that have the topic, as nsqadmin does; an nsqd "
+               "without the topic refuses a channel") + "; a lookupd that does not answer "
+            "is a failure: exit status 1). pause: nsqd "
             + ("copies nothing into the topic's channels" if kind == "topic" else
                "sends nothing to the channel's consumers") + " until unpause; empty: drop "
-            "the queued messages; delete: drop " + ("the topic, its channels and their "
+            + ("the messages not yet copied into the channels" if kind == "topic" else
+               "every message of the channel: queued, in flight and deferred (consumers' "
+               "FIN or REQ of the in-flight ones then fail)") + "; delete: drop "
+            + ("the topic, its channels and their "
                                                     "messages" if kind == "topic" else
                                                     "the channel and its messages, and close "
                                                     "its consumers' connections") + ".",
@@ -734,41 +755,51 @@ def _ever_subscribed(reader: Any) -> bool:
 # stat, topic, channel
 
 
-def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = False
-                  ) -> list[str]:
-    """The nsqd HTTP addresses to act on: given, or what the lookupds list (for the topic,
-    or every registered nsqd: ``for_create``, or no topic)."""
+def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = False,
+                  last: dict[str, list[str]] | None = None
+                  ) -> tuple[list[str], dict[str, str]]:
+    """The nsqd HTTP addresses to act on, and the lookupds that did not answer (address:
+    what the attempt said). Given with --nsqd-http-address, or what the lookupds list:
+    the topic's producers (``lookup(topic)``, as nsqadmin does), or every registered nsqd
+    (``for_create`` of a topic, or no topic). ``last`` (``stat``): each lookupd's list of
+    the previous round, updated here; a lookupd that does not answer keeps its list.
+    Raises when no lookupd answered (and none answered before), or when none lists an
+    nsqd."""
     from nsq_spark.addresses import parse_http_address_list
     from nsq_spark.admin import AdminError, LookupdClient
 
     if args.nsqd_http_addresses:
         return parse_http_address_list(args.nsqd_http_addresses, "--nsqd-http-address",
-                                       "127.0.0.1:4151")
+                                       "127.0.0.1:4151"), {}
     lookupds = parse_http_address_list(args.lookupd_http_addresses,
                                        "--lookupd-http-address", "127.0.0.1:4161")
-    found: list[str] = []
-    errors: list[str] = []
+    lists = last if last is not None else {}
+    errors: dict[str, str] = {}
     for address in lookupds:
-        client = LookupdClient(address, timeout=args.http_timeout, transport=transport)
+        client = LookupdClient(address, timeout=args.http_client_request_timeout,
+                               transport=transport)
         try:
             if args.topic and not for_create:
                 producers = list(client.lookup(args.topic).producers)
             else:
                 producers = client.nodes()
         except (AdminError, OSError) as exc:
-            errors.append(str(exc))
+            errors[address] = str(exc)
             continue
-        found += [p.http_address for p in producers
-                  if p.http_address and p.http_address not in found]
-    if errors and len(errors) == len(lookupds):
-        raise RuntimeError("no nsqlookupd answered: " + "; ".join(errors))
-    for e in errors:
-        log.warning("%s", e)
+        lists[address] = [p.http_address for p in producers if p.http_address]
+    if not any(a in lists for a in lookupds):
+        raise RuntimeError("no nsqlookupd answered: " + "; ".join(errors.values()))
+    found: list[str] = []
+    for address in lookupds:
+        found += [a for a in lists.get(address, []) if a not in found]
     if not found:
         where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
+        unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
+                      if errors else "")
         raise RuntimeError(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
-                           "the name right? does nsqd run with --lookupd-tcp-address?)")
-    return found
+                           "the name right? does nsqd run with --lookupd-tcp-address?)"
+                           + unanswered)
+    return found, errors
 
 
 def _admin_usage(args: argparse.Namespace) -> str | None:
@@ -805,13 +836,21 @@ def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) 
         stderr.write(f"nsq-spark {args.command}: error: {problem}\n")
         return EXIT_USAGE
     channel: str | None = getattr(args, "channel", None)
-    transport = HttpxTransport()
+    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
     try:
-        targets = _nsqd_targets(args, transport, for_create=args.action == "create")
-        failed = 0
+        # a channel goes where its topic is (nsqd refuses one for a topic it lacks)
+        targets, unanswered = _nsqd_targets(
+            args, transport, for_create=args.action == "create" and channel is None)
+        # an nsqd that only an unanswering lookupd knows was not reached: a failure
+        failed = len(unanswered)
+        for lookupd, error in unanswered.items():
+            stderr.write(f"nsq-spark {args.command} {args.action}: error: nsqlookupd "
+                         f"{lookupd} did not answer, so an nsqd only it knows was not "
+                         f"{_ACTION_DONE[args.action]}: {error}\n")
         what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
         for address in targets:
-            nsqd = NsqdClient(address, timeout=args.http_timeout, transport=transport)
+            nsqd = NsqdClient(address, timeout=args.http_client_request_timeout,
+                              transport=transport)
             try:
                 if channel is None:
                     getattr(nsqd, f"{args.action}_topic")(args.topic)
@@ -837,26 +876,30 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
     if problem:
         stderr.write(f"nsq-spark stat: error: {problem}\n")
         return EXIT_USAGE
-    transport = HttpxTransport()
+    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
     view = StatView(args.topic, args.channel)
     shown = 0
+    lists: dict[str, list[str]] = {}  # each lookupd's nsqds, kept while it does not answer
     try:
         while True:
             started = time.monotonic()
-            targets = _nsqd_targets(args, transport)
+            # a lookupd that does not answer keeps its nsqds of the last round, and is
+            # said in the view (only the first round fails when none answers)
+            targets, unanswered = _nsqd_targets(args, transport, last=lists)
             snapshots = {}
             unreachable = {}
             for address in targets:
                 try:
                     snapshots[address] = NsqdClient(
-                        address, timeout=args.http_timeout, transport=transport).stats(
-                        args.topic, args.channel, include_clients=True)
+                        address, timeout=args.http_client_request_timeout,
+                        transport=transport).stats(args.topic, args.channel,
+                                                   include_clients=True)
                 except (AdminError, OSError) as exc:
                     unreachable[address] = str(exc)
             if not snapshots and shown == 0:
                 raise RuntimeError("no nsqd answered: " + "; ".join(
                     f"{a}: {e}" for a, e in unreachable.items()))
-            interval = view.update(time.time(), snapshots, unreachable)
+            interval = view.update(time.time(), snapshots, unreachable, unanswered)
             if args.json:
                 text = interval.as_json() + "\n"
             else:
@@ -866,6 +909,6 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             shown += 1
             if args.count and shown >= args.count:
                 return EXIT_OK
-            time.sleep(max(0.0, args.status_every - (time.monotonic() - started)))
+            time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
     finally:
         transport.close()

@@ -258,14 +258,20 @@ def is_fatal(code: str) -> bool:
 #: nsqd error codes after which another attempt, maybe on another nsqd, can succeed:
 #: nsqd could not store the message (exiting, disk trouble).
 _TRANSIENT_CODES = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
+#: HTTP answers of nsqd / nsqlookupd that another attempt can change: the server (or a
+#: proxy in front of it) failed, was not reachable from the proxy, or timed out.
+_TRANSIENT_HTTP_STATUSES = frozenset({500, 502, 503, 504})
 
 
 def is_transient(exc: BaseException) -> bool:
     """True for a failure that another attempt can fix (connection lost or refused, no
-    answer in time, nsqd could not store the message); False for one that no retry can
-    fix (bad name or body, refused AUTH, a TLS certificate or setup failure -- typed
-    TLSError or a raw ``ssl.SSLError`` such as ``SSLCertVerificationError`` --, any other
-    nsqd error, a protocol violation). Producers retry by this rule. The publish spool
+    answer in time, nsqd could not store the message, an HTTP answer 500, 502, 503 or 504
+    of nsqd / nsqlookupd -- :class:`nsq_spark.admin.errors.HTTPStatusError`: the server
+    or a proxy in front of it failed this time, as lookupd discovery and HTTP publishing
+    treat it too); False for one that no retry can fix (bad name or body, refused AUTH, a
+    TLS certificate or setup failure -- typed TLSError or a raw ``ssl.SSLError`` such as
+    ``SSLCertVerificationError`` --, any other nsqd error or HTTP status, a protocol
+    violation). Producers retry by this rule. The publish spool
     has a rule of its own, :func:`nsq_spark.spool.drain.refused` (only nsqd refusing the
     message itself takes a message out of its queue), because its caller was already
     told "accepted" and nobody waits to decide."""
@@ -274,6 +280,10 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, NSQServerError):
         return exc.code in _TRANSIENT_CODES
+    from nsq_spark.admin.errors import HTTPStatusError
+
+    if isinstance(exc, HTTPStatusError):
+        return exc.status in _TRANSIENT_HTTP_STATUSES
     if isinstance(exc, (AuthError, TLSError, InvalidNameError, InvalidBodyError, ConfigError,
                         ProtocolError)):
         return False

@@ -16,7 +16,10 @@ The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answe
 the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
 :func:`lookup_sync` send their requests through the admin client's httpx transports (the
-library's one HTTP path), the poller with tenacity retrying transport errors once.
+HTTP path of discovery, the admin clients and the Spark driver; publishing over HTTP,
+:mod:`nsq_spark.publish.http`, still uses tornado's client, see there), the poller with
+tenacity retrying once what
+:func:`nsq_spark.errors.is_transient` calls transient (no answer, HTTP 500/502/503/504).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from .addresses import parse_http_address
 from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
 from .admin.calls import read_answer
-from .admin.errors import HTTPStatusError, LookupdError, NodeUnreachableError
+from .admin.errors import HTTPStatusError, LookupdError
+from .errors import is_transient
 from .admin.model import LookupdProducer
 from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
                               shared_transport)
@@ -137,11 +141,14 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
                 path: str = "/lookup", transport: Transport | None = None
                 ) -> list[ProducerInfo]:
     """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request:
-    the producers; ``[]`` for a topic the lookupd does not know. Raises ``OSError``
-    (:class:`~nsq_spark.admin.errors.NodeUnreachableError`) when the lookupd does not
-    answer, and :class:`LookupdError` for an answer that is not a lookup response (a
-    non-2xx status included). For code without an event loop (the Spark driver and sink);
-    ``transport`` defaults to the process's shared one."""
+    the producers; ``[]`` for a topic the lookupd does not know. Raises an
+    :class:`~nsq_spark.admin.errors.AdminError`: ``NodeUnreachableError`` (an
+    ``OSError``) when the lookupd does not answer, ``AdminTLSError`` when the HTTPS
+    handshake fails, ``UnexpectedAnswerError`` for an answer that is not HTTP, and
+    :class:`LookupdError` for an answer that is not a lookup response (a non-2xx status
+    included); callers that skip a failing lookupd catch ``AdminError``. For code
+    without an event loop (the Spark driver and sink); ``transport`` defaults to the
+    process's shared one."""
     url = lookup_url(address, topic)
     if path != "/lookup":
         scheme, netloc, _, _, _ = urlsplit(url)
@@ -159,13 +166,6 @@ def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = 
     """Seconds until the next poll: ``interval`` plus up to ``jitter * interval``."""
     r = (rng or random).random()
     return interval * (1.0 + jitter * r)
-
-
-def _transport_error(exc: BaseException) -> bool:
-    """Worth one retry: refused/reset connections, timeouts and 5xx."""
-    if isinstance(exc, HTTPStatusError):
-        return exc.status >= 500
-    return isinstance(exc, (NodeUnreachableError, OSError))
 
 
 class LookupdPoller:
@@ -256,7 +256,7 @@ class LookupdPoller:
         call = calls.lookup(url)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_random(0.05, 0.25),
-                                           retry=retry_if_exception(_transport_error),
+                                           retry=retry_if_exception(is_transient),
                                            reraise=True):
             with attempt:
                 self._check_running()  # a retry after stop() began: its client is closed

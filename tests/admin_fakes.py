@@ -7,7 +7,8 @@ from __future__ import annotations
 from nsq_spark.admin.calls import Answer
 from nsq_spark.admin.transport import AsyncTransport, Transport
 
-__all__ = ["FakeAsyncTransport", "FakeTransport", "ScriptedAsyncTransport"]
+__all__ = ["FakeAsyncTransport", "FakeTransport", "ScriptedAsyncTransport",
+           "ScriptedTransport"]
 
 
 class FakeTransport:
@@ -40,6 +41,24 @@ class FakeAsyncTransport:
         pass
 
 
+class ScriptedTransport:
+    """Answers (or raises) in the order given; records (method, URL) asked."""
+
+    def __init__(self, *steps: Answer | BaseException) -> None:
+        self.steps = list(steps)
+        self.asked: list[tuple[str, str]] = []
+
+    def request(self, method: str, url: str, timeout: float) -> Answer:
+        self.asked.append((method, url))
+        step = self.steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def close(self) -> None:
+        pass
+
+
 class ScriptedAsyncTransport:
     """Answers (or raises) in the order given; records the URLs asked."""
 
@@ -58,6 +77,7 @@ class ScriptedAsyncTransport:
         pass
 
 
-def _conforms(a: FakeTransport, b: FakeAsyncTransport, c: ScriptedAsyncTransport
-              ) -> tuple[Transport, AsyncTransport, AsyncTransport]:
-    return a, b, c
+def _conforms(a: FakeTransport, b: FakeAsyncTransport, c: ScriptedAsyncTransport,
+              d: ScriptedTransport) -> tuple[Transport, AsyncTransport, AsyncTransport,
+                                             Transport]:
+    return a, b, c, d

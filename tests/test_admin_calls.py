@@ -24,7 +24,8 @@ from nsq_spark.errors import InvalidAddressError, InvalidNameError, is_transient
 pytestmark = pytest.mark.unit
 
 sys.path.insert(0, os.path.dirname(__file__))
-from admin_fakes import FakeAsyncTransport, FakeTransport, ScriptedAsyncTransport  # noqa: E402
+from admin_fakes import (FakeAsyncTransport, FakeTransport, ScriptedAsyncTransport,  # noqa: E402
+                         ScriptedTransport)
 
 DATA = Path(__file__).parent / "data" / "admin"
 
@@ -140,6 +141,15 @@ def test_error_answers_are_typed_and_name_the_fix(call, file, status, kind, word
     assert not is_transient(info.value)  # an answer: another attempt gets the same
 
 
+@pytest.mark.parametrize("status, transient", [
+    (500, True), (502, True), (503, True), (504, True), (501, False), (505, False),
+    (400, False), (403, False), (404, False), (405, False)])
+def test_5xx_answers_are_transient_the_others_are_not(status, transient):
+    with pytest.raises(HTTPStatusError) as info:
+        read_answer(calls.nsqd_stats("n:4151"), Answer(status, b'{"message":"X"}'))
+    assert is_transient(info.value) is transient
+
+
 def test_a_404_of_another_server_says_which_port_to_give():
     with pytest.raises(NotFoundError, match="is this address an nsqd HTTP port"):
         read_answer(calls.nsqd_stats("n:4151"), Answer(404, b"404 page not found\n"))
@@ -222,11 +232,33 @@ def test_operations_post_to_nsqds_endpoints_with_encoded_names():
     ]
 
 
-def test_tombstone_names_the_nsqd_by_its_http_address():
-    fake = FakeTransport()
+def nodes_answer(*producers: tuple[str, int, list[str], list[bool]]) -> Answer:
+    return Answer(200, json.dumps({"producers": [
+        {"broadcast_address": host, "hostname": "h", "remote_address": f"{host}:1",
+         "tcp_port": port - 1, "http_port": port, "version": "1.3.0", "topics": topics,
+         "tombstones": tombstones} for host, port, topics, tombstones in producers]}).encode())
+
+
+def test_tombstone_names_the_nsqd_as_lookupd_does_and_checks_it_took():
+    # nsqlookupd compares node with fmt.Sprintf("%s:%d", BroadcastAddress, HTTPPort):
+    # an IPv6 host goes without brackets
+    fake = ScriptedTransport(Answer(200, b""), nodes_answer(("::1", 4151, ["t"], [True])))
     LookupdClient("[::1]:4161", transport=fake).tombstone_topic_producer("t", "[::1]:4151")
-    assert fake.asked[0][:2] == ("POST", "http://[::1]:4161/topic/tombstone?topic=t&"
-                                         "node=%5B%3A%3A1%5D%3A4151")
+    assert fake.asked == [
+        ("POST", "http://[::1]:4161/topic/tombstone?topic=t&node=%3A%3A1%3A4151"),
+        ("GET", "http://[::1]:4161/nodes")]
+
+
+@pytest.mark.parametrize("node", ["10.0.0.9:4151", "10.0.0.1:4150"])
+def test_a_tombstone_that_matched_nothing_is_not_found_naming_the_producers(node):
+    fake = ScriptedTransport(Answer(200, b""), nodes_answer(
+        ("10.0.0.1", 4151, ["t"], [False]), ("10.0.0.2", 4151, ["other"], [False])))
+    with pytest.raises(NotFoundError) as info:
+        LookupdClient("10.0.0.5:4161", transport=fake).tombstone_topic_producer("t", node)
+    text = str(info.value)
+    assert f"no producer of topic 't' is at {node}" in text
+    assert "knows: 10.0.0.1:4151;" in text and "10.0.0.2" not in text
+    assert info.value.message == "NODE_NOT_FOUND" and not is_transient(info.value)
 
 
 def test_async_client_reads_the_same_answers():

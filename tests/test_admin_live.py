@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from nsq_spark.admin import (AsyncLookupdClient, AsyncNsqdClient, ChannelNotFoundError,
-                             LookupdClient, NodeUnreachableError, NsqdClient,
-                             TopicNotFoundError)
+from nsq_spark.admin import (AdminTLSError, AsyncLookupdClient, AsyncNsqdClient,
+                             ChannelNotFoundError, LookupdClient, NodeUnreachableError,
+                             NotFoundError, NsqdClient, TopicNotFoundError,
+                             UnexpectedAnswerError)
 from nsq_spark.errors import InvalidNameError, is_transient
 from nsq_spark.testing import free_port, wait_until
 
@@ -54,6 +55,33 @@ def test_an_unreachable_node_is_a_transient_typed_error():
     assert isinstance(info.value, OSError) and is_transient(info.value)
 
 
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_a_port_that_answers_but_not_http_says_which_port_to_give(nsq_cluster):
+    # nsqd's TCP port answers an HTTP request with E_BAD_PROTOCOL: an answer, not "none"
+    tcp = nsq_cluster.nsqd_tcp_addresses[0]
+    with NsqdClient(tcp, timeout=2) as nsqd:
+        with pytest.raises(UnexpectedAnswerError, match="answered, but not HTTP") as info:
+            nsqd.stats()
+    assert tcp in str(info.value) and "4151" in str(info.value)
+    assert not is_transient(info.value)
+
+    async def go():
+        async with AsyncLookupdClient(tcp, timeout=2) as lookupd:
+            await lookupd.nodes()
+
+    with pytest.raises(UnexpectedAnswerError, match="is this the HTTP port"):
+        asyncio.run(go())
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_https_to_a_plain_http_port_says_use_http(nsq_cluster):
+    url = f"https://{nsq_cluster.nsqd_http_addresses[0]}"
+    with NsqdClient(url, timeout=2) as nsqd:
+        with pytest.raises(AdminTLSError, match="use http://") as info:
+            nsqd.ping()
+    assert url in str(info.value) and not is_transient(info.value)
+
+
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
 def test_async_clients_lookup_and_tombstone(nsq_cluster):
     nsqd_http = nsq_cluster.nsqd_http_addresses[0]
@@ -88,6 +116,49 @@ def test_async_clients_lookup_and_tombstone(nsq_cluster):
 
     channel = asyncio.run(go())
     assert channel is not None and channel.depth == 0
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_a_tombstone_of_a_mistyped_node_fails_naming_the_producers(nsq_cluster):
+    nsqd_http = nsq_cluster.nsqd_http_addresses[0]
+    with NsqdClient(nsqd_http) as nsqd, \
+            LookupdClient(nsq_cluster.lookupd_http_addresses[0]) as lookupd:
+        nsqd.create_topic("adm_tomb")
+        wait_until(lambda: lookupd.lookup("adm_tomb").producers, 5, "adm_tomb registered")
+        # the TCP port instead of the HTTP one: lookupd answers 200 and tombstones nothing
+        typo = nsq_cluster.nsqd_tcp_addresses[0]
+        with pytest.raises(NotFoundError) as info:
+            lookupd.tombstone_topic_producer("adm_tomb", typo)
+        assert f"no producer of topic 'adm_tomb' is at {typo}" in str(info.value)
+        assert f"knows: {nsqd_http};" in str(info.value)
+        assert lookupd.lookup("adm_tomb").producers  # still listed
+        lookupd.tombstone_topic_producer("adm_tomb", nsqd_http)
+        assert lookupd.lookup("adm_tomb").producers == ()
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_empty_channel_drops_queued_and_in_flight_messages(nsq_cluster, running_reader):
+    topic, channel = "adm_empty", "c"
+    held = []
+
+    def keep(message):  # no answer: the messages stay in flight
+        message.enable_async()
+        held.append(message)
+
+    with NsqdClient(nsq_cluster.nsqd_http_addresses[0]) as nsqd:
+        nsqd.create_topic(topic)
+        nsqd.create_channel(topic, channel)
+        nsq_cluster.publish(topic, [b"m%d" % i for i in range(5)])
+        reader = running_reader.start(topic, channel, keep,
+                                      nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                                      max_in_flight=2)
+        wait_until(lambda: len(held) == 2, 10, "2 messages in flight")
+        before = nsqd.stats(topic, channel).channel(topic, channel)
+        assert before is not None and (before.in_flight_count, before.depth) == (2, 3)
+        nsqd.empty_channel(topic, channel)
+        after = nsqd.stats(topic, channel).channel(topic, channel)
+        assert after is not None and (after.in_flight_count, after.depth) == (0, 0)
+        running_reader.stop(reader)
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)

@@ -21,8 +21,8 @@ RECORDED = parse_nsqd_stats((Path(__file__).parent / "data" / "admin" /
 
 
 def nsqd(messages: int, depth: int = 0, requeued: int = 0, paused: bool = False,
-         topic: str = "t", channel: str = "c") -> NsqdStats:
-    return NsqdStats("1.3.0", "OK", 0, (TopicStats(topic, 0, 0, messages, 0, False, (
+         topic: str = "t", channel: str = "c", start_time: int = 0) -> NsqdStats:
+    return NsqdStats("1.3.0", "OK", start_time, (TopicStats(topic, 0, 0, messages, 0, False, (
         ChannelStats(channel, depth, 0, 1, 0, messages, requeued, 0, 1, paused),)),))
 
 
@@ -47,6 +47,28 @@ def test_a_counter_that_went_down_or_an_nsqd_that_left_gives_no_rate():
     (row,) = view.update(2.0, {"a:1": nsqd(4)}, {"b:1": "refused"}).rows  # b left
     assert row.message_rate is None and row.nsqds == ("a:1",)
     assert view.update(3.0, {"a:1": nsqd(6)}).rows[0].message_rate == 2.0
+
+
+def test_one_nsqd_restarting_while_another_grows_gives_no_rate():
+    # the sum grows (100+5 -> 3+150), but a's counters began anew: no rate, not 48/s
+    view = StatView()
+    view.update(0.0, {"a:1": nsqd(100, start_time=1000), "b:1": nsqd(5, start_time=1000)})
+    (row,) = view.update(1.0, {"a:1": nsqd(3, start_time=1500),
+                               "b:1": nsqd(150, start_time=1000)}).rows
+    assert row.message_rate is None and row.messages == 153
+    # the next interval compares with a's new start: both nsqds' growth, summed
+    (row,) = view.update(2.0, {"a:1": nsqd(13, start_time=1500),
+                               "b:1": nsqd(160, start_time=1000)}).rows
+    assert row.message_rate == 20.0
+
+
+def test_a_restarted_nsqd_with_a_higher_count_than_before_gives_no_rate():
+    view = StatView()
+    view.update(0.0, {"a:1": nsqd(10, requeued=1, start_time=1000)})
+    (row,) = view.update(1.0, {"a:1": nsqd(500, requeued=9, start_time=1001)}).rows
+    assert (row.message_rate, row.requeue_rate, row.timeout_rate) == (None, None, None)
+    (row,) = view.update(2.0, {"a:1": nsqd(510, requeued=9, start_time=1001)}).rows
+    assert (row.message_rate, row.requeue_rate) == (10.0, 0.0)
 
 
 @settings(max_examples=200, deadline=None)

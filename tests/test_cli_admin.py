@@ -51,6 +51,72 @@ def test_channel_actions_through_lookupd_reach_every_nsqd(nsq_cluster):
     assert channel(nsq_cluster, topic, "c") == {} and channel(nsq_cluster, topic, "c", 1) == {}
 
 
+@pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
+def test_channel_create_through_lookupd_goes_to_the_nsqds_of_the_topic(nsq_cluster):
+    # nsqd 1 is registered with lookupd but lacks the topic: nsqd answers POST
+    # /channel/create there 404 TOPIC_NOT_FOUND, so it must not be asked
+    topic = "cli_only0"
+    nsq_cluster.publish(topic, [b"x"], nsqd=0)
+    nsq_cluster.publish("cli_other", [b"y"], nsqd=1)
+    nsq_cluster.wait_registered(0)
+    nsq_cluster.wait_registered(1)
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    from nsq_spark.admin import LookupdClient
+    with LookupdClient(lookupd) as client:
+        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    rc, out, err = run("channel", "create", "--topic", topic, "--channel", "c",
+                       "--lookupd-http-address", lookupd)
+    assert (rc, err) == (0, "")
+    assert out == f"created channel {topic}/c on nsqd {nsq_cluster.nsqd_http_addresses[0]}\n"
+    assert channel(nsq_cluster, topic, "c")["depth"] == 1
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_a_lookupd_that_does_not_answer_fails_a_mutating_action(nsq_cluster):
+    topic = "cli_half"
+    nsq_cluster.publish(topic, [b"x"])
+    nsq_cluster.wait_registered(0)
+    up = nsq_cluster.lookupd_http_addresses[0]
+    from nsq_spark.admin import LookupdClient
+    with LookupdClient(up) as client:
+        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    down = f"127.0.0.1:{free_port()}"
+    rc, out, err = run("topic", "pause", "--topic", topic, "--lookupd-http-address", up,
+                       "--lookupd-http-address", down)
+    # the nsqds the answering lookupd knows are paused; the other may know more
+    assert out == f"paused topic {topic} on nsqd {nsq_cluster.nsqd_http_addresses[0]}\n"
+    assert rc == cli.EXIT_ERROR
+    assert f"nsqlookupd {down} did not answer" in err and "was not paused" in err
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_stat_keeps_its_nsqds_when_lookupd_blips_mid_run(nsq_cluster, monkeypatch):
+    from nsq_spark.admin import LookupdClient, NodeUnreachableError
+
+    topic = "cli_blip"
+    nsq_cluster.publish(topic, [b"x"])
+    nsq_cluster.wait_registered(0)
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    with LookupdClient(lookupd) as client:
+        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    real, calls = LookupdClient.lookup, []
+
+    def blip(self, name):
+        calls.append(name)
+        if len(calls) == 2:
+            raise NodeUnreachableError("GET /lookup: no answer (blip)")
+        return real(self, name)
+
+    monkeypatch.setattr(LookupdClient, "lookup", blip)
+    rc, out, err = run("stat", "--lookupd-http-address", lookupd, "--topic", topic,
+                       "--json", "--count", "3", "--interval", "100ms")
+    assert (rc, err) == (0, "")
+    views = [json.loads(line) for line in out.splitlines()]
+    assert [len(v["channels"]) for v in views] == [1, 1, 1]
+    assert [v["unreachable_lookupds"] for v in views] == [
+        [], [{"lookupd": lookupd, "error": "GET /lookup: no answer (blip)"}], []]
+
+
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_topic_actions_on_a_given_nsqd(nsq_cluster):
     nsqd = ("--nsqd-http-address", nsq_cluster.nsqd_http_addresses[0])
@@ -99,12 +165,55 @@ def test_an_unreachable_nsqd_fails_with_status_1_naming_the_port():
     (["channel", "pause", "--topic", "t", "--nsqd-http-address", "h:1"], "--channel"),
     (["stat", "--channel", "c", "--nsqd-http-address", "h:1"], "--channel needs --topic"),
     (["stat", "--nsqd-http-address", "h:1", "--status-every", "soon"], "duration"),
-    (["stat", "--nsqd-http-address", "h:1", "--status-every", "0s"], "--status-every"),
+    (["stat", "--nsqd-http-address", "h:1", "--status-every", "0s"], "--interval"),
+    (["stat", "--nsqd-http-address", "h:1", "--interval", "0s"], "--interval"),
+    (["stat", "--nsqd-http-address", "h:1", "--http-client-connect-timeout", "0"],
+     "--http-client-connect-timeout"),
+    (["topic", "pause", "--topic", "t", "--nsqd-http-address", "h:1",
+      "--http-client-request-timeout", "later"], "--http-client-request-timeout"),
 ])
 def test_bad_usage_is_status_2_before_any_request(argv, words, capsys):
     rc, out, err = run(*argv)
     assert rc == cli.EXIT_USAGE and out == ""
     assert words in err + capsys.readouterr().err  # argparse's own errors go to sys.stderr
+
+
+def test_stat_takes_nsq_stats_flags_and_status_every_as_interval():
+    parse = cli.build_parser().parse_args
+    a = parse(["stat", "--nsqd-http-address", "h:1", "--interval", "500ms",
+               "--http-client-connect-timeout", "1s", "--http-client-request-timeout", "3s"])
+    assert (a.interval, a.http_client_connect_timeout, a.http_client_request_timeout) == \
+        (0.5, 1.0, 3.0)
+    assert parse(["stat", "-nsqd-http-address", "h:1", "-status-every", "1m"]).interval == 60
+    a = parse(["channel", "pause", "--topic", "t", "--channel", "c",
+               "--nsqd-http-address", "h:1"])
+    assert (a.http_client_connect_timeout, a.http_client_request_timeout) == (2.0, 5.0)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
+def test_the_http_client_timeouts_reach_the_transport(nsq_cluster, monkeypatch):
+    from nsq_spark.admin.transport import HttpxTransport
+
+    seen = []
+    real = HttpxTransport.request
+
+    def spy(self, method, url, timeout):
+        seen.append((url.split("?")[0].rsplit("/", 1)[1], self.connect_timeout, timeout))
+        return real(self, method, url, timeout)
+
+    monkeypatch.setattr(HttpxTransport, "request", spy)
+    nsq_cluster.publish("cli_to", [b"x"])
+    nsq_cluster.wait_registered(0)
+    from nsq_spark.admin import LookupdClient
+    with LookupdClient(nsq_cluster.lookupd_http_addresses[0]) as client:
+        wait_until(lambda: client.lookup("cli_to").producers, 5, "cli_to registered")
+    seen.clear()
+    rc, _, err = run("stat", "--lookupd-http-address", nsq_cluster.lookupd_http_addresses[0],
+                     "--topic", "cli_to", "--count", "1", "--http-client-connect-timeout",
+                     "1500ms", "--http-client-request-timeout", "4s")
+    assert (rc, err) == (0, "")
+    assert {s[0] for s in seen} == {"lookup", "stats"}
+    assert {s[1:] for s in seen} == {(1.5, 4.0)}
 
 
 def test_help_shows_examples(capsys):
@@ -129,7 +238,7 @@ def test_stat_json_gives_one_object_per_interval_with_rates(nsq_cluster, running
                                   max_in_flight=3)
     wait_until(lambda: len(held) == 3, 10, "3 messages in flight")
     rc, out, err = run("stat", "--nsqd-http-address", address, "--topic", topic,
-                       "--channel", "slow", "--json", "--count", "2", "--status-every",
+                       "--channel", "slow", "--json", "--count", "2", "--interval",
                        "200ms")
     assert (rc, err) == (0, "")
     first, second = [json.loads(line) for line in out.splitlines()]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
 from nsq_spark._log import get_logger
-from nsq_spark.addresses import parse_http_address
+from nsq_spark.addresses import parse_address, parse_http_address
 from nsq_spark.protocol import check_channel, check_topic
 
 from .errors import (ChannelNotFoundError, HTTPStatusError, LookupdError, NotFoundError,
@@ -33,7 +33,7 @@ log = get_logger(__name__)
 __all__ = ["ACCEPT", "Answer", "Call", "TOPIC_ACTIONS", "base_url", "channel_action",
            "lookup", "lookupd_channels", "lookupd_info", "lookupd_nodes", "lookupd_topics",
            "nsqd_info", "nsqd_stats", "parse_lookup", "parse_nsqd_stats", "parse_producers",
-           "ping", "read_answer", "tombstone", "topic_action"]
+           "ping", "read_answer", "tombstone", "check_tombstoned", "topic_action"]
 
 T = TypeVar("T")
 
@@ -393,11 +393,39 @@ def lookupd_info(address: str) -> Call[LookupdInfo]:
 def tombstone(address: str, topic: str, node_address: str) -> Call[None]:
     """``POST /topic/tombstone?topic=&node=``: lookupd stops listing that nsqd for the
     topic (for ``--tombstone-lifetime``), so consumers stop finding it there while it is
-    being retired. ``node_address`` is the nsqd's ``broadcast_address:http_port``."""
+    being retired. ``node_address`` is the nsqd's ``broadcast_address:http_port``
+    (``[::1]:4151`` for IPv6).
+
+    nsqlookupd v1.3.0 compares ``node`` with ``fmt.Sprintf("%s:%d", BroadcastAddress,
+    HTTPPort)`` -- an IPv6 host without brackets -- and answers 200 whether or not a
+    producer matched, so the node is sent that way, and the clients check the result
+    with :func:`check_tombstoned` on ``/nodes``."""
     base, node = base_url(address, "nsqlookupd")
     check_topic(topic)
-    from nsq_spark.addresses import parse_address
-
     target = parse_address(node_address, "node_address", "127.0.0.1:4151")
-    return Call("POST", _url(base, "/topic/tombstone", topic=topic, node=str(target)),
+    return Call("POST", _url(base, "/topic/tombstone", topic=topic,
+                             node=f"{target.host}:{target.port}"),
                 _parse_ok, node, topic)
+
+
+def check_tombstoned(call: Call[None], nodes: list[LookupdProducer], node_address: str
+                     ) -> None:
+    """After the :func:`tombstone` ``call``: raise :class:`NotFoundError` unless
+    ``nodes`` (that lookupd's ``/nodes``) has a producer of the topic at ``node_address``
+    (its ``broadcast_address:http_port``) tombstoned for it. lookupd answers the
+    tombstone request 200 even when no producer matched (a typo, the TCP port, a
+    hostname where lookupd knows an IP)."""
+    target = parse_address(node_address, "node_address", "127.0.0.1:4151")
+    topic = str(call.topic)
+    carrying = [p for p in nodes if topic in p.topics]
+    for p in carrying:
+        if p.broadcast_address == target.host and p.http_port == target.port:
+            i = p.topics.index(topic)
+            if i < len(p.tombstones) and p.tombstones[i]:
+                return
+    known = ", ".join(str(p.http_address) for p in carrying) or "none"
+    raise NotFoundError(
+        f"{call.node} tombstoned nothing: no producer of topic {topic!r} is at {target} "
+        f"(broadcast_address:http_port); the producers of {topic!r} it knows: {known}; "
+        "give one of those (the nsqd's HTTP port, 4151 by default, not its TCP port)",
+        status=200, message="NODE_NOT_FOUND", url=call.url)

@@ -32,7 +32,7 @@ __all__ = ["AsyncLookupdClient", "AsyncNsqdClient", "DEFAULT_TIMEOUT", "LookupdC
 
 T = TypeVar("T")
 
-#: Seconds a request may take by default (connect included).
+#: The default ``timeout``: seconds each stage of a request may take (see NsqdClient).
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -119,8 +119,11 @@ class NsqdClient(_Sync):
     Args:
         address: nsqd's HTTP address, ``host:port`` (4151 by default) or an
             ``http(s)://`` URL.
-        timeout: seconds each request may take, connect included; > 0, at most a year;
-            default 5.
+        timeout: seconds each stage of a request may take, each on its own (httpx's
+            timeouts): the connect (unless the transport has a ``connect_timeout``),
+            sending, each read of the answer, waiting for a pooled connection. Not a
+            bound on the whole request: a server that keeps sending slowly can take
+            longer. > 0, at most a year; default 5.
         transport: the :class:`~nsq_spark.admin.transport.Transport` to send through
             (default: a new httpx client, closed by :meth:`close`).
         ssl_context: for an ``https://`` address (nsqd's ``--https-address``): verifies
@@ -177,7 +180,9 @@ class NsqdClient(_Sync):
         self._send(calls.channel_action(self.address, "delete", topic, channel))
 
     def empty_channel(self, topic: str, channel: str) -> None:
-        """Drop every queued message of ``channel`` (in-flight ones stay in flight)."""
+        """Drop every message of ``channel``: queued (memory and disk), in flight and
+        deferred (nsqd's ``Channel.Empty``). Consumers still hold the in-flight ones, but
+        their FIN, REQ or TOUCH of them then fails (``E_FIN_FAILED``...)."""
         self._send(calls.channel_action(self.address, "empty", topic, channel))
 
     def pause_channel(self, topic: str, channel: str) -> None:
@@ -214,8 +219,15 @@ class LookupdClient(_Sync):
     def tombstone_topic_producer(self, topic: str, node: str) -> None:
         """Stop listing nsqd ``node`` (its ``broadcast_address:http_port``) for
         ``topic`` for nsqlookupd's ``--tombstone-lifetime`` (45 s by default): consumers
-        stop finding it there, e.g. while it is drained and retired."""
-        self._send(calls.tombstone(self.address, topic, node))
+        stop finding it there, e.g. while it is drained and retired.
+
+        lookupd answers 200 even when no producer matched, so ``/nodes`` is asked
+        afterwards: :class:`~nsq_spark.admin.errors.NotFoundError` (``message``
+        ``"NODE_NOT_FOUND"``) names the producers of ``topic`` it knows when none at
+        ``node`` is tombstoned."""
+        call = calls.tombstone(self.address, topic, node)
+        self._send(call)
+        calls.check_tombstoned(call, self.nodes(), node)
 
 
 class AsyncNsqdClient(_Async):
@@ -261,6 +273,8 @@ class AsyncNsqdClient(_Async):
         await self.channel_action("delete", topic, channel)
 
     async def empty_channel(self, topic: str, channel: str) -> None:
+        """As :meth:`NsqdClient.empty_channel`: queued, in-flight and deferred messages
+        are dropped."""
         await self.channel_action("empty", topic, channel)
 
     async def pause_channel(self, topic: str, channel: str) -> None:
@@ -291,4 +305,6 @@ class AsyncLookupdClient(_Async):
         return await self._send(calls.lookupd_channels(self.address, topic))
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> None:
-        await self._send(calls.tombstone(self.address, topic, node))
+        call = calls.tombstone(self.address, topic, node)
+        await self._send(call)
+        calls.check_tombstoned(call, await self.nodes(), node)

@@ -7,8 +7,10 @@ refused before any request with the library's usual
 :class:`~nsq_spark.errors.InvalidAddressError`.
 
 :class:`NodeUnreachableError` is also a :class:`~nsq_spark.errors.ConnectError` (so an
-``OSError``), which :func:`nsq_spark.errors.is_transient` counts as worth another attempt;
-the others are answers, and another attempt gets the same answer.
+``OSError``), which :func:`nsq_spark.errors.is_transient` counts as worth another attempt,
+as it does an :class:`HTTPStatusError` 500, 502, 503 or 504 (the server, or a proxy in
+front of it, failed this time); the others are answers, and another attempt gets the same
+answer.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class HTTPStatusError(AdminError):
 
 
 class NotFoundError(HTTPStatusError):
-    """404: the topic or channel does not exist on that node."""
+    """404: the topic or channel does not exist on that node; or a tombstone that
+    matched no producer (lookupd answered 200: ``status`` 200, ``message``
+    ``"NODE_NOT_FOUND"``)."""
 
 
 class TopicNotFoundError(NotFoundError):
@@ -57,8 +61,9 @@ class ChannelNotFoundError(NotFoundError):
 
 
 class UnexpectedAnswerError(AdminError, ValueError):
-    """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields):
-    usually an address that is some other server's port."""
+    """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields),
+    or an answer that is not HTTP at all (nsqd's TCP port answers ``E_BAD_PROTOCOL``):
+    usually an address that is some other server's or port; not transient."""
 
 
 class LookupdError(UnexpectedAnswerError):

@@ -4,10 +4,14 @@ nsqd ``/stats`` snapshots (:class:`StatView`), and its text and JSON forms.
 A row is one topic/channel summed over the nsqds that carry it (as nsq_stat sums them):
 depth (memory and disk), in flight, deferred, and the counters nsqd keeps since it
 started: messages, requeued, timed out. Rates are a counter's growth per second since the
-previous interval; the first interval has none, and neither has a counter that went down
-(an nsqd restarted, or a channel was deleted and made again: its counters began anew), so
-a rate is never negative. A topic without channels is shown as a row without a channel
-(its depth is what no channel has been sent yet).
+previous interval, computed per nsqd and then summed: an nsqd's growth counts only when
+its ``start_time`` is the one of the previous interval and none of its counters of that
+row went down (else it restarted, or the channel was deleted and made again, and its
+counters began anew). A row has no rate in the first interval, nor when any of its nsqds
+began anew, nor when its set of nsqds changed (one joined or did not answer), so a rate
+is never negative and never mixes a restart into the others' growth. A topic without
+channels is shown as a row without a channel (its depth is what no channel has been sent
+yet).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class Interval:
     seconds: float | None  # since the previous interval (None: the first)
     rows: tuple[ChannelRow, ...]
     unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd, what the attempt said)
+    #: (nsqlookupd, what the attempt said): the nsqds it listed before were asked
+    unreachable_lookupds: tuple[tuple[str, str], ...] = ()
 
     def as_json(self) -> str:
         """One JSON object (``--json`` prints one a line)."""
@@ -78,13 +84,23 @@ class Interval:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at)),
             "interval_seconds": self.seconds,
             "channels": [asdict(r) for r in self.rows],
-            "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable]}
+            "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
+            "unreachable_lookupds": [{"lookupd": a, "error": e}
+                                     for a, e in self.unreachable_lookupds]}
         return json.dumps(doc, sort_keys=False)
 
 
+#: One nsqd's counters of one row: messages, requeued, timed out.
+_Counters = tuple[int, int, int]
+#: What the next interval's rates are computed from: per row, per ``(nsqd, start_time)``.
+_Previous = dict[tuple[str, str | None], dict[tuple[str, int], _Counters]]
+
+
 def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | None
-          ) -> list[ChannelRow]:
+          ) -> tuple[list[ChannelRow], _Previous]:
+    """The rows summed over the nsqds, and each row's counters per nsqd."""
     sums: dict[tuple[str, str | None], dict[str, Any]] = {}
+    parts: _Previous = {}
     for nsqd, stats in sorted(snapshots.items()):
         for t in stats.topics:
             if topic is not None and t.name != topic:
@@ -94,6 +110,8 @@ def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | 
                 row = sums.setdefault((t.name, None), _empty())
                 _add(row, nsqd, depth=t.depth, backend_depth=t.backend_depth,
                      messages=t.message_count, topic_paused=t.paused)
+                parts.setdefault((t.name, None), {})[(nsqd, stats.start_time)] = (
+                    t.message_count, 0, 0)
             for c in chans:
                 row = sums.setdefault((t.name, c.name), _empty())
                 _add(row, nsqd, depth=c.depth, backend_depth=c.backend_depth,
@@ -101,13 +119,16 @@ def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | 
                      messages=c.message_count, requeued=c.requeue_count,
                      timed_out=c.timeout_count, client_count=c.client_count,
                      paused=c.paused, topic_paused=t.paused)
+                parts.setdefault((t.name, c.name), {})[(nsqd, stats.start_time)] = (
+                    c.message_count, c.requeue_count, c.timeout_count)
                 row["clients"].extend(
                     ClientRow(nsqd, k.remote_address, k.user_agent, k.ready_count,
                               k.in_flight_count, k.message_count, k.finish_count,
                               k.requeue_count) for k in c.clients)
-    return [ChannelRow(topic=k[0], channel=k[1], nsqds=tuple(v.pop("nsqds")),
+    rows = [ChannelRow(topic=k[0], channel=k[1], nsqds=tuple(v.pop("nsqds")),
                        clients=tuple(v.pop("clients")), **v)
             for k, v in sorted(sums.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+    return rows, parts
 
 
 def _empty() -> dict[str, Any]:
@@ -123,10 +144,22 @@ def _add(row: dict[str, Any], nsqd: str, **values: Any) -> None:
         row["nsqds"].append(nsqd)
 
 
-def _rate(now: int, before: int | None, seconds: float | None) -> float | None:
-    if before is None or not seconds or seconds <= 0 or now < before:
+def _growth(now: Mapping[tuple[str, int], _Counters],
+            before: Mapping[tuple[str, int], _Counters] | None) -> _Counters | None:
+    """The row's counters' growth summed over its nsqds, or None when it has none to
+    show: no previous interval, the set of nsqds changed, or one of them began anew (its
+    start_time changed: it restarted; or a counter went down: the channel was made
+    again)."""
+    if before is None or {n for n, _ in now} != {n for n, _ in before}:
         return None
-    return round((now - before) / seconds, 3)
+    total = [0, 0, 0]
+    for node, counters in now.items():
+        previous = before.get(node)  # keyed by (nsqd, start_time): a restart misses
+        if previous is None or any(c < p for c, p in zip(counters, previous)):
+            return None
+        for i, (c, p) in enumerate(zip(counters, previous)):
+            total[i] += c - p
+    return (total[0], total[1], total[2])
 
 
 @dataclass
@@ -135,32 +168,29 @@ class StatView:
 
     topic: str | None = None
     channel: str | None = None
-    _previous: dict[tuple[str, str | None], ChannelRow] = field(default_factory=dict)
+    _previous: _Previous = field(default_factory=dict)
     _previous_at: float | None = None
 
     def update(self, at: float, snapshots: Mapping[str, NsqdStats],
-               unreachable: Mapping[str, str] | None = None) -> Interval:
+               unreachable: Mapping[str, str] | None = None,
+               unreachable_lookupds: Mapping[str, str] | None = None) -> Interval:
         """The interval measured at ``at`` (``time.time()``) from each answering nsqd's
-        stats (keyed by its address)."""
+        stats (keyed by its address); ``unreachable`` / ``unreachable_lookupds``: the
+        nsqds and lookupds that did not answer (address: what the attempt said)."""
         seconds = None if self._previous_at is None else at - self._previous_at
         rows = []
-        for row in _rows(snapshots, self.topic, self.channel):
-            before = self._previous.get(row.key)
-            # an nsqd that did not answer this time is not a counter reset
-            same = before is not None and before.nsqds == row.nsqds
-            rows.append(_with_rates(row, before if same else None, seconds))
-        self._previous = {r.key: r for r in rows}
+        found, parts = _rows(snapshots, self.topic, self.channel)
+        for row in found:
+            growth = _growth(parts[row.key], self._previous.get(row.key))
+            if growth is not None and seconds is not None and seconds > 0:
+                row = replace(row, message_rate=round(growth[0] / seconds, 3),
+                              requeue_rate=round(growth[1] / seconds, 3),
+                              timeout_rate=round(growth[2] / seconds, 3))
+            rows.append(row)
+        self._previous = parts
         self._previous_at = at
-        return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())))
-
-
-def _with_rates(row: ChannelRow, before: ChannelRow | None, seconds: float | None
-                ) -> ChannelRow:
-    if before is None:
-        return row
-    return replace(row, message_rate=_rate(row.messages, before.messages, seconds),
-                   requeue_rate=_rate(row.requeued, before.requeued, seconds),
-                   timeout_rate=_rate(row.timed_out, before.timed_out, seconds))
+        return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())),
+                        tuple(sorted((unreachable_lookupds or {}).items())))
 
 
 _HEADER = (f"{'topic/channel':<32} {'depth':>8} {'disk':>8} {'inflight':>8} {'deferred':>8} "
@@ -191,4 +221,7 @@ def format_text(interval: Interval, header: bool = True, clients: bool = False) 
         lines.append("(nothing to show: no such topic/channel on the nsqds that answered)")
     for nsqd, error in interval.unreachable:
         lines.append(f"nsqd {nsqd} did not answer: {error}")
+    for lookupd, error in interval.unreachable_lookupds:
+        lines.append(f"nsqlookupd {lookupd} did not answer (the nsqds it listed before, if "
+                     f"any, were asked): {error}")
     return "\n".join(lines) + "\n"

@@ -4,8 +4,12 @@ hand the clients a fake that mypy checks.
 
 A transport only moves bytes: it returns every status (the meaning of a 404 or a 500 is
 :func:`nsq_spark.admin.calls.read_answer`'s), and turns a failure to get any answer
-(refused, reset, timed out, a bad TLS certificate) into
-:class:`~nsq_spark.admin.errors.NodeUnreachableError` naming the URL.
+(refused, reset, timed out) into :class:`~nsq_spark.admin.errors.NodeUnreachableError`
+naming the URL (transient), a failed TLS handshake into
+:class:`~nsq_spark.admin.errors.AdminTLSError` (an ``https://`` URL of a plain-HTTP port
+says to use ``http://``), and an answer that is not HTTP at all (nsqd's TCP port answers
+``E_BAD_PROTOCOL``) into :class:`~nsq_spark.admin.errors.UnexpectedAnswerError`: both are
+the same on every attempt.
 
 One httpx client (its pool of keep-alive connections) serves many requests and threads;
 creating one builds an SSL context, about a millisecond or more, so long-lived users (the
@@ -25,7 +29,7 @@ from typing import Protocol
 import httpx
 
 from .calls import ACCEPT, Answer
-from .errors import AdminTLSError, NodeUnreachableError
+from .errors import AdminTLSError, NodeUnreachableError, UnexpectedAnswerError
 
 __all__ = ["AsyncHttpxTransport", "AsyncTransport", "HttpxTransport", "Transport",
            "shared_transport"]
@@ -62,9 +66,22 @@ def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
-def _unreachable(method: str, url: str, exc: Exception
-                 ) -> NodeUnreachableError | AdminTLSError:
+def _failure(method: str, url: str, exc: Exception
+             ) -> NodeUnreachableError | AdminTLSError | UnexpectedAnswerError:
+    """The admin error of an httpx transport error: no answer, a TLS failure, or an
+    answer that is not HTTP."""
+    if isinstance(exc, httpx.RemoteProtocolError) and "without sending" not in str(exc):
+        # bytes came back, but not an HTTP answer ("Server disconnected without sending
+        # a response" is a lost connection, below)
+        return UnexpectedAnswerError(
+            f"{method} {url}: the server answered, but not HTTP ({exc}); is this the HTTP "
+            "port? (nsqd 4151, nsqlookupd 4161 by default; 4150 and 4160 are their TCP "
+            "ports)")
     tls = _tls_cause(exc)
+    if tls is not None and getattr(tls, "reason", None) == "WRONG_VERSION_NUMBER":
+        return AdminTLSError(
+            f"{method} {url}: the server does not speak TLS there ({tls}); it is a "
+            "plain-HTTP port: use http://, or nsqd's --https-address port for https://")
     if tls is not None:
         return AdminTLSError(
             f"{method} {url}: the TLS handshake failed ({tls}); give the CA that signed "
@@ -79,7 +96,9 @@ def _unreachable(method: str, url: str, exc: Exception
 
 class HttpxTransport:
     """:class:`Transport` on ``httpx.Client``. ``connect_timeout`` (seconds) bounds the
-    TCP connect, ``timeout`` of each request the rest; ``ssl_context`` verifies
+    TCP (and TLS) connect (default: the request's ``timeout``); a request's ``timeout``
+    bounds each of its other stages on its own (each write, each read, waiting for a
+    pooled connection), not the request as a whole; ``ssl_context`` verifies
     ``https://`` nodes (and may carry a client certificate); default: the system's CAs."""
 
     def __init__(self, connect_timeout: float | None = None,
@@ -93,7 +112,7 @@ class HttpxTransport:
             resp = self._client.request(method, url,
                                         timeout=_timeout(timeout, self.connect_timeout))
         except httpx.TransportError as exc:
-            raise _unreachable(method, url, exc) from exc
+            raise _failure(method, url, exc) from exc
         return Answer(resp.status_code, resp.content)
 
     def close(self) -> None:
@@ -116,7 +135,7 @@ class AsyncHttpxTransport:
             resp = await self._client.request(method, url,
                                               timeout=_timeout(timeout, self.connect_timeout))
         except httpx.TransportError as exc:
-            raise _unreachable(method, url, exc) from exc
+            raise _failure(method, url, exc) from exc
         return Answer(resp.status_code, resp.content)
 
     async def aclose(self) -> None:

@@ -5,6 +5,14 @@ Requests go round-robin over the given nsqd; a transient failure (connection ref
 HTTP 5xx, nsqd exiting) is retried on the next one with the one retry policy. HTTP
 statuses are mapped to the same typed errors the TCP path raises, so the one retry
 classification (:func:`nsq_spark.errors.is_transient`) applies unchanged.
+
+It posts with tornado's ``SimpleAsyncHTTPClient``, not the admin package's httpx
+transport (:mod:`nsq_spark.admin.transport`) that discovery and the admin clients use:
+that port sends no request body, and an ``httpx.AsyncClient`` must be closed by an
+awaited ``aclose()`` on the loop that made it, while :meth:`HttpPublisher.close` is
+synchronous and may run after that loop (the caller's, :class:`~nsq_spark._loop.LoopHome`)
+has ended. Moving over needs a port with a body and a close handshake through the loop
+home; until then this is the library's second HTTP client.
 """
 
 from __future__ import annotations

@@ -38,13 +38,16 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
     """nsqd TCP addresses to publish to: given, or every nsqd the lookupds know."""
     if opts.nsqd_tcp_addresses:
         return list(opts.nsqd_tcp_addresses)
-    from nsq_spark.lookupd import LookupdError, lookup_sync, producer_address
+    from nsq_spark.admin.errors import AdminError
+    from nsq_spark.lookupd import lookup_sync, producer_address
 
     found: set[str] = set()
     for addr in opts.lookupd_http_addresses:
         try:
             producers = lookup_sync(addr, "", timeout=5, path="/nodes")
-        except (OSError, LookupdError) as exc:
+        except (OSError, AdminError) as exc:
+            # AdminError: every failure of one lookupd (no answer, a refused certificate,
+            # an answer that is not a lookupd's); the others may still answer
             log.for_lookupd(addr).warning("lookupd %s: /nodes failed: %s", addr, exc)
             continue
         found.update(producer_address(p.producer) for p in producers)

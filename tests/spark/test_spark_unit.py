@@ -110,6 +110,28 @@ def test_write_options():
         parse_write_options({"topic": "t"})
 
 
+@pytest.mark.parametrize("failure", ["tls", "not_http", "unreachable"])
+def test_the_sink_skips_a_lookupd_that_fails_with_any_admin_error(failure, monkeypatch):
+    import nsq_spark.lookupd
+    from nsq_spark.admin import AdminTLSError, NodeUnreachableError, UnexpectedAnswerError
+    from nsq_spark.lookupd import ProducerInfo
+    from nsq_spark.spark.sink import nsqd_addresses
+
+    error = {"tls": AdminTLSError("GET https://bad:4161/nodes: certificate verify failed"),
+             "not_http": UnexpectedAnswerError("GET http://bad:4161/nodes: not HTTP"),
+             "unreachable": NodeUnreachableError("GET http://bad:4161/nodes: no answer")}
+
+    def lookup_sync(address, topic, timeout=2.0, path="/lookup", transport=None):
+        assert path == "/nodes"
+        if address.startswith("bad"):
+            raise error[failure]
+        return [ProducerInfo("10.0.0.1", 4150, 4151, None, None)]
+
+    monkeypatch.setattr(nsq_spark.lookupd, "lookup_sync", lookup_sync)
+    opts = parse_write_options({"lookupdHttpAddresses": "bad:4161,good:4161"})
+    assert nsqd_addresses(opts) == ["10.0.0.1:4150"]
+
+
 def test_split_shares():
     assert split_shares(10, 3) == [4, 3, 3]
     assert split_shares(1, 2) == [1]
