@@ -46,7 +46,7 @@ import asyncio
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 from .errors import ConfigError, NSQServerError
 from .spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope, wrap_envelope
@@ -74,6 +74,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
                     7.5, 10.0)
 _MAGIC_SIZE = len(TRACED_ENVELOPE_MAGIC)
 _SCOPE = "nsq_spark"
+R = TypeVar("R")
+#: a send whose span is still open: (span, its metric attributes, start time, messages)
+_Open = tuple["Span", dict[str, Any], float, int]
 
 
 def error_type(exc: BaseException) -> str:
@@ -341,44 +344,40 @@ class TracedTransport:
 
     # -- Transport -------------------------------------------------------------------------
 
-    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
-        span, attrs, start = self._start(topic, 1)
+    def _call(self, topic: str, count: int, send: Callable[["Span"], R]
+              ) -> tuple[R, "_Open"]:
+        """Start the span, run ``send`` with it; a call that raises ends the span with
+        the error (and re-raises), one that returns leaves it open for the caller."""
+        span, attrs, start = self._start(topic, count)
         try:
-            self.inner.publish(topic, self._body(span, body), defer_ms)
+            result = send(span)
         except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
+            self._end(span, attrs, start, count, exc)
             raise
-        self._end(span, attrs, start, 1, None)
+        return result, (span, attrs, start, count)
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        _, opened = self._call(topic, 1, lambda s: self.inner.publish(
+            topic, self._body(s, body), defer_ms))
+        self._end(*opened, None)
 
     def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
-        span, attrs, start = self._start(topic, len(bodies))
-        try:
-            self.inner.mpublish(topic, self._bodies(span, bodies))
-        except BaseException as exc:
-            self._end(span, attrs, start, len(bodies), exc)
-            raise
-        self._end(span, attrs, start, len(bodies), None)
+        _, opened = self._call(topic, len(bodies), lambda s: self.inner.mpublish(
+            topic, self._bodies(s, bodies)))
+        self._end(*opened, None)
 
     def publish_async(self, topic: str, body: bytes, defer_ms: int | None
                       ) -> concurrent.futures.Future[bytes]:
-        span, attrs, start = self._start(topic, 1)
-        try:
-            fut = self.inner.publish_async(topic, self._body(span, body), defer_ms)
-        except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
-            raise
-        self._settle_on(fut, span, attrs, start, 1)
+        fut, opened = self._call(topic, 1, lambda s: self.inner.publish_async(
+            topic, self._body(s, body), defer_ms))
+        self._settle_on(fut, *opened)
         return fut
 
     def mpublish_async(self, topic: str, bodies: Sequence[bytes]
                        ) -> concurrent.futures.Future[Any]:
-        span, attrs, start = self._start(topic, len(bodies))
-        try:
-            fut = self.inner.mpublish_async(topic, self._bodies(span, bodies))
-        except BaseException as exc:
-            self._end(span, attrs, start, len(bodies), exc)
-            raise
-        self._settle_on(fut, span, attrs, start, len(bodies))
+        fut, opened = self._call(topic, len(bodies), lambda s: self.inner.mpublish_async(
+            topic, self._bodies(s, bodies)))
+        self._settle_on(fut, *opened)
         return fut
 
     async def apublish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
@@ -401,13 +400,9 @@ class TracedTransport:
 
     def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None
                        ) -> "asyncio.Future[bytes]":
-        span, attrs, start = self._start(topic, 1)
-        try:
-            fut = self.inner.publish_nowait(topic, self._body(span, body), defer_ms)
-        except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
-            raise
-        self._settle_on(fut, span, attrs, start, 1)
+        fut, opened = self._call(topic, 1, lambda s: self.inner.publish_nowait(
+            topic, self._body(s, body), defer_ms))
+        self._settle_on(fut, *opened)
         return fut
 
     def flush(self, timeout: float | None) -> bool:
