@@ -115,7 +115,7 @@ _SOURCE_GAUGES = {
                           "Known nsqds that did not answer the backlog poll."),
     "last_batch": ("nsq_spark_source_last_batch", "The source's latest batch that ran."),
     "updated_at": ("nsq_spark_source_last_progress_timestamp_seconds",
-                   "Unix time of the query's latest progress event."),
+                   "Unix time of the query's latest progress or idle event."),
 }
 _SOURCE_COUNTERS = {
     "batches": ("nsq_spark_source_batches", "Micro-batches that ran."),
