@@ -96,20 +96,36 @@ def test_the_driver_counts_each_batch_of_the_progress_once():
 
 
 def test_bodies_that_only_look_traced_stay_as_they_are():
-    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b""]
+    from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, TRACEPARENT_ONLY_HEAD
+
+    # the usual envelope's head, but cut short inside the traceparent: not one of ours
+    head_only = TRACED_ENVELOPE_MAGIC + bytes(16) + TRACEPARENT_ONLY_HEAD + b"00-abc"
+    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b"", head_only]
     rb = blocks_to_batch(blocks(bodies), "t", "c")
     assert rb.column("body").to_pylist() == bodies
     assert rb.column("trace_parent").null_count == len(bodies)
+    # with only usual heads among the traced rows (the column-wide path), alone or beside
+    # a real envelope
+    for chunk, parents in (([head_only], [None]),
+                           ([head_only, wrap_envelope(b"p", PARENT)], [None, PARENT])):
+        rb = blocks_to_batch(blocks(chunk), "t", "c")
+        assert rb.column("body").to_pylist() == [head_only, b"p"][:len(chunk)]
+        assert rb.column("trace_parent").to_pylist() == parents
 
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from nsq_spark.spool.format import open_traced_envelope  # noqa: E402
+from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope  # noqa: E402
 
 _body = st.one_of(st.binary(max_size=40),
                   st.binary(max_size=40).map(lambda b: wrap_envelope(b"p" + b, PARENT)),
-                  st.binary(max_size=40).map(lambda b: b"\x00" + b))
+                  # envelopes cut short anywhere: the column path must leave them as the
+                  # one rule (open_traced_envelope) does
+                  st.tuples(st.binary(max_size=8), st.integers(0, 120)).map(
+                      lambda t: wrap_envelope(b"p" + t[0], PARENT)[:t[1]]),
+                  st.binary(max_size=40).map(lambda b: b"\x00" + b),
+                  st.binary(max_size=40).map(lambda b: TRACED_ENVELOPE_MAGIC + b))
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,6 +136,8 @@ def test_any_mix_of_bodies_comes_out_opened_the_same_from_blocks_and_messages(bo
     from_messages = messages_to_batch([m for b in bs for m in b.messages()], "t", "c")
     assert from_blocks.equals(from_messages)
     opened = [open_traced_envelope(b) for b in bodies]
+    # a version-2 body: the one rule's body (cut short: unchanged; without a traceparent:
+    # opened all the same); anything else, version-1 envelopes too, stays as it is
     assert from_blocks.column("body").to_pylist() == [
-        o.body if o.traceparent else b for o, b in zip(opened, bodies)]
+        o.body if b.startswith(TRACED_ENVELOPE_MAGIC) else b for o, b in zip(opened, bodies)]
     assert from_blocks.column("trace_parent").to_pylist() == [o.traceparent for o in opened]
