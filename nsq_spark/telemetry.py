@@ -12,10 +12,13 @@ global ones unless given), and the instruments are made there.
 What is recorded (names and attributes exactly as the conventions spell them):
 
 * metrics: ``messaging.client.sent.messages`` (counter, ``{message}``),
-  ``messaging.client.consumed.messages`` (counter, ``{message}``, counted once per
-  delivery when the gate hands it on), ``messaging.client.operation.duration`` (histogram,
-  ``s``: publish calls, and a pulled chunk's hand-over), ``messaging.process.duration``
-  (histogram, ``s``: one handler call, per message or per batch);
+  ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
+  delivery, when the gate hands it to a handler, or when a pull call hands it to the
+  caller: never while it is only prefetched in the pull queue, so messages requeued by
+  ``close()`` unseen count not), ``messaging.client.operation.duration`` (histogram,
+  ``s``: publish calls, and each pull call that hands something out, its wait
+  included), ``messaging.process.duration`` (histogram, ``s``: one handler call, per
+  message or per batch);
 * attributes: ``messaging.system`` = ``nsq``, ``messaging.operation.name`` and
   ``messaging.operation.type`` (``send``, ``receive``, ``process``),
   ``messaging.destination.name`` (the topic), ``messaging.consumer.group.name`` (the
@@ -24,8 +27,10 @@ What is recorded (names and attributes exactly as the conventions spell them):
   ``error.type`` on failures (the exception's qualified name, nsqd's error code such as
   ``E_BAD_TOPIC``, or ``requeued`` when a handler returned False);
 * spans: ``send <topic>`` (kind PRODUCER) per publish call, ``process <topic>`` (kind
-  CONSUMER) per handler call, ``receive <topic>`` (kind CONSUMER) per chunk handed to a
-  puller. A process or receive span is *linked* to the send span of every message that
+  CONSUMER) per handler call, ``receive <topic>`` (kind CONSUMER) per pull call that hands
+  messages out (``get_batch``, each batch of ``iter_batches`` and ``batches()``, each
+  message of ``async for``; ``get_blocks``: counted and spanned, but no links and the
+  blocks' bodies are not opened). A process or receive span is *linked* to the send span of every message that
   carried trace context (the conventions' advice for consumers: the consumer's trace is
   its own, the link leads to the producer's).
 
@@ -33,7 +38,9 @@ Propagation: NSQ messages have no headers, so the trace context travels in the b
 version 2 of the message-id envelope (``nsq_spark.spool.format``), and only when the
 producer asks: ``Telemetry(trace_context=True)``. An instrumented Reader opens version-2
 envelopes before the handler or puller sees the message (``message.body`` is the inner
-body); the Spark source returns the inner body and the ``trace_parent`` column.
+body), not in MessageBlocks (``get_blocks`` hands out the bytes as received: open them
+with :func:`nsq_spark.spool.format.open_traced_envelope`); the Spark source returns the
+inner body and the ``trace_parent`` column.
 
 Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per
 loop turn, so a per-message settle time would measure nothing); the duration of an
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
     from .consumer.answers import Link
     from .consumer.handlers import HandlerInstrument
     from .message import Message
+    from .protocol import MessageBlock
     from .publish.transport import Transport
 
 __all__ = ["Telemetry", "checked", "SYSTEM", "SENT", "CONSUMED", "OPERATION_DURATION",
@@ -224,8 +232,10 @@ class Telemetry:
     # -- shared ----------------------------------------------------------------------------
 
     def start_span(self, name: str, kind: Any, attributes: dict[str, Any],
-                   links: "Sequence[SpanLink] | None" = None) -> "Span":
-        return self.tracer.start_span(name, kind=kind, attributes=attributes, links=links)
+                   links: "Sequence[SpanLink] | None" = None,
+                   start_time: int | None = None) -> "Span":
+        return self.tracer.start_span(name, kind=kind, attributes=attributes, links=links,
+                                      start_time=start_time)
 
     def fail(self, span: "Span", attrs: dict[str, Any], exc: BaseException | str) -> str:
         """Mark ``span`` failed; put ``error.type`` into ``attrs`` (a copy's caller's)."""
@@ -442,7 +452,7 @@ class TracedTransport:
 # consumer side
 
 
-def _server_of(m: "Message") -> tuple[str, int] | None:
+def _server_of(m: "Message | MessageBlock") -> tuple[str, int] | None:
     responder = m.responder
     host, port = getattr(responder, "host", None), getattr(responder, "port", None)
     return (host, port) if isinstance(host, str) and isinstance(port, int) else None
@@ -461,8 +471,9 @@ def _open(m: "Message") -> "SpanLink | None":
 class ConsumerInstrument:
     """One Reader's instrumentation: wraps its handler (``process`` spans and durations,
     a :class:`~nsq_spark.consumer.handlers.HandlerInstrument`) and its delivery sink
-    (``messaging.client.consumed.messages``; for pullers the envelopes are opened there
-    and a ``receive`` span links the chunk's producers)."""
+    (``messaging.client.consumed.messages``); for pullers, what the pull queue hands out
+    (:meth:`received`: envelopes opened, a ``receive`` span linking the producers;
+    :meth:`received_blocks`: counted, bodies not opened)."""
 
     def __init__(self, telemetry: Telemetry, topic: str, channel: str) -> None:
         self.t = telemetry
@@ -477,34 +488,54 @@ class ConsumerInstrument:
             attrs = self._attrs[key] = self.where.attributes(operation, server)
         return attrs
 
-    # -- delivery sinks (loop thread, once per chunk) --------------------------------------
+    # -- delivery sink (handlers: loop thread, once per chunk) ----------------------------
 
-    def deliveries(self, sink: Callable[["Link", list["Message"]], None], *, pulled: bool
+    def deliveries(self, sink: Callable[["Link", list["Message"]], None]
                    ) -> Callable[["Link", list["Message"]], None]:
-        """``sink`` with consumed messages counted; ``pulled``: the sink is a pull queue
-        (the messages' envelopes are opened here and a ``receive`` span is made)."""
+        """``sink`` (a handler Reader's) with consumed messages counted as they go to the
+        handler (operation ``process``)."""
         consumed = self.t.consumed
 
-        if not pulled:
-            def counted(link: "Link", msgs: list["Message"]) -> None:
-                consumed.add(len(msgs), self.attributes("process", (link.host, link.port)))
-                sink(link, msgs)
-            return counted
+        def counted(link: "Link", msgs: list["Message"]) -> None:
+            consumed.add(len(msgs), self.attributes("process", (link.host, link.port)))
+            sink(link, msgs)
+        return counted
 
-        def received(link: "Link", msgs: list["Message"]) -> None:
-            attrs = self.attributes("receive", (link.host, link.port))
-            links = [x for x in map(_open, msgs) if x is not None]
-            start = time.perf_counter()
-            span = self.t.start_span(
-                f"receive {self.where.topic}", self.t._span_kind.CONSUMER,
-                {**attrs, "messaging.batch.message_count": len(msgs)}, links)
-            try:
-                sink(link, msgs)
-            finally:
-                self.t.operation_duration.record(time.perf_counter() - start, attrs)
-                consumed.add(len(msgs), attrs)
-                span.end()
-        return received
+    # -- pull hand-outs (the getter's thread: ReceivedPullQueue) ---------------------------
+
+    def received(self, msgs: list["Message"], start: float) -> None:
+        """A pull call handed ``msgs`` to the caller (``start``: its ``perf_counter()``
+        when called): envelopes opened, a ``receive`` span linked to their producers,
+        ``messaging.client.operation.duration`` and ``consumed.messages``. Only what is
+        handed out: messages queued and requeued unseen (close, disconnect) count not."""
+        links = [x for x in map(_open, msgs) if x is not None]
+        first = _server_of(msgs[0])
+        server = first if all(_server_of(m) == first for m in msgs[1:]) else None
+        self._receive(len(msgs), server, start, links,
+                      msgs[0].id.decode("ascii", "replace") if len(msgs) == 1 else None)
+
+    def received_blocks(self, blocks: Sequence[Any], start: float) -> None:
+        """A ``get_blocks`` call handed out ``blocks``: counted with a ``receive`` span and
+        duration; no links and no envelope opened (the bytes are handed out as received)."""
+        servers = {_server_of(b) for b in blocks}
+        self._receive(sum(map(len, blocks)), servers.pop() if len(servers) == 1 else None,
+                      start, None, None)
+
+    def _receive(self, count: int, server: tuple[str, int] | None, start: float,
+                 links: "list[SpanLink] | None", message_id: str | None) -> None:
+        attrs = self.attributes("receive", server)
+        span_attrs = dict(attrs)
+        if message_id is not None:
+            span_attrs["messaging.message.id"] = message_id
+        else:
+            span_attrs["messaging.batch.message_count"] = count
+        elapsed = time.perf_counter() - start
+        span = self.t.start_span(f"receive {self.where.topic}", self.t._span_kind.CONSUMER,
+                                 span_attrs, links,
+                                 start_time=time.time_ns() - int(elapsed * 1e9))
+        self.t.operation_duration.record(elapsed, attrs)
+        self.t.consumed.add(count, attrs)
+        span.end()
 
     # -- handler wrappers (HandlerInstrument) ---------------------------------------------
 
