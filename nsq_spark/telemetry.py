@@ -176,8 +176,9 @@ class Telemetry:
         self.process_duration = _histogram(meter, PROCESS_DURATION,
                                            "Duration of processing operation.")
         self._span_kind = trace.SpanKind
-        # Spark: the last batch counted per (topics, channel), see record_progress
-        self._recorded_batches: dict[tuple[tuple[str, ...], str], int] = {}
+        # Spark: the last batch counted per (query id, run id, topics, channel), see
+        # record_progress
+        self._recorded_batches: dict[tuple[str, str, tuple[str, ...], str], int] = {}
         self.use_span = trace.use_span
         self._status = trace.Status
         self._status_code = trace.StatusCode
@@ -202,21 +203,30 @@ class Telemetry:
         listener's ``event.progress``, ``query.lastProgress`` or its JSON) as
         ``messaging.client.consumed.messages`` (operation ``receive``, the source's topic
         and channel), once per batch however often the same batch is reported. Returns
-        the rows counted now.
+        the rows counted now. A batch is known by the query's ``id`` and ``runId`` (a
+        restart is a new run, a fresh checkpoint starts again at batch 0; two queries on
+        one topic and channel are two queries), so a batch counts whenever its number
+        differs from the last one counted for that run.
 
         Why here and not in the source: the source's driver side runs in a Python worker
         the JVM starts, and its fetch tasks in executors, not in the process that holds
         your meter provider; the progress is what reaches the application's process
         (pyspark 4.2 and later: on 4.0/4.1 the source reports nothing and this counts 0).
-        Call it from a ``StreamingQueryListener.onQueryProgress``."""
+        Call it from a ``StreamingQueryListener.onQueryProgress``, and
+        :meth:`forget_query` from its ``onQueryTerminated``."""
+        import json
+
         from .spark.progress import source_lags
 
+        if isinstance(progress, (str, bytes)):
+            progress = json.loads(progress)
+        query = (str(_field(progress, "id") or ""), str(_field(progress, "runId") or ""))
         counted = 0
         for lag in source_lags(progress):
             if lag.last_batch is None or not lag.last_batch_rows:
                 continue
-            key = (lag.topics, lag.channel)
-            if self._recorded_batches.get(key, -1) >= lag.last_batch:
+            key = (*query, lag.topics, lag.channel)
+            if self._recorded_batches.get(key) == lag.last_batch:
                 continue
             self._recorded_batches[key] = lag.last_batch
             attrs: dict[str, Any] = {
@@ -228,6 +238,13 @@ class Telemetry:
             self.consumed.add(lag.last_batch_rows, attrs)
             counted += lag.last_batch_rows
         return counted
+
+    def forget_query(self, query_id: Any) -> None:
+        """Drop what :meth:`record_progress` remembers of the query ``query_id`` (every
+        run): call it from a listener's ``onQueryTerminated`` (``event.id``)."""
+        qid = str(query_id)
+        for key in [k for k in self._recorded_batches if k[0] == qid]:
+            del self._recorded_batches[key]
 
     # -- shared ----------------------------------------------------------------------------
 
@@ -246,6 +263,12 @@ class Telemetry:
             span.record_exception(exc)
         span.set_status(self._status(self._status_code.ERROR, kind))
         return kind
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def checked(telemetry: object, owner: str) -> Telemetry | None:

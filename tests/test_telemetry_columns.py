@@ -69,11 +69,13 @@ def test_a_chunk_spooled_before_the_column_existed_gets_it_null():
     assert conform(rb) is rb
 
 
-def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit") -> str:
+def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit",
+             query_id: str = "q-1", run_id: str = "run-1") -> str:
     """A query progress as pyspark 4.2+ reports the nsq source (its latestOffset JSON)."""
     latest = {"topic": topic, "channel": channel, "batch": batch + 1,
               **lag_fields(5, 0, 0, batch, BatchSummary(rows=rows, partitions=2), 0.0)}
-    return json.dumps({"sources": [{"description": "nsq", "latestOffset": json.dumps(latest)},
+    return json.dumps({"id": query_id, "runId": run_id,
+                       "sources": [{"description": "nsq", "latestOffset": json.dumps(latest)},
                                    {"description": "other", "latestOffset": "{}"}]})
 
 
@@ -93,6 +95,24 @@ def test_the_driver_counts_each_batch_of_the_progress_once():
         "messaging.system": "nsq", "messaging.operation.name": "receive",
         "messaging.operation.type": "receive", "messaging.destination.name": "orders",
         "messaging.consumer.group.name": "audit"}
+
+
+def test_a_restarted_query_and_a_second_query_on_the_same_channel_count_their_batches():
+    reader = InMemoryMetricReader()
+    t = Telemetry(MeterProvider(metric_readers=[reader]))
+    assert t.record_progress(progress(7, 10)) == 10
+    # restarted on a fresh checkpoint: a new run, batch ids from 0 again
+    assert t.record_progress(progress(0, 4, run_id="run-2")) == 4
+    assert t.record_progress(progress(1, 5, run_id="run-2")) == 5
+    assert t.record_progress(progress(1, 5, run_id="run-2")) == 0   # reported again
+    # another query on the same topic and channel, behind the first
+    assert t.record_progress(progress(2, 3, query_id="q-2")) == 3
+    assert t.record_progress(progress(8, 1)) == 1   # the first query goes on
+    (point,) = [p for rm in reader.get_metrics_data().resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points]
+    assert point.value == 23
+    t.forget_query("q-1")
+    assert {k[0] for k in t._recorded_batches} == {"q-2"}
 
 
 def test_bodies_that_only_look_traced_stay_as_they_are():
