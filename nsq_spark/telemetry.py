@@ -11,7 +11,9 @@ global ones unless given), and the instruments are made there.
 
 What is recorded (names and attributes exactly as the conventions spell them):
 
-* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``),
+* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call;
+  a spooling Producer's per send of its drain to nsqd, never for what is only spooled,
+  :class:`DrainSender`),
   ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
   delivery, when the gate hands it to a handler, or when a pull call hands it to the
   caller: never while it is only prefetched in the pull queue, so messages requeued by
@@ -188,11 +190,18 @@ class Telemetry:
 
     # -- the two sides ---------------------------------------------------------------------
 
-    def producer_transport(self, transport: "Transport", server: tuple[str, int] | None
-                           ) -> "TracedTransport":
-        """``transport`` with every publish measured (and, with ``trace_context``, its
-        bodies enveloped); ``server``: the Producer's one nsqd, when it has one."""
-        return TracedTransport(self, transport, server)
+    def producer_transport(self, transport: "Transport", server: tuple[str, int] | None,
+                           *, measure: bool = True) -> "TracedTransport":
+        """``transport`` with a ``send`` span per publish (and, with ``trace_context``, its
+        bodies enveloped); ``server``: the Producer's one nsqd, when it has one.
+        ``measure``: also record ``sent.messages`` and ``operation.duration`` here (False
+        for a spooled transport: :meth:`drain_sender` records them)."""
+        return TracedTransport(self, transport, server, measure=measure)
+
+    def drain_sender(self, sender: Any, server: tuple[str, int] | None) -> "DrainSender":
+        """A spool drain's ``sender`` with each send to nsqd counted
+        (``messaging.client.sent.messages``, ``operation.duration``, ``error.type``)."""
+        return DrainSender(self, sender, server)
 
     def consumer(self, topic: str, channel: str) -> "ConsumerInstrument":
         """The instrument of one Reader (its handler wrappers and delivery sinks)."""
@@ -323,14 +332,17 @@ class TracedTransport:
     """A Producer's transport with each publish call measured: a ``send <topic>`` span,
     ``messaging.client.operation.duration``, ``messaging.client.sent.messages`` (counted
     whether nsqd took them or not, as the conventions say: attempts, ``error.type`` on a
-    failure). With a spool, the call ends once the message is in the spool. Implements
+    failure). With a spool (``measure=False``) the span ends once the message is in the
+    spool and the two metrics are left to the drain's :class:`DrainSender` (a message
+    only spooled is not sent yet). Implements
     :class:`~nsq_spark.publish.transport.Transport`."""
 
     def __init__(self, telemetry: Telemetry, inner: "Transport",
-                 server: tuple[str, int] | None) -> None:
+                 server: tuple[str, int] | None, *, measure: bool = True) -> None:
         self.t = telemetry
         self.inner = inner
         self.server = server
+        self.measure = measure
         self._where: dict[str, _Where] = {}
 
     # -- the measuring ---------------------------------------------------------------------
@@ -350,8 +362,9 @@ class TracedTransport:
              exc: BaseException | None) -> None:
         if exc is not None:
             self.t.fail(span, attrs, exc)
-        self.t.operation_duration.record(time.perf_counter() - start, attrs)
-        self.t.sent.add(count, attrs)
+        if self.measure:
+            self.t.operation_duration.record(time.perf_counter() - start, attrs)
+            self.t.sent.add(count, attrs)
         span.end()
 
     def _bodies(self, span: "Span", bodies: Iterable[bytes]) -> list[bytes]:
@@ -469,6 +482,79 @@ class TracedTransport:
 
     async def exit_async(self) -> None:
         await self.inner.exit_async()
+
+
+class DrainSender:
+    """The sender a spooled, instrumented Producer's drain sends through: each send to
+    nsqd records ``messaging.client.operation.duration`` and
+    ``messaging.client.sent.messages`` (operation ``send``; every attempt, retries too,
+    ``error.type`` when it fails or nsqd refuses). No span: a message's ``send`` span is
+    its publish call's (its traceparent is already in the spooled envelope). Anything
+    else (``stats``, ``published``...) is the wrapped sender's."""
+
+    def __init__(self, telemetry: Telemetry, inner: Any, server: tuple[str, int] | None
+                 ) -> None:
+        self.t = telemetry
+        self.inner = inner
+        self.server = server
+        self._attrs: dict[str, dict[str, Any]] = {}
+        if callable(getattr(inner, "mpublish_async", None)):   # only when it has one
+            self.mpublish_async = self._mpublish_async
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":   # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _attributes(self, topic: str) -> dict[str, Any]:
+        attrs = self._attrs.get(topic)
+        if attrs is None:
+            attrs = self._attrs[topic] = _Where(topic, server=self.server).attributes("send")
+        return attrs
+
+    def _record(self, topic: str, count: int, start: float,
+                exc: BaseException | None) -> None:
+        attrs = self._attributes(topic)
+        if exc is not None:
+            attrs = {**attrs, "error.type": error_type(exc)}
+        self.t.operation_duration.record(time.perf_counter() - start, attrs)
+        self.t.sent.add(count, attrs)
+
+    def _measured(self, topic: str, count: int, call: Callable[[], R]) -> R:
+        start = time.perf_counter()
+        try:
+            result = call()
+        except BaseException as exc:
+            self._record(topic, count, start, exc)
+            raise
+        self._record(topic, count, start, None)
+        return result
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> Any:
+        return self._measured(topic, 1, lambda: self.inner.publish(topic, body,
+                                                                   defer_ms=defer_ms))
+
+    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> Any:
+        return self._measured(topic, len(bodies), lambda: self.inner.mpublish(topic, bodies))
+
+    def _mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                        ) -> "concurrent.futures.Future[Any]":
+        """Measured until the future settles (the drain reads on meanwhile)."""
+        start = time.perf_counter()
+        try:
+            fut: concurrent.futures.Future[Any] = self.inner.mpublish_async(topic, bodies)
+        except BaseException as exc:
+            self._record(topic, len(bodies), start, exc)
+            raise
+
+        def done(f: "concurrent.futures.Future[Any]") -> None:
+            exc = concurrent.futures.CancelledError() if f.cancelled() else f.exception()
+            self._record(topic, len(bodies), start, exc)
+        fut.add_done_callback(done)
+        return fut
+
+    def close(self) -> Any:
+        return self.inner.close()
 
 
 # ---------------------------------------------------------------------------------------

@@ -436,3 +436,43 @@ def test_a_spooling_producer_that_traces_and_digests_wraps_each_body_once(
     assert opened.body == b"once" and opened.traceparent is not None
     (send,) = otel.spans(f"send {t}")
     assert opened.traceparent.split("-")[2] == f"{send.context.span_id:016x}"
+
+
+def test_a_spooling_producer_counts_what_the_drain_sends_to_nsqd_not_what_it_spools(
+        nsqd, otel, tmp_path):
+    """The conventions: sent.messages must not count messages created but not sent. The
+    send span is the publish call's; the count, the duration and error.type are the
+    drain's sends to nsqd."""
+    from nsq_spark.testing import free_port
+
+    t = topic()
+    telemetry = otel.telemetry(trace_context=True)
+    # nowhere to send: spooled, never sent (attempts fail, with their error.type)
+    nowhere = Producer(f"127.0.0.1:{free_port()}", spool_dir=tmp_path / "held",
+                       telemetry=telemetry)
+    try:
+        nowhere.publish(t, b"held")
+        assert not nowhere.flush(0.5)
+    finally:
+        nowhere.close(timeout=1)
+    assert len(otel.spans(f"send {t}")) == 1
+    assert all("error.type" in p.attributes for p in otel.points().get(SENT, []))
+    # sent: counted when nsqd took it; refused by nsqd (over its max_msg_size): error.type
+    address = nsqd.nsqd_tcp_addresses[0]
+    with Producer(address, spool_dir=tmp_path / "spool", max_msg_size=1 << 20,
+                  telemetry=telemetry) as p:
+        p.publish(t, b"ok")
+        assert p.flush(10)
+        p.publish(t, b"x" * 8192)
+        p.flush(10)   # False: the refused message went to rejected/, not to nsqd
+        wait_until(lambda: any(pt.attributes.get("error.type") == "E_BAD_MESSAGE"
+                               for pt in otel.points().get(SENT, [])), 15, "the refusal")
+    host, port = host_port(address)
+    ok = only(otel.points()[SENT], **{"server.address": host, "error.type": None})
+    assert ok.value == 1 and ok.attributes["server.port"] == port
+    refused = only(otel.points()[SENT], **{"server.address": host,
+                                           "error.type": "E_BAD_MESSAGE"})
+    assert refused.value == 1
+    assert only(otel.points()[OPERATION], **{"server.address": host,
+                                             "error.type": "E_BAD_MESSAGE"}).count == 1
+    assert len(otel.spans(f"send {t}")) == 3   # one per publish call, at the call
