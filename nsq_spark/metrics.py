@@ -21,7 +21,8 @@ Reader, labels ``reader``, ``topic``, ``channel``:
   ``nsq_reader_messages_received_total``, ``nsq_reader_messages_finished_total``,
   ``nsq_reader_messages_requeued_total``, ``nsq_reader_messages_given_up_total``,
   ``nsq_reader_duplicates_total``, ``nsq_reader_in_flight``, ``nsq_reader_max_in_flight``,
-  ``nsq_reader_rdy``, ``nsq_reader_backoff_level``, ``nsq_reader_connections``,
+  ``nsq_reader_rdy``, ``nsq_reader_backoff_level``, ``nsq_reader_connections`` (those
+  connecting included), ``nsq_reader_connections_subscribed``,
   ``nsq_reader_lookupd_polls_total``; per connection (label ``nsqd`` too):
   ``nsq_reader_connection_messages_received_total``, ``nsq_reader_connection_in_flight``,
   ``nsq_reader_connection_rdy``.
@@ -115,7 +116,7 @@ _SOURCE_GAUGES = {
                           "Known nsqds that did not answer the backlog poll."),
     "last_batch": ("nsq_spark_source_last_batch", "The source's latest batch that ran."),
     "updated_at": ("nsq_spark_source_last_progress_timestamp_seconds",
-                   "Unix time of the query's latest progress event."),
+                   "Unix time of the query's latest progress or idle event."),
 }
 _SOURCE_COUNTERS = {
     "batches": ("nsq_spark_source_batches", "Micro-batches that ran."),
@@ -284,7 +285,13 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
         return
     backoff = GaugeMetricFamily("nsq_reader_backoff_level",
                                 "Backoff level (0: not backing off).", labels=labels)
-    conns = GaugeMetricFamily("nsq_reader_connections", "Connections to nsqd.", labels=labels)
+    conns = GaugeMetricFamily("nsq_reader_connections",
+                              "Connections to nsqd, those still connecting included.",
+                              labels=labels)
+    subscribed = GaugeMetricFamily(
+        "nsq_reader_connections_subscribed",
+        "Connections to nsqd subscribed to the channel (can receive messages).",
+        labels=labels)
     polls = CounterMetricFamily("nsq_reader_lookupd_polls", "nsqlookupd polls.", labels=labels)
     conn_labels = [*labels, "nsqd"]
     conn_msgs = CounterMetricFamily("nsq_reader_connection_messages_received",
@@ -300,6 +307,8 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
         backoff.add_metric(v, level if isinstance(level, (int, float)) else 0)
         connections = s.get("connections") or {}
         conns.add_metric(v, len(connections))
+        subscribed.add_metric(v, sum(1 for c in connections.values()
+                                     if isinstance(c, dict) and c.get("state") == "subscribed"))
         if isinstance(s.get("lookupd"), dict):
             polls.add_metric(v, s["lookupd"].get("polls", 0))
             any_polls = True
@@ -310,6 +319,7 @@ def _reader_families(readers: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
             conn_rdy.add_metric(cv, c.get("rdy", 0))
     yield backoff
     yield conns
+    yield subscribed
     if any_polls:
         yield polls
     yield conn_msgs

@@ -11,11 +11,16 @@ global ones unless given), and the instruments are made there.
 
 What is recorded (names and attributes exactly as the conventions spell them):
 
-* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``),
-  ``messaging.client.consumed.messages`` (counter, ``{message}``, counted once per
-  delivery when the gate hands it on), ``messaging.client.operation.duration`` (histogram,
-  ``s``: publish calls, and a pulled chunk's hand-over), ``messaging.process.duration``
-  (histogram, ``s``: one handler call, per message or per batch);
+* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call;
+  a spooling Producer's per send of its drain to nsqd, never for what is only spooled,
+  :class:`DrainSender`),
+  ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
+  delivery, when the gate hands it to a handler, or when a pull call hands it to the
+  caller: never while it is only prefetched in the pull queue, so messages requeued by
+  ``close()`` unseen count not), ``messaging.client.operation.duration`` (histogram,
+  ``s``: publish calls, and each pull call that hands something out, its wait
+  included), ``messaging.process.duration`` (histogram, ``s``: one handler call, per
+  message or per batch);
 * attributes: ``messaging.system`` = ``nsq``, ``messaging.operation.name`` and
   ``messaging.operation.type`` (``send``, ``receive``, ``process``),
   ``messaging.destination.name`` (the topic), ``messaging.consumer.group.name`` (the
@@ -24,8 +29,10 @@ What is recorded (names and attributes exactly as the conventions spell them):
   ``error.type`` on failures (the exception's qualified name, nsqd's error code such as
   ``E_BAD_TOPIC``, or ``requeued`` when a handler returned False);
 * spans: ``send <topic>`` (kind PRODUCER) per publish call, ``process <topic>`` (kind
-  CONSUMER) per handler call, ``receive <topic>`` (kind CONSUMER) per chunk handed to a
-  puller. A process or receive span is *linked* to the send span of every message that
+  CONSUMER) per handler call, ``receive <topic>`` (kind CONSUMER) per pull call that hands
+  messages out (``get_batch``, each batch of ``iter_batches`` and ``batches()``, each
+  message of ``async for``; ``get_blocks``: counted and spanned, but no links and the
+  blocks' bodies are not opened). A process or receive span is *linked* to the send span of every message that
   carried trace context (the conventions' advice for consumers: the consumer's trace is
   its own, the link leads to the producer's).
 
@@ -33,7 +40,9 @@ Propagation: NSQ messages have no headers, so the trace context travels in the b
 version 2 of the message-id envelope (``nsq_spark.spool.format``), and only when the
 producer asks: ``Telemetry(trace_context=True)``. An instrumented Reader opens version-2
 envelopes before the handler or puller sees the message (``message.body`` is the inner
-body); the Spark source returns the inner body and the ``trace_parent`` column.
+body), not in MessageBlocks (``get_blocks`` hands out the bytes as received: open them
+with :func:`nsq_spark.spool.format.open_traced_envelope`); the Spark source returns the
+inner body and the ``trace_parent`` column.
 
 Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per
 loop turn, so a per-message settle time would measure nothing); the duration of an
@@ -46,7 +55,7 @@ import asyncio
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 from .errors import ConfigError, NSQServerError
 from .spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope, wrap_envelope
@@ -59,6 +68,7 @@ if TYPE_CHECKING:
     from .consumer.answers import Link
     from .consumer.handlers import HandlerInstrument
     from .message import Message
+    from .protocol import MessageBlock
     from .publish.transport import Transport
 
 __all__ = ["Telemetry", "checked", "SYSTEM", "SENT", "CONSUMED", "OPERATION_DURATION",
@@ -74,6 +84,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
                     7.5, 10.0)
 _MAGIC_SIZE = len(TRACED_ENVELOPE_MAGIC)
 _SCOPE = "nsq_spark"
+R = TypeVar("R")
+#: a send whose span is still open: (span, its metric attributes, start time, messages)
+_Open = tuple["Span", dict[str, Any], float, int]
 
 
 def error_type(exc: BaseException) -> str:
@@ -165,8 +178,9 @@ class Telemetry:
         self.process_duration = _histogram(meter, PROCESS_DURATION,
                                            "Duration of processing operation.")
         self._span_kind = trace.SpanKind
-        # Spark: the last batch counted per (topics, channel), see record_progress
-        self._recorded_batches: dict[tuple[tuple[str, ...], str], int] = {}
+        # Spark: the last batch counted per (query id, run id, topics, channel), see
+        # record_progress
+        self._recorded_batches: dict[tuple[str, str, tuple[str, ...], str], int] = {}
         self.use_span = trace.use_span
         self._status = trace.Status
         self._status_code = trace.StatusCode
@@ -176,11 +190,18 @@ class Telemetry:
 
     # -- the two sides ---------------------------------------------------------------------
 
-    def producer_transport(self, transport: "Transport", server: tuple[str, int] | None
-                           ) -> "TracedTransport":
-        """``transport`` with every publish measured (and, with ``trace_context``, its
-        bodies enveloped); ``server``: the Producer's one nsqd, when it has one."""
-        return TracedTransport(self, transport, server)
+    def producer_transport(self, transport: "Transport", server: tuple[str, int] | None,
+                           *, measure: bool = True) -> "TracedTransport":
+        """``transport`` with a ``send`` span per publish (and, with ``trace_context``, its
+        bodies enveloped); ``server``: the Producer's one nsqd, when it has one.
+        ``measure``: also record ``sent.messages`` and ``operation.duration`` here (False
+        for a spooled transport: :meth:`drain_sender` records them)."""
+        return TracedTransport(self, transport, server, measure=measure)
+
+    def drain_sender(self, sender: Any, server: tuple[str, int] | None) -> "DrainSender":
+        """A spool drain's ``sender`` with each send to nsqd counted
+        (``messaging.client.sent.messages``, ``operation.duration``, ``error.type``)."""
+        return DrainSender(self, sender, server)
 
     def consumer(self, topic: str, channel: str) -> "ConsumerInstrument":
         """The instrument of one Reader (its handler wrappers and delivery sinks)."""
@@ -191,21 +212,30 @@ class Telemetry:
         listener's ``event.progress``, ``query.lastProgress`` or its JSON) as
         ``messaging.client.consumed.messages`` (operation ``receive``, the source's topic
         and channel), once per batch however often the same batch is reported. Returns
-        the rows counted now.
+        the rows counted now. A batch is known by the query's ``id`` and ``runId`` (a
+        restart is a new run, a fresh checkpoint starts again at batch 0; two queries on
+        one topic and channel are two queries), so a batch counts whenever its number
+        differs from the last one counted for that run.
 
         Why here and not in the source: the source's driver side runs in a Python worker
         the JVM starts, and its fetch tasks in executors, not in the process that holds
         your meter provider; the progress is what reaches the application's process
         (pyspark 4.2 and later: on 4.0/4.1 the source reports nothing and this counts 0).
-        Call it from a ``StreamingQueryListener.onQueryProgress``."""
+        Call it from a ``StreamingQueryListener.onQueryProgress``, and
+        :meth:`forget_query` from its ``onQueryTerminated``."""
+        import json
+
         from .spark.progress import source_lags
 
+        if isinstance(progress, (str, bytes)):
+            progress = json.loads(progress)
+        query = (str(_field(progress, "id") or ""), str(_field(progress, "runId") or ""))
         counted = 0
         for lag in source_lags(progress):
             if lag.last_batch is None or not lag.last_batch_rows:
                 continue
-            key = (lag.topics, lag.channel)
-            if self._recorded_batches.get(key, -1) >= lag.last_batch:
+            key = (*query, lag.topics, lag.channel)
+            if self._recorded_batches.get(key) == lag.last_batch:
                 continue
             self._recorded_batches[key] = lag.last_batch
             attrs: dict[str, Any] = {
@@ -218,11 +248,20 @@ class Telemetry:
             counted += lag.last_batch_rows
         return counted
 
+    def forget_query(self, query_id: Any) -> None:
+        """Drop what :meth:`record_progress` remembers of the query ``query_id`` (every
+        run): call it from a listener's ``onQueryTerminated`` (``event.id``)."""
+        qid = str(query_id)
+        for key in [k for k in self._recorded_batches if k[0] == qid]:
+            del self._recorded_batches[key]
+
     # -- shared ----------------------------------------------------------------------------
 
     def start_span(self, name: str, kind: Any, attributes: dict[str, Any],
-                   links: "Sequence[SpanLink] | None" = None) -> "Span":
-        return self.tracer.start_span(name, kind=kind, attributes=attributes, links=links)
+                   links: "Sequence[SpanLink] | None" = None,
+                   start_time: int | None = None) -> "Span":
+        return self.tracer.start_span(name, kind=kind, attributes=attributes, links=links,
+                                      start_time=start_time)
 
     def fail(self, span: "Span", attrs: dict[str, Any], exc: BaseException | str) -> str:
         """Mark ``span`` failed; put ``error.type`` into ``attrs`` (a copy's caller's)."""
@@ -233,6 +272,12 @@ class Telemetry:
             span.record_exception(exc)
         span.set_status(self._status(self._status_code.ERROR, kind))
         return kind
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def checked(telemetry: object, owner: str) -> Telemetry | None:
@@ -287,14 +332,17 @@ class TracedTransport:
     """A Producer's transport with each publish call measured: a ``send <topic>`` span,
     ``messaging.client.operation.duration``, ``messaging.client.sent.messages`` (counted
     whether nsqd took them or not, as the conventions say: attempts, ``error.type`` on a
-    failure). With a spool, the call ends once the message is in the spool. Implements
+    failure). With a spool (``measure=False``) the span ends once the message is in the
+    spool and the two metrics are left to the drain's :class:`DrainSender` (a message
+    only spooled is not sent yet). Implements
     :class:`~nsq_spark.publish.transport.Transport`."""
 
     def __init__(self, telemetry: Telemetry, inner: "Transport",
-                 server: tuple[str, int] | None) -> None:
+                 server: tuple[str, int] | None, *, measure: bool = True) -> None:
         self.t = telemetry
         self.inner = inner
         self.server = server
+        self.measure = measure
         self._where: dict[str, _Where] = {}
 
     # -- the measuring ---------------------------------------------------------------------
@@ -314,8 +362,9 @@ class TracedTransport:
              exc: BaseException | None) -> None:
         if exc is not None:
             self.t.fail(span, attrs, exc)
-        self.t.operation_duration.record(time.perf_counter() - start, attrs)
-        self.t.sent.add(count, attrs)
+        if self.measure:
+            self.t.operation_duration.record(time.perf_counter() - start, attrs)
+            self.t.sent.add(count, attrs)
         span.end()
 
     def _bodies(self, span: "Span", bodies: Iterable[bytes]) -> list[bytes]:
@@ -341,44 +390,40 @@ class TracedTransport:
 
     # -- Transport -------------------------------------------------------------------------
 
-    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
-        span, attrs, start = self._start(topic, 1)
+    def _call(self, topic: str, count: int, send: Callable[["Span"], R]
+              ) -> tuple[R, "_Open"]:
+        """Start the span, run ``send`` with it; a call that raises ends the span with
+        the error (and re-raises), one that returns leaves it open for the caller."""
+        span, attrs, start = self._start(topic, count)
         try:
-            self.inner.publish(topic, self._body(span, body), defer_ms)
+            result = send(span)
         except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
+            self._end(span, attrs, start, count, exc)
             raise
-        self._end(span, attrs, start, 1, None)
+        return result, (span, attrs, start, count)
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
+        _, opened = self._call(topic, 1, lambda s: self.inner.publish(
+            topic, self._body(s, body), defer_ms))
+        self._end(*opened, None)
 
     def mpublish(self, topic: str, bodies: Sequence[bytes]) -> None:
-        span, attrs, start = self._start(topic, len(bodies))
-        try:
-            self.inner.mpublish(topic, self._bodies(span, bodies))
-        except BaseException as exc:
-            self._end(span, attrs, start, len(bodies), exc)
-            raise
-        self._end(span, attrs, start, len(bodies), None)
+        _, opened = self._call(topic, len(bodies), lambda s: self.inner.mpublish(
+            topic, self._bodies(s, bodies)))
+        self._end(*opened, None)
 
     def publish_async(self, topic: str, body: bytes, defer_ms: int | None
                       ) -> concurrent.futures.Future[bytes]:
-        span, attrs, start = self._start(topic, 1)
-        try:
-            fut = self.inner.publish_async(topic, self._body(span, body), defer_ms)
-        except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
-            raise
-        self._settle_on(fut, span, attrs, start, 1)
+        fut, opened = self._call(topic, 1, lambda s: self.inner.publish_async(
+            topic, self._body(s, body), defer_ms))
+        self._settle_on(fut, *opened)
         return fut
 
     def mpublish_async(self, topic: str, bodies: Sequence[bytes]
                        ) -> concurrent.futures.Future[Any]:
-        span, attrs, start = self._start(topic, len(bodies))
-        try:
-            fut = self.inner.mpublish_async(topic, self._bodies(span, bodies))
-        except BaseException as exc:
-            self._end(span, attrs, start, len(bodies), exc)
-            raise
-        self._settle_on(fut, span, attrs, start, len(bodies))
+        fut, opened = self._call(topic, len(bodies), lambda s: self.inner.mpublish_async(
+            topic, self._bodies(s, bodies)))
+        self._settle_on(fut, *opened)
         return fut
 
     async def apublish(self, topic: str, body: bytes, defer_ms: int | None) -> None:
@@ -401,13 +446,9 @@ class TracedTransport:
 
     def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None
                        ) -> "asyncio.Future[bytes]":
-        span, attrs, start = self._start(topic, 1)
-        try:
-            fut = self.inner.publish_nowait(topic, self._body(span, body), defer_ms)
-        except BaseException as exc:
-            self._end(span, attrs, start, 1, exc)
-            raise
-        self._settle_on(fut, span, attrs, start, 1)
+        fut, opened = self._call(topic, 1, lambda s: self.inner.publish_nowait(
+            topic, self._body(s, body), defer_ms))
+        self._settle_on(fut, *opened)
         return fut
 
     def flush(self, timeout: float | None) -> bool:
@@ -443,11 +484,84 @@ class TracedTransport:
         await self.inner.exit_async()
 
 
+class DrainSender:
+    """The sender a spooled, instrumented Producer's drain sends through: each send to
+    nsqd records ``messaging.client.operation.duration`` and
+    ``messaging.client.sent.messages`` (operation ``send``; every attempt, retries too,
+    ``error.type`` when it fails or nsqd refuses). No span: a message's ``send`` span is
+    its publish call's (its traceparent is already in the spooled envelope). Anything
+    else (``stats``, ``published``...) is the wrapped sender's."""
+
+    def __init__(self, telemetry: Telemetry, inner: Any, server: tuple[str, int] | None
+                 ) -> None:
+        self.t = telemetry
+        self.inner = inner
+        self.server = server
+        self._attrs: dict[str, dict[str, Any]] = {}
+        if callable(getattr(inner, "mpublish_async", None)):   # only when it has one
+            self.mpublish_async = self._mpublish_async
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":   # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _attributes(self, topic: str) -> dict[str, Any]:
+        attrs = self._attrs.get(topic)
+        if attrs is None:
+            attrs = self._attrs[topic] = _Where(topic, server=self.server).attributes("send")
+        return attrs
+
+    def _record(self, topic: str, count: int, start: float,
+                exc: BaseException | None) -> None:
+        attrs = self._attributes(topic)
+        if exc is not None:
+            attrs = {**attrs, "error.type": error_type(exc)}
+        self.t.operation_duration.record(time.perf_counter() - start, attrs)
+        self.t.sent.add(count, attrs)
+
+    def _measured(self, topic: str, count: int, call: Callable[[], R]) -> R:
+        start = time.perf_counter()
+        try:
+            result = call()
+        except BaseException as exc:
+            self._record(topic, count, start, exc)
+            raise
+        self._record(topic, count, start, None)
+        return result
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> Any:
+        return self._measured(topic, 1, lambda: self.inner.publish(topic, body,
+                                                                   defer_ms=defer_ms))
+
+    def mpublish(self, topic: str, bodies: Sequence[bytes]) -> Any:
+        return self._measured(topic, len(bodies), lambda: self.inner.mpublish(topic, bodies))
+
+    def _mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                        ) -> "concurrent.futures.Future[Any]":
+        """Measured until the future settles (the drain reads on meanwhile)."""
+        start = time.perf_counter()
+        try:
+            fut: concurrent.futures.Future[Any] = self.inner.mpublish_async(topic, bodies)
+        except BaseException as exc:
+            self._record(topic, len(bodies), start, exc)
+            raise
+
+        def done(f: "concurrent.futures.Future[Any]") -> None:
+            exc = concurrent.futures.CancelledError() if f.cancelled() else f.exception()
+            self._record(topic, len(bodies), start, exc)
+        fut.add_done_callback(done)
+        return fut
+
+    def close(self) -> Any:
+        return self.inner.close()
+
+
 # ---------------------------------------------------------------------------------------
 # consumer side
 
 
-def _server_of(m: "Message") -> tuple[str, int] | None:
+def _server_of(m: "Message | MessageBlock") -> tuple[str, int] | None:
     responder = m.responder
     host, port = getattr(responder, "host", None), getattr(responder, "port", None)
     return (host, port) if isinstance(host, str) and isinstance(port, int) else None
@@ -466,8 +580,9 @@ def _open(m: "Message") -> "SpanLink | None":
 class ConsumerInstrument:
     """One Reader's instrumentation: wraps its handler (``process`` spans and durations,
     a :class:`~nsq_spark.consumer.handlers.HandlerInstrument`) and its delivery sink
-    (``messaging.client.consumed.messages``; for pullers the envelopes are opened there
-    and a ``receive`` span links the chunk's producers)."""
+    (``messaging.client.consumed.messages``); for pullers, what the pull queue hands out
+    (:meth:`received`: envelopes opened, a ``receive`` span linking the producers;
+    :meth:`received_blocks`: counted, bodies not opened)."""
 
     def __init__(self, telemetry: Telemetry, topic: str, channel: str) -> None:
         self.t = telemetry
@@ -482,34 +597,54 @@ class ConsumerInstrument:
             attrs = self._attrs[key] = self.where.attributes(operation, server)
         return attrs
 
-    # -- delivery sinks (loop thread, once per chunk) --------------------------------------
+    # -- delivery sink (handlers: loop thread, once per chunk) ----------------------------
 
-    def deliveries(self, sink: Callable[["Link", list["Message"]], None], *, pulled: bool
+    def deliveries(self, sink: Callable[["Link", list["Message"]], None]
                    ) -> Callable[["Link", list["Message"]], None]:
-        """``sink`` with consumed messages counted; ``pulled``: the sink is a pull queue
-        (the messages' envelopes are opened here and a ``receive`` span is made)."""
+        """``sink`` (a handler Reader's) with consumed messages counted as they go to the
+        handler (operation ``process``)."""
         consumed = self.t.consumed
 
-        if not pulled:
-            def counted(link: "Link", msgs: list["Message"]) -> None:
-                consumed.add(len(msgs), self.attributes("process", (link.host, link.port)))
-                sink(link, msgs)
-            return counted
+        def counted(link: "Link", msgs: list["Message"]) -> None:
+            consumed.add(len(msgs), self.attributes("process", (link.host, link.port)))
+            sink(link, msgs)
+        return counted
 
-        def received(link: "Link", msgs: list["Message"]) -> None:
-            attrs = self.attributes("receive", (link.host, link.port))
-            links = [x for x in map(_open, msgs) if x is not None]
-            start = time.perf_counter()
-            span = self.t.start_span(
-                f"receive {self.where.topic}", self.t._span_kind.CONSUMER,
-                {**attrs, "messaging.batch.message_count": len(msgs)}, links)
-            try:
-                sink(link, msgs)
-            finally:
-                self.t.operation_duration.record(time.perf_counter() - start, attrs)
-                consumed.add(len(msgs), attrs)
-                span.end()
-        return received
+    # -- pull hand-outs (the getter's thread: ReceivedPullQueue) ---------------------------
+
+    def received(self, msgs: list["Message"], start: float) -> None:
+        """A pull call handed ``msgs`` to the caller (``start``: its ``perf_counter()``
+        when called): envelopes opened, a ``receive`` span linked to their producers,
+        ``messaging.client.operation.duration`` and ``consumed.messages``. Only what is
+        handed out: messages queued and requeued unseen (close, disconnect) count not."""
+        links = [x for x in map(_open, msgs) if x is not None]
+        first = _server_of(msgs[0])
+        server = first if all(_server_of(m) == first for m in msgs[1:]) else None
+        self._receive(len(msgs), server, start, links,
+                      msgs[0].id.decode("ascii", "replace") if len(msgs) == 1 else None)
+
+    def received_blocks(self, blocks: Sequence[Any], start: float) -> None:
+        """A ``get_blocks`` call handed out ``blocks``: counted with a ``receive`` span and
+        duration; no links and no envelope opened (the bytes are handed out as received)."""
+        servers = {_server_of(b) for b in blocks}
+        self._receive(sum(map(len, blocks)), servers.pop() if len(servers) == 1 else None,
+                      start, None, None)
+
+    def _receive(self, count: int, server: tuple[str, int] | None, start: float,
+                 links: "list[SpanLink] | None", message_id: str | None) -> None:
+        attrs = self.attributes("receive", server)
+        span_attrs = dict(attrs)
+        if message_id is not None:
+            span_attrs["messaging.message.id"] = message_id
+        else:
+            span_attrs["messaging.batch.message_count"] = count
+        elapsed = time.perf_counter() - start
+        span = self.t.start_span(f"receive {self.where.topic}", self.t._span_kind.CONSUMER,
+                                 span_attrs, links,
+                                 start_time=time.time_ns() - int(elapsed * 1e9))
+        self.t.operation_duration.record(elapsed, attrs)
+        self.t.consumed.add(count, attrs)
+        span.end()
 
     # -- handler wrappers (HandlerInstrument) ---------------------------------------------
 

@@ -104,6 +104,22 @@ def test_a_reader_figure_is_exported_when_it_is_a_number_and_not_when_it_is_a_bo
     assert value(got, "nsq_reader_connections", **rl) == 0
 
 
+@pytest.mark.unit
+def test_a_connection_still_connecting_is_not_a_subscribed_one():
+    """NSQReaderNoConnection alerts on subscribed connections: a link re-added at each
+    retry to a blackholed nsqd (state connecting) must not look like a connection."""
+    registry = prometheus_client.CollectorRegistry()
+    collector = NSQCollector().register(registry)
+    reader = _Stats({"topic": "t", "channel": "c", "name": "t:c", "connections": {
+        "10.0.0.1:4150": {"state": "connecting", "messages": 0, "in_flight": 0, "rdy": 0},
+        "10.0.0.2:4150": {"state": "closing", "messages": 3, "in_flight": 0, "rdy": 0}}})
+    collector.watch(reader)   # held weakly: kept alive by this name
+    got = scrape(registry)
+    rl = {"reader": "t:c", "topic": "t", "channel": "c"}
+    assert value(got, "nsq_reader_connections", **rl) == 2
+    assert value(got, "nsq_reader_connections_subscribed", **rl) == 0
+
+
 _PRODUCER_KEYS = {"messages": "nsq_producer_messages_total", "bytes": "nsq_producer_bytes_total",
                   "retries": "nsq_producer_retries_total", "errors": "nsq_producer_errors_total",
                   "published": "nsq_producer_commands_total"}
@@ -191,6 +207,7 @@ def test_a_scrape_over_http_shows_what_was_published_and_consumed(nsq_cluster):
         assert value(got, "nsq_reader_messages_finished_total", **rl) == 25
         assert value(got, "nsq_reader_in_flight", **rl) == 0
         assert value(got, "nsq_reader_connections", **rl) == 1
+        assert value(got, "nsq_reader_connections_subscribed", **rl) == 1
         assert value(got, "nsq_reader_connection_messages_received_total", nsqd=addr, **rl) == 25
         assert value(got, "nsq_reader_max_in_flight", **rl) == 50
         assert value(got, "nsq_producer_commands_total", producer="p1") == 6  # 1 MPUB + 5 PUB

@@ -99,6 +99,47 @@ def test_queries_without_a_name_are_labelled_by_id_and_forgotten_when_they_end()
     assert [t.query for t in metrics.totals()] == ["abc"]
 
 
+def test_an_idle_event_says_caught_up_and_alive_not_the_last_batch_s_backlog():
+    """Spark 3.5+ posts a QueryIdleEvent, not a progress, when a trigger plans no batch:
+    the last progress (a batch planned with a backlog) must not stay exported as if the
+    query were stalled behind it."""
+    from pyspark.sql.streaming.listener import QueryIdleEvent
+
+    now = [1000.0]
+    metrics = SparkSourceMetrics(clock=lambda: now[0])
+    registry = prometheus_client.CollectorRegistry()
+    NSQCollector([metrics]).register(registry)
+    listener = NSQSourceListener(metrics)
+    qid, run = "6f1c1a3e-1111-4222-8333-944455556666", "0e0e0e0e-1111-4222-8333-944455556666"
+    listener.publish(progress(report(2, 1, rows=5, backlog=9), query_id=qid))
+    now[0] = 1600.0
+    listener.onQueryIdle(QueryIdleEvent.fromJson(
+        {"id": qid, "runId": run, "timestamp": "2026-11-25T07:10:00.000Z"}))
+    got = scrape(registry)
+    assert got[("nsq_spark_source_backlog_messages", LABELS)] == 0
+    assert got[("nsq_spark_source_lag_seconds", LABELS)] == 0.0
+    assert got[("nsq_spark_source_last_progress_timestamp_seconds", LABELS)] == 1600.0
+    assert got[("nsq_spark_source_batches_total", LABELS)] == 1   # counters untouched
+    assert metrics.idle("no-such-query") == 0
+
+
+def test_an_idle_source_with_a_minimum_may_hold_a_backlog_back_so_it_is_unknown():
+    metrics = SparkSourceMetrics(clock=lambda: 5.0)
+    listener = NSQSourceListener(metrics)
+    listener.publish(progress(report(2, 1, rows=5, backlog=9, minMessagesPerTrigger=100),
+                              query_id="q1"))
+    [held] = metrics.totals()
+    assert (held.backlog_messages, held.lag_seconds) == (9, 5.0)
+    assert metrics.idle("q1") == 1
+    [held] = metrics.totals()
+    assert (held.backlog_messages, held.lag_seconds, held.updated_at) == (None, None, 5.0)
+    # the next report without a minimum: an idle trigger means nothing waits again
+    listener.publish(progress(report(3, 2, rows=1, backlog=4), query_id="q1"))
+    metrics.idle("q1")
+    [caught_up] = metrics.totals()
+    assert (caught_up.backlog_messages, caught_up.lag_seconds) == (0, 0.0)
+
+
 def test_a_multi_topic_source_is_labelled_with_its_topics_and_other_sources_are_skipped():
     metrics = SparkSourceMetrics()
     multi = report(2, 1, rows=3, topics=["a", "b"], backlogByTopic={"a": 1, "b": 2})

@@ -204,6 +204,76 @@ def test_pulled_messages_are_opened_counted_and_linked_by_a_receive_span(nsqd, o
     assert consumed.value == 2 and consumed.attributes["messaging.consumer.group.name"] == c
 
 
+def test_prefetched_messages_count_when_handed_out_not_when_queued(nsqd, otel):
+    """The conventions: no receive span for a prefetched message until it is forwarded to
+    the caller. Messages queued in the Reader and requeued by close() unseen count not."""
+    t, c = topic(), "prefetch"
+    address = nsqd.nsqd_tcp_addresses[0]
+    with Producer(address, telemetry=otel.telemetry(trace_context=True)) as p:
+        p.mpublish(t, [b"a", b"b", b"c"])
+    reader = Reader(t, c, nsqd_tcp_addresses=address, max_in_flight=10,
+                    telemetry=otel.telemetry())
+    try:
+        reader.start()
+        wait_until(lambda: reader.stats()["pull_queued"] == 3, 15, "3 prefetched messages")
+        assert otel.spans(f"receive {t}") == [] and CONSUMED not in otel.points()
+        got = reader.get_batch(2, 1.0)
+        reader.finish(got)
+    finally:
+        reader.close()   # the third, never handed out, is requeued
+    assert sorted(m.body for m in got) in ([b"a", b"b"], [b"a", b"c"], [b"b", b"c"])
+    (receive,) = otel.spans(f"receive {t}")
+    assert receive.attributes["messaging.batch.message_count"] == 2
+    (send,) = otel.spans(f"send {t}")   # a link per message, to the mpublish's span
+    assert [link.context.span_id for link in receive.links] == [send.context.span_id] * 2
+    consumed = only(otel.points()[CONSUMED], **{"messaging.operation.name": "receive"})
+    assert consumed.value == 2
+    duration = only(otel.points()[OPERATION], **{"messaging.operation.name": "receive"})
+    assert duration.count == 1
+
+
+def test_async_iteration_and_blocks_are_recorded_per_hand_out(nsqd, otel):
+    import asyncio
+
+    t, tb = topic(), topic()   # a topic each: the first channel takes a topic's backlog
+    address = nsqd.nsqd_tcp_addresses[0]
+    with Producer(address, telemetry=otel.telemetry(trace_context=True)) as p:
+        p.publish(t, b"one")
+        p.mpublish(t, [b"x", b"y"])
+        p.mpublish(tb, [b"x", b"y", b"z"])
+
+    async def first() -> Any:
+        reader = Reader(t, "aiter", nsqd_tcp_addresses=address, telemetry=otel.telemetry())
+        try:
+            async for m in reader:
+                m.finish()
+                return m
+        finally:
+            reader.close()
+    m = asyncio.run(first())
+    aiter_receives = [s for s in otel.spans(f"receive {t}")
+                      if s.attributes["messaging.consumer.group.name"] == "aiter"]
+    assert [s.attributes["messaging.message.id"] for s in aiter_receives] == [m.id.decode()]
+    assert m.body in (b"one", b"x", b"y")   # opened
+    blocks_reader = Reader(tb, "blocks", nsqd_tcp_addresses=address, max_in_flight=10,
+                           telemetry=otel.telemetry())
+    try:
+        blocks: list[Any] = []
+        wait_until(lambda: blocks.extend(blocks_reader.get_blocks(10, 0.2)) or
+                   sum(map(len, blocks)) >= 3, 15, "3 messages in blocks")
+        blocks_reader.finish_blocks(blocks)
+    finally:
+        blocks_reader.close()
+    bodies = [m.body for b in blocks for m in b.messages()]
+    assert all(body.startswith(TRACED_ENVELOPE_MAGIC) for body in bodies)  # not opened
+    block_receives = otel.spans(f"receive {tb}")
+    assert block_receives and all(not s.links for s in block_receives)
+    assert sum(s.attributes["messaging.batch.message_count"] for s in block_receives) == 3
+    consumed = only(otel.points()[CONSUMED], **{"messaging.operation.name": "receive",
+                                                "messaging.consumer.group.name": "blocks"})
+    assert consumed.value == 3
+
+
 def test_a_reader_without_telemetry_hands_the_envelope_over_as_it_came(nsqd, otel, running_reader):
     t = topic()
     address = nsqd.nsqd_tcp_addresses[0]
@@ -366,3 +436,43 @@ def test_a_spooling_producer_that_traces_and_digests_wraps_each_body_once(
     assert opened.body == b"once" and opened.traceparent is not None
     (send,) = otel.spans(f"send {t}")
     assert opened.traceparent.split("-")[2] == f"{send.context.span_id:016x}"
+
+
+def test_a_spooling_producer_counts_what_the_drain_sends_to_nsqd_not_what_it_spools(
+        nsqd, otel, tmp_path):
+    """The conventions: sent.messages must not count messages created but not sent. The
+    send span is the publish call's; the count, the duration and error.type are the
+    drain's sends to nsqd."""
+    from nsq_spark.testing import free_port
+
+    t = topic()
+    telemetry = otel.telemetry(trace_context=True)
+    # nowhere to send: spooled, never sent (attempts fail, with their error.type)
+    nowhere = Producer(f"127.0.0.1:{free_port()}", spool_dir=tmp_path / "held",
+                       telemetry=telemetry)
+    try:
+        nowhere.publish(t, b"held")
+        assert not nowhere.flush(0.5)
+    finally:
+        nowhere.close(timeout=1)
+    assert len(otel.spans(f"send {t}")) == 1
+    assert all("error.type" in p.attributes for p in otel.points().get(SENT, []))
+    # sent: counted when nsqd took it; refused by nsqd (over its max_msg_size): error.type
+    address = nsqd.nsqd_tcp_addresses[0]
+    with Producer(address, spool_dir=tmp_path / "spool", max_msg_size=1 << 20,
+                  telemetry=telemetry) as p:
+        p.publish(t, b"ok")
+        assert p.flush(10)
+        p.publish(t, b"x" * 8192)
+        p.flush(10)   # False: the refused message went to rejected/, not to nsqd
+        wait_until(lambda: any(pt.attributes.get("error.type") == "E_BAD_MESSAGE"
+                               for pt in otel.points().get(SENT, [])), 15, "the refusal")
+    host, port = host_port(address)
+    ok = only(otel.points()[SENT], **{"server.address": host, "error.type": None})
+    assert ok.value == 1 and ok.attributes["server.port"] == port
+    refused = only(otel.points()[SENT], **{"server.address": host,
+                                           "error.type": "E_BAD_MESSAGE"})
+    assert refused.value == 1
+    assert only(otel.points()[OPERATION], **{"server.address": host,
+                                             "error.type": "E_BAD_MESSAGE"}).count == 1
+    assert len(otel.spans(f"send {t}")) == 3   # one per publish call, at the call

@@ -69,11 +69,13 @@ def test_a_chunk_spooled_before_the_column_existed_gets_it_null():
     assert conform(rb) is rb
 
 
-def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit") -> str:
+def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit",
+             query_id: str = "q-1", run_id: str = "run-1") -> str:
     """A query progress as pyspark 4.2+ reports the nsq source (its latestOffset JSON)."""
     latest = {"topic": topic, "channel": channel, "batch": batch + 1,
               **lag_fields(5, 0, 0, batch, BatchSummary(rows=rows, partitions=2), 0.0)}
-    return json.dumps({"sources": [{"description": "nsq", "latestOffset": json.dumps(latest)},
+    return json.dumps({"id": query_id, "runId": run_id,
+                       "sources": [{"description": "nsq", "latestOffset": json.dumps(latest)},
                                    {"description": "other", "latestOffset": "{}"}]})
 
 
@@ -95,21 +97,55 @@ def test_the_driver_counts_each_batch_of_the_progress_once():
         "messaging.consumer.group.name": "audit"}
 
 
+def test_a_restarted_query_and_a_second_query_on_the_same_channel_count_their_batches():
+    reader = InMemoryMetricReader()
+    t = Telemetry(MeterProvider(metric_readers=[reader]))
+    assert t.record_progress(progress(7, 10)) == 10
+    # restarted on a fresh checkpoint: a new run, batch ids from 0 again
+    assert t.record_progress(progress(0, 4, run_id="run-2")) == 4
+    assert t.record_progress(progress(1, 5, run_id="run-2")) == 5
+    assert t.record_progress(progress(1, 5, run_id="run-2")) == 0   # reported again
+    # another query on the same topic and channel, behind the first
+    assert t.record_progress(progress(2, 3, query_id="q-2")) == 3
+    assert t.record_progress(progress(8, 1)) == 1   # the first query goes on
+    (point,) = [p for rm in reader.get_metrics_data().resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points]
+    assert point.value == 23
+    t.forget_query("q-1")
+    assert {k[0] for k in t._recorded_batches} == {"q-2"}
+
+
 def test_bodies_that_only_look_traced_stay_as_they_are():
-    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b""]
+    from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, TRACEPARENT_ONLY_HEAD
+
+    # the usual envelope's head, but cut short inside the traceparent: not one of ours
+    head_only = TRACED_ENVELOPE_MAGIC + bytes(16) + TRACEPARENT_ONLY_HEAD + b"00-abc"
+    bodies = [b"\x00abc", b"\x00NID", b"\x00NID\x02 cut short", b"x", b"", head_only]
     rb = blocks_to_batch(blocks(bodies), "t", "c")
     assert rb.column("body").to_pylist() == bodies
     assert rb.column("trace_parent").null_count == len(bodies)
+    # with only usual heads among the traced rows (the column-wide path), alone or beside
+    # a real envelope
+    for chunk, parents in (([head_only], [None]),
+                           ([head_only, wrap_envelope(b"p", PARENT)], [None, PARENT])):
+        rb = blocks_to_batch(blocks(chunk), "t", "c")
+        assert rb.column("body").to_pylist() == [head_only, b"p"][:len(chunk)]
+        assert rb.column("trace_parent").to_pylist() == parents
 
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from nsq_spark.spool.format import open_traced_envelope  # noqa: E402
+from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope  # noqa: E402
 
 _body = st.one_of(st.binary(max_size=40),
                   st.binary(max_size=40).map(lambda b: wrap_envelope(b"p" + b, PARENT)),
-                  st.binary(max_size=40).map(lambda b: b"\x00" + b))
+                  # envelopes cut short anywhere: the column path must leave them as the
+                  # one rule (open_traced_envelope) does
+                  st.tuples(st.binary(max_size=8), st.integers(0, 120)).map(
+                      lambda t: wrap_envelope(b"p" + t[0], PARENT)[:t[1]]),
+                  st.binary(max_size=40).map(lambda b: b"\x00" + b),
+                  st.binary(max_size=40).map(lambda b: TRACED_ENVELOPE_MAGIC + b))
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,6 +156,8 @@ def test_any_mix_of_bodies_comes_out_opened_the_same_from_blocks_and_messages(bo
     from_messages = messages_to_batch([m for b in bs for m in b.messages()], "t", "c")
     assert from_blocks.equals(from_messages)
     opened = [open_traced_envelope(b) for b in bodies]
+    # a version-2 body: the one rule's body (cut short: unchanged; without a traceparent:
+    # opened all the same); anything else, version-1 envelopes too, stays as it is
     assert from_blocks.column("body").to_pylist() == [
-        o.body if o.traceparent else b for o, b in zip(opened, bodies)]
+        o.body if b.startswith(TRACED_ENVELOPE_MAGIC) else b for o, b in zip(opened, bodies)]
     assert from_blocks.column("trace_parent").to_pylist() == [o.traceparent for o in opened]

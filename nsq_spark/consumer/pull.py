@@ -15,6 +15,12 @@ wakes those waiting). One lock (a Condition) guards it all, but
 :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
 
 :func:`iter_batches` is the pull API's blocking iterator over any ``get_batch``.
+
+:class:`ReceivedPullQueue` is the queue of an instrumented Reader (chosen once, in the
+Reader's constructor; a Reader without telemetry has a plain :class:`PullQueue` and pays
+nothing): it reports what each getter *hands out* (``get_messages``, ``take_one``,
+``get_blocks``), never what is merely queued, so prefetched messages that are requeued by
+``close()`` or ``disconnect_from_nsqd`` without being handed out are never counted.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ if TYPE_CHECKING:
     from .answers import Answers, Link
     from .lifecycle import Lifecycle
 
-__all__ = ["PullQueue", "iter_batches", "check_max_messages"]
+__all__ = ["PullQueue", "ReceivedPullQueue", "iter_batches", "check_max_messages"]
 
 
 class PullQueue:
@@ -233,6 +239,41 @@ class PullQueue:
                     room = 0
             self.queued -= max_messages - room
             return out
+
+
+class ReceivedPullQueue(PullQueue):
+    """A :class:`PullQueue` that reports every non-empty hand-out: ``received(messages,
+    start)`` for messages, ``received_blocks(blocks, start)`` for MessageBlocks, on the
+    getter's thread after the lock is released (``start``: ``time.perf_counter()`` when
+    the getter was called, its wait included). An empty hand-out reports nothing."""
+
+    def __init__(self, answers: "Answers", lifecycle: "Lifecycle",
+                 received: Callable[[list["Message"], float], None],
+                 received_blocks: Callable[[list["MessageBlock"], float], None]) -> None:
+        super().__init__(answers, lifecycle)
+        self._received = received
+        self._received_blocks = received_blocks
+
+    def get_messages(self, max_messages: int, timeout: float) -> list["Message"]:
+        start = time.perf_counter()
+        out = super().get_messages(max_messages, timeout)
+        if out:
+            self._received(out, start)
+        return out
+
+    def take_one(self) -> "Message | None":
+        start = time.perf_counter()
+        m = super().take_one()
+        if m is not None:
+            self._received([m], start)
+        return m
+
+    def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
+        start = time.perf_counter()
+        out = super().get_blocks(max_messages, timeout)
+        if out:
+            self._received_blocks(out, start)
+        return out
 
 
 def iter_batches(get_batch: Callable[[int, float], list["Message"]], max_messages: int,

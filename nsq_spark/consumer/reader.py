@@ -100,7 +100,7 @@ from .discovery import DiscoveryFilter, check_discovery_filter
 from .intake import Intake, MessageSink
 from .lifecycle import Lifecycle
 from .pool import Pool
-from .pull import PullQueue
+from .pull import PullQueue, ReceivedPullQueue
 from .rdy import RdyPolicy
 from .run import register
 
@@ -203,8 +203,13 @@ class Reader:
             docs/discovery.md).
         telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and
             spans of this Reader (``process``/``receive`` spans linked to the producers'
-            send spans, ``message.body`` freed of the traced envelope). Default None: not
-            instrumented, and nothing of it on the delivery path.
+            send spans, ``message.body`` freed of the traced envelope). Pulled messages
+            are counted and get their ``receive`` span when ``get_batch`` /
+            ``iter_batches`` / ``async for`` hands them out, not when they arrive.
+            ``get_blocks``: each hand-out is counted and gets a ``receive`` span, without
+            links, and the blocks' bodies are *not* opened (a traced envelope stays in the
+            bytes). Default None: not instrumented, and nothing of it on the delivery or
+            pull path.
         \*\*connection_options: :class:`~nsq_spark.config.ConnectionConfig` options, with
             pynsq's names (``heartbeat_interval``, ``snappy``, ``tls_v1``, ``auth_secret``,
             ``requeue_delay``, ...) and pynsq's units: ``heartbeat_interval``,
@@ -316,7 +321,11 @@ class Reader:
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
         self._intake = Intake(self._answers, lifecycle, max_tries,
                               lambda m: self.giving_up(m), self.name, dedup_gate)
-        self._pull = PullQueue(self._answers, lifecycle)
+        # instrumented: the queue reports what it hands out (receive spans, counts); else
+        # the plain queue, nothing of telemetry on the pull path
+        self._pull = PullQueue(self._answers, lifecycle) if self._instrument is None else \
+            ReceivedPullQueue(self._answers, lifecycle, self._instrument.received,
+                              self._instrument.received_blocks)
         self._aiter = AsyncIteration(self._pull, self._bridge,
                                      lambda: self._ensure_pull(here=True), self.name)
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
@@ -597,7 +606,7 @@ class Reader:
             previous.close()  # a handler pool finishes its queue, then its threads exit
         deliveries: MessageSink = self._strategy
         if self._instrument is not None:
-            deliveries = self._instrument.deliveries(deliveries, pulled=False)
+            deliveries = self._instrument.deliveries(deliveries)
         self._intake.to_messages = deliveries
 
     def _start_here(self) -> None:
@@ -644,8 +653,8 @@ class Reader:
         self._mode = "async" if here else "pull"
         self._pool.blocks = blocks
         self._started = True
-        self._intake.to_messages = self._pull.put_messages if self._instrument is None \
-            else self._instrument.deliveries(self._pull.put_messages, pulled=True)
+        # telemetry, if any, counts at the hand-out (ReceivedPullQueue), not here
+        self._intake.to_messages = self._pull.put_messages
         self._intake.to_blocks = self._pull.put_blocks
         if here:  # asyncio iteration: on the caller's running loop, no thread
             self._start_here()

@@ -99,6 +99,15 @@ _SPOOL_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _one_server(sender: "Sender | DirectTransport") -> tuple[str, int] | None:
+    """``server.address``/``server.port`` of the telemetry: the one nsqd, if one."""
+    one = sender.nsqd_tcp_addresses if isinstance(sender, DirectTransport) else []
+    if len(one) != 1:
+        return None
+    host, port = parse_address_list(one, "nsqd_tcp_addresses")[0]
+    return host, port
+
+
 class Producer:
     """Publish to one or more nsqd, directly or through a durable local spool.
 
@@ -154,7 +163,11 @@ class Producer:
             other options given here; ``max_tries`` 1 unless given: the spool retries).
         telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and a
             ``send`` span per publish call (with ``Telemetry(trace_context=True)`` the
-            span's context travels in each body's envelope). Default None: not
+            span's context travels in each body's envelope). With ``spool_dir`` the span
+            is still the publish call's (the append to the spool), but
+            ``messaging.client.sent.messages`` and ``operation.duration`` are recorded
+            by the drain, per send to nsqd (each retry counts, ``error.type`` when nsqd
+            refuses): what is only spooled is not counted as sent. Default None: not
             instrumented, and nothing of it on the publish path.
         **connection_options: ConnectionConfig options (TLS, snappy/deflate, auth_secret,
             heartbeat_interval, ...), with pynsq's names and units (seconds, except
@@ -227,27 +240,31 @@ class Producer:
         spool: SpooledTransport | None = None
         transport: Transport
         sender: Sender | DirectTransport
+        # chosen once: the transport itself, or the transport measured
+        self.telemetry = checked_telemetry(telemetry, "Producer")
+        server: tuple[str, int] | None = None
         if spool_dir is None:
             self._direct = transport = sender = self._direct_transport(
                 nsqd_tcp_addresses, nsqd_http_addresses, spooled)
+            server = _one_server(sender)
         else:
             if producer_factory is not None:
                 sender = producer_factory()
             else:   # built now, so that a bad option fails here, not in the drain thread
                 sender = self._direct_transport(nsqd_tcp_addresses, nsqd_http_addresses,
                                                 spooled)
+            server = _one_server(sender)
+            # instrumented: what the drain sends to nsqd is what is counted as sent
+            drained: Sender = sender if self.telemetry is None else \
+                self.telemetry.drain_sender(sender, server)
             transport = spool = SpooledTransport(
-                spool_dir, sender, max_msg_size=max_msg_size, retry_max_wait=retry_max_wait,
-                **spool_options)
-        # chosen once: the transport itself, or the transport measured
-        self.telemetry = checked_telemetry(telemetry, "Producer")
+                spool_dir, drained, max_msg_size=max_msg_size,
+                retry_max_wait=retry_max_wait, **spool_options)
         if self.telemetry is not None:
-            one = sender.nsqd_tcp_addresses if isinstance(sender, DirectTransport) else []
-            server: tuple[str, int] | None = None
-            if len(one) == 1:
-                host, port = parse_address_list(one, "nsqd_tcp_addresses")[0]
-                server = (host, port)
-            transport = self.telemetry.producer_transport(transport, server)
+            # spooled: the send span (and the envelope's traceparent) at the publish call,
+            # the sent count and duration at the drain (above)
+            transport = self.telemetry.producer_transport(transport, server,
+                                                          measure=spool is None)
         self._transport = transport
         if isinstance(sender, DirectTransport):
             self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses

@@ -243,6 +243,9 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._wall: Callable[[], float] = time.time  # ages of messages (nsqd's clock)
         self._poll_interval = self.opts.backlog_poll_interval
         self._last_batch_at: float | None = None  # for maxTriggerDelay: last plan, or start
+        # the minimum of the latest trigger (None: none, or AvailableNow): reported, so that
+        # a listener knows an idle query may hold a backlog below it
+        self._min_rows: int | None = None
         # the latest measurement: per topic, when (clock), after which batch, and whether
         # the call that made it planned a batch (only an idle source reuses it)
         self._measured: dict[str, int | None] | None = None
@@ -337,6 +340,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         now = self._clock()
         if self._last_batch_at is None:  # maxTriggerDelay counts from the source's start
             self._last_batch_at = now
+        self._min_rows = None if self._available_now else limits.min_rows
         batch = int(start["batch"])
         summary = None  # the batch's spool summary, read once for both uses below
         if self._available_now and batch in self._planned and batch not in self._an_counted:
@@ -488,6 +492,8 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         out.update(lag_fields(total, len(measured.paused) if measured else 0,
                               len(measured.unreachable) if measured else 0, batch, summary,
                               self._wall()))
+        if self._min_rows:
+            out["minMessagesPerTrigger"] = self._min_rows
         return out
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:

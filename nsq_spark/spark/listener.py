@@ -23,7 +23,11 @@ What it exports, per (query, topic, channel): gauges for the backlog, the lag in
 (the age of the newest message read while a backlog waits; 0 caught up), the age of the
 oldest message of the last batch, nsqds paused or unreachable; counters for batches,
 rows, bytes, redeliveries dropped and dead letters, each batch counted once however many
-progress events repeat its numbers. ``query`` is the query's name, or its id without one.
+progress events repeat its numbers. An idle query (Spark 3.5 and later: a trigger that
+plans no batch) sends a ``QueryIdleEvent``, not progress: the listener takes it as "the
+query is alive and nothing waits" (:meth:`SparkSourceMetrics.idle`: backlog and lag 0,
+the timestamp now), or, for a source with ``minMessagesPerTrigger``, "a backlog below the
+minimum may wait" (backlog and lag unknown: not exported). ``query`` is the query's name, or its id without one.
 ``topic`` is the topic, or a multi-topic subscription's topics joined by ``,``. The age
 of the oldest *unread* message is not known: nsqd reports depths, not ages (see
 :mod:`.progress`). When a query terminates its series are dropped, so a stopped query
@@ -71,7 +75,7 @@ class SourceTotals:
     bytes: int = 0
     redeliveries_dropped: int = 0
     dead_lettered: int = 0
-    updated_at: float = 0.0  # time.time() of the progress event that updated it
+    updated_at: float = 0.0  # time.time() of the progress or idle event that updated it
 
     def stats(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -80,8 +84,8 @@ class SourceTotals:
 @dataclass(frozen=True)
 class SourceBatch:
     """What the listener hands its callback for each ``nsq`` source of a progress event.
-    ``new_batch``: ``lag.last_batch`` had not been seen before (an idle query's progress
-    repeats the last batch's numbers)."""
+    ``new_batch``: ``lag.last_batch`` had not been seen before (a progress published
+    again, e.g. ``query.lastProgress`` polled, repeats the last batch's numbers)."""
 
     query: str
     query_id: str
@@ -100,6 +104,8 @@ class SparkSourceMetrics:
         self._lock = threading.Lock()
         self._sources: dict[tuple[str, str, str], SourceTotals] = {}
         self._query_ids: dict[str, str] = {}  # query id -> the query label it exports
+        # sources whose last report said minMessagesPerTrigger applies
+        self._min_rows: dict[tuple[str, str, str], int] = {}
 
     def update(self, query: str, lag: SourceLag, query_id: str | None = None) -> bool:
         """Take one source's numbers from a progress of ``query`` (its label); returns
@@ -125,7 +131,29 @@ class SparkSourceMetrics:
                     + (lag.last_batch_redeliveries_dropped or 0),
                     dead_lettered=old.dead_lettered + (lag.last_batch_dead_lettered or 0))
             self._sources[key] = totals
+            if lag.min_messages_per_trigger:
+                self._min_rows[key] = lag.min_messages_per_trigger
+            else:
+                self._min_rows.pop(key, None)
         return new_batch
+
+    def idle(self, query_id: str) -> int:
+        """The query ``query_id`` triggered and planned no batch (a ``QueryIdleEvent``):
+        its sources' ``updated_at`` is now, and their backlog and lag are 0 (a batch is
+        planned whenever something is fetchable), except for a source that holds a
+        backlog below ``minMessagesPerTrigger`` back: its backlog and lag are unknown
+        (None, not exported) until its next batch. Returns the sources updated (0 for a
+        query no progress was seen of)."""
+        now = self._clock()
+        with self._lock:
+            label = self._query_ids.get(query_id, query_id)
+            keys = [k for k in self._sources if k[0] == label]
+            for key in keys:
+                known = None if key in self._min_rows else 0
+                self._sources[key] = replace(
+                    self._sources[key], backlog_messages=known,
+                    lag_seconds=None if known is None else 0.0, updated_at=now)
+        return len(keys)
 
     def forget(self, query: str) -> None:
         """Drop every series of ``query`` (a label or a query id)."""
@@ -133,6 +161,7 @@ class SparkSourceMetrics:
             label = self._query_ids.pop(query, query)
             for key in [k for k in self._sources if k[0] == label]:
                 del self._sources[key]
+                self._min_rows.pop(key, None)
 
     def totals(self) -> list[SourceTotals]:
         with self._lock:
@@ -200,7 +229,10 @@ class NSQSourceListener(StreamingQueryListener):
         self.publish(event.progress)
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        # Spark 3.5+: an idle trigger posts this instead of a progress (see
+        # SparkSourceMetrics.idle); without it the last progress, a batch planned with a
+        # backlog, would stay exported as if the query were stalled behind it
+        self._seen.idle(str(event.id))
 
     def onQueryTerminated(self, event: Any) -> None:
         self._seen.forget(str(event.id))

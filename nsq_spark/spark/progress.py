@@ -14,8 +14,15 @@ When it is measured. Spark takes the report when it plans a batch (right after
 batch N cannot hold anything measured after N ran. What it holds is the freshest there
 is: the backlog measured at this trigger, i.e. after the previous batch (N-1) ended, and
 that batch's own numbers (``lastBatch*``: rows, bytes, redeliveries dropped, message
-timestamps), read from its spool before it is deleted. An idle query's progress (every
-10 s by default) carries the numbers of the last batch that ran.
+timestamps), read from its spool before it is deleted.
+
+An idle query sends no progress (Spark 3.5 and later: a trigger that plans no batch posts
+a ``QueryIdleEvent``, every 10 s by default, with the query's id and nothing of its
+sources), so the last progress is the last batch that ran, whose backlog was > 0 (a batch
+is planned only with a backlog). A trigger plans no batch when nothing is fetchable, or
+when ``minMessagesPerTrigger`` holds a smaller backlog back (until ``maxTriggerDelay``):
+the report carries ``minMessagesPerTrigger`` when it applies, so that a listener
+(:meth:`.listener.SparkSourceMetrics.idle`) can tell "caught up" from "held back".
 
 Lag in time. nsqd's ``/stats`` gives no age of the oldest waiting message (only depths,
 and end-to-end percentiles of FINished ones when nsqd is started with
@@ -70,6 +77,8 @@ FIELDS = {
     "lastBatchDeadLettered": "messages over maxAttempts the last batch wrote to the dead letters",
     "pausedNsqds": "nsqds where a topic or the channel is paused",
     "unreachableNsqds": "known nsqds that did not answer",
+    "minMessagesPerTrigger": "the minimum a batch waits for (absent: none applies); idle "
+                             "with one, a backlog below it may wait",
 }
 
 
@@ -121,6 +130,7 @@ class SourceLag:
     last_batch_dead_lettered: int | None = None
     paused_nsqds: int = 0
     unreachable_nsqds: int = 0
+    min_messages_per_trigger: int | None = None
     backlog_by_topic: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -166,6 +176,7 @@ def _parse(source: Any) -> SourceLag | None:
         last_batch_dead_lettered=num("lastBatchDeadLettered", int),
         paused_nsqds=int(latest.get("pausedNsqds", 0)),
         unreachable_nsqds=int(latest.get("unreachableNsqds", 0)),
+        min_messages_per_trigger=num("minMessagesPerTrigger", int),
         backlog_by_topic={str(k): int(v) for k, v in by_topic.items() if v is not None})
 
 

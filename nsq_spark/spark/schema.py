@@ -237,8 +237,13 @@ def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
         return bodies, _null_parents(len(bodies))
     at = envelope.TRACEPARENT_ONLY_AT
     head = pc.binary_slice(bodies, at, at + len(envelope.TRACEPARENT_ONLY_HEAD))
-    usual = pc.and_(traced, pc.equal(head, pa.scalar(envelope.TRACEPARENT_ONLY_HEAD,
-                                                     pa.binary())))
+    # the usual envelope: its head, and long enough to hold the whole traceparent (a
+    # shorter body with that head is cut short: not one of ours, left as it is, as
+    # open_traced_envelope leaves it)
+    usual = pc.and_(pc.and_(traced, pc.equal(head, pa.scalar(envelope.TRACEPARENT_ONLY_HEAD,
+                                                             pa.binary()))),
+                    pc.greater_equal(pc.binary_length(bodies),
+                                     envelope.TRACEPARENT_ONLY_BODY_AT))
     if pc.all(pc.equal(traced, usual)).as_py():
         try:
             parents = pc.binary_slice(bodies, envelope.TRACEPARENT_AT,

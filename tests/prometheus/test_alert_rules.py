@@ -74,8 +74,8 @@ class ReaderStats:
                 "total_rdy": 10, "pull_queued": 0, "connect_errors": {}, "lookupd": None,
                 "backoff": {"level": 1, "duration": 0.5, "enabled": True,
                             "in_window": True, "strategy": "exponential"},
-                "connections": {"127.0.0.1:4150": {"messages": 12, "in_flight": 1,
-                                                   "rdy": 10}}}
+                "connections": {"127.0.0.1:4150": {"state": "subscribed", "messages": 12,
+                                                   "in_flight": 1, "rdy": 10}}}
 
 
 class SpoolingProducerStats:
@@ -135,10 +135,11 @@ def test_every_metric_an_example_alert_names_is_exported():
 
 def test_a_misspelled_metric_in_an_alert_is_caught():
     text = RULES.read_text()
-    assert "nsq_reader_connections == 0" in text
-    names = alert_metric_names(text.replace("nsq_reader_connections == 0",
-                                            "nsq_reader_conections == 0"))
-    assert names - exported_sample_names(*watched_objects()) == {"nsq_reader_conections"}
+    assert "nsq_reader_connections_subscribed == 0" in text
+    names = alert_metric_names(text.replace("nsq_reader_connections_subscribed == 0",
+                                            "nsq_reader_conections_subscribed == 0"))
+    assert names - exported_sample_names(*watched_objects()) == {
+        "nsq_reader_conections_subscribed"}
 
 
 @pytest.mark.timeout(60)

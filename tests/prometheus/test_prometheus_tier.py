@@ -58,6 +58,7 @@ def test_a_readers_and_a_producers_figures_reach_prometheus(nsq_cluster, prom, e
         prom.wait_for(f"nsq_reader_messages_finished_total{{{rl}}}",
                       lambda v: one(v, 120.0), 20, "messages finished")
         assert prom.values(f"nsq_reader_connections{{{rl}}}") == [1.0]
+        assert prom.values(f"nsq_reader_connections_subscribed{{{rl}}}") == [1.0]
         assert prom.values(f'nsq_reader_connection_messages_received_total{{{rl},'
                            f'nsqd="{addr}"}}') == [120.0]
         assert prom.values(f"nsq_reader_max_in_flight{{{rl}}}") == [200.0]

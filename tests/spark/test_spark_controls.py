@@ -241,6 +241,26 @@ def test_no_batch_below_the_minimum_until_max_trigger_delay(tmp_path):
     assert r.latestOffset(later, None) == later
 
 
+def test_the_report_says_when_a_minimum_may_hold_a_backlog_back_while_idle(tmp_path):
+    """An idle query sends no progress: the listener learns from the last report whether
+    an idle trigger means "caught up" or "a backlog below the minimum may wait"."""
+    r, _ = driver(tmp_path, {"t": 40}, minMessagesPerTrigger="100",
+                  backlogPollInterval="0")
+    start = r.initialOffset()
+    assert r.latestOffset(start, None) == start
+    report = r.reportLatestOffset()
+    assert report["minMessagesPerTrigger"] == 100
+    assert source_lag({"sources": [{"latestOffset": json.dumps(report)}]}
+                      ).min_messages_per_trigger == 100
+    plain, _ = driver(tmp_path, {"t": 40}, backlogPollInterval="0")
+    plain.latestOffset(plain.initialOffset(), None)
+    assert "minMessagesPerTrigger" not in plain.reportLatestOffset()
+    available_now, _ = driver(tmp_path, {"t": 5}, minMessagesPerTrigger="100")
+    available_now.prepareForTriggerAvailableNow()
+    available_now.latestOffset(available_now.initialOffset(), None)
+    assert "minMessagesPerTrigger" not in available_now.reportLatestOffset()
+
+
 def test_available_now_does_not_wait_for_the_minimum(tmp_path):
     r, _ = driver(tmp_path, {"t": 5}, minMessagesPerTrigger="100")
     start = r.initialOffset()
