@@ -248,11 +248,80 @@ def test_the_dedup_chart_is_drawn_from_size_for():
     assert chart.count("<polyline") == 5
 
 
-def test_a_benchmark_table_gets_a_chart_of_its_first_numeric_column():
-    chart = generate.bar_chart(["consumer", "msg/s", "note"],
-                               [["pynsq", "24,000", "x"], ["ours", "**400,000**", "y"]])
-    assert "400,000" in chart and "24,000" in chart and chart.count("<rect") == 2
-    assert generate.bar_chart(["a", "b"], [["x", "none"]]) == ""
+def _bars(chart: str) -> list[float]:
+    return [float(v) for v in re.findall(r'<rect [^>]*data-value="([^"]+)"', chart)]
+
+
+def test_a_benchmark_chart_plots_the_column_its_marker_names():
+    chart = generate.bar_chart(["consumer", "messages", "msg/s", "note"],
+                               [["pynsq", "200,000", "24,000", "x"],
+                                ["ours", "200,000", "**2,001,288**", "y"]], "msg/s")
+    assert _bars(chart) == [24_000, 2_001_288]
+    assert ">2,001,288</text>" in chart and "e+06" not in chart
+    assert 'class="nsq-chart"' in chart
+    with pytest.raises(ValueError, match="no such column"):
+        generate.bar_chart(["a", "b"], [["x", "1"]], "msg/s")
+    with pytest.raises(ValueError, match="no number"):
+        generate.bar_chart(["a", "b"], [["x", "none"]], "b")
+
+
+def test_benchmark_numbers_read_their_k_and_m_suffixes():
+    assert generate._first_number("332k/280k") == 332_000
+    assert generate._first_number("1.52M/s") == 1_520_000
+    assert generate._first_number("**1,894,249**") == 1_894_249
+    assert generate._first_number("15.3 MiB") == 15.3          # a unit, not mega
+    assert generate._first_number("4.226 s = 236,622") == 4.226
+    assert generate._first_number("-") is None
+
+
+def _results_charts() -> dict[str, str]:
+    """Header line of each table of the benchmarks page -> the chart drawn right after it."""
+    lines = generate.benchmarks().splitlines()
+    charts = {}
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            end = next(j for j in range(i, len(lines) + 1)
+                       if j == len(lines) or not lines[j].startswith("|"))
+            if end + 1 < len(lines) and lines[end + 1] == '<div class="nsq-chart">':
+                charts[line] = lines[end + 2]
+    return charts
+
+
+def test_the_consumer_comparison_chart_plots_msg_per_s_not_the_message_count():
+    header = "| consumer | messages | msg/s | peak RSS | CPU us/msg |"
+    lines = (REPO / "bench" / "RESULTS.md").read_text().splitlines()
+    rows = []
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(generate._split_row(line))
+    msg_s = [float(r[2].replace(",", "")) for r in rows]
+    assert [float(r[1].replace(",", "")) for r in rows].count(200_000) >= 3  # the trap
+    assert _bars(_results_charts()[header]) == msg_s
+
+
+def test_every_benchmark_chart_plots_a_rate_or_the_nsq_source_not_a_baseline():
+    charts = _results_charts()
+    assert len(charts) >= 5
+    for header, chart in charts.items():
+        title = re.search(r"<title>(.*?)</title>", chart).group(1)  # type: ignore[union-attr]
+        assert "/s" in title or title in ("nsq source", "one call, new", "bytes per remembered key"), \
+            (header, title)
+        assert "ceiling" not in title
+
+
+def test_a_chart_marker_not_above_a_table_fails_the_build(monkeypatch, tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "RESULTS.md").write_text("<!-- chart: msg/s -->\n\ntext\n")
+    monkeypatch.setattr(generate, "REPO", tmp_path)
+    with pytest.raises(ValueError, match="right above a table"):
+        generate.benchmarks()
+
+
+def test_a_table_cell_escapes_html_outside_code_spans():
+    assert generate.cell("<spoolPath>/_dead_letter") == "&lt;spoolPath&gt;/_dead_letter"
+    assert generate.cell("`<class 'dict'>` & a | b") == "`<class 'dict'>` &amp; a \\| b"
+    assert generate.cell("> 0 .. 10") == "&gt; 0 .. 10"
 
 
 def test_the_readme_links_become_site_links():
