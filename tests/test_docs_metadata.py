@@ -177,10 +177,18 @@ def _reader_defaults() -> dict[str, Any]:
     return {p.name: p.default for p in inspect.signature(Reader.__init__).parameters.values()}
 
 
+def _numeric_arguments(func: Any) -> set[str]:
+    """The arguments of ``func`` annotated as numbers (``int``, ``float``, ``float | None``),
+    whatever their default: a number that defaults to None is a number too."""
+    return {p.name for p in inspect.signature(func).parameters.values()
+            if re.search(r"\b(int|float)\b", str(p.annotation))
+            and "bool" not in str(p.annotation)}
+
+
 def test_every_numeric_reader_argument_has_limits_and_every_argument_a_description():
     params = inspect.signature(Reader.__init__).parameters.values()
-    numeric = {p.name for p in params if isinstance(p.default, (int, float))
-               and not isinstance(p.default, bool)}
+    numeric = _numeric_arguments(Reader.__init__)
+    assert "low_rdy_timeout" in numeric  # float | None, default None
     assert numeric == set(READER_LIMITS)
     documented = generate.docstring_args(Reader)
     for p in list(params)[1:]:
@@ -190,7 +198,9 @@ def test_every_numeric_reader_argument_has_limits_and_every_argument_a_descripti
 @pytest.mark.parametrize("name", sorted(READER_LIMITS))
 def test_a_reader_bound_printed_is_the_bound_enforced(name: str):
     defaults = _reader_defaults()
-    accept, refuse = _probes(READER_LIMITS[name], isinstance(defaults[name], int))
+    annotation = str(inspect.signature(Reader.__init__).parameters[name].annotation)
+    accept, refuse = _probes(READER_LIMITS[name],
+                             _is_integer_option(defaults[name], annotation))
     for value in accept:
         check_reader_options({**defaults, name: value})
     for value in refuse:
