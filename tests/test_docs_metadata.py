@@ -85,40 +85,103 @@ def test_a_write_default_printed_is_the_default_applied(name: str):
     assert getattr(parsed, field) == _number(WRITE_OPTION_FACTS[name].default)
 
 
-_RANGE = re.compile(r"^(\d[\d,]*) \.\. (\d[\d,]*)")
+_BOUNDS = re.compile(r"^(> |>= |\d[\d,]* \.\. )")
 
 
-def _ranges(facts: dict[str, Any]) -> list[tuple[str, int, int]]:
-    out = []
-    for name, f in facts.items():
-        m = _RANGE.match(f.bounds)
-        if m and f.unit != "milliseconds":  # ms options are probed below, with their needs
-            out.append((name, int(m.group(1).replace(",", "")),
-                        int(m.group(2).replace(",", ""))))
-    return out
+@pytest.mark.parametrize("facts, limits", [
+    (READ_OPTION_FACTS, spark_options.READ_OPTION_LIMITS),
+    (WRITE_OPTION_FACTS, spark_options.WRITE_OPTION_LIMITS),
+    (CONNECTION_OPTION_FACTS, spark_options.CONNECTION_OPTION_LIMITS),
+], ids=["read", "write", "connection"])
+def test_every_numeric_spark_option_prints_the_limit_its_parser_uses(facts, limits):
+    numeric = {n for n, f in facts.items() if _BOUNDS.match(f.bounds)}
+    assert numeric == set(limits)
+    for name, limit in limits.items():
+        assert facts[name].unit == limit.unit, name
+        assert facts[name].bounds.startswith(limit.bounds()), (name, facts[name].bounds)
 
 
-@pytest.mark.parametrize("name, lo, hi", _ranges(READ_OPTION_FACTS))
-def test_a_read_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int, tmp_path):
-    def options(value: int) -> dict[str, str]:
-        # maxAttempts > 0 needs somewhere for the dead letters (and refuses one at 0)
-        needs = {"deadLetterPath": str(tmp_path)} if name == "maxAttempts" and value > 0 else {}
-        return {**BASE_READ, **needs, name: str(value)}
+def _spark_probe_options(name: str, value: Any, tmp_path: Path) -> dict[str, str]:
+    """The read options that probe ``name`` at ``value``, with what it needs beside it."""
+    needs: dict[str, str] = {}
+    if name == "maxAttempts" and value > 0:
+        needs["deadLetterPath"] = str(tmp_path)  # somewhere for the dead letters
+    if name in ("minMessagesPerTrigger", "maxTriggerDelay"):
+        needs["nsqdHttpAddresses"] = "127.0.0.1:4151"  # the backlog measured
+        if name == "maxTriggerDelay":
+            needs["minMessagesPerTrigger"] = "1"
+    if name == "readerCacheIdleTimeout":  # at most half of msgTimeout: room for the cap
+        share = spark_options.READER_CACHE_SHARE_OF_MSG_TIMEOUT
+        needs["msgTimeout"] = str(int(spark_options.MAX_READER_CACHE_IDLE / share * 1000))
+    if name == "deflateLevel":
+        needs["deflate"] = "true"
+    return {**BASE_READ, **needs, name: str(value)}
 
-    for ok in (lo, hi):
-        parse_read_options(options(ok), streaming=False)
-    for bad in (lo - 1, hi + 1):
+
+def _spark_probes(limit: Limit) -> tuple[list[float], list[float]]:
+    accept, refuse = _probes(limit, integer=limit.unit != "seconds")
+    assert accept and refuse
+    return accept, refuse
+
+
+@pytest.mark.parametrize("name", sorted({**spark_options.READ_OPTION_LIMITS,
+                                         **spark_options.CONNECTION_OPTION_LIMITS}))
+def test_a_read_bound_printed_is_the_bound_enforced(name: str, tmp_path):
+    limit = {**spark_options.READ_OPTION_LIMITS, **spark_options.CONNECTION_OPTION_LIMITS}[name]
+    accept, refuse = _spark_probes(limit)
+    for value in accept:
+        parse_read_options(_spark_probe_options(name, value, tmp_path), streaming=False)
+    for value in refuse:
         with pytest.raises(NSQOptionError, match=name):
-            parse_read_options(options(bad), streaming=False)
+            parse_read_options(_spark_probe_options(name, value, tmp_path), streaming=False)
 
 
-@pytest.mark.parametrize("name, lo, hi", _ranges(WRITE_OPTION_FACTS))
-def test_a_write_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int):
-    for ok in (lo, hi):
-        parse_write_options({**BASE_WRITE, name: str(ok)})
-    for bad in (lo - 1, hi + 1):
+@pytest.mark.parametrize("name", sorted(spark_options.WRITE_OPTION_LIMITS))
+def test_a_write_bound_printed_is_the_bound_enforced(name: str):
+    accept, refuse = _spark_probes(spark_options.WRITE_OPTION_LIMITS[name])
+    for value in accept:
+        parse_write_options({**BASE_WRITE, name: str(value)})
+    for value in refuse:
         with pytest.raises(NSQOptionError, match=name):
-            parse_write_options({**BASE_WRITE, name: str(bad)})
+            parse_write_options({**BASE_WRITE, name: str(value)})
+
+
+def test_the_seconds_bounds_printed_include_the_year_cap():
+    for name in ("maxTriggerDelay", "maxFetchPeriod", "idleTimeout", "backlogPollInterval",
+                 "redeliveryWindow"):
+        assert f"{config.MAX_SECONDS:,}" in READ_OPTION_FACTS[name].bounds, name
+    assert f"{config.MAX_SECONDS:,}" in WRITE_OPTION_FACTS["publishTimeout"].bounds
+    assert READ_OPTION_FACTS["maxBytesPerTrigger"].bounds == f"1 .. {2 ** 63 - 1:,}"
+
+
+def test_spool_chunk_size_is_at_most_max_in_flight_as_printed():
+    assert "at most maxInFlight" in READ_OPTION_FACTS["spoolChunkSize"].bounds
+    for max_in_flight in (1, 7, 2500):
+        opts = {**BASE_READ, "maxInFlight": str(max_in_flight)}
+        parsed = parse_read_options(opts, streaming=False)
+        assert parsed.spool_chunk_size == max(1, max_in_flight // 2)  # the printed default
+        parse_read_options({**opts, "spoolChunkSize": str(max_in_flight)}, streaming=False)
+        with pytest.raises(NSQOptionError, match="spoolChunkSize"):
+            parse_read_options({**opts, "spoolChunkSize": str(max_in_flight + 1)},
+                               streaming=False)
+
+
+def test_the_defaults_printed_in_words_are_the_defaults_applied():
+    parsed = parse_read_options(BASE_READ, streaming=False)
+    for name in ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxBytesPerTrigger",
+                 "dedup"):
+        assert READ_OPTION_FACTS[name].default.startswith("none"), name
+        assert getattr(parsed, snake(name)) is None, name
+    assert READ_OPTION_FACTS["maxAttempts"].default.startswith("0 ")
+    assert parsed.max_attempts == 0
+    assert parsed.max_in_flight == spark_options.DEFAULT_MAX_IN_FLIGHT
+    # the connection options' defaults are ConnectionConfig's (in ms here)
+    defaults = ConnectionConfig()
+    assert _number(CONNECTION_OPTION_FACTS["deflateLevel"].default) == defaults.deflate_level
+    assert _number(CONNECTION_OPTION_FACTS["heartbeatInterval"].default) == \
+        defaults.heartbeat_interval * 1000
+    assert f"({spark_options.NSQD_MSG_TIMEOUT * 1000:.0f})" in \
+        CONNECTION_OPTION_FACTS["msgTimeout"].default
 
 
 def test_the_deflate_level_bounds_printed_are_enforced():
