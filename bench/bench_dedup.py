@@ -280,6 +280,7 @@ def render(out: dict[str, Any], cmd: str) -> str:
       "except the Redis/memcached batch figures (one pass of 1M keys, which is also their "
       "memory measurement).")
     a("")
+    a("<!-- chart: one call, new -->")  # the docs site's bar chart (docs/hooks/generate.py)
     a("| structure | one call, new | one call, dup | batch of 1000, new |")
     a("|---|---:|---:|---:|")
     for label, s_new, s_dup, b_new in out["speed_local"] + out["speed_servers"]:
@@ -293,6 +294,7 @@ def render(out: dict[str, Any], cmd: str) -> str:
       "overhead not included). The opposite-of-Bloom filter with 1M buckets remembers only the "
       "keys not overwritten yet (~63% after 1M inserts): both ratios are shown.")
     a("")
+    a("<!-- chart: bytes per remembered key -->")
     a("| structure | memory | bytes per inserted key | keys remembered | bytes per remembered key |")
     a("|---|---:|---:|---:|---:|")
     for label, held, inserted, remembered in out["mem_local"] + out["mem_servers"]:

@@ -28,11 +28,11 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from . import validate
 from .addresses import ip_literal
-from .validate import MAX_SECONDS
+from .validate import MAX_SECONDS, Limit
 from .errors import ConfigError
 
 from ._version import __version__
@@ -417,31 +417,8 @@ def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
 # copy (docs/hooks/generate.py). tests/test_docs_metadata.py probes each bound against the
 # checks above (the bound accepted, one step past it refused), so the two cannot drift.
 
-class Limit(NamedTuple):
-    """The unit and the accepted range of one numeric option."""
-
-    unit: str
-    lo: float | None = None
-    hi: float | None = None
-    #: True: ``lo`` itself is refused (the option must be above it).
-    lo_open: bool = False
-    #: Values outside the range that mean something, in words (``"-1: off"``).
-    special: str = ""
-
-    def bounds(self) -> str:
-        """The range in words: ``"> 0 .. 31536000"``, ``"1 .. 60"``, ``">= 1"``."""
-        def num(x: float) -> str:
-            return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
-        lo = "" if self.lo is None else ("> " if self.lo_open else "") + num(self.lo)
-        if self.hi is None:
-            text = ("> " if self.lo_open else ">= ") + num(self.lo) if self.lo is not None else ""
-        else:
-            text = f"{lo or '...'} .. {num(self.hi)}"
-        return f"{text}; {self.special}" if self.special else text
-
-
-_SECONDS_POSITIVE = Limit("seconds", 0, MAX_SECONDS, lo_open=True)
-_SECONDS_OR_ZERO = Limit("seconds", 0, MAX_SECONDS)
+_SECONDS_POSITIVE = validate.SECONDS_POSITIVE
+_SECONDS_OR_ZERO = validate.SECONDS_OR_ZERO
 
 #: ConnectionConfig's numeric fields.
 CONNECTION_LIMITS: dict[str, Limit] = {
@@ -477,6 +454,9 @@ READER_LIMITS: dict[str, Limit] = {
     "reconnect_initial": _SECONDS_POSITIVE,
     "reconnect_max": _SECONDS_POSITIVE,
     "drain_timeout": _SECONDS_OR_ZERO,
+    "low_rdy_timeout": Limit("seconds", 0, MAX_SECONDS, lo_open=True,
+                             special="None: one random holder gives its RDY up per "
+                             "redistribution round"),
     "concurrency": Limit("handler threads", 1, MAX_CONCURRENCY, special="1: on the IO loop"),
 }
 

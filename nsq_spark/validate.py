@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ConfigError, InvalidBodyError
@@ -41,6 +41,44 @@ MAX_SECONDS = 365 * 86400
 #: The most memory one in-process dedup structure may allocate (4 GiB); larger sizes
 #: raise a ConfigError naming the parameters instead of a MemoryError (or swapping).
 MAX_MEMORY_BYTES = 4 << 30
+
+
+# -- machine-readable units and bounds ----------------------------------------------------
+# Here, beside the checks, so that the Spark options' parser (nsq_spark.spark.options) can
+# take its bounds from the same Limit values the docs site prints; nsq_spark.config has
+# the tables of the Reader, the Producer and ConnectionConfig.
+
+class Limit(NamedTuple):
+    """The unit and the accepted range of one numeric option."""
+
+    unit: str
+    lo: float | None = None
+    hi: float | None = None
+    #: True: ``lo`` itself is refused (the option must be above it).
+    lo_open: bool = False
+    #: Values outside the range that mean something, in words (``"-1: off"``).
+    special: str = ""
+
+    def bounds(self) -> str:
+        """The range in words: ``"> 0 .. 31536000"``, ``"1 .. 60"``, ``">= 1"``."""
+        def num(x: float) -> str:
+            if isinstance(x, int):  # exactly (2 ** 63 - 1 is not a float)
+                return f"{x:,}"
+            return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+        lo = "" if self.lo is None else ("> " if self.lo_open else "") + num(self.lo)
+        if self.hi is None:
+            text = ("> " if self.lo_open else ">= ") + num(self.lo) if self.lo is not None else ""
+        else:
+            text = f"{lo or '...'} .. {num(self.hi)}"
+        return f"{text}; {self.special}" if self.special else text
+
+
+#: :func:`seconds`' rule by default: > 0, at most :data:`MAX_SECONDS`.
+SECONDS_POSITIVE = Limit("seconds", 0, MAX_SECONDS, lo_open=True)
+#: :func:`seconds` with ``lo_open=False``: >= 0, at most :data:`MAX_SECONDS`.
+SECONDS_OR_ZERO = Limit("seconds", 0, MAX_SECONDS)
+
+
 #: The longest DPUB deferral the client sends, in ms: nsqd keeps it as a Go duration
 #: (int64 nanoseconds). nsqd itself refuses more than its ``--max-req-timeout`` (1 h by
 #: default) with E_INVALID.

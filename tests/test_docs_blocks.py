@@ -15,11 +15,14 @@ An HTML comment on the line above a block says how to treat it:
 - ``<!-- runs until interrupted -->``: a consumer that runs until a signal (``nsq.run()``);
   it gets SIGINT once it has printed one of the messages the test published before it
   started, and must then exit 0.
+- ``<!-- runs with Spark -->``: a self-contained Spark program (``local[2]``); it runs
+  under the ``spark`` marker, with its ``/tmp/nsq-spool``, ``/tmp/nsq-ckpt`` and
+  ``/tmp/nsq-data`` paths replaced by temporary directories of the test.
 
 Blocks without a language (the layout tree) are not code, nor are ``text`` / ``json``
-blocks. The Spark connector's blocks are fragments (they need a Spark session and a
-cluster's storage; a block that starts a JVM would not keep this tier short);
-tests/spark and tests/cluster run the connector itself. Parts of pages that the site
+blocks. The Spark connector's blocks that need a session of the reader's or a cluster's
+storage are fragments (tests/spark and tests/cluster run the connector itself); those
+that start their own local Spark run, marked ``spark``. Parts of pages that the site
 generates at build time (``<!-- generated: NAME -->``, docs/hooks/generate.py) are not
 in the page's source, so not here; tests/test_docs_site.py builds them.
 """
@@ -35,6 +38,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +53,10 @@ RUN_TIMEOUT = 60.0       # seconds one block may run
 INTERRUPT_AFTER = 20.0   # a "runs until interrupted" block must print within this
 
 _MARKER = re.compile(r"^\s*<!--\s*(fragment:\s*(?P<reason>.*?)|(?P<interrupt>runs until "
-                     r"interrupted))\s*-->\s*$")
+                     r"interrupted)|(?P<spark>runs with Spark))\s*-->\s*$")
+# a Spark block's paths -> the test's temporary directories of the same names
+SPARK_PATHS = ("/tmp/nsq-spool", "/tmp/nsq-ckpt", "/tmp/nsq-data")
+RUN_TIMEOUT_SPARK = 240.0  # a JVM's start, a query, on 2 cores
 _RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh",
              "console": "sh"}
 
@@ -63,6 +70,7 @@ class Block:
     section: str
     fragment: str | None      # the reason, for fragments
     interrupt: bool
+    spark: bool = False       # a local Spark program (the spark marker)
 
     @property
     def id(self) -> str:
@@ -96,7 +104,8 @@ def page_blocks(text: str, page: str = "README.md") -> list[Block]:
             page=page, line=start + 1, lang=lang, code=tok.content, section=section,
             fragment=(m.group("reason") or "fragment") if m and m.group("reason") is not None
             else None,
-            interrupt=bool(m and m.group("interrupt"))))
+            interrupt=bool(m and m.group("interrupt")),
+            spark=bool(m and m.group("spark"))))
     return blocks
 
 
@@ -115,12 +124,14 @@ def test_the_extractor_finds_blocks_markers_and_list_item_blocks():
         "## One\n\n<!-- fragment: a signature -->\n```python\nf(x) -> int\n```\n\n"
         "- item:\n\n  ```python\n  import os\n  print(os.sep)\n  ```\n\n"
         "## Two\n\n<!-- runs until interrupted -->\n\n```sh\necho hi\n```\n\n"
-        "```\nnot code\n```\n")
+        "```\nnot code\n```\n\n<!-- runs with Spark -->\n```python\nspark\n```\n")
     blocks = page_blocks(text)
-    assert [(b.line, b.lang, b.section, b.fragment, b.interrupt) for b in blocks] == [
-        (4, "python", "One", "a signature", False),
-        (10, "python", "One", None, False),
-        (19, "sh", "Two", None, True)]
+    assert [(b.line, b.lang, b.section, b.fragment, b.interrupt, b.spark)
+            for b in blocks] == [
+        (4, "python", "One", "a signature", False, False),
+        (10, "python", "One", None, False, False),
+        (19, "sh", "Two", None, True, False),
+        (28, "python", "Two", None, False, True)]
     assert blocks[1].code == "import os\nprint(os.sep)\n"   # dedented out of the list item
 
 
@@ -143,6 +154,12 @@ def test_every_fragment_says_why_and_most_blocks_run():
     runnable = [b for b in BLOCKS if b.fragment is None]
     assert len(runnable) >= 15
     assert any(b.page == "README.md" for b in runnable)
+    spark = [b for b in BLOCKS if b.spark]
+    assert {b.page for b in spark} >= {"README.md", "docs/getting-started.md"}
+    for b in spark:  # nothing of the reader's machine: its paths are the test's
+        paths = re.findall(r'"(/[^"]*)"', b.code)
+        assert not re.search(r'"(hdfs|s3a?)://', b.code) and "lookupd1" not in b.code, b.where
+        assert paths and all(p.startswith(SPARK_PATHS) for p in paths), b.where
 
 
 @pytest.mark.unit
@@ -198,15 +215,24 @@ def _command(block: Block, code: str, workdir: Path) -> list[str]:
     return ["bash", "-euo", "pipefail", "block.sh"]
 
 
+def _marks(b: Block) -> list[Any]:
+    if b.fragment:
+        return [pytest.mark.skip(reason=f"{b.where} is a fragment: {b.fragment}")]
+    return [pytest.mark.spark] if b.spark else []
+
+
 @pytest.mark.nsqd
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
-@pytest.mark.parametrize("block", [
-    pytest.param(b, id=b.id, marks=[pytest.mark.skip(
-        reason=f"{b.where} is a fragment: {b.fragment}")] if b.fragment else [])
-    for b in BLOCKS])
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BLOCKS])
 def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
     code = _substitute(block.code, _addresses(block, nsq_cluster, request))
+    extra_env: dict[str, str] = {}
+    if block.spark:
+        pytest.importorskip("pyspark", reason="the spark extra is not installed")
+        for path in SPARK_PATHS:  # the block's paths, made the test's own
+            code = code.replace(path, str(tmp_path / path.rsplit("/", 1)[1]))
+        extra_env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     # something to consume, on every topic the pages' consumers read
     published = [b"readme-%d" % i for i in range(5)]
     for topic in ("events", "orders"):
@@ -216,7 +242,7 @@ def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "PYTHONUNBUFFERED": "1"}
+        "PYTHONUNBUFFERED": "1", **extra_env}
     env.pop("NSQ_AUTH_SECRET", None)
     proc = subprocess.Popen(_command(block, code, workdir), cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -230,7 +256,8 @@ def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
             assert b"readme-" in out, \
                 f"{block.where} printed none of the published messages"
         else:
-            out, err = proc.communicate(timeout=RUN_TIMEOUT)
+            out, err = proc.communicate(
+                timeout=RUN_TIMEOUT_SPARK if block.spark else RUN_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -240,6 +267,15 @@ def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
               f"--- stderr:\n{err.decode(errors='replace')}")
     assert proc.returncode == 0, report
     assert b"Traceback" not in err, report
+    if block.spark:  # the query read what the test published, and wrote it where it says
+        data = tmp_path / "nsq-data"
+        if data.exists():
+            import pyarrow.parquet as pq
+
+            bodies = pq.read_table(str(data)).column("body").to_pylist()
+            assert sorted(bodies) == sorted(published), report
+        else:  # the console sink: one batch, with its rows
+            assert b"Batch: 0" in out and out.count(b"|") > 10, report
 
 
 def _read_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float) -> bytes:

@@ -85,40 +85,103 @@ def test_a_write_default_printed_is_the_default_applied(name: str):
     assert getattr(parsed, field) == _number(WRITE_OPTION_FACTS[name].default)
 
 
-_RANGE = re.compile(r"^(\d[\d,]*) \.\. (\d[\d,]*)")
+_BOUNDS = re.compile(r"^(> |>= |\d[\d,]* \.\. )")
 
 
-def _ranges(facts: dict[str, Any]) -> list[tuple[str, int, int]]:
-    out = []
-    for name, f in facts.items():
-        m = _RANGE.match(f.bounds)
-        if m and f.unit != "milliseconds":  # ms options are probed below, with their needs
-            out.append((name, int(m.group(1).replace(",", "")),
-                        int(m.group(2).replace(",", ""))))
-    return out
+@pytest.mark.parametrize("facts, limits", [
+    (READ_OPTION_FACTS, spark_options.READ_OPTION_LIMITS),
+    (WRITE_OPTION_FACTS, spark_options.WRITE_OPTION_LIMITS),
+    (CONNECTION_OPTION_FACTS, spark_options.CONNECTION_OPTION_LIMITS),
+], ids=["read", "write", "connection"])
+def test_every_numeric_spark_option_prints_the_limit_its_parser_uses(facts, limits):
+    numeric = {n for n, f in facts.items() if _BOUNDS.match(f.bounds)}
+    assert numeric == set(limits)
+    for name, limit in limits.items():
+        assert facts[name].unit == limit.unit, name
+        assert facts[name].bounds.startswith(limit.bounds()), (name, facts[name].bounds)
 
 
-@pytest.mark.parametrize("name, lo, hi", _ranges(READ_OPTION_FACTS))
-def test_a_read_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int, tmp_path):
-    def options(value: int) -> dict[str, str]:
-        # maxAttempts > 0 needs somewhere for the dead letters (and refuses one at 0)
-        needs = {"deadLetterPath": str(tmp_path)} if name == "maxAttempts" and value > 0 else {}
-        return {**BASE_READ, **needs, name: str(value)}
+def _spark_probe_options(name: str, value: Any, tmp_path: Path) -> dict[str, str]:
+    """The read options that probe ``name`` at ``value``, with what it needs beside it."""
+    needs: dict[str, str] = {}
+    if name == "maxAttempts" and value > 0:
+        needs["deadLetterPath"] = str(tmp_path)  # somewhere for the dead letters
+    if name in ("minMessagesPerTrigger", "maxTriggerDelay"):
+        needs["nsqdHttpAddresses"] = "127.0.0.1:4151"  # the backlog measured
+        if name == "maxTriggerDelay":
+            needs["minMessagesPerTrigger"] = "1"
+    if name == "readerCacheIdleTimeout":  # at most half of msgTimeout: room for the cap
+        share = spark_options.READER_CACHE_SHARE_OF_MSG_TIMEOUT
+        needs["msgTimeout"] = str(int(spark_options.MAX_READER_CACHE_IDLE / share * 1000))
+    if name == "deflateLevel":
+        needs["deflate"] = "true"
+    return {**BASE_READ, **needs, name: str(value)}
 
-    for ok in (lo, hi):
-        parse_read_options(options(ok), streaming=False)
-    for bad in (lo - 1, hi + 1):
+
+def _spark_probes(limit: Limit) -> tuple[list[float], list[float]]:
+    accept, refuse = _probes(limit, integer=limit.unit != "seconds")
+    assert accept and refuse
+    return accept, refuse
+
+
+@pytest.mark.parametrize("name", sorted({**spark_options.READ_OPTION_LIMITS,
+                                         **spark_options.CONNECTION_OPTION_LIMITS}))
+def test_a_read_bound_printed_is_the_bound_enforced(name: str, tmp_path):
+    limit = {**spark_options.READ_OPTION_LIMITS, **spark_options.CONNECTION_OPTION_LIMITS}[name]
+    accept, refuse = _spark_probes(limit)
+    for value in accept:
+        parse_read_options(_spark_probe_options(name, value, tmp_path), streaming=False)
+    for value in refuse:
         with pytest.raises(NSQOptionError, match=name):
-            parse_read_options(options(bad), streaming=False)
+            parse_read_options(_spark_probe_options(name, value, tmp_path), streaming=False)
 
 
-@pytest.mark.parametrize("name, lo, hi", _ranges(WRITE_OPTION_FACTS))
-def test_a_write_bound_printed_is_the_bound_enforced(name: str, lo: int, hi: int):
-    for ok in (lo, hi):
-        parse_write_options({**BASE_WRITE, name: str(ok)})
-    for bad in (lo - 1, hi + 1):
+@pytest.mark.parametrize("name", sorted(spark_options.WRITE_OPTION_LIMITS))
+def test_a_write_bound_printed_is_the_bound_enforced(name: str):
+    accept, refuse = _spark_probes(spark_options.WRITE_OPTION_LIMITS[name])
+    for value in accept:
+        parse_write_options({**BASE_WRITE, name: str(value)})
+    for value in refuse:
         with pytest.raises(NSQOptionError, match=name):
-            parse_write_options({**BASE_WRITE, name: str(bad)})
+            parse_write_options({**BASE_WRITE, name: str(value)})
+
+
+def test_the_seconds_bounds_printed_include_the_year_cap():
+    for name in ("maxTriggerDelay", "maxFetchPeriod", "idleTimeout", "backlogPollInterval",
+                 "redeliveryWindow"):
+        assert f"{config.MAX_SECONDS:,}" in READ_OPTION_FACTS[name].bounds, name
+    assert f"{config.MAX_SECONDS:,}" in WRITE_OPTION_FACTS["publishTimeout"].bounds
+    assert READ_OPTION_FACTS["maxBytesPerTrigger"].bounds == f"1 .. {2 ** 63 - 1:,}"
+
+
+def test_spool_chunk_size_is_at_most_max_in_flight_as_printed():
+    assert "at most maxInFlight" in READ_OPTION_FACTS["spoolChunkSize"].bounds
+    for max_in_flight in (1, 7, 2500):
+        opts = {**BASE_READ, "maxInFlight": str(max_in_flight)}
+        parsed = parse_read_options(opts, streaming=False)
+        assert parsed.spool_chunk_size == max(1, max_in_flight // 2)  # the printed default
+        parse_read_options({**opts, "spoolChunkSize": str(max_in_flight)}, streaming=False)
+        with pytest.raises(NSQOptionError, match="spoolChunkSize"):
+            parse_read_options({**opts, "spoolChunkSize": str(max_in_flight + 1)},
+                               streaming=False)
+
+
+def test_the_defaults_printed_in_words_are_the_defaults_applied():
+    parsed = parse_read_options(BASE_READ, streaming=False)
+    for name in ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxBytesPerTrigger",
+                 "dedup"):
+        assert READ_OPTION_FACTS[name].default.startswith("none"), name
+        assert getattr(parsed, snake(name)) is None, name
+    assert READ_OPTION_FACTS["maxAttempts"].default.startswith("0 ")
+    assert parsed.max_attempts == 0
+    assert parsed.max_in_flight == spark_options.DEFAULT_MAX_IN_FLIGHT
+    # the connection options' defaults are ConnectionConfig's (in ms here)
+    defaults = ConnectionConfig()
+    assert _number(CONNECTION_OPTION_FACTS["deflateLevel"].default) == defaults.deflate_level
+    assert _number(CONNECTION_OPTION_FACTS["heartbeatInterval"].default) == \
+        defaults.heartbeat_interval * 1000
+    assert f"({spark_options.NSQD_MSG_TIMEOUT * 1000:.0f})" in \
+        CONNECTION_OPTION_FACTS["msgTimeout"].default
 
 
 def test_the_deflate_level_bounds_printed_are_enforced():
@@ -177,10 +240,18 @@ def _reader_defaults() -> dict[str, Any]:
     return {p.name: p.default for p in inspect.signature(Reader.__init__).parameters.values()}
 
 
+def _numeric_arguments(func: Any) -> set[str]:
+    """The arguments of ``func`` annotated as numbers (``int``, ``float``, ``float | None``),
+    whatever their default: a number that defaults to None is a number too."""
+    return {p.name for p in inspect.signature(func).parameters.values()
+            if re.search(r"\b(int|float)\b", str(p.annotation))
+            and "bool" not in str(p.annotation)}
+
+
 def test_every_numeric_reader_argument_has_limits_and_every_argument_a_description():
     params = inspect.signature(Reader.__init__).parameters.values()
-    numeric = {p.name for p in params if isinstance(p.default, (int, float))
-               and not isinstance(p.default, bool)}
+    numeric = _numeric_arguments(Reader.__init__)
+    assert "low_rdy_timeout" in numeric  # float | None, default None
     assert numeric == set(READER_LIMITS)
     documented = generate.docstring_args(Reader)
     for p in list(params)[1:]:
@@ -190,7 +261,9 @@ def test_every_numeric_reader_argument_has_limits_and_every_argument_a_descripti
 @pytest.mark.parametrize("name", sorted(READER_LIMITS))
 def test_a_reader_bound_printed_is_the_bound_enforced(name: str):
     defaults = _reader_defaults()
-    accept, refuse = _probes(READER_LIMITS[name], isinstance(defaults[name], int))
+    annotation = str(inspect.signature(Reader.__init__).parameters[name].annotation)
+    accept, refuse = _probes(READER_LIMITS[name],
+                             _is_integer_option(defaults[name], annotation))
     for value in accept:
         check_reader_options({**defaults, name: value})
     for value in refuse:
@@ -248,11 +321,80 @@ def test_the_dedup_chart_is_drawn_from_size_for():
     assert chart.count("<polyline") == 5
 
 
-def test_a_benchmark_table_gets_a_chart_of_its_first_numeric_column():
-    chart = generate.bar_chart(["consumer", "msg/s", "note"],
-                               [["pynsq", "24,000", "x"], ["ours", "**400,000**", "y"]])
-    assert "400,000" in chart and "24,000" in chart and chart.count("<rect") == 2
-    assert generate.bar_chart(["a", "b"], [["x", "none"]]) == ""
+def _bars(chart: str) -> list[float]:
+    return [float(v) for v in re.findall(r'<rect [^>]*data-value="([^"]+)"', chart)]
+
+
+def test_a_benchmark_chart_plots_the_column_its_marker_names():
+    chart = generate.bar_chart(["consumer", "messages", "msg/s", "note"],
+                               [["pynsq", "200,000", "24,000", "x"],
+                                ["ours", "200,000", "**2,001,288**", "y"]], "msg/s")
+    assert _bars(chart) == [24_000, 2_001_288]
+    assert ">2,001,288</text>" in chart and "e+06" not in chart
+    assert 'class="nsq-chart"' in chart
+    with pytest.raises(ValueError, match="no such column"):
+        generate.bar_chart(["a", "b"], [["x", "1"]], "msg/s")
+    with pytest.raises(ValueError, match="no number"):
+        generate.bar_chart(["a", "b"], [["x", "none"]], "b")
+
+
+def test_benchmark_numbers_read_their_k_and_m_suffixes():
+    assert generate._first_number("332k/280k") == 332_000
+    assert generate._first_number("1.52M/s") == 1_520_000
+    assert generate._first_number("**1,894,249**") == 1_894_249
+    assert generate._first_number("15.3 MiB") == 15.3          # a unit, not mega
+    assert generate._first_number("4.226 s = 236,622") == 4.226
+    assert generate._first_number("-") is None
+
+
+def _results_charts() -> dict[str, str]:
+    """Header line of each table of the benchmarks page -> the chart drawn right after it."""
+    lines = generate.benchmarks().splitlines()
+    charts = {}
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            end = next(j for j in range(i, len(lines) + 1)
+                       if j == len(lines) or not lines[j].startswith("|"))
+            if end + 1 < len(lines) and lines[end + 1] == '<div class="nsq-chart">':
+                charts[line] = lines[end + 2]
+    return charts
+
+
+def test_the_consumer_comparison_chart_plots_msg_per_s_not_the_message_count():
+    header = "| consumer | messages | msg/s | peak RSS | CPU us/msg |"
+    lines = (REPO / "bench" / "RESULTS.md").read_text().splitlines()
+    rows = []
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(generate._split_row(line))
+    msg_s = [float(r[2].replace(",", "")) for r in rows]
+    assert [float(r[1].replace(",", "")) for r in rows].count(200_000) >= 3  # the trap
+    assert _bars(_results_charts()[header]) == msg_s
+
+
+def test_every_benchmark_chart_plots_a_rate_or_the_nsq_source_not_a_baseline():
+    charts = _results_charts()
+    assert len(charts) >= 5
+    for header, chart in charts.items():
+        title = re.search(r"<title>(.*?)</title>", chart).group(1)  # type: ignore[union-attr]
+        assert "/s" in title or title in ("nsq source", "one call, new", "bytes per remembered key"), \
+            (header, title)
+        assert "ceiling" not in title
+
+
+def test_a_chart_marker_not_above_a_table_fails_the_build(monkeypatch, tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "RESULTS.md").write_text("<!-- chart: msg/s -->\n\ntext\n")
+    monkeypatch.setattr(generate, "REPO", tmp_path)
+    with pytest.raises(ValueError, match="right above a table"):
+        generate.benchmarks()
+
+
+def test_a_table_cell_escapes_html_outside_code_spans():
+    assert generate.cell("<spoolPath>/_dead_letter") == "&lt;spoolPath&gt;/_dead_letter"
+    assert generate.cell("`<class 'dict'>` & a | b") == "`<class 'dict'>` &amp; a \\| b"
+    assert generate.cell("> 0 .. 10") == "&gt; 0 .. 10"
 
 
 def test_the_readme_links_become_site_links():

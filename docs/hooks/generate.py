@@ -18,8 +18,8 @@ definitions, so that the documentation cannot disagree with them (one source of 
 - ``dedup-chart``: the catch probability of an opposite-of-Bloom filter against buckets
   and delay, an SVG drawn from ``OppositeBloomFilter.probability_remembered`` and a table
   from ``OppositeBloomFilter.size_for``;
-- ``benchmarks``: bench/RESULTS.md, each table followed by a bar chart of its first
-  numeric column;
+- ``benchmarks``: bench/RESULTS.md, each table with a ``<!-- chart: COLUMN -->`` line
+  above it followed by a bar chart of that column;
 - ``changelog``: CHANGELOG.md, included as it is;
 - ``readme``: README.md, the front page, its links pointed at the site's pages.
 
@@ -63,9 +63,17 @@ def rst_to_md(text: str) -> str:
     return " ".join(text.split())
 
 
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+
+
 def cell(text: Any) -> str:
-    """A Markdown table cell: one line, pipes escaped."""
-    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+    """A Markdown table cell: one line, pipes escaped, and ``<``, ``>``, ``&`` outside
+    code spans escaped as HTML (a default such as ``<spoolPath>/_dead_letter`` is text,
+    not a tag for the browser to swallow); code spans print as they are."""
+    parts = _CODE_SPAN.split(str(text).replace("\n", " "))
+    text = "".join(part if i % 2 else html.escape(part, quote=False)
+                   for i, part in enumerate(parts))
+    return text.replace("|", "\\|").strip()
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
@@ -320,36 +328,64 @@ def dedup_chart(rate: int = 1000) -> str:
             f"The buckets `size_for({rate}, window, probability)` asks for:\n\n{sized}")
 
 
+_SUFFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9}
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[kMG](?![A-Za-z]))?")
+
+
 def _first_number(text: str) -> float | None:
-    m = re.search(r"-?\d[\d,]*(?:\.\d+)?", text.replace("**", ""))
-    return float(m.group(0).replace(",", "")) if m else None
+    """The first number of a cell, with its k / M / G suffix read (``"332k/280k"`` is
+    332,000; ``"1.52M/s"`` 1,520,000; the M of ``"15.3 MiB"`` is a unit, not a suffix)."""
+    m = _NUMBER.search(text.replace("**", ""))
+    if m is None:
+        return None
+    digits = m.group(0).rstrip("kMG")
+    return float(digits.replace(",", "")) * _SUFFIX[m.group(0)[len(digits):]]
 
 
-def bar_chart(header: list[str], rows: list[list[str]]) -> str:
-    """A horizontal bar chart of the first column (after the label) whose every cell
-    holds a number; "" when there is none."""
-    for col in range(1, len(header)):
-        values = [_first_number(r[col]) if col < len(r) else None for r in rows]
-        if rows and all(v is not None for v in values):
-            break
-    else:
-        return ""
-    nums = [v for v in values if v is not None]
+def _show(value: float) -> str:
+    """A bar's label: whole numbers with thousands separators, small ones to 3 figures."""
+    return f"{value:,.0f}" if abs(value) >= 100 or value.is_integer() else f"{value:.3g}"
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"[`*]", "", text).strip()
+
+
+def bar_chart(header: list[str], rows: list[list[str]], column: str) -> str:
+    """A horizontal bar chart of the column headed ``column`` (compared without Markdown's
+    backticks and stars), one bar per row, each bar the cell's first number. A column not
+    in the header, or a cell without a number, is an error: the chart would be wrong."""
+    names = [_plain(h) for h in header]
+    if _plain(column) not in names:
+        raise ValueError(f"chart of {column!r}: no such column in {names}")
+    col = names.index(_plain(column))
+    nums = []
+    for row in rows:
+        v = _first_number(row[col]) if col < len(row) else None
+        if v is None:
+            raise ValueError(f"chart of {column!r}: row {row[0]!r} has no number there")
+        nums.append(v)
     top = max(nums) or 1.0
     w, left, bar, gap = 640, 260, 18, 6
     h = len(rows) * (bar + gap) + 30
     body = []
     for i, (row, v) in enumerate(zip(rows, nums)):
         yy = 8 + i * (bar + gap)
-        label = re.sub(r"[`*]", "", row[0])[:40]
+        label = _plain(row[0])[:40]
         bw = max(1.0, (w - left - 90) * max(v, 0) / top)
         body.append(f'<text x="{left - 6}" y="{yy + 13}" font-size="11" text-anchor="end">'
                     f'{html.escape(label)}</text><rect x="{left}" y="{yy}" width="{bw:.1f}" '
-                    f'height="{bar}" fill="{_COLOURS[0]}"/><text x="{left + bw + 4:.1f}" '
-                    f'y="{yy + 13}" font-size="11">{v:,g}</text>')
-    name = re.sub(r"[`*]", "", header[col])
+                    f'height="{bar}" fill="{_COLOURS[0]}" data-value="{v:.15g}"/>'
+                    f'<text x="{left + bw + 4:.1f}" y="{yy + 13}" font-size="11">'
+                    f'{_show(v)}</text>')
+    name = names[col]
     body.append(f'<text x="{left}" y="{h - 6}" font-size="12">{html.escape(name)}</text>')
     return _svg(w, h, body, name)
+
+
+#: The line right above a table of bench/RESULTS.md that asks for a chart of one of its
+#: columns: ``<!-- chart: msg/s -->``. A table without one gets no chart.
+CHART_MARKER = re.compile(r"^<!--\s*chart:\s*(?P<column>.+?)\s*-->\s*$")
 
 
 def _split_row(line: str) -> list[str]:
@@ -357,7 +393,8 @@ def _split_row(line: str) -> list[str]:
 
 
 def benchmarks() -> str:
-    """bench/RESULTS.md with a chart after each table; its H1 dropped, headings one down."""
+    """bench/RESULTS.md with a chart after each table that asks for one (a
+    ``<!-- chart: COLUMN -->`` line right above it, :data:`CHART_MARKER`); its H1 dropped."""
     lines = (REPO / "bench" / "RESULTS.md").read_text().splitlines()
     out: list[str] = []
     i = 0
@@ -366,17 +403,23 @@ def benchmarks() -> str:
         if line.startswith("# "):
             i += 1
             continue
+        marker = CHART_MARKER.match(line)
+        if marker:
+            if not (i + 1 < len(lines) and lines[i + 1].startswith("|")):
+                raise ValueError(f"bench/RESULTS.md line {i + 1}: a chart marker must be "
+                                 "right above a table")
+            i += 1
+            continue
         if line.startswith("|"):
+            above = CHART_MARKER.match(lines[i - 1]) if i else None
             block = []
             while i < len(lines) and lines[i].startswith("|"):
                 block.append(lines[i])
                 i += 1
             out += block
             rows = [_split_row(r) for r in block]
-            if len(rows) > 2:
-                chart = bar_chart(rows[0], rows[2:])
-                if chart:
-                    out += ["", chart]
+            if above and len(rows) > 2:
+                out += ["", bar_chart(rows[0], rows[2:], above.group("column"))]
             continue
         out.append(line)
         i += 1

@@ -141,12 +141,14 @@ options.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from nsq_spark import validate
 from nsq_spark.errors import ConfigError
-from nsq_spark.validate import MAX_SECONDS, redact_options
+from nsq_spark.validate import (MAX_SECONDS, SECONDS_OR_ZERO, SECONDS_POSITIVE, Limit,
+                                redact_options)
 
 from .seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
 
@@ -180,6 +182,11 @@ DEFAULT_POLL_INTERVAL = 0.1
 MAX_INT32, MAX_ATTEMPTS = 2 ** 31 - 1, 65535
 # A fetch task keeps up to maxInFlight messages in memory; numPartitions tasks a batch.
 MAX_IN_FLIGHT, MAX_PARTITIONS = 1_000_000, 10_000
+# The defaults the parsers apply (the docs print them from here too).
+DEFAULT_MAX_IN_FLIGHT, DEFAULT_PARTITIONS, DEFAULT_MAX_MESSAGES = 2500, 2, 100_000
+DEFAULT_MAX_TRIGGER_DELAY, DEFAULT_MAX_FETCH_PERIOD, DEFAULT_IDLE_TIMEOUT = 900.0, 10.0, 1.0
+DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_BYTES, DEFAULT_RETRIES = 1000, 4 << 20, 5
+DEFAULT_PUBLISH_TIMEOUT = 60.0
 # Options of each direction, as documented above. ``nsq.<name>`` passes any
 # ConnectionConfig keyword through.
 CONNECTION_OPTIONS = ("tlsV1", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsInsecure",
@@ -271,17 +278,31 @@ class _Opts:
                                                hi=maximum, error=NSQOptionError, **rule)
         return checked
 
-    def seconds(self, name: str, default: float) -> float:
+    def limited(self, name: str, default: builtins.int | None, limits: Mapping[str, Limit],
+                **rule: Any) -> builtins.int | None:
+        """An integer option in the range ``limits[name]`` gives (the range the docs
+        print)."""
+        limit = limits[name]
+        return self.int(name, default, minimum=int(limit.lo if limit.lo is not None else 1),
+                        maximum=None if limit.hi is None else int(limit.hi), **rule)
+
+    def seconds(self, name: str, default: float,
+                limits: Mapping[str, Limit] | None = None, hint: str = "") -> float:
+        """A number of seconds in the range ``limits[name]`` gives (without ``limits``:
+        > 0, at most a year)."""
+        limit = SECONDS_POSITIVE if limits is None else limits[name]
         raw = self.get(name)
         if raw is None:
             return default
         try:
             value = float(raw)
         except ValueError:
-            raise NSQOptionError(f"option '{name}' must be a number of seconds > 0, "
-                                 f"not {raw!r}") from None
-        return validate.seconds(value, f"option '{name}'",  # type: ignore[no-any-return]
-                                error=NSQOptionError)
+            raise NSQOptionError(f"option '{name}' must be a number of seconds, "
+                                 f"{limit.bounds()}, not {raw!r}") from None
+        return validate.seconds(  # type: ignore[no-any-return]
+            value, f"option '{name}'", lo=limit.lo or 0, lo_open=limit.lo_open,
+            hi=limit.hi if limit.hi is not None else MAX_SECONDS, hint=hint,
+            error=NSQOptionError)
 
     def bool(self, name: str, default: bool = False) -> bool:
         raw = self.get(name)
@@ -384,17 +405,18 @@ def _connection_options(opts: _Opts) -> dict[str, Any]:
         conn["snappy"] = True
     if opts.bool("deflate"):
         conn["deflate"] = True
-        level = opts.int("deflateLevel", None, maximum=9)
+        level = opts.limited("deflateLevel", None, CONNECTION_OPTION_LIMITS)
         if level is not None:
             conn["deflate_level"] = level
     # Spark options are in ms (Kafka-style); ConnectionConfig takes pynsq's seconds
-    msg_timeout = opts.int("msgTimeout", None, 1000, MAX_SECONDS * 1000, unit="milliseconds",
-                           hint="the connection's msg_timeout, in ms here")
+    msg_timeout = opts.limited("msgTimeout", None, CONNECTION_OPTION_LIMITS,
+                               unit="milliseconds",
+                               hint="the connection's msg_timeout, in ms here")
     if msg_timeout is not None:
         conn["msg_timeout"] = msg_timeout / 1000
-    heartbeat = opts.int("heartbeatInterval", None, 1000, 60_000, unit="milliseconds",
-                         special={-1: "off"},
-                         hint="the connection's heartbeat_interval, in ms here")
+    heartbeat = opts.limited("heartbeatInterval", None, CONNECTION_OPTION_LIMITS,
+                             unit="milliseconds", special={-1: "off"},
+                             hint="the connection's heartbeat_interval, in ms here")
     if heartbeat is not None:
         conn["heartbeat_interval"] = -1 if heartbeat == -1 else heartbeat / 1000
     if opts.get("userAgent"):
@@ -546,12 +568,12 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         raise NSQOptionError("option 'topicPattern' needs a list of topics to match: give "
                              "'lookupdHttpAddresses' (its /topics), or 'nsqdHttpAddresses' "
                              "with 'nsqdTcpAddresses' (their /stats)")
-    min_rows = opts.int("minMessagesPerTrigger", None)
+    min_rows = opts.limited("minMessagesPerTrigger", None, READ_OPTION_LIMITS)
     if min_rows is not None and not (lookupd or nsqd_http):
         raise NSQOptionError("option 'minMessagesPerTrigger' needs the backlog measured: "
                              "give 'lookupdHttpAddresses', or 'nsqdHttpAddresses' with "
                              "'nsqdTcpAddresses'")
-    max_rows = opts.int("maxMessagesPerTrigger", None)
+    max_rows = opts.limited("maxMessagesPerTrigger", None, READ_OPTION_LIMITS)
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
         raise NSQOptionError(f"option 'minMessagesPerTrigger' ({min_rows}) must not exceed "
                              f"'maxMessagesPerTrigger' ({max_rows})")
@@ -565,15 +587,16 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
             "pyarrow filesystem URI such as hdfs://... or s3://...) that is durable and "
             "reachable from the driver and every executor; fetched messages are written "
             "there before they are FINished, so a re-executed batch replays them")
-    max_in_flight = opts.int("maxInFlight", 2500, maximum=MAX_IN_FLIGHT)
+    max_in_flight = opts.limited("maxInFlight", DEFAULT_MAX_IN_FLIGHT, READ_OPTION_LIMITS)
     assert max_in_flight is not None
-    chunk = opts.int("spoolChunkSize", max(1, max_in_flight // 2))
+    # at most maxInFlight too, checked below (a bound that depends on another option)
+    chunk = opts.limited("spoolChunkSize", max(1, max_in_flight // 2), READ_OPTION_LIMITS)
     assert chunk is not None
     if chunk > max_in_flight:
         raise NSQOptionError(f"option 'spoolChunkSize' ({chunk}) must not exceed "
                              f"'maxInFlight' ({max_in_flight}): nsqd sends no more than "
                              "maxInFlight messages before they are FINished")
-    max_attempts = opts.int("maxAttempts", 0, minimum=0, maximum=MAX_ATTEMPTS) or 0
+    max_attempts = opts.limited("maxAttempts", 0, READ_OPTION_LIMITS) or 0
     dead_letter = opts.get("deadLetterPath")
     if dead_letter is not None and not max_attempts:
         raise NSQOptionError("option 'deadLetterPath' only takes effect with 'maxAttempts' "
@@ -590,27 +613,34 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
     return ReadOptions(
         topic=topics[0] if topics else "", topics=topics, topic_pattern=pattern,
         min_messages_per_trigger=min_rows,
-        max_trigger_delay=opts.seconds("maxTriggerDelay", 900.0),
-        max_bytes_per_trigger=opts.int("maxBytesPerTrigger", None, maximum=2 ** 63 - 1),
+        max_trigger_delay=opts.seconds("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY,
+                                       READ_OPTION_LIMITS),
+        max_bytes_per_trigger=opts.limited("maxBytesPerTrigger", None,
+                                           READ_OPTION_LIMITS),
         backlog_poll_interval=_seconds_or_zero(opts, "backlogPollInterval",
                                                DEFAULT_POLL_INTERVAL,
                                                "0 measures at every trigger"),
         channel=channel, nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd, nsqd_http_addresses=nsqd_http,
         max_in_flight=max_in_flight,
-        num_partitions=opts.int("numPartitions", 2, maximum=MAX_PARTITIONS) or 2,
+        num_partitions=opts.limited("numPartitions", DEFAULT_PARTITIONS,
+                                    READ_OPTION_LIMITS) or DEFAULT_PARTITIONS,
         max_messages_per_trigger=max_rows,
-        max_fetch_period=opts.seconds("maxFetchPeriod", 10.0),
-        idle_timeout=opts.seconds("idleTimeout", 1.0),
+        max_fetch_period=opts.seconds("maxFetchPeriod", DEFAULT_MAX_FETCH_PERIOD,
+                                      READ_OPTION_LIMITS),
+        idle_timeout=opts.seconds("idleTimeout", DEFAULT_IDLE_TIMEOUT,
+                                  READ_OPTION_LIMITS),
         spool_path=spool,
         spool_chunk_size=chunk,
         max_attempts=max_attempts,
         dead_letter_path=dead_letter,
-        max_messages=opts.int("maxMessages", 100_000) or 100_000,
+        max_messages=opts.limited("maxMessages", DEFAULT_MAX_MESSAGES,
+                                  READ_OPTION_LIMITS) or DEFAULT_MAX_MESSAGES,
         dedup=opts.get("dedup"),
         connection=connection,
         redelivery_window=_redelivery_window(opts),
-        redelivery_window_max_ids=opts.int("redeliveryWindowMaxIds", DEFAULT_MAX_IDS)
+        redelivery_window_max_ids=opts.limited("redeliveryWindowMaxIds", DEFAULT_MAX_IDS,
+                                               READ_OPTION_LIMITS)
         or DEFAULT_MAX_IDS,
         log_level=_log_level(opts),
         **_reader_cache_options(opts, connection),
@@ -674,6 +704,7 @@ def _reader_cache_options(opts: _Opts, connection: Mapping[str, Any]) -> dict[st
     default is lowered to that half, a larger given value is refused."""
     msg_timeout = float(connection.get("msg_timeout") or NSQD_MSG_TIMEOUT)
     limit = msg_timeout * READER_CACHE_SHARE_OF_MSG_TIMEOUT
+    # > 0 here; the cap (READ_OPTION_LIMITS' hi) below, with the reason
     idle = opts.seconds("readerCacheIdleTimeout", min(DEFAULT_READER_CACHE_IDLE, limit))
     if idle > MAX_READER_CACHE_IDLE:
         raise NSQOptionError(f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most "
@@ -714,17 +745,9 @@ def _redelivery_window(opts: _Opts) -> float:
 
 
 def _seconds_or_zero(opts: _Opts, name: str, default: float, zero: str) -> float:
-    """A number of seconds >= 0 (``zero`` says what 0 means)."""
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise NSQOptionError(f"option '{name}' must be a number of seconds >= 0, "
-                             f"not {raw!r}") from None
-    return validate.seconds(value, f"option '{name}'",  # type: ignore[no-any-return]
-                            lo_open=False, hint=zero, error=NSQOptionError)
+    """A number of seconds in ``READ_OPTION_LIMITS[name]`` (>= 0; ``zero`` says what 0
+    means)."""
+    return opts.seconds(name, default, READ_OPTION_LIMITS, hint=zero)
 
 
 @dataclass(frozen=True)
@@ -753,10 +776,14 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     nsqd, lookupd = _address_pair(opts)
     return WriteOptions(
         topic=topic, nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
-        batch_size=opts.int("batchSize", 1000, maximum=MAX_INT32) or 1000,
-        max_batch_bytes=opts.int("maxBatchBytes", 4 << 20, 9, MAX_INT32) or 4 << 20,
-        retries=opts.int("retries", 5) or 5,
-        publish_timeout=opts.seconds("publishTimeout", 60.0),
+        batch_size=opts.limited("batchSize", DEFAULT_BATCH_SIZE, WRITE_OPTION_LIMITS)
+        or DEFAULT_BATCH_SIZE,
+        max_batch_bytes=opts.limited("maxBatchBytes", DEFAULT_MAX_BATCH_BYTES,
+                                     WRITE_OPTION_LIMITS) or DEFAULT_MAX_BATCH_BYTES,
+        retries=opts.limited("retries", DEFAULT_RETRIES, WRITE_OPTION_LIMITS)
+        or DEFAULT_RETRIES,
+        publish_timeout=opts.seconds("publishTimeout", DEFAULT_PUBLISH_TIMEOUT,
+                                     WRITE_OPTION_LIMITS),
         connection=_connection_options(opts),
         log_level=_log_level(opts),
     )
@@ -779,6 +806,56 @@ class OptionFacts(NamedTuple):
     doc: str = ""
 
 
+# The numeric options' units and bounds: the parser above takes its bounds from these
+# (``_Opts.limited``, ``_Opts.seconds``), and the facts below print them, so the two are one.
+READ_OPTION_LIMITS: dict[str, Limit] = {
+    "maxInFlight": Limit("messages per fetch task", 1, MAX_IN_FLIGHT),
+    "numPartitions": Limit("fetch tasks per micro-batch", 1, MAX_PARTITIONS),
+    "maxMessagesPerTrigger": Limit("messages", 1),
+    "minMessagesPerTrigger": Limit("messages", 1),
+    "maxTriggerDelay": SECONDS_POSITIVE,
+    "maxBytesPerTrigger": Limit("bytes of message bodies", 1, 2 ** 63 - 1),
+    "backlogPollInterval": SECONDS_OR_ZERO._replace(special="0: measure at every trigger"),
+    "maxFetchPeriod": SECONDS_POSITIVE,
+    "idleTimeout": SECONDS_POSITIVE,
+    "spoolChunkSize": Limit("messages", 1),  # and at most maxInFlight (checked with it)
+    "maxAttempts": Limit("deliveries", 0, MAX_ATTEMPTS, special="0: never"),
+    "maxMessages": Limit("messages (batch read)", 1),
+    "redeliveryWindow": SECONDS_OR_ZERO._replace(special="0: off"),
+    "redeliveryWindowMaxIds": Limit("ids", 1),
+    # and at most half of the connection's msg_timeout (checked with it)
+    "readerCacheIdleTimeout": Limit("seconds", 0, MAX_READER_CACHE_IDLE, lo_open=True),
+}
+
+WRITE_OPTION_LIMITS: dict[str, Limit] = {
+    "batchSize": Limit("messages per MPUB", 1, MAX_INT32),
+    "maxBatchBytes": Limit("bytes per MPUB", 9, MAX_INT32),
+    "retries": Limit("attempts per MPUB", 1),
+    "publishTimeout": SECONDS_POSITIVE,
+}
+
+CONNECTION_OPTION_LIMITS: dict[str, Limit] = {
+    "deflateLevel": Limit("level", 1, 9),
+    "msgTimeout": Limit("milliseconds", 1000, MAX_SECONDS * 1000),
+    "heartbeatInterval": Limit("milliseconds", 1000, 60_000, special="-1: off"),
+}
+
+
+def _facts(limits: Mapping[str, Limit]) -> Callable[..., OptionFacts]:
+    """``fact(name, default, also="", doc="")``: the facts of a numeric option, its unit and
+    bounds from ``limits[name]`` (``also``: a bound that depends on another option, in
+    words)."""
+    def fact(name: str, default: Any, also: str = "", doc: str = "") -> OptionFacts:
+        limit = limits[name]
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        return OptionFacts(shown, limit.unit, limit.bounds() + also, doc)
+    return fact
+
+
+_read, _write, _conn = (_facts(READ_OPTION_LIMITS), _facts(WRITE_OPTION_LIMITS),
+                        _facts(CONNECTION_OPTION_LIMITS))
+
+
 READ_OPTION_FACTS: dict[str, OptionFacts] = {
     "topic": OptionFacts(bounds="1-64 of [.a-zA-Z0-9_-]"),
     "topics": OptionFacts(unit="comma-separated topic names"),
@@ -787,28 +864,28 @@ READ_OPTION_FACTS: dict[str, OptionFacts] = {
     "nsqdTcpAddresses": OptionFacts(unit="comma-separated host:port"),
     "lookupdHttpAddresses": OptionFacts(unit="comma-separated host:port or URL"),
     "nsqdHttpAddresses": OptionFacts(unit="comma-separated host:port"),
-    "maxInFlight": OptionFacts("2500", "messages per fetch task", f"1 .. {MAX_IN_FLIGHT:,}"),
-    "numPartitions": OptionFacts("2", "fetch tasks per micro-batch", f"1 .. {MAX_PARTITIONS:,}"),
-    "maxMessagesPerTrigger": OptionFacts("none (no cap)", "messages", ">= 1"),
-    "minMessagesPerTrigger": OptionFacts("none", "messages", ">= 1"),
-    "maxTriggerDelay": OptionFacts("900", "seconds", "> 0"),
-    "maxBytesPerTrigger": OptionFacts("none (no cap)", "bytes of message bodies", ">= 1"),
-    "backlogPollInterval": OptionFacts(str(DEFAULT_POLL_INTERVAL), "seconds", ">= 0"),
-    "maxFetchPeriod": OptionFacts("10", "seconds", "> 0"),
-    "idleTimeout": OptionFacts("1", "seconds", "> 0"),
+    "maxInFlight": _read("maxInFlight", DEFAULT_MAX_IN_FLIGHT),
+    "numPartitions": _read("numPartitions", DEFAULT_PARTITIONS),
+    "maxMessagesPerTrigger": _read("maxMessagesPerTrigger", "none (no cap)"),
+    "minMessagesPerTrigger": _read("minMessagesPerTrigger", "none"),
+    "maxTriggerDelay": _read("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
+    "maxBytesPerTrigger": _read("maxBytesPerTrigger", "none (no cap)"),
+    "backlogPollInterval": _read("backlogPollInterval", DEFAULT_POLL_INTERVAL),
+    "maxFetchPeriod": _read("maxFetchPeriod", DEFAULT_MAX_FETCH_PERIOD),
+    "idleTimeout": _read("idleTimeout", DEFAULT_IDLE_TIMEOUT),
     "spoolPath": OptionFacts("required for streaming", "path or pyarrow filesystem URI"),
-    "spoolChunkSize": OptionFacts("maxInFlight // 2", "messages", ">= 1"),
-    "maxAttempts": OptionFacts("0 (never)", "deliveries", f"0 .. {MAX_ATTEMPTS:,}"),
+    "spoolChunkSize": _read("spoolChunkSize", "maxInFlight // 2", ", at most maxInFlight"),
+    "maxAttempts": _read("maxAttempts", "0 (never)"),
     "deadLetterPath": OptionFacts("<spoolPath>/_dead_letter",
                                   "path or pyarrow filesystem URI"),
-    "maxMessages": OptionFacts("100000", "messages (batch read)", ">= 1"),
+    "maxMessages": _read("maxMessages", DEFAULT_MAX_MESSAGES),
     "dedup": OptionFacts("none", "deduplicator spec (URI)"),
-    "redeliveryWindow": OptionFacts(f"{DEFAULT_WINDOW:g}", "seconds", ">= 0; 0: off"),
-    "redeliveryWindowMaxIds": OptionFacts(str(DEFAULT_MAX_IDS), "ids", ">= 1"),
+    "redeliveryWindow": _read("redeliveryWindow", float(DEFAULT_WINDOW)),
+    "redeliveryWindowMaxIds": _read("redeliveryWindowMaxIds", DEFAULT_MAX_IDS),
     "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR"),
     "readerCache": OptionFacts("true", "boolean"),
-    "readerCacheIdleTimeout": OptionFacts(
-        "5", "seconds", "> 0 .. 300, and at most half of msgTimeout"),
+    "readerCacheIdleTimeout": _read("readerCacheIdleTimeout", DEFAULT_READER_CACHE_IDLE,
+                                    ", and at most half of msgTimeout"),
 }
 
 CONNECTION_OPTION_FACTS: dict[str, OptionFacts] = {
@@ -829,14 +906,11 @@ CONNECTION_OPTION_FACTS: dict[str, OptionFacts] = {
                               "requires it; never logged, never in an error"),
     "snappy": OptionFacts("false", "boolean", doc="snappy stream compression; excludes deflate"),
     "deflate": OptionFacts("false", "boolean", doc="deflate stream compression; excludes snappy"),
-    "deflateLevel": OptionFacts("6", "level", "1 .. 9",
-                                doc="deflate level (nsqd clamps it); needs deflate"),
-    "msgTimeout": OptionFacts("nsqd's --msg-timeout (60000)", "milliseconds",
-                              f"1000 .. {MAX_SECONDS * 1000:,}",
-                              doc="how long nsqd waits for FIN/REQ/TOUCH before it "
-                              "redelivers (nsqd caps it at --max-msg-timeout)"),
-    "heartbeatInterval": OptionFacts("30000", "milliseconds", "1000 .. 60,000; -1: off",
-                                     doc="interval of nsqd's heartbeats"),
+    "deflateLevel": _conn("deflateLevel", 6, doc="deflate level (nsqd clamps it); needs deflate"),
+    "msgTimeout": _conn("msgTimeout", f"nsqd's --msg-timeout ({NSQD_MSG_TIMEOUT * 1000:.0f})",
+                        doc="how long nsqd waits for FIN/REQ/TOUCH before it "
+                        "redelivers (nsqd caps it at --max-msg-timeout)"),
+    "heartbeatInterval": _conn("heartbeatInterval", 30000, doc="interval of nsqd's heartbeats"),
     "userAgent": OptionFacts("nsq_spark/<version>", "string",
                              doc="client name nsqd shows in its stats"),
 }
@@ -848,15 +922,14 @@ WRITE_OPTION_FACTS: dict[str, OptionFacts] = {
                                     doc="the nsqds to publish to; or"),
     "lookupdHttpAddresses": OptionFacts(unit="comma-separated host:port or URL",
                                         doc="nsqlookupds that list the nsqds to publish to"),
-    "batchSize": OptionFacts("1000", "messages per MPUB", f"1 .. {MAX_INT32:,}",
-                             doc="messages per MPUB"),
-    "maxBatchBytes": OptionFacts(str(4 << 20), "bytes per MPUB", f"9 .. {MAX_INT32:,}",
-                                 doc="bytes per MPUB, under nsqd's --max-body-size (5 MiB)"),
-    "retries": OptionFacts("5", "attempts per MPUB", ">= 1",
-                           doc="attempts per MPUB before the task fails"),
-    "publishTimeout": OptionFacts("60", "seconds", "> 0",
-                                  doc="how long to wait for nsqd's acknowledgements of one "
-                                  "Arrow batch"),
+    "batchSize": _write("batchSize", DEFAULT_BATCH_SIZE, doc="messages per MPUB"),
+    "maxBatchBytes": _write("maxBatchBytes", DEFAULT_MAX_BATCH_BYTES,
+                            doc="bytes per MPUB, under nsqd's --max-body-size (5 MiB)"),
+    "retries": _write("retries", DEFAULT_RETRIES,
+                      doc="attempts per MPUB before the task fails"),
+    "publishTimeout": _write("publishTimeout", DEFAULT_PUBLISH_TIMEOUT,
+                             doc="how long to wait for nsqd's acknowledgements of one "
+                             "Arrow batch"),
     "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR",
                             doc="the connector's log level in Spark's Python workers"),
 }
