@@ -15,6 +15,20 @@ class NSQError(Exception):
     ``nsq.protocol.Error``, so a pynsq callback's ``isinstance(data, nsq.Error)`` holds."""
 
 
+class HTTPAnswerError(NSQError):
+    """nsqd or nsqlookupd answered an HTTP request with a status other than 2xx.
+    ``status`` is the HTTP status, ``message`` what the node said (e.g.
+    ``"INVALID_TOPIC"``), ``url`` what was asked. Defined here, not in the admin package,
+    because :func:`is_transient` (the one retry rule) decides on its ``status``; the admin
+    clients raise its subclass :class:`nsq_spark.admin.errors.HTTPStatusError`."""
+
+    def __init__(self, text: str, *, status: int, message: str, url: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.message = message
+        self.url = url
+
+
 # -- pynsq's error classes (``nsq.protocol``): ours derive from them where they mean the same
 
 
@@ -266,7 +280,7 @@ _TRANSIENT_HTTP_STATUSES = frozenset({500, 502, 503, 504})
 def is_transient(exc: BaseException) -> bool:
     """True for a failure that another attempt can fix (connection lost or refused, no
     answer in time, nsqd could not store the message, an HTTP answer 500, 502, 503 or 504
-    of nsqd / nsqlookupd -- :class:`nsq_spark.admin.errors.HTTPStatusError`: the server
+    of nsqd / nsqlookupd -- :class:`HTTPAnswerError`, as the admin clients raise it: the server
     or a proxy in front of it failed this time, as lookupd discovery and HTTP publishing
     treat it too); False for one that no retry can fix (bad name or body, refused AUTH, a
     TLS certificate or setup failure -- typed TLSError or a raw ``ssl.SSLError`` such as
@@ -280,9 +294,7 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, NSQServerError):
         return exc.code in _TRANSIENT_CODES
-    from nsq_spark.admin.errors import HTTPStatusError
-
-    if isinstance(exc, HTTPStatusError):
+    if isinstance(exc, HTTPAnswerError):
         return exc.status in _TRANSIENT_HTTP_STATUSES
     if isinstance(exc, (AuthError, TLSError, InvalidNameError, InvalidBodyError, ConfigError,
                         ProtocolError)):

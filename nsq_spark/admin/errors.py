@@ -15,7 +15,7 @@ answer.
 
 from __future__ import annotations
 
-from nsq_spark.errors import ConnectError, NSQError, TLSError
+from nsq_spark.errors import ConnectError, HTTPAnswerError, NSQError, TLSError
 
 __all__ = ["AdminError", "AdminTLSError", "ChannelNotFoundError", "HTTPStatusError",
            "LookupdError", "NodeUnreachableError", "NotFoundError", "TopicNotFoundError",
@@ -35,15 +35,9 @@ class AdminTLSError(AdminError, TLSError):
     certificate refused): the same on every attempt, so not transient."""
 
 
-class HTTPStatusError(AdminError):
+class HTTPStatusError(AdminError, HTTPAnswerError):
     """The node answered with a status other than 2xx. ``status`` is the HTTP status,
     ``message`` what nsqd said (e.g. ``"INVALID_TOPIC"``), ``url`` what was asked."""
-
-    def __init__(self, text: str, *, status: int, message: str, url: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.message = message
-        self.url = url
 
 
 class NotFoundError(HTTPStatusError):
