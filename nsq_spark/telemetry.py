@@ -201,6 +201,10 @@ class Telemetry:
     def drain_sender(self, sender: Any, server: tuple[str, int] | None) -> "DrainSender":
         """A spool drain's ``sender`` with each send to nsqd counted
         (``messaging.client.sent.messages``, ``operation.duration``, ``error.type``)."""
+        # chosen once: the drain sends without waiting only when its sender has
+        # mpublish_async, so the wrapper has it exactly when the sender does
+        if callable(getattr(sender, "mpublish_async", None)):
+            return AsyncDrainSender(self, sender, server)
         return DrainSender(self, sender, server)
 
     def consumer(self, topic: str, channel: str) -> "ConsumerInstrument":
@@ -498,8 +502,6 @@ class DrainSender:
         self.inner = inner
         self.server = server
         self._attrs: dict[str, dict[str, Any]] = {}
-        if callable(getattr(inner, "mpublish_async", None)):   # only when it has one
-            self.mpublish_async = self._mpublish_async
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":   # not set yet (copy, pickle): no recursion
@@ -537,8 +539,16 @@ class DrainSender:
     def mpublish(self, topic: str, bodies: Sequence[bytes]) -> Any:
         return self._measured(topic, len(bodies), lambda: self.inner.mpublish(topic, bodies))
 
-    def _mpublish_async(self, topic: str, bodies: Sequence[bytes]
-                        ) -> "concurrent.futures.Future[Any]":
+    def close(self) -> Any:
+        return self.inner.close()
+
+
+class AsyncDrainSender(DrainSender):
+    """A :class:`DrainSender` for a sender with ``mpublish_async`` (the drain's pipelined
+    send)."""
+
+    def mpublish_async(self, topic: str, bodies: Sequence[bytes]
+                       ) -> "concurrent.futures.Future[Any]":
         """Measured until the future settles (the drain reads on meanwhile)."""
         start = time.perf_counter()
         try:
@@ -552,9 +562,6 @@ class DrainSender:
             self._record(topic, len(bodies), start, exc)
         fut.add_done_callback(done)
         return fut
-
-    def close(self) -> Any:
-        return self.inner.close()
 
 
 # ---------------------------------------------------------------------------------------
