@@ -36,46 +36,6 @@ def _child_servers() -> list[str]:
     return found
 
 
-# The slowest test files, with their seconds in one `make test` run (pytest --durations=0,
-# summed per file). make test runs two xdist workers with --dist loadfile and
-# --no-loadscope-reorder, so files are handed out in the order collected: the longest
-# first, so the tail of the run is short files on both workers. xdist's own reorder (by
-# the number of tests in a file) put the 290 s pyspark-versions file, 4 tests, last:
-# one worker ran it alone for minutes while the other idled.
-_SLOW_FILES_SECONDS = {
-    "tests/versions/test_pyspark_versions.py": 290,
-    "tests/cluster/test_standalone.py": 180,
-    "tests/spark/test_spark_crash.py": 150,
-    "tests/spark/test_spark_source.py": 120,
-    "tests/test_bench_smoke.py": 70,
-    "tests/connect/test_spark_connect.py": 55,
-    "tests/spark/test_visibility.py": 48,
-    "tests/spark/test_spark_controls_spark.py": 46,
-    "tests/chaos/test_chaos_reader.py": 45,
-    "tests/chaos/test_chaos_producer.py": 43,
-    "tests/test_flow_control.py": 36,
-    "tests/test_logging_fields.py": 32,
-    "tests/test_docs_blocks.py": 30,
-    "tests/test_docs_site.py": 28,
-}
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
-    """The slowest files first (a stable sort: every other file keeps its place, and a
-    file's tests stay together and in order)."""
-    root = Path(str(config.rootpath))
-
-    def seconds(item: pytest.Item) -> int:
-        try:
-            name = Path(str(item.path)).relative_to(root).as_posix()
-        except ValueError:
-            return 0
-        return _SLOW_FILES_SECONDS.get(name, 0)
-
-    items.sort(key=lambda item: -seconds(item))
-
-
 # servers leaked in xdist workers, reported to the controller (make test runs two workers)
 _LEAKED_IN_WORKERS: list[str] = []
 
