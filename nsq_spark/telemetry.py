@@ -218,8 +218,9 @@ class Telemetry:
         and channel), once per batch however often the same batch is reported. Returns
         the rows counted now. A batch is known by the query's ``id`` and ``runId`` (a
         restart is a new run, a fresh checkpoint starts again at batch 0; two queries on
-        one topic and channel are two queries), so a batch counts whenever its number
-        differs from the last one counted for that run.
+        one topic and channel are two queries); batch numbers only grow within a run, so
+        a report of a batch at or below the last one counted for that run (``recentProgress``
+        read again, a listener and ``lastProgress`` both reporting) counts nothing.
 
         Why here and not in the source: the source's driver side runs in a Python worker
         the JVM starts, and its fetch tasks in executors, not in the process that holds
@@ -239,8 +240,9 @@ class Telemetry:
             if lag.last_batch is None or not lag.last_batch_rows:
                 continue
             key = (*query, lag.topics, lag.channel)
-            if self._recorded_batches.get(key) == lag.last_batch:
-                continue
+            counted_up_to = self._recorded_batches.get(key)
+            if counted_up_to is not None and counted_up_to >= lag.last_batch:
+                continue   # this batch or a later one of this run was counted already
             self._recorded_batches[key] = lag.last_batch
             attrs: dict[str, Any] = {
                 "messaging.system": SYSTEM, "messaging.operation.name": "receive",
@@ -533,6 +535,10 @@ class DrainSender:
         return result
 
     def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> Any:
+        # called as the drain calls a sender: defer_ms only when there is a delay (a
+        # producer_factory's sender may take two arguments)
+        if defer_ms is None:
+            return self._measured(topic, 1, lambda: self.inner.publish(topic, body))
         return self._measured(topic, 1, lambda: self.inner.publish(topic, body,
                                                                    defer_ms=defer_ms))
 

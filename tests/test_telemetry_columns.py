@@ -115,6 +115,15 @@ def test_a_restarted_query_and_a_second_query_on_the_same_channel_count_their_ba
     assert {k[0] for k in t._recorded_batches} == {"q-2"}
 
 
+def test_older_batches_reported_again_count_nothing():
+    # a loop re-reading recentProgress, or a listener and lastProgress both reporting:
+    # batch numbers only grow within a run, so an older batch was counted already
+    t = Telemetry(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    recent = [progress(0, 10), progress(1, 10), progress(2, 10)]
+    assert [sum(t.record_progress(p) for p in recent) for _ in range(3)] == [30, 0, 0]
+    assert t.record_progress(progress(1, 10)) == 0
+
+
 def test_bodies_that_only_look_traced_stay_as_they_are():
     from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, TRACEPARENT_ONLY_HEAD
 
