@@ -249,3 +249,36 @@ def test_the_fake_transport_is_checked_against_the_port_and_a_drifted_one_fails(
     assert good.returncode == 0, good.stdout + good.stderr
     drifted = mypy("drifted.py")
     assert drifted.returncode != 0 and "redrive" in drifted.stdout, drifted.stdout
+
+
+def test_the_drain_sender_calls_the_sender_as_the_drain_does():
+    """A producer_factory's sender with a two-argument publish works without telemetry;
+    measured, it must too (a TypeError would keep its messages in the spool for ever)."""
+
+    class TwoArguments:
+        def __init__(self) -> None:
+            self.calls: list[tuple[Any, ...]] = []
+
+        def publish(self, topic: str, body: bytes) -> None:
+            self.calls.append((topic, body))
+
+        def close(self) -> None:
+            pass
+
+    class Deferring(TwoArguments):
+        def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:  # type: ignore[override]
+            self.calls.append((topic, body, defer_ms))
+
+    reader = InMemoryMetricReader()
+    t = Telemetry(MeterProvider(metric_readers=[reader]))
+    plain = TwoArguments()
+    t.drain_sender(plain, None).publish("t", b"x")
+    assert plain.calls == [("t", b"x")]
+    deferring = Deferring()
+    t.drain_sender(deferring, None).publish("t", b"y", defer_ms=250)
+    assert deferring.calls == [("t", b"y", 250)]
+    assert not hasattr(t.drain_sender(plain, None), "mpublish_async")  # the drain's test
+    (sent,) = [m for rm in reader.get_metrics_data().resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics
+               if m.name == "messaging.client.sent.messages"]
+    assert sum(p.value for p in sent.data.data_points) == 2
