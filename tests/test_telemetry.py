@@ -467,6 +467,10 @@ def test_a_spooling_producer_counts_what_the_drain_sends_to_nsqd_not_what_it_spo
         p.flush(10)   # False: the refused message went to rejected/, not to nsqd
         wait_until(lambda: any(pt.attributes.get("error.type") == "E_BAD_MESSAGE"
                                for pt in otel.points().get(SENT, [])), 15, "the refusal")
+        # the spool's counters are there with telemetry too (its transport is wrapped)
+        stats = p.spool_stats
+        assert stats is not None and stats.appended == 2 and stats.acked == 1
+        wait_until(lambda: stats.rejected == 1, 15, "the refusal in the spool's counters")
     host, port = host_port(address)
     ok = only(otel.points()[SENT], **{"server.address": host, "error.type": None})
     assert ok.value == 1 and ok.attributes["server.port"] == port

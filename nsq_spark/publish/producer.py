@@ -266,6 +266,7 @@ class Producer:
             transport = self.telemetry.producer_transport(transport, server,
                                                           measure=spool is None)
         self._transport = transport
+        self._spool = spool   # None without spool_dir; with telemetry, _transport wraps it
         if isinstance(sender, DirectTransport):
             self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses
             self.nsqd_http_addresses = sender.nsqd_http_addresses
@@ -381,8 +382,7 @@ class Producer:
     @property
     def spool_stats(self) -> SpoolStats | None:
         """The spool's counters (live object); None without ``spool_dir``."""
-        transport = self._transport
-        return transport.spool_stats if isinstance(transport, SpooledTransport) else None
+        return None if self._spool is None else self._spool.spool_stats
 
     @property
     def last_error(self) -> BaseException | None:
