@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark.consumer import Reader
 from nsq_spark.consumer.lifecycle import Lifecycle
-from nsq_spark.consumer.pull import PullQueue
+from nsq_spark.consumer.pull import PullQueue, ReceivedPullQueue
 from nsq_spark.errors import ConfigError, NSQError
 from reader_helpers import assert_drained, await_for, channel_stats, mpub
 
@@ -533,3 +533,21 @@ def test_take_queued_takes_one_links_waiting_messages_and_keeps_the_others_in_or
     assert q.queued == len(waiting) - len(taken)
     rest = [m.id for m in q.get_messages(10_000, 0)]
     assert rest == [i for i in waiting if i[0] == "b"] and q.queued == 0
+
+
+@pytest.mark.unit
+def test_a_failing_instrument_still_hands_the_pulled_messages_out(caplog):
+    # the messages have left the queue when the instrument is told: if it raises, the
+    # caller must still get them, or they would stay in flight until nsqd's msg_timeout
+    def broken(messages: Any, start: float) -> None:
+        raise RuntimeError("a tracer provider that raises")
+
+    q = ReceivedPullQueue(_Answers(), Lifecycle(), broken, broken)  # type: ignore[arg-type]
+    link = SimpleNamespace(rdy=SimpleNamespace(in_flight=0), outstanding={})
+    msgs = [SimpleNamespace(id=i) for i in range(3)]
+    q.put_messages(link, msgs)  # type: ignore[arg-type]
+    with caplog.at_level("ERROR", logger="nsq_spark.reader.pull"):
+        assert q.get_messages(2, 0) == msgs[:2]
+        assert q.take_one() is msgs[2]
+    assert [r.message for r in caplog.records].count(
+        "telemetry failed on a pulled hand-out; the messages are handed out all the same") == 2

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from .._log import get_logger
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from .lifecycle import Lifecycle
 
 __all__ = ["PullQueue", "ReceivedPullQueue", "iter_batches", "check_max_messages"]
+
+_log = get_logger("nsq_spark.reader.pull")
 
 
 class PullQueue:
@@ -258,21 +261,31 @@ class ReceivedPullQueue(PullQueue):
         start = time.perf_counter()
         out = super().get_messages(max_messages, timeout)
         if out:
-            self._received(out, start)
+            self._report(self._received, out, start)
         return out
 
     def take_one(self) -> "Message | None":
         start = time.perf_counter()
         m = super().take_one()
         if m is not None:
-            self._received([m], start)
+            self._report(self._received, [m], start)
         return m
+
+    def _report(self, received: Callable[[Any, float], None], out: Any, start: float) -> None:
+        """The messages have left the queue: a failing instrument (a tracer or meter
+        provider that raises) is logged, and the caller still gets them, or they would
+        stay in flight until nsqd's msg_timeout."""
+        try:
+            received(out, start)
+        except Exception:
+            _log.exception("telemetry failed on a pulled hand-out; the messages are "
+                           "handed out all the same")
 
     def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
         start = time.perf_counter()
         out = super().get_blocks(max_messages, timeout)
         if out:
-            self._received_blocks(out, start)
+            self._report(self._received_blocks, out, start)
         return out
 
 
