@@ -163,6 +163,41 @@ def test_close_requeues_what_the_pool_still_holds(nsq_cluster: NSQCluster) -> No
     assert ch["depth"] + ch["deferred_count"] == 6 and ch["in_flight_count"] == 0
 
 
+def test_close_stops_a_pool_replaced_by_a_hook_from_starting_its_queue(
+        nsq_cluster: NSQCluster) -> None:
+    # a hook re-assigned mid-run retires the pool, which still works through its queue;
+    # the Reader's close must tell it, as it tells the current one, to start nothing more
+    # (its queued messages are requeued by the close: never both)
+    topic = _topic()
+    nsq_cluster.publish(topic, [b"r%d" % i for i in range(4)])
+    release = threading.Event()
+    started: list[bytes] = []
+
+    def handler(m: Message) -> bool:
+        started.append(m.body)
+        release.wait(10)
+        return True
+
+    runner = ReaderRunner()
+    reader = runner.start(topic, "ch", handler, max_in_flight=4, concurrency=2,
+                          drain_timeout=0.3,
+                          nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+    wait_until(lambda: len(started) == 2, 10, "2 handlers blocked")
+    retired = reader._strategy
+    assert isinstance(retired, handlers.Concurrent)
+    closes: list[bool] = []
+    real_close = retired.close
+    retired.close = lambda skip_queued=False: (closes.append(skip_queued),  # type: ignore[method-assign]
+                                               real_close(skip_queued))[1]
+    reader.validate_message = lambda m: True  # type: ignore[method-assign]
+    wait_until(lambda: reader._strategy is not retired, 10, "the pool replaced")
+    assert closes == [False]  # retired: it finishes its queue
+    runner.stop(reader)
+    release.set()
+    assert closes == [False, True]  # and the close stopped it starting queued messages
+    assert reader.requeued == 4 and len(started) == 2
+
+
 def test_concurrency_refuses_batch_and_async_handlers() -> None:
     async def coro(m: Message) -> None:
         return None

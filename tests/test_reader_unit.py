@@ -42,6 +42,25 @@ def test_the_address_lists_are_read_only_and_say_which_control_changes_them():
     assert r.lookupd_http_addresses == ("127.0.0.1:4161", "127.0.0.1:4261")
 
 
+def test_the_address_snapshots_copy_pickle_and_add_like_pynsqs_lists():
+    import copy
+    import pickle
+
+    r = Reader("t", "c", lookupd_http_addresses="127.0.0.1:4161")
+    lookupds = r.lookupd_http_addresses
+    for again in (copy.copy(lookupds), copy.deepcopy(lookupds),
+                  pickle.loads(pickle.dumps(lookupds))):
+        assert again == ["127.0.0.1:4161"]
+        with pytest.raises(ConfigError, match="connect_to_lookupd"):
+            again.append("127.0.0.1:4261")   # still says which control to call
+    assert lookupds + ["127.0.0.1:4261"] == ["127.0.0.1:4161", "127.0.0.1:4261"]
+    assert ["127.0.0.1:4261"] + lookupds == ["127.0.0.1:4261", "127.0.0.1:4161"]
+    mine = lookupds.copy()
+    mine.append("127.0.0.1:4261")   # a plain list of one's own, as list.copy gave
+    assert mine == ["127.0.0.1:4161", "127.0.0.1:4261"]
+    assert r.lookupd_http_addresses == ["127.0.0.1:4161"]
+
+
 @pytest.mark.parametrize("bad", ["localhost", ":4150", "h:", "h:x", "h:0", "h:70000", "::1:4150"])
 def test_bad_nsqd_address_names_the_parameter(bad):
     with pytest.raises(InvalidAddressError, match="nsqd_tcp_addresses"):

@@ -317,6 +317,7 @@ class Reader:
                                    batch_handler=batch_handler,
                                    process=_overridden(self, "process_message"))
         self._strategy: handlers.Strategy | None = None
+        self._retired_strategies: list[handlers.Strategy] = []
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
         self._intake = Intake(self._answers, lifecycle, max_tries,
@@ -604,6 +605,9 @@ class Reader:
         previous, self._strategy = self._strategy, self._choose_strategy()
         if previous is not None:
             previous.close()  # a handler pool finishes its queue, then its threads exit
+            # kept, so that close() stops it too from starting what it still has queued
+            # (hooks are re-assigned a handful of times in a Reader's life, not per message)
+            self._retired_strategies.append(previous)
         deliveries: MessageSink = self._strategy
         if self._instrument is not None:
             deliveries = self._instrument.deliveries(deliveries)
@@ -790,10 +794,12 @@ class Reader:
             deadline = time.monotonic() + self.drain_timeout
             while any(s.outstanding for s in links) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-        if self._strategy is not None:
-            # a handler pool starts no more queued messages from here on (its workers
-            # exit at the end of its queue): step 3 requeues them, never both
-            self._strategy.close(skip_queued=True)
+        # a handler pool, current or replaced by a hook's re-assignment, starts no more
+        # queued messages from here on (its workers exit at the end of its queue): step 3
+        # requeues them, never both
+        for strategy in (*self._retired_strategies,
+                         *([self._strategy] if self._strategy is not None else [])):
+            strategy.close(skip_queued=True)
         answers.drain_cross_thread()  # answers already on their way from other threads
         # 3. requeue whatever is still unanswered, at once
         n_req = answers.requeue_outstanding(links, self._pull.take_unanswered_blocks())
@@ -858,10 +864,25 @@ class Addresses(tuple[str, ...]):
 
     _controls: str
 
-    def __new__(cls, addresses: Iterable[str], controls: str) -> "Addresses":
+    def __new__(cls, addresses: Iterable[str] = (), controls: str = "") -> "Addresses":
         self = super().__new__(cls, addresses)
         self._controls = controls
         return self
+
+    def __getnewargs__(self) -> tuple[tuple[str, ...], str]:
+        # copy, deepcopy and pickle rebuild it with its controls
+        return (tuple(self), self._controls)
+
+    # pynsq's were lists: a new list from them works as it did there
+    def __add__(self, other: Iterable[str]) -> list[str]:  # type: ignore[override]
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[str]) -> list[str]:
+        return [*other, *self]
+
+    def copy(self) -> list[str]:
+        """A plain list of the addresses (pynsq's ``list.copy``)."""
+        return list(self)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, list):
