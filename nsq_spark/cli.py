@@ -796,10 +796,23 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
         where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
         unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
                       if errors else "")
-        raise RuntimeError(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
-                           "the name right? does nsqd run with --lookupd-tcp-address?)"
-                           + unanswered)
+        raise _NoNsqdListed(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
+                            "the name right? does nsqd run with --lookupd-tcp-address?)"
+                            + unanswered, f"nsqlookupd {', '.join(lookupds)} lists no nsqd "
+                            f"{where}for now (restarted and not registered again yet?); "
+                            "asking again next interval", errors)
     return found, errors
+
+
+class _NoNsqdListed(RuntimeError):
+    """The lookupds that answered list no nsqd: an error for an action and for the first
+    view of ``stat``; a later view says ``later`` and goes on. ``unanswered``: the
+    lookupds that did not answer (address: what the attempt said)."""
+
+    def __init__(self, message: str, later: str, unanswered: dict[str, str]) -> None:
+        super().__init__(message)
+        self.later = later
+        self.unanswered = unanswered
 
 
 def _admin_usage(args: argparse.Namespace) -> str | None:
@@ -885,7 +898,14 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             started = time.monotonic()
             # a lookupd that does not answer keeps its nsqds of the last round, and is
             # said in the view (only the first round fails when none answers)
-            targets, unanswered = _nsqd_targets(args, transport, last=lists)
+            notes: tuple[str, ...] = ()
+            try:
+                targets, unanswered = _nsqd_targets(args, transport, last=lists)
+            except _NoNsqdListed as exc:
+                if shown == 0:
+                    raise
+                # e.g. its one nsqd restarted and lookupd dropped it: say so, go on
+                targets, unanswered, notes = [], exc.unanswered, (exc.later,)
             snapshots = {}
             unreachable = {}
             for address in targets:
@@ -899,7 +919,10 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             if not snapshots and shown == 0:
                 raise RuntimeError("no nsqd answered: " + "; ".join(
                     f"{a}: {e}" for a, e in unreachable.items()))
-            interval = view.update(time.time(), snapshots, unreachable, unanswered)
+            # the wall clock only for the time shown: rates are measured on the monotonic
+            # one (an NTP step of time.time() would give absurd rates)
+            interval = view.update(time.time(), snapshots, unreachable, unanswered,
+                                   monotonic=time.monotonic(), notes=notes)
             if args.json:
                 text = interval.as_json() + "\n"
             else:
