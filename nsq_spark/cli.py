@@ -362,7 +362,8 @@ def _add_admin_parsers(sub: Any) -> None:
             + ("create: every nsqd registered with lookupd" if kind == "topic" else
                "create included: the nsqds that have the topic, as nsqadmin does; an nsqd "
                "without the topic refuses a channel") + "; a lookupd that does not answer "
-            "is a failure: exit status 1). pause: nsqd "
+            "is a failure: exit status 1, the action may be incomplete, as an nsqd only "
+            "that lookupd knows, if any, was not reached). pause: nsqd "
             + ("copies nothing into the topic's channels" if kind == "topic" else
                "sends nothing to the channel's consumers") + " until unpause; empty: drop "
             + ("the messages not yet copied into the channels" if kind == "topic" else
@@ -854,12 +855,14 @@ def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) 
         # a channel goes where its topic is (nsqd refuses one for a topic it lacks)
         targets, unanswered = _nsqd_targets(
             args, transport, for_create=args.action == "create" and channel is None)
-        # an nsqd that only an unanswering lookupd knows was not reached: a failure
+        # an nsqd that only an unanswering lookupd knows (we cannot tell whether there
+        # is one) was not reached: a failure, the action may be incomplete
         failed = len(unanswered)
         for lookupd, error in unanswered.items():
             stderr.write(f"nsq-spark {args.command} {args.action}: error: nsqlookupd "
-                         f"{lookupd} did not answer, so an nsqd only it knows was not "
-                         f"{_ACTION_DONE[args.action]}: {error}\n")
+                         f"{lookupd} did not answer, so an nsqd only it knows, if any, was "
+                         f"not {_ACTION_DONE[args.action]} (the action may be incomplete): "
+                         f"{error}\n")
         what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
         for address in targets:
             nsqd = NsqdClient(address, timeout=args.http_client_request_timeout,
