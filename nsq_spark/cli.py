@@ -290,6 +290,20 @@ def _duration(option: str) -> Any:
     return parse
 
 
+class _DurationAction(argparse.Action):
+    """Stores a duration as :func:`_duration` does, but parsed here, where the option
+    string typed is known: an error names ``--status-every`` when that was typed, not
+    the option's first name ``--interval``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        try:
+            seconds = _seconds(str(values), option_string or self.option_strings[0])
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, seconds)
+
+
 def _seconds(text: str, option: str) -> float:
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     number, unit = text, "s"
@@ -342,7 +356,7 @@ def _add_admin_parsers(sub: Any) -> None:
         "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --json --count 3 | jq .channels")
     _add(st, "--topic", help="only this topic (default: every topic)")
     _add(st, "--channel", help="only this channel of --topic (default: every channel)")
-    _add(st, "--interval", "--status-every", type=_duration("--interval"), default=2.0,
+    _add(st, "--interval", "--status-every", action=_DurationAction, default=2.0,
          metavar="DURATION", help="time between views: 2s (default), 500ms, 1m "
          "(--status-every: nsq_stat's old name of it)")
     _add(st, "--count", type=_number(int, "--count", lo=0), default=0,
