@@ -261,6 +261,29 @@ def test_a_tombstone_that_matched_nothing_is_not_found_naming_the_producers(node
     assert info.value.message == "NODE_NOT_FOUND" and not is_transient(info.value)
 
 
+@pytest.mark.parametrize("node, words", [
+    # listed for the topic, not tombstoned: did not take, or expired already
+    ("10.0.0.1:4151", ["lists the producer of topic 't' at 10.0.0.1:4151 but not as "
+                       "tombstoned", "--tombstone-lifetime"]),
+    # listed, not for the topic: lookupd tombstones among the topic's producers
+    ("10.0.0.2:4151", ["tombstoned nothing: no producer of topic 't' is at 10.0.0.2:4151",
+                       "registered for other only", "knows: 10.0.0.1:4151;"]),
+    # not listed at all (lookupd leaves out inactive nsqds): not confirmed, not "nothing"
+    ("10.0.0.9:4151", ["did not confirm the tombstone", "lists no nsqd there at all",
+                       "--inactive-producer-timeout", "the tombstone may have taken",
+                       "knows: 10.0.0.1:4151;"]),
+])
+def test_a_tombstone_not_seen_in_nodes_says_what_is_known(node, words):
+    fake = ScriptedTransport(Answer(200, b""), nodes_answer(
+        ("10.0.0.1", 4151, ["t"], [False]), ("10.0.0.2", 4151, ["other"], [False])))
+    with pytest.raises(NotFoundError) as info:
+        LookupdClient("10.0.0.5:4161", transport=fake).tombstone_topic_producer("t", node)
+    text = str(info.value)
+    assert all(w in text for w in words), text
+    assert ("tombstoned nothing" in text) == (node == "10.0.0.2:4151")
+    assert info.value.message == "NODE_NOT_FOUND" and not is_transient(info.value)
+
+
 def test_async_client_reads_the_same_answers():
     fake = FakeAsyncTransport(Answer(200, recorded("nsqd_stats.json")))
 
