@@ -354,3 +354,30 @@ def test_ssl_context_and_a_transport_are_not_given_together():
     with pytest.raises(ConfigError, match="ssl_context or transport, not both"):
         NsqdClient("127.0.0.1:4151", transport=FakeTransport(),
                    ssl_context=ssl.create_default_context())
+
+
+@pytest.mark.parametrize("text, not_http", [
+    # h11 could not parse what came back: not HTTP (the same on every attempt)
+    ("illegal request line", True),  # nsqd's TCP port: a framed E_BAD_PROTOCOL
+    ("illegal status line: bytearray(b'E_BAD_PROTOCOL')", True),
+    ("illegal header line: bytearray(b'x')", True),
+    ("Receive buffer too long", True),
+    ("no response line received", True),
+    # the connection closed or was cut short: no answer (transient)
+    ("peer unexpectedly closed connection", False),
+    ("peer closed connection without sending complete message body (incomplete chunked "
+     "read)", False),
+    ("Server disconnected without sending a response.", False),
+    ("Server disconnected", False),
+    ("Can't receive data when peer state is ERROR", False),
+])
+def test_a_protocol_error_is_not_http_only_when_h11_could_not_parse_the_answer(
+        text, not_http):
+    import httpx
+
+    from nsq_spark.admin.transport import _failure
+
+    error = _failure("GET", "http://n:4151/stats", httpx.RemoteProtocolError(text))
+    assert isinstance(error, UnexpectedAnswerError if not_http else NodeUnreachableError)
+    assert is_transient(error) is not not_http
+    assert ("not HTTP" in str(error)) is not_http and text in str(error)
