@@ -290,6 +290,20 @@ def _duration(option: str) -> Any:
     return parse
 
 
+class _DurationAction(argparse.Action):
+    """Stores a duration as :func:`_duration` does, but parsed here, where the option
+    string typed is known: an error names ``--status-every`` when that was typed, not
+    the option's first name ``--interval``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        try:
+            seconds = _seconds(str(values), option_string or self.option_strings[0])
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, seconds)
+
+
 def _seconds(text: str, option: str) -> float:
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     number, unit = text, "s"
@@ -342,7 +356,7 @@ def _add_admin_parsers(sub: Any) -> None:
         "  nsq-spark stat --nsqd-http-address 127.0.0.1:4151 --json --count 3 | jq .channels")
     _add(st, "--topic", help="only this topic (default: every topic)")
     _add(st, "--channel", help="only this channel of --topic (default: every channel)")
-    _add(st, "--interval", "--status-every", type=_duration("--interval"), default=2.0,
+    _add(st, "--interval", "--status-every", action=_DurationAction, default=2.0,
          metavar="DURATION", help="time between views: 2s (default), 500ms, 1m "
          "(--status-every: nsq_stat's old name of it)")
     _add(st, "--count", type=_number(int, "--count", lo=0), default=0,
@@ -362,7 +376,8 @@ def _add_admin_parsers(sub: Any) -> None:
             + ("create: every nsqd registered with lookupd" if kind == "topic" else
                "create included: the nsqds that have the topic, as nsqadmin does; an nsqd "
                "without the topic refuses a channel") + "; a lookupd that does not answer "
-            "is a failure: exit status 1). pause: nsqd "
+            "is a failure: exit status 1, the action may be incomplete, as an nsqd only "
+            "that lookupd knows, if any, was not reached). pause: nsqd "
             + ("copies nothing into the topic's channels" if kind == "topic" else
                "sends nothing to the channel's consumers") + " until unpause; empty: drop "
             + ("the messages not yet copied into the channels" if kind == "topic" else
@@ -796,10 +811,23 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
         where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
         unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
                       if errors else "")
-        raise RuntimeError(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
-                           "the name right? does nsqd run with --lookupd-tcp-address?)"
-                           + unanswered)
+        raise _NoNsqdListed(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
+                            "the name right? does nsqd run with --lookupd-tcp-address?)"
+                            + unanswered, f"nsqlookupd {', '.join(lookupds)} lists no nsqd "
+                            f"{where}for now (restarted and not registered again yet?); "
+                            "asking again next interval", errors)
     return found, errors
+
+
+class _NoNsqdListed(RuntimeError):
+    """The lookupds that answered list no nsqd: an error for an action and for the first
+    view of ``stat``; a later view says ``later`` and goes on. ``unanswered``: the
+    lookupds that did not answer (address: what the attempt said)."""
+
+    def __init__(self, message: str, later: str, unanswered: dict[str, str]) -> None:
+        super().__init__(message)
+        self.later = later
+        self.unanswered = unanswered
 
 
 def _admin_usage(args: argparse.Namespace) -> str | None:
@@ -841,12 +869,14 @@ def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) 
         # a channel goes where its topic is (nsqd refuses one for a topic it lacks)
         targets, unanswered = _nsqd_targets(
             args, transport, for_create=args.action == "create" and channel is None)
-        # an nsqd that only an unanswering lookupd knows was not reached: a failure
+        # an nsqd that only an unanswering lookupd knows (we cannot tell whether there
+        # is one) was not reached: a failure, the action may be incomplete
         failed = len(unanswered)
         for lookupd, error in unanswered.items():
             stderr.write(f"nsq-spark {args.command} {args.action}: error: nsqlookupd "
-                         f"{lookupd} did not answer, so an nsqd only it knows was not "
-                         f"{_ACTION_DONE[args.action]}: {error}\n")
+                         f"{lookupd} did not answer, so an nsqd only it knows, if any, was "
+                         f"not {_ACTION_DONE[args.action]} (the action may be incomplete): "
+                         f"{error}\n")
         what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
         for address in targets:
             nsqd = NsqdClient(address, timeout=args.http_client_request_timeout,
@@ -885,7 +915,14 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             started = time.monotonic()
             # a lookupd that does not answer keeps its nsqds of the last round, and is
             # said in the view (only the first round fails when none answers)
-            targets, unanswered = _nsqd_targets(args, transport, last=lists)
+            notes: tuple[str, ...] = ()
+            try:
+                targets, unanswered = _nsqd_targets(args, transport, last=lists)
+            except _NoNsqdListed as exc:
+                if shown == 0:
+                    raise
+                # e.g. its one nsqd restarted and lookupd dropped it: say so, go on
+                targets, unanswered, notes = [], exc.unanswered, (exc.later,)
             snapshots = {}
             unreachable = {}
             for address in targets:
@@ -899,7 +936,10 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             if not snapshots and shown == 0:
                 raise RuntimeError("no nsqd answered: " + "; ".join(
                     f"{a}: {e}" for a, e in unreachable.items()))
-            interval = view.update(time.time(), snapshots, unreachable, unanswered)
+            # the wall clock only for the time shown: rates are measured on the monotonic
+            # one (an NTP step of time.time() would give absurd rates)
+            interval = view.update(time.time(), snapshots, unreachable, unanswered,
+                                   monotonic=time.monotonic(), notes=notes)
             if args.json:
                 text = interval.as_json() + "\n"
             else:

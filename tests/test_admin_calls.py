@@ -261,6 +261,29 @@ def test_a_tombstone_that_matched_nothing_is_not_found_naming_the_producers(node
     assert info.value.message == "NODE_NOT_FOUND" and not is_transient(info.value)
 
 
+@pytest.mark.parametrize("node, words", [
+    # listed for the topic, not tombstoned: did not take, or expired already
+    ("10.0.0.1:4151", ["lists the producer of topic 't' at 10.0.0.1:4151 but not as "
+                       "tombstoned", "--tombstone-lifetime"]),
+    # listed, not for the topic: lookupd tombstones among the topic's producers
+    ("10.0.0.2:4151", ["tombstoned nothing: no producer of topic 't' is at 10.0.0.2:4151",
+                       "registered for other only", "knows: 10.0.0.1:4151;"]),
+    # not listed at all (lookupd leaves out inactive nsqds): not confirmed, not "nothing"
+    ("10.0.0.9:4151", ["did not confirm the tombstone", "lists no nsqd there at all",
+                       "--inactive-producer-timeout", "the tombstone may have taken",
+                       "knows: 10.0.0.1:4151;"]),
+])
+def test_a_tombstone_not_seen_in_nodes_says_what_is_known(node, words):
+    fake = ScriptedTransport(Answer(200, b""), nodes_answer(
+        ("10.0.0.1", 4151, ["t"], [False]), ("10.0.0.2", 4151, ["other"], [False])))
+    with pytest.raises(NotFoundError) as info:
+        LookupdClient("10.0.0.5:4161", transport=fake).tombstone_topic_producer("t", node)
+    text = str(info.value)
+    assert all(w in text for w in words), text
+    assert ("tombstoned nothing" in text) == (node == "10.0.0.2:4151")
+    assert info.value.message == "NODE_NOT_FOUND" and not is_transient(info.value)
+
+
 def test_async_client_reads_the_same_answers():
     fake = FakeAsyncTransport(Answer(200, recorded("nsqd_stats.json")))
 
@@ -331,3 +354,30 @@ def test_ssl_context_and_a_transport_are_not_given_together():
     with pytest.raises(ConfigError, match="ssl_context or transport, not both"):
         NsqdClient("127.0.0.1:4151", transport=FakeTransport(),
                    ssl_context=ssl.create_default_context())
+
+
+@pytest.mark.parametrize("text, not_http", [
+    # h11 could not parse what came back: not HTTP (the same on every attempt)
+    ("illegal request line", True),  # nsqd's TCP port: a framed E_BAD_PROTOCOL
+    ("illegal status line: bytearray(b'E_BAD_PROTOCOL')", True),
+    ("illegal header line: bytearray(b'x')", True),
+    ("Receive buffer too long", True),
+    ("no response line received", True),
+    # the connection closed or was cut short: no answer (transient)
+    ("peer unexpectedly closed connection", False),
+    ("peer closed connection without sending complete message body (incomplete chunked "
+     "read)", False),
+    ("Server disconnected without sending a response.", False),
+    ("Server disconnected", False),
+    ("Can't receive data when peer state is ERROR", False),
+])
+def test_a_protocol_error_is_not_http_only_when_h11_could_not_parse_the_answer(
+        text, not_http):
+    import httpx
+
+    from nsq_spark.admin.transport import _failure
+
+    error = _failure("GET", "http://n:4151/stats", httpx.RemoteProtocolError(text))
+    assert isinstance(error, UnexpectedAnswerError if not_http else NodeUnreachableError)
+    assert is_transient(error) is not not_http
+    assert ("not HTTP" in str(error)) is not_http and text in str(error)

@@ -1,15 +1,19 @@
 """nsq-spark stat's view (nsq_spark.admin.stat) without IO: rows summed over nsqds, rates
-from one interval to the next, never negative, and its text and JSON forms."""
+from one interval to the next, never negative, and its text and JSON forms; and the
+command's rounds with lookupd, nsqd and the clocks faked."""
 
 from __future__ import annotations
 
+import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsq_spark import cli
 from nsq_spark.admin.calls import parse_nsqd_stats
 from nsq_spark.admin.model import ChannelStats, NsqdStats, TopicStats
 from nsq_spark.admin.stat import StatView, format_text
@@ -105,3 +109,87 @@ def test_a_topic_without_channels_is_a_row_of_its_own():
 def test_nothing_to_show_and_unreachable_nsqds_are_said():
     text = format_text(StatView("x").update(0.0, {}, {"n:1": "refused"}), header=False)
     assert "nothing to show" in text and "nsqd n:1 did not answer: refused" in text
+
+
+class _Clock:
+    """cli's ``time`` for a stat run without waiting: ``time()`` steps back an hour (an
+    NTP step) after the first view, ``monotonic()`` advances 2 s a view."""
+
+    def __init__(self):
+        self.views = 0
+
+    def time(self):
+        return 1_700_000_000.0 - (3600.0 if self.views > 0 else 0.0)
+
+    def monotonic(self):
+        return 100.0 + 2.0 * self.views
+
+    def sleep(self, seconds):
+        self.views += 1
+
+    def strftime(self, *a):
+        return time.strftime(*a)
+
+    def gmtime(self, *a):
+        return time.gmtime(*a)
+
+
+def _fake_stat_run(monkeypatch, listed):
+    """``nsq-spark stat --lookupd-http-address`` with lookupd and nsqd faked: lookupd lists
+    ``listed[i]`` nsqds in view i; nsqd's message count grows 10 a view."""
+    from nsq_spark.admin import LookupdClient, NsqdClient
+    from nsq_spark.admin.model import (ChannelStats, Lookup, LookupdProducer, NsqdStats,
+                                       TopicStats)
+
+    clock = _Clock()
+    monkeypatch.setattr(cli, "time", clock)
+    monkeypatch.setattr(LookupdClient, "lookup", lambda self, topic: Lookup(producers=tuple(
+        LookupdProducer("127.0.0.1", 4150, 4151) for _ in range(listed[clock.views]))))
+    monkeypatch.setattr(NsqdClient, "stats", lambda self, *a, **k: NsqdStats(
+        "1.3.0", "OK", 0, (TopicStats("t", 0, 0, 0, 0, False, (ChannelStats(
+            "c", 0, 0, 0, 0, 10 * clock.views, 0, 0, 1, False),)),)))
+    out, err = io.BytesIO(), io.StringIO()
+    rc = cli.main(["stat", "--lookupd-http-address", "127.0.0.1:4161", "--topic", "t",
+                   "--json", "--count", str(len(listed))], stdout=out, stderr=err)
+    return rc, out.getvalue().decode(), err.getvalue()
+
+
+def test_stat_rates_use_the_monotonic_clock_not_a_stepped_wall_clock(monkeypatch):
+    rc, out, err = _fake_stat_run(monkeypatch, [1, 1])
+    assert (rc, err) == (0, "")
+    first, second = (json.loads(line) for line in out.splitlines())
+    # time.time() went back an hour: the view's time says so, the rate does not care
+    assert (first["time"], second["time"]) == ("2023-11-14T22:13:20Z", "2023-11-14T21:13:20Z")
+    assert second["interval_seconds"] == 2.0
+    assert second["channels"][0]["message_rate"] == 5.0
+
+
+def test_stat_goes_on_when_lookupd_lists_no_nsqd_mid_run(monkeypatch):
+    # the one nsqd restarted and lookupd dropped it for a view: said, not an exit 1
+    rc, out, err = _fake_stat_run(monkeypatch, [1, 0, 1])
+    assert (rc, err) == (0, "")
+    views = [json.loads(line) for line in out.splitlines()]
+    assert [len(v["channels"]) for v in views] == [1, 0, 1]
+    assert [len(v["notes"]) for v in views] == [0, 1, 0]
+    assert "lists no nsqd for topic 't' for now" in views[1]["notes"][0]
+
+
+def test_stat_fails_its_first_view_when_lookupd_lists_no_nsqd(monkeypatch):
+    rc, out, err = _fake_stat_run(monkeypatch, [0, 1])
+    assert rc == cli.EXIT_ERROR and out == ""
+    assert "lists no nsqd for topic 't' (is the name right?" in err
+
+
+def test_stat_table_says_lookupd_lists_no_nsqd_for_now():
+    from nsq_spark.admin.stat import StatView, format_text
+
+    text = format_text(StatView("t").update(0.0, {}, notes=("lists no nsqd for now",)))
+    assert "lists no nsqd for now" in text and "nothing to show" not in text
+
+
+def test_the_interval_is_measured_on_the_monotonic_clock_given():
+    view = StatView("t", "c")
+    view.update(1000.0, {"a:1": nsqd(10)}, monotonic=50.0)
+    # the wall clock stepped back an hour; 4 s passed on the monotonic one
+    second = view.update(1000.0 - 3600, {"a:1": nsqd(30)}, monotonic=54.0)
+    assert (second.at, second.seconds, second.rows[0].message_rate) == (-2600.0, 4.0, 5.0)

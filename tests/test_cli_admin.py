@@ -87,6 +87,9 @@ def test_a_lookupd_that_does_not_answer_fails_a_mutating_action(nsq_cluster):
     assert out == f"paused topic {topic} on nsqd {nsq_cluster.nsqd_http_addresses[0]}\n"
     assert rc == cli.EXIT_ERROR
     assert f"nsqlookupd {down} did not answer" in err and "was not paused" in err
+    # whether the unanswering lookupd knows another nsqd is unknown: not said as a fact
+    assert "an nsqd only it knows, if any, was not paused" in err
+    assert "the action may be incomplete" in err
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
@@ -166,6 +169,10 @@ def test_an_unreachable_nsqd_fails_with_status_1_naming_the_port():
     (["stat", "--channel", "c", "--nsqd-http-address", "h:1"], "--channel needs --topic"),
     (["stat", "--nsqd-http-address", "h:1", "--status-every", "soon"], "duration"),
     (["stat", "--nsqd-http-address", "h:1", "--status-every", "0s"], "--interval"),
+    (["stat", "--nsqd-http-address", "h:1", "--status-every", "0s"], ": --status-every=0"),
+    (["stat", "--nsqd-http-address", "h:1", "-status-every", "soon"],
+     ": -status-every 'soon': give a duration"),
+    (["stat", "--nsqd-http-address", "h:1", "--interval", "0s"], ": --interval=0"),
     (["stat", "--nsqd-http-address", "h:1", "--interval", "0s"], "--interval"),
     (["stat", "--nsqd-http-address", "h:1", "--http-client-connect-timeout", "0"],
      "--http-client-connect-timeout"),
@@ -219,7 +226,10 @@ def test_the_http_client_timeouts_reach_the_transport(nsq_cluster, monkeypatch):
 def test_help_shows_examples(capsys):
     for command in ("stat", "topic", "channel"):
         assert cli.main([command, "--help"]) == 0
-        assert f"examples:\n  nsq-spark {command}" in capsys.readouterr().out
+        text = capsys.readouterr().out
+        assert f"examples:\n  nsq-spark {command}" in text
+        if command != "stat":
+            assert "exit status 1, the action may be incomplete" in " ".join(text.split())
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)

@@ -410,22 +410,48 @@ def tombstone(address: str, topic: str, node_address: str) -> Call[None]:
 
 def check_tombstoned(call: Call[None], nodes: list[LookupdProducer], node_address: str
                      ) -> None:
-    """After the :func:`tombstone` ``call``: raise :class:`NotFoundError` unless
-    ``nodes`` (that lookupd's ``/nodes``) has a producer of the topic at ``node_address``
-    (its ``broadcast_address:http_port``) tombstoned for it. lookupd answers the
-    tombstone request 200 even when no producer matched (a typo, the TCP port, a
-    hostname where lookupd knows an IP)."""
+    """After the :func:`tombstone` ``call``: return when ``nodes`` (that lookupd's
+    ``/nodes``) has the nsqd at ``node_address`` (its ``broadcast_address:http_port``)
+    tombstoned for the topic, else raise :class:`NotFoundError` (``NODE_NOT_FOUND``).
+    lookupd answers the tombstone request 200 even when no producer matched (a typo,
+    the TCP port, a hostname where lookupd knows an IP), so only ``/nodes`` tells.
+
+    * The nsqd is listed for the topic but not tombstoned: the tombstone did not take,
+      or already expired (a ``--tombstone-lifetime`` shorter than reading ``/nodes``).
+    * The nsqd is listed, but not for the topic: lookupd tombstones among the topic's
+      producers, so nothing was tombstoned.
+    * No such nsqd is listed at all: not confirmed either way. Either none is registered
+      there (nothing was tombstoned), or lookupd leaves it out of ``/nodes`` as inactive
+      (no heartbeat for its ``--inactive-producer-timeout``, 300 s by default) while the
+      tombstone may have taken. Still an error, saying so: the caller must not be told
+      the tombstone took when that is not known."""
     target = parse_address(node_address, "node_address", "127.0.0.1:4151")
     topic = str(call.topic)
     carrying = [p for p in nodes if topic in p.topics]
-    for p in carrying:
-        if p.broadcast_address == target.host and p.http_port == target.port:
+    known = ", ".join(str(p.http_address) for p in carrying) or "none"
+    hint = (f"the producers of {topic!r} it knows: {known}; give one of those (the nsqd's "
+            "HTTP port, 4151 by default, not its TCP port)")
+    at = [p for p in nodes
+          if p.broadcast_address == target.host and p.http_port == target.port]
+    for p in at:
+        if topic in p.topics:
             i = p.topics.index(topic)
             if i < len(p.tombstones) and p.tombstones[i]:
                 return
-    known = ", ".join(str(p.http_address) for p in carrying) or "none"
-    raise NotFoundError(
-        f"{call.node} tombstoned nothing: no producer of topic {topic!r} is at {target} "
-        f"(broadcast_address:http_port); the producers of {topic!r} it knows: {known}; "
-        "give one of those (the nsqd's HTTP port, 4151 by default, not its TCP port)",
-        status=200, message="NODE_NOT_FOUND", url=call.url)
+    if any(topic in p.topics for p in at):
+        what = (f"{call.node} lists the producer of topic {topic!r} at {target} but not as "
+                "tombstoned: the tombstone did not take, or it already expired (lookupd's "
+                "--tombstone-lifetime shorter than the time to read /nodes)")
+    elif at:
+        listed = ", ".join(sorted({t for p in at for t in p.topics})) or "no topic"
+        what = (f"{call.node} tombstoned nothing: no producer of topic {topic!r} is at "
+                f"{target} (broadcast_address:http_port); the nsqd there is registered for "
+                f"{listed} only; {hint}")
+    else:
+        what = (f"{call.node} did not confirm the tombstone: no producer of topic "
+                f"{topic!r} is at {target} (broadcast_address:http_port) in its /nodes, "
+                "which lists no nsqd there at all: either none is registered there and "
+                "nothing was tombstoned, or lookupd leaves it out of /nodes as inactive "
+                "(no heartbeat for its --inactive-producer-timeout, 300 s by default) and "
+                f"the tombstone may have taken; {hint}")
+    raise NotFoundError(what, status=200, message="NODE_NOT_FOUND", url=call.url)

@@ -224,7 +224,9 @@ class LookupdClient(_Sync):
         lookupd answers 200 even when no producer matched, so ``/nodes`` is asked
         afterwards: :class:`~nsq_spark.admin.errors.NotFoundError` (``message``
         ``"NODE_NOT_FOUND"``) names the producers of ``topic`` it knows when none at
-        ``node`` is tombstoned."""
+        ``node`` is tombstoned, and says whether that is known or, the node missing from
+        ``/nodes`` altogether (inactive, or none there), not confirmed
+        (:func:`~nsq_spark.admin.calls.check_tombstoned`)."""
         call = calls.tombstone(self.address, topic, node)
         self._send(call)
         calls.check_tombstoned(call, self.nodes(), node)

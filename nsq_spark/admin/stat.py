@@ -71,12 +71,14 @@ class ChannelRow:
 class Interval:
     """What one interval shows."""
 
-    at: float  # time.time()
+    at: float  # time.time(): the time shown, never used for a rate
     seconds: float | None  # since the previous interval (None: the first)
     rows: tuple[ChannelRow, ...]
     unreachable: tuple[tuple[str, str], ...] = ()  # (nsqd, what the attempt said)
     #: (nsqlookupd, what the attempt said): the nsqds it listed before were asked
     unreachable_lookupds: tuple[tuple[str, str], ...] = ()
+    #: lines about the view as a whole (e.g. lookupd lists no nsqd for now)
+    notes: tuple[str, ...] = ()
 
     def as_json(self) -> str:
         """One JSON object (``--json`` prints one a line)."""
@@ -86,7 +88,8 @@ class Interval:
             "channels": [asdict(r) for r in self.rows],
             "unreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
             "unreachable_lookupds": [{"lookupd": a, "error": e}
-                                     for a, e in self.unreachable_lookupds]}
+                                     for a, e in self.unreachable_lookupds],
+            "notes": list(self.notes)}
         return json.dumps(doc, sort_keys=False)
 
 
@@ -169,15 +172,21 @@ class StatView:
     topic: str | None = None
     channel: str | None = None
     _previous: _Previous = field(default_factory=dict)
-    _previous_at: float | None = None
+    _previous_at: float | None = None  # the previous interval's ``monotonic``
 
     def update(self, at: float, snapshots: Mapping[str, NsqdStats],
                unreachable: Mapping[str, str] | None = None,
-               unreachable_lookupds: Mapping[str, str] | None = None) -> Interval:
-        """The interval measured at ``at`` (``time.time()``) from each answering nsqd's
-        stats (keyed by its address); ``unreachable`` / ``unreachable_lookupds``: the
-        nsqds and lookupds that did not answer (address: what the attempt said)."""
-        seconds = None if self._previous_at is None else at - self._previous_at
+               unreachable_lookupds: Mapping[str, str] | None = None, *,
+               monotonic: float | None = None, notes: tuple[str, ...] = ()) -> Interval:
+        """The interval measured at ``at`` (``time.time()``, the time it shows) from each
+        answering nsqd's stats (keyed by its address); ``unreachable`` /
+        ``unreachable_lookupds``: the nsqds and lookupds that did not answer (address:
+        what the attempt said); ``notes``: lines about the view as a whole.
+        ``monotonic`` (``time.monotonic()``; default ``at``) is what the seconds between
+        intervals, and so the rates, are measured on: a wall clock stepped by NTP would
+        give absurd or no rates."""
+        now = at if monotonic is None else monotonic
+        seconds = None if self._previous_at is None else now - self._previous_at
         rows = []
         found, parts = _rows(snapshots, self.topic, self.channel)
         for row in found:
@@ -188,9 +197,9 @@ class StatView:
                               timeout_rate=round(growth[2] / seconds, 3))
             rows.append(row)
         self._previous = parts
-        self._previous_at = at
+        self._previous_at = now
         return Interval(at, seconds, tuple(rows), tuple(sorted((unreachable or {}).items())),
-                        tuple(sorted((unreachable_lookupds or {}).items())))
+                        tuple(sorted((unreachable_lookupds or {}).items())), tuple(notes))
 
 
 _HEADER = (f"{'topic/channel':<32} {'depth':>8} {'disk':>8} {'inflight':>8} {'deferred':>8} "
@@ -217,7 +226,8 @@ def format_text(interval: Interval, header: bool = True, clients: bool = False) 
                 lines.append(f"    {k.remote_address} on {k.nsqd} ({k.user_agent}): rdy "
                              f"{k.ready} inflight {k.in_flight} msgs {k.messages} fin "
                              f"{k.finished} req {k.requeued}")
-    if not interval.rows:
+    lines.extend(interval.notes)
+    if not interval.rows and not interval.notes:
         lines.append("(nothing to show: no such topic/channel on the nsqds that answered)")
     for nsqd, error in interval.unreachable:
         lines.append(f"nsqd {nsqd} did not answer: {error}")

@@ -66,13 +66,32 @@ def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
+#: The starts of h11's messages (h11 0.14-0.16) when the bytes that came back do not
+#: parse as an HTTP answer: an illegal status line (nsqd's TCP port answers a framed
+#: ``E_BAD_PROTOCOL``: "illegal request line"), header or chunk, or a head too long.
+#: Every other protocol error is a connection closed or cut short ("peer unexpectedly
+#: closed connection", "peer closed connection without sending complete message body",
+#: httpcore's "Server disconnected without sending a response."): no answer, transient.
+_NOT_HTTP = ("illegal ", "malformed ", "invalid ", "continuation line at start of headers",
+             "no response line received", "Receive buffer too long", "bad Content-Length",
+             "conflicting Content-Length", "multiple Transfer-Encoding",
+             "Only Transfer-Encoding", "Response status_code",
+             "InformationalResponse status_code")
+
+
+def _not_http(exc: Exception) -> bool:
+    """Whether an httpx error says the answer was not HTTP (h11 could not parse it), as
+    opposed to a connection that closed (no answer)."""
+    return (isinstance(exc, httpx.RemoteProtocolError)
+            and str(exc).lstrip().lower().startswith(tuple(m.lower() for m in _NOT_HTTP)))
+
+
 def _failure(method: str, url: str, exc: Exception
              ) -> NodeUnreachableError | AdminTLSError | UnexpectedAnswerError:
     """The admin error of an httpx transport error: no answer, a TLS failure, or an
     answer that is not HTTP."""
-    if isinstance(exc, httpx.RemoteProtocolError) and "without sending" not in str(exc):
-        # bytes came back, but not an HTTP answer ("Server disconnected without sending
-        # a response" is a lost connection, below)
+    if _not_http(exc):
+        # bytes came back, but not an HTTP answer (a closed connection is below)
         return UnexpectedAnswerError(
             f"{method} {url}: the server answered, but not HTTP ({exc}); is this the HTTP "
             "port? (nsqd 4151, nsqlookupd 4161 by default; 4150 and 4160 are their TCP "

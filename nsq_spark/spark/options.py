@@ -704,12 +704,12 @@ def _reader_cache_options(opts: _Opts, connection: Mapping[str, Any]) -> dict[st
     default is lowered to that half, a larger given value is refused."""
     msg_timeout = float(connection.get("msg_timeout") or NSQD_MSG_TIMEOUT)
     limit = msg_timeout * READER_CACHE_SHARE_OF_MSG_TIMEOUT
-    # > 0 here; the cap (READ_OPTION_LIMITS' hi) below, with the reason
-    idle = opts.seconds("readerCacheIdleTimeout", min(DEFAULT_READER_CACHE_IDLE, limit))
-    if idle > MAX_READER_CACHE_IDLE:
-        raise NSQOptionError(f"option 'readerCacheIdleTimeout' ({idle:g} s) must be at most "
-                             f"{MAX_READER_CACHE_IDLE:g} s: a paused Reader may hold "
-                             "messages in flight on nsqd until it is closed")
+    # the option's own Limit (> 0 .. 300), so a bad value is told its real bounds; the
+    # cap's reason goes with the error
+    idle = opts.seconds("readerCacheIdleTimeout", min(DEFAULT_READER_CACHE_IDLE, limit),
+                        READ_OPTION_LIMITS, hint="at most "
+                        f"{MAX_READER_CACHE_IDLE:g} s: a paused Reader may hold messages "
+                        "in flight on nsqd until it is closed")
     if idle > limit:
         said = ("nsqd's default --msg-timeout" if connection.get("msg_timeout") is None
                 else "from option 'msgTimeout' or 'nsq.msg_timeout'")
