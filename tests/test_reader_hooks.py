@@ -242,6 +242,37 @@ def _create_channel(http: str, topic: str, channel: str) -> None:
 
 @pytest.mark.nsqd
 @pytest.mark.timeout(120)
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["validate_message", "preprocess_message", "disabled"])
+def test_a_coroutine_hook_is_refused_not_taken_for_true(name: str) -> None:
+    # called without awaiting, as pynsq calls them: a coroutine would stand for the
+    # result, always true (every message "valid", RDY held at 0 for good)
+    from tornado import gen
+
+    from nsq_spark.errors import ConfigError
+
+    async def coro(*args: Any) -> bool:
+        return False
+
+    @gen.coroutine
+    def tornado_coro(*args: Any) -> Any:
+        return False
+
+    r = Reader("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"])
+    for hook in (coro, tornado_coro):
+        with pytest.raises(ConfigError, match=f"{name} is a coroutine function"):
+            setattr(r, name, hook)
+        assert name not in vars(r)  # refused, not half-applied
+    setattr(r, name, lambda *args: True)  # a plain def is taken
+    assert name in vars(r)
+
+    class Overriding(Reader):
+        pass
+    setattr(Overriding, name, coro)
+    with pytest.raises(ConfigError, match=name):
+        Overriding("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"])
+
+
 def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster: NSQCluster,
                                                                     tmp_path: Path) -> None:
     modules = ["nsq_spark"]

@@ -368,6 +368,23 @@ def _coroutine_for_threads(f: Any) -> bool:
         gen.is_coroutine_function(getattr(f, "__call__", None)))
 
 
+#: pynsq's hooks whose result decides, called synchronously (as pynsq calls them)
+SYNC_HOOKS = ("preprocess_message", "validate_message", "disabled")
+
+
+def check_sync_hook(name: str, hook: Callable[..., Any] | None) -> None:
+    """ConfigError when pynsq's ``name`` hook (one of :data:`SYNC_HOOKS`) is a coroutine
+    function (``async def`` or tornado's ``@gen.coroutine``): it is called without being
+    awaited, as in pynsq, so its coroutine would stand for its result -- always true: every
+    message would pass ``validate_message`` unchecked, ``preprocess_message`` would hand the
+    handler a coroutine, ``disabled`` would hold RDY at 0 for good."""
+    if hook is not None and _coroutine_for_threads(hook):
+        raise ConfigError(f"{name} is a coroutine function (async def or @gen.coroutine), "
+                          "but the Reader calls it without awaiting it, as pynsq does, and "
+                          "uses its result at once: make it a plain def (do async work in "
+                          "the message handler, which may be async)")
+
+
 def check_concurrency(concurrency: int, *, message_handler: Callable[..., Any] | None,
                       batch_handler: Callable[..., Any] | None,
                       process: Callable[..., Any] | None = None) -> None:

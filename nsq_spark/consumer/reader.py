@@ -316,6 +316,8 @@ class Reader:
         handlers.check_concurrency(concurrency, message_handler=message_handler,
                                    batch_handler=batch_handler,
                                    process=_overridden(self, "process_message"))
+        for hook in handlers.SYNC_HOOKS:   # a subclass's override (instance ones: below)
+            handlers.check_sync_hook(hook, _overridden(self, hook))
         self._strategy: handlers.Strategy | None = None
         self._retired_strategies: list[handlers.Strategy] = []
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
@@ -370,10 +372,12 @@ class Reader:
         # pynsq programs assign hooks on the instance (``r.validate_message = f``), before
         # or after start; the part that calls the hook is re-wired then, so the hot path
         # keeps choosing once and pays nothing for a hook nobody set
+        # refused here, in the caller's thread, not later on the loop
         if name == "process_message" and "concurrency" in vars(self):
-            # refused here, in the caller's thread, not later on the loop
             handlers.check_concurrency(self.concurrency, message_handler=self.message_handler,
                                        batch_handler=self.batch_handler, process=value)
+        elif name in handlers.SYNC_HOOKS:
+            handlers.check_sync_hook(name, value)
         object.__setattr__(self, name, value)
         if name in HOOKS and "_pool" in vars(self):
             self._rewire_hook(name)
