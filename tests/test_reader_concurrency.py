@@ -138,28 +138,36 @@ def test_enable_async_leaves_the_answer_to_the_application(
     nsq_cluster.wait_drained(topic, "ch")
 
 
-def test_close_requeues_what_the_pool_still_holds(nsq_cluster: NSQCluster) -> None:
-    topic = _topic()
-    nsq_cluster.publish(topic, [b"q%d" % i for i in range(6)])
-    release = threading.Event()
-    started: list[bytes] = []
+class BlockedPool:
+    """A Reader with a pool of 2 threads whose handler blocks until ``release`` is set:
+    2 messages running, the rest of ``n`` queued in the pool."""
 
-    def handler(m: Message) -> bool:
-        started.append(m.body)
-        release.wait(10)
+    def __init__(self, nsq_cluster: NSQCluster, n: int) -> None:
+        self.topic = _topic()
+        nsq_cluster.publish(self.topic, [b"q%d" % i for i in range(n)])
+        self.release = threading.Event()
+        self.started: list[bytes] = []
+        self.runner = ReaderRunner()
+        self.reader = self.runner.start(self.topic, "ch", self.handler, max_in_flight=n,
+                                        concurrency=2, drain_timeout=0.3,
+                                        nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
+        wait_until(lambda: len(self.started) == 2, 10, "2 handlers blocked")
+
+    def handler(self, m: Message) -> bool:
+        self.started.append(m.body)
+        self.release.wait(10)
         return True
 
-    runner = ReaderRunner()
-    reader = runner.start(topic, "ch", handler, max_in_flight=6, concurrency=2,
-                          drain_timeout=0.3,
-                          nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
-    wait_until(lambda: len(started) == 2, 10, "2 handlers blocked")
-    runner.stop(reader)  # 2 running, 4 queued: all 6 unanswered after drain_timeout
-    release.set()
+
+def test_close_requeues_what_the_pool_still_holds(nsq_cluster: NSQCluster) -> None:
+    blocked = BlockedPool(nsq_cluster, 6)
+    reader = blocked.reader
+    blocked.runner.stop(reader)  # 2 running, 4 queued: all 6 unanswered after drain_timeout
+    blocked.release.set()
     assert reader.requeued == 6 and reader.finished == 0
     time.sleep(0.2)
-    assert len(started) == 2  # the queued ones never reached the handler
-    ch = nsq_cluster.nsqds[0].channel_stats(topic, "ch")
+    assert len(blocked.started) == 2  # the queued ones never reached the handler
+    ch = nsq_cluster.nsqds[0].channel_stats(blocked.topic, "ch")
     assert ch["depth"] + ch["deferred_count"] == 6 and ch["in_flight_count"] == 0
 
 
@@ -168,21 +176,8 @@ def test_close_stops_a_pool_replaced_by_a_hook_from_starting_its_queue(
     # a hook re-assigned mid-run retires the pool, which still works through its queue;
     # the Reader's close must tell it, as it tells the current one, to start nothing more
     # (its queued messages are requeued by the close: never both)
-    topic = _topic()
-    nsq_cluster.publish(topic, [b"r%d" % i for i in range(4)])
-    release = threading.Event()
-    started: list[bytes] = []
-
-    def handler(m: Message) -> bool:
-        started.append(m.body)
-        release.wait(10)
-        return True
-
-    runner = ReaderRunner()
-    reader = runner.start(topic, "ch", handler, max_in_flight=4, concurrency=2,
-                          drain_timeout=0.3,
-                          nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
-    wait_until(lambda: len(started) == 2, 10, "2 handlers blocked")
+    blocked = BlockedPool(nsq_cluster, 4)
+    reader = blocked.reader
     retired = reader._strategy
     assert isinstance(retired, handlers.Concurrent)
     closes: list[bool] = []
@@ -192,10 +187,10 @@ def test_close_stops_a_pool_replaced_by_a_hook_from_starting_its_queue(
     reader.validate_message = lambda m: True  # type: ignore[method-assign]
     wait_until(lambda: reader._strategy is not retired, 10, "the pool replaced")
     assert closes == [False]  # retired: it finishes its queue
-    runner.stop(reader)
-    release.set()
+    blocked.runner.stop(reader)
+    blocked.release.set()
     assert closes == [False, True]  # and the close stopped it starting queued messages
-    assert reader.requeued == 4 and len(started) == 2
+    assert reader.requeued == 4 and len(blocked.started) == 2
 
 
 def test_concurrency_refuses_batch_and_async_handlers() -> None:
