@@ -454,9 +454,8 @@ READER_LIMITS: dict[str, Limit] = {
     "reconnect_initial": _SECONDS_POSITIVE,
     "reconnect_max": _SECONDS_POSITIVE,
     "drain_timeout": _SECONDS_OR_ZERO,
-    "low_rdy_timeout": Limit("seconds", 0, MAX_SECONDS, lo_open=True,
-                             special="None: one random holder gives its RDY up per "
-                             "redistribution round"),
+    "low_rdy_timeout": _SECONDS_POSITIVE._replace(
+        special="None: one random holder gives its RDY up per redistribution round"),
     "concurrency": Limit("handler threads", 1, MAX_CONCURRENCY, special="1: on the IO loop"),
 }
 

@@ -580,6 +580,12 @@ def _server_of(m: "Message | MessageBlock") -> tuple[str, int] | None:
     return (host, port) if isinstance(host, str) and isinstance(port, int) else None
 
 
+def _common_server(items: "Sequence[Message | MessageBlock]") -> tuple[str, int] | None:
+    """The nsqd all of a hand-out's messages or blocks came from; None when several."""
+    servers = {_server_of(x) for x in items}
+    return servers.pop() if len(servers) == 1 else None
+
+
 def _open(m: "Message") -> "SpanLink | None":
     """Replace a version-2 envelope by its inner body; the link to the producer's span."""
     body = m.body
@@ -631,17 +637,13 @@ class ConsumerInstrument:
         ``messaging.client.operation.duration`` and ``consumed.messages``. Only what is
         handed out: messages queued and requeued unseen (close, disconnect) count not."""
         links = [x for x in map(_open, msgs) if x is not None]
-        first = _server_of(msgs[0])
-        server = first if all(_server_of(m) == first for m in msgs[1:]) else None
-        self._receive(len(msgs), server, start, links,
+        self._receive(len(msgs), _common_server(msgs), start, links,
                       msgs[0].id.decode("ascii", "replace") if len(msgs) == 1 else None)
 
     def received_blocks(self, blocks: Sequence[Any], start: float) -> None:
         """A ``get_blocks`` call handed out ``blocks``: counted with a ``receive`` span and
         duration; no links and no envelope opened (the bytes are handed out as received)."""
-        servers = {_server_of(b) for b in blocks}
-        self._receive(sum(map(len, blocks)), servers.pop() if len(servers) == 1 else None,
-                      start, None, None)
+        self._receive(sum(map(len, blocks)), _common_server(blocks), start, None, None)
 
     def _receive(self, count: int, server: tuple[str, int] | None, start: float,
                  links: "list[SpanLink] | None", message_id: str | None) -> None:

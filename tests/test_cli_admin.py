@@ -51,19 +51,27 @@ def test_channel_actions_through_lookupd_reach_every_nsqd(nsq_cluster):
     assert channel(nsq_cluster, topic, "c") == {} and channel(nsq_cluster, topic, "c", 1) == {}
 
 
+def listed(cluster, topic: str, nsqd: int = 0) -> str:
+    """Publish one message of ``topic`` on nsqd ``nsqd`` and wait until the first lookupd
+    lists it as a producer of the topic; that lookupd's HTTP address."""
+    from nsq_spark.admin import LookupdClient
+
+    cluster.publish(topic, [b"x"], nsqd=nsqd)
+    cluster.wait_registered(nsqd)
+    lookupd = cluster.lookupd_http_addresses[0]
+    with LookupdClient(lookupd) as client:
+        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    return lookupd
+
+
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
 def test_channel_create_through_lookupd_goes_to_the_nsqds_of_the_topic(nsq_cluster):
     # nsqd 1 is registered with lookupd but lacks the topic: nsqd answers POST
     # /channel/create there 404 TOPIC_NOT_FOUND, so it must not be asked
     topic = "cli_only0"
-    nsq_cluster.publish(topic, [b"x"], nsqd=0)
     nsq_cluster.publish("cli_other", [b"y"], nsqd=1)
-    nsq_cluster.wait_registered(0)
     nsq_cluster.wait_registered(1)
-    lookupd = nsq_cluster.lookupd_http_addresses[0]
-    from nsq_spark.admin import LookupdClient
-    with LookupdClient(lookupd) as client:
-        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    lookupd = listed(nsq_cluster, topic, nsqd=0)
     rc, out, err = run("channel", "create", "--topic", topic, "--channel", "c",
                        "--lookupd-http-address", lookupd)
     assert (rc, err) == (0, "")
@@ -74,12 +82,7 @@ def test_channel_create_through_lookupd_goes_to_the_nsqds_of_the_topic(nsq_clust
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
 def test_a_lookupd_that_does_not_answer_fails_a_mutating_action(nsq_cluster):
     topic = "cli_half"
-    nsq_cluster.publish(topic, [b"x"])
-    nsq_cluster.wait_registered(0)
-    up = nsq_cluster.lookupd_http_addresses[0]
-    from nsq_spark.admin import LookupdClient
-    with LookupdClient(up) as client:
-        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    up = listed(nsq_cluster, topic)
     down = f"127.0.0.1:{free_port()}"
     rc, out, err = run("topic", "pause", "--topic", topic, "--lookupd-http-address", up,
                        "--lookupd-http-address", down)
@@ -97,11 +100,7 @@ def test_stat_keeps_its_nsqds_when_lookupd_blips_mid_run(nsq_cluster, monkeypatc
     from nsq_spark.admin import LookupdClient, NodeUnreachableError
 
     topic = "cli_blip"
-    nsq_cluster.publish(topic, [b"x"])
-    nsq_cluster.wait_registered(0)
-    lookupd = nsq_cluster.lookupd_http_addresses[0]
-    with LookupdClient(lookupd) as client:
-        wait_until(lambda: client.lookup(topic).producers, 5, f"{topic} registered")
+    lookupd = listed(nsq_cluster, topic)
     real, calls = LookupdClient.lookup, []
 
     def blip(self, name):

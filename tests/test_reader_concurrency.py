@@ -6,6 +6,7 @@ closing requeues what the pool still holds. ``concurrency=1`` is today's strateg
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -138,6 +139,21 @@ def test_enable_async_leaves_the_answer_to_the_application(
     nsq_cluster.wait_drained(topic, "ch")
 
 
+class Blocking:
+    """A handler that records each message's id as it starts, then blocks until
+    ``release`` is set (at most ``seconds``)."""
+
+    def __init__(self, seconds: float = 10) -> None:
+        self.seconds = seconds
+        self.release = threading.Event()
+        self.started: list[bytes] = []
+
+    def __call__(self, m: Message) -> bool:
+        self.started.append(m.id)
+        self.release.wait(self.seconds)
+        return True
+
+
 class BlockedPool:
     """A Reader with a pool of 2 threads whose handler blocks until ``release`` is set:
     2 messages running, the rest of ``n`` queued in the pool."""
@@ -145,18 +161,13 @@ class BlockedPool:
     def __init__(self, nsq_cluster: NSQCluster, n: int) -> None:
         self.topic = _topic()
         nsq_cluster.publish(self.topic, [b"q%d" % i for i in range(n)])
-        self.release = threading.Event()
-        self.started: list[bytes] = []
+        handler = Blocking()
+        self.release, self.started = handler.release, handler.started
         self.runner = ReaderRunner()
-        self.reader = self.runner.start(self.topic, "ch", self.handler, max_in_flight=n,
+        self.reader = self.runner.start(self.topic, "ch", handler, max_in_flight=n,
                                         concurrency=2, drain_timeout=0.3,
                                         nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses)
         wait_until(lambda: len(self.started) == 2, 10, "2 handlers blocked")
-
-    def handler(self, m: Message) -> bool:
-        self.started.append(m.body)
-        self.release.wait(10)
-        return True
 
 
 def test_close_requeues_what_the_pool_still_holds(nsq_cluster: NSQCluster) -> None:
@@ -225,7 +236,6 @@ def test_one_thread_is_todays_strategy_and_n_is_the_pool() -> None:
 def test_the_pools_error_lines_carry_the_nsqd_field() -> None:
     # the results the workers hand back are logged with the structured fields of the
     # other strategies (reader, and the nsqd of the message), not by the bare module logger
-    import logging
     from types import SimpleNamespace
 
     settled: list[tuple[bytes, bool]] = []
@@ -237,15 +247,7 @@ def test_the_pools_error_lines_carry_the_nsqd_field() -> None:
     delegated.delegated = True
     pool._done.extend([(link, failed, None, ValueError("boom")), (link, odd, 42, None),
                        (link, delegated, None, ValueError("late"))])
-    records: list[logging.LogRecord] = []
-    catch = logging.Handler(logging.DEBUG)
-    catch.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("nsq_spark.reader.handlers")
-    logger.addHandler(catch)
-    try:
-        pool._settle_done()
-    finally:
-        logger.removeHandler(catch)
+    records = _settle_logged(pool)
     assert settled == [(failed.id, False), (odd.id, False)]
     assert len(records) == 3
     for record in records:
@@ -291,6 +293,20 @@ def test_concurrency_refuses_a_coroutine_process_message_and_gen_coroutine() -> 
                         concurrency=2)
 
 
+def _settle_logged(pool: handlers.Concurrent) -> list[logging.LogRecord]:
+    """The log records of the handlers' logger while ``pool`` settles its results."""
+    records: list[logging.LogRecord] = []
+    catch = logging.Handler(logging.DEBUG)
+    catch.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("nsq_spark.reader.handlers")
+    logger.addHandler(catch)
+    try:
+        pool._settle_done()
+    finally:
+        logger.removeHandler(catch)
+    return records
+
+
 def _unit_pool(handler: Any, threads: int = 1) -> tuple[handlers.Concurrent, Any]:
     from types import SimpleNamespace
     answers: Any = SimpleNamespace(hand_over_held=lambda link, msgs: None,
@@ -304,14 +320,8 @@ def _unit_pool(handler: Any, threads: int = 1) -> tuple[handlers.Concurrent, Any
 def test_closing_the_reader_starts_no_queued_message() -> None:
     # between the pool's close and the Reader's requeue_outstanding a worker that frees up
     # must not start a message the requeue is about to answer
-    release = threading.Event()
-    called: list[bytes] = []
-
-    def handler(m: Message) -> bool:
-        called.append(m.id)
-        release.wait(5)
-        return True
-
+    handler = Blocking(5)
+    release, called = handler.release, handler.started
     pool, link = _unit_pool(handler)
     a, b, c = (Message(b"%016d" % i, b"", 0, 1) for i in range(3))
     pool(link, [a, b, c])
@@ -328,14 +338,8 @@ def test_closing_the_reader_starts_no_queued_message() -> None:
 
 @pytest.mark.unit
 def test_a_hook_reassignment_close_still_hands_the_whole_queue() -> None:
-    release = threading.Event()
-    called: list[bytes] = []
-
-    def handler(m: Message) -> bool:
-        called.append(m.id)
-        release.wait(5)
-        return True
-
+    handler = Blocking(5)
+    release, called = handler.release, handler.started
     pool, link = _unit_pool(handler)
     msgs = [Message(b"%016d" % i, b"", 0, 1) for i in range(3)]
     pool(link, msgs)
@@ -349,7 +353,6 @@ def test_a_hook_reassignment_close_still_hands_the_whole_queue() -> None:
 
 @pytest.mark.unit
 def test_a_base_exception_requeues_and_the_worker_lives_on() -> None:
-    import logging
     settled: list[tuple[bytes, bool]] = []
 
     def handler(m: Message) -> bool:
@@ -365,15 +368,7 @@ def test_a_base_exception_requeues_and_the_worker_lives_on() -> None:
     pool(link, msgs)
     wait_until(lambda: len(pool._done) == 3, 5, "all three handled by the one worker")
     assert pool._workers[0].is_alive()
-    records: list[logging.LogRecord] = []
-    catch = logging.Handler(logging.DEBUG)
-    catch.emit = records.append  # type: ignore[method-assign]
-    logger = logging.getLogger("nsq_spark.reader.handlers")
-    logger.addHandler(catch)
-    try:
-        pool._settle_done()
-    finally:
-        logger.removeHandler(catch)
+    records = _settle_logged(pool)
     assert settled == [(msgs[0].id, False), (msgs[1].id, False), (msgs[2].id, True)]
     assert [getattr(r, "nsqd", None) for r in records] == ["127.0.0.1:4150"] * 2
     pool.close()

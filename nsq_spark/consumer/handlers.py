@@ -357,10 +357,11 @@ class Concurrent(_Base):
             self._todo.put(_STOP)
 
 
-def _coroutine_for_threads(f: Any) -> bool:
+def _returns_awaitable(f: Any) -> bool:
     """``f`` returns an awaitable to be run on the loop: an ``async def`` function (or
-    callable) or a tornado ``@gen.coroutine``; a worker thread would only get its
-    coroutine or Future, never its result."""
+    callable) or a tornado ``@gen.coroutine``; a worker thread, or a caller that does not
+    await (pynsq's synchronous hooks), would only get its coroutine or Future, never its
+    result."""
     if is_coroutine_function(f):
         return True
     from tornado import gen
@@ -378,7 +379,7 @@ def check_sync_hook(name: str, hook: Callable[..., Any] | None) -> None:
     awaited, as in pynsq, so its coroutine would stand for its result -- always true: every
     message would pass ``validate_message`` unchecked, ``preprocess_message`` would hand the
     handler a coroutine, ``disabled`` would hold RDY at 0 for good."""
-    if hook is not None and _coroutine_for_threads(hook):
+    if hook is not None and _returns_awaitable(hook):
         raise ConfigError(f"{name} is a coroutine function (async def or @gen.coroutine), "
                           "but the Reader calls it without awaiting it, as pynsq does, and "
                           "uses its result at once: make it a plain def (do async work in "
@@ -399,14 +400,14 @@ def check_concurrency(concurrency: int, *, message_handler: Callable[..., Any] |
         raise ConfigError(f"concurrency={concurrency} runs a per-message handler on that many "
                           "threads; a batch_handler gets whole chunks: give a "
                           "message_handler, or leave concurrency at 1")
-    if process is not None and _coroutine_for_threads(process):
+    if process is not None and _returns_awaitable(process):
         raise ConfigError(f"concurrency={concurrency} runs process_message on worker threads, "
                           "but the override is a coroutine function (async def or "
                           "tornado's @gen.coroutine): a thread would get an un-awaited "
                           "coroutine and handle nothing. Leave concurrency at 1 (an async "
                           "process_message already runs concurrently on the loop), or make "
                           "process_message a plain blocking def")
-    if message_handler is not None and _coroutine_for_threads(message_handler):
+    if message_handler is not None and _returns_awaitable(message_handler):
         raise ConfigError(f"concurrency={concurrency} is for blocking handlers; an async def "
                           "(or tornado @gen.coroutine) handler already runs concurrently on "
                           "the loop (up to max_in_flight at once): leave concurrency at 1")
