@@ -23,6 +23,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``testing``        the test harness: NSQ processes, pytest plugin, chaos, installer
   ``protocol``       the wire format: commands, FrameDecoder, MessageBlock
   ``message``        Message and its Responder
+  ``envelope``       the body envelope: publish ids (stamp, open_body), message-id digests
   ``errors``         typed errors and the retry classification
   ``config``         ConnectionConfig: every connection option, documented and bounded
   ``addresses``      the one host:port rule

@@ -46,13 +46,22 @@ class Message:
         body: the payload.
         timestamp: when nsqd received it, nanoseconds since the epoch.
         attempts: delivery attempts so far (1 on first delivery).
+        publish_id: the 16-byte identifier of the publish this message is a copy of, when
+            its publisher stamped one (``Producer(publish_ids=True)`` or ``replicas``:
+            the publish envelope, :mod:`nsq_spark.envelope`); every copy of one publish
+            (replicas on other nsqds, retries, redeliveries) has the same. None for a
+            plain body and for a damaged envelope (whose body is then handed over whole).
+            The Reader opens the envelope before the handler sees the message, so
+            ``body`` is the body that was published.
+        trace: ``(traceparent, tracestate)`` a publish envelope carried, else None.
 
     Equality and hashing are by identity, as in pynsq: messages can be kept in sets and
     as dict keys (e.g. a batch of pending ones); compare ``(id, body, timestamp,
     attempts)`` to compare contents.
     """
 
-    __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "delegated")
+    __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "delegated",
+                 "publish_id", "trace")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int,
                  responder: Responder | None = None) -> None:
@@ -63,6 +72,8 @@ class Message:
         self.responder = responder
         self.responded = False  # FIN or REQ was sent or queued (touch does not count)
         self.delegated = False  # enable_async(): the handler's return value is ignored
+        self.publish_id: bytes | None = None  # set when a publish envelope is opened
+        self.trace: tuple[str, str | None] | None = None
 
     # earlier private spellings, kept for code written against them
     @property

@@ -36,13 +36,15 @@ What is recorded (names and attributes exactly as the conventions spell them):
   carried trace context (the conventions' advice for consumers: the consumer's trace is
   its own, the link leads to the producer's).
 
-Propagation: NSQ messages have no headers, so the trace context travels in the body, in
-version 2 of the message-id envelope (``nsq_spark.spool.format``), and only when the
-producer asks: ``Telemetry(trace_context=True)``. An instrumented Reader opens version-2
-envelopes before the handler or puller sees the message (``message.body`` is the inner
-body), not in MessageBlocks (``get_blocks`` hands out the bytes as received: open them
-with :func:`nsq_spark.spool.format.open_traced_envelope`); the Spark source returns the
-inner body and the ``trace_parent`` column.
+Propagation: NSQ messages have no headers, so the trace context travels in the body
+(:mod:`nsq_spark.envelope`), and only when the producer asks:
+``Telemetry(trace_context=True)``: in version 2 of the message-id envelope, or in the
+publish envelope (version 3) when the Producer stamps publish ids. An instrumented Reader
+opens version-2 envelopes before the handler or puller sees the message (``message.body``
+is the inner body; every Reader opens version 3 and keeps its context in
+``message.trace``), not in MessageBlocks (``get_blocks`` hands out the bytes as received:
+open them with :func:`nsq_spark.envelope.open_body`); the Spark source returns the inner
+body and the ``trace_parent`` column.
 
 Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per
 loop turn, so a per-message settle time would measure nothing); the duration of an
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 from .errors import ConfigError, NSQServerError
-from .spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope, wrap_envelope
+from .envelope import TRACED_ENVELOPE_MAGIC, open_traced_envelope, with_trace
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -380,7 +382,7 @@ class TracedTransport:
         if context is None:
             return list(bodies)
         parent, state = context
-        return [wrap_envelope(b, parent, state) for b in bodies]
+        return [with_trace(b, parent, state) for b in bodies]
 
     def _body(self, span: "Span", body: bytes) -> bytes:
         return self._bodies(span, (body,))[0] if self.t.trace_context else body
@@ -587,7 +589,10 @@ def _common_server(items: "Sequence[Message | MessageBlock]") -> tuple[str, int]
 
 
 def _open(m: "Message") -> "SpanLink | None":
-    """Replace a version-2 envelope by its inner body; the link to the producer's span."""
+    """The link to the producer's span: the trace context of the publish envelope the
+    Reader opened, or of a version-2 envelope, replaced here by its inner body."""
+    if m.trace is not None:
+        return link_to(*m.trace)
     body = m.body
     if body[:_MAGIC_SIZE] != TRACED_ENVELOPE_MAGIC:
         return None

@@ -559,3 +559,40 @@ def test_lookupd_discovery_with_one_lookupd_down_and_late_nsqd(nsq_cluster, runn
     assert found <= 0.5 * 1.3 + 0.5  # one poll interval plus jitter (+ connect slack)
     assert sorted(got) == sorted(sent + late)
     nsq_cluster.wait_drained(T, C)
+
+
+# -- publish envelopes ------------------------------------------------------------------------
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_publish_envelopes_are_opened_and_a_damaged_one_is_handed_over_whole(
+        nsq_cluster, running_reader):
+    from nsq_spark.envelope import stamp
+
+    pid = bytes(range(16))
+    good = stamp(b"published", pid)
+    cut = stamp(b"inner-value", bytes(16))[:-3]
+    nsq_cluster.publish(T, [good, cut, b"plain"])
+    got = []
+    r = running_reader.start(T, C, lambda m: got.append((m.body, m.publish_id)),
+                             nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                             max_in_flight=10)
+    wait_until(lambda: len(got) == 3, 20, "3 messages")
+    assert sorted(got, key=repr) == sorted([(b"published", pid), (cut, None),
+                                            (b"plain", None)], key=repr)
+    assert r.stats()["damaged_envelopes"] == 1
+    nsq_cluster.wait_drained(T, C, 10)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_open_envelopes_false_hands_bodies_over_as_delivered(nsq_cluster, running_reader):
+    from nsq_spark.envelope import stamp
+
+    wire = stamp(b"published", bytes(range(16)))
+    nsq_cluster.publish(T, [wire])
+    got = []
+    running_reader.start(T, C, lambda m: got.append((m.body, m.publish_id)),
+                         nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                         open_envelopes=False)
+    wait_until(lambda: got, 20, "the message")
+    assert got == [(wire, None)]

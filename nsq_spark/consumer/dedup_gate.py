@@ -26,7 +26,7 @@ __all__ = ["DedupGate"]
 class DedupGate:
     """A deduplicator and its key function."""
 
-    def __init__(self, dedup: "Deduplicator", key: Callable[["Message"], "Key"],
+    def __init__(self, dedup: "Deduplicator", key: Callable[["Message"], "Key | None"],
                  name: str) -> None:
         self.dedup = dedup
         self.key = key
@@ -56,16 +56,21 @@ class DedupGate:
         (counted in :attr:`duplicates`). ``source``: the nsqd address, for the log."""
         from ..dedup import check_and_set_many  # only when used
         key = self.key
+        got = [key(m) for m in msgs]
+        new: list[Message] = []
+        if None in got:   # no key (no publish id): never a duplicate
+            new = [m for m, k in zip(msgs, got) if k is None]
+            msgs = [m for m, k in zip(msgs, got) if k is not None]
+        keys = [k for k in got if k is not None]
         try:
-            seen = check_and_set_many(self.dedup, [key(m) for m in msgs])
+            seen = check_and_set_many(self.dedup, keys) if keys else []
         except Exception:
             self._log.for_nsqd(source).exception(
                 "[%s] dedup check failed on %d messages from %s; handling them "
                 "anyway", self.name, len(msgs), source)
-            return msgs, []
+            return new + msgs, []
         if not any(seen):
-            return msgs, []
-        new: list[Message] = []
+            return new + msgs, []
         dups: list[Message] = []
         for m, dup in zip(msgs, seen):
             (dups if dup else new).append(m)
@@ -74,8 +79,11 @@ class DedupGate:
 
     def forget(self, m: "Message") -> None:
         """``m`` was requeued: its redelivery must be handled, not taken for a duplicate."""
+        k = self.key(m)
+        if k is None:
+            return
         try:
-            self.dedup.erase(self.key(m))
+            self.dedup.erase(k)
         except Exception:
             self._log.exception(
                 "[%s] dedup erase failed for message %s: its redelivery may be "
@@ -84,6 +92,6 @@ class DedupGate:
     def forget_many(self, msgs: Sequence["Message"]) -> None:
         from ..dedup import erase_many  # only when used
         try:
-            erase_many(self.dedup, [self.key(m) for m in msgs])
+            erase_many(self.dedup, [k for k in map(self.key, msgs) if k is not None])
         except Exception:
             self._log.exception("[%s] dedup erase failed for %d messages", self.name, len(msgs))

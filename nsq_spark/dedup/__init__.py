@@ -16,8 +16,9 @@ RedisBloomFilter         shared                  error rate: a unique        cap
                                                  message is DROPPED          exceeded)
 =======================  ======================  ==========================  ==============
 
-Keys: :func:`by_message_id` (redeliveries), :func:`by_body_digest` (publisher retries) or
-a function of the message. :func:`from_spec` builds any of them from a URL-like string
+Keys: :func:`by_message_id` (redeliveries), :func:`by_publish_id` (the copies of one
+publish: replicas, retries), :func:`by_body_digest` (equal content) or a function of the
+message. :func:`from_spec` builds any of them from a URL-like string
 (the Spark option).
 
 The Redis and memcached classes import their client library only when used.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import (Deduplicator, Key, KeyFunc, by_body_digest, by_message_id,
+from .base import (Deduplicator, Key, KeyFunc, by_body_digest, by_message_id, by_publish_id,
                    check_and_set_many, contains_many, erase_many, key_bytes, resolve_key)
 from .opposite import OppositeBloomFilter
 
@@ -43,8 +44,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "resolve_key",
-    "key_bytes", "check_and_set_many", "erase_many", "contains_many", "OppositeBloomFilter",
+    "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "by_publish_id",
+    "resolve_key", "key_bytes", "check_and_set_many", "erase_many", "contains_many", "OppositeBloomFilter",
     *_LAZY,
 ]
 

@@ -8,8 +8,15 @@ arrive twice in two ways, and each needs its own key:
   key it with :func:`by_message_id`;
 * a *publisher retry* (the PUB was sent again after an unclear answer) carries the same
   body under a new id: key it with :func:`by_body_digest`;
+* a *copy of one publish* on another nsqd (replicated publishing), or a publisher's
+  retry, carries the same publish id under a new message id, when the publisher stamped
+  one (``Producer(publish_ids=True)``, implied by ``replicas``): key it with
+  :func:`by_publish_id` (``dedup_key="publish_id"``);
 * anything else (a business id inside the body, say): pass your own function of the
   message returning ``bytes`` or ``str``.
+
+A key function may return None for a message it has no key for (:func:`by_publish_id`
+for a message without a publish id): such a message is never taken for a duplicate.
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ import hashlib
 from typing import Any, Callable, Iterable, Protocol, Union, runtime_checkable
 
 Key = Union[bytes, str]
-KeyFunc = Callable[[Any], Key]
+KeyFunc = Callable[[Any], Union[Key, None]]  # None: no key, never a duplicate
 
 __all__ = [
-    "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "resolve_key",
+    "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "by_publish_id",
+    "resolve_key",
     "key_bytes", "check_and_set_many", "erase_many", "contains_many",
 ]
 
@@ -71,15 +79,27 @@ def by_body_digest(msg: Any) -> bytes:
     return hashlib.blake2b(msg.body, digest_size=16).digest()
 
 
+def by_publish_id(msg: Any) -> bytes | None:
+    """The publish id (:attr:`nsq_spark.Message.publish_id`): catches the copies of one
+    publish on several nsqds (``Producer(replicas=N)``), a publisher's retries (also
+    those its spool resends after a crash) and redeliveries alike, while two publishes of
+    equal bytes stay two messages. None (never a duplicate) for a message whose publisher
+    stamped no id, or whose envelope was damaged."""
+    pid: bytes | None = msg.publish_id
+    return pid
+
+
 _NAMED_KEYS: dict[str, KeyFunc] = {
     "id": by_message_id, "message_id": by_message_id, "msg_id": by_message_id,
     "body": by_body_digest, "body_digest": by_body_digest, "digest": by_body_digest,
+    "publish_id": by_publish_id, "publish": by_publish_id,
 }
 
 
 def resolve_key(key: str | KeyFunc | None) -> KeyFunc:
-    """``"id"`` -> :func:`by_message_id`, ``"body"`` -> :func:`by_body_digest`, a callable
-    is returned as is, None means ``"id"``."""
+    """``"id"`` -> :func:`by_message_id`, ``"body"`` -> :func:`by_body_digest`,
+    ``"publish_id"`` -> :func:`by_publish_id`, a callable is returned as is, None means
+    ``"id"``."""
     if key is None:
         return by_message_id
     if callable(key):
@@ -90,7 +110,8 @@ def resolve_key(key: str | KeyFunc | None) -> KeyFunc:
         except KeyError:
             pass
     raise ValueError(f"unknown deduplication key {key!r}: use 'id' (NSQ message id, catches "
-                     "redeliveries), 'body' (digest of the body, catches publisher retries) "
+                     "redeliveries), 'publish_id' (the publisher's stamp: catches replicas "
+                     "and retries), 'body' (digest of the body, catches publisher retries) "
                      "or a function of the message returning bytes or str")
 
 

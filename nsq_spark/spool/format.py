@@ -1,5 +1,5 @@
 """The publish spool's on-disk format, with no IO beyond reading a whole file:
-records, their framing and checksums, the message-id envelope, and the spool's errors.
+records, their framing and checksums, and the spool's errors.
 
 Segment format: the 8-byte magic ``NSQSPL01``, then records, each
 ``u32 payload length | u32 crc32(payload) | payload`` (little endian), the payload being
@@ -7,33 +7,23 @@ Segment format: the 8-byte magic ``NSQSPL01``, then records, each
 is detected by the length and the checksum (:func:`decode_records` reports it in
 ``error``); the records before it stay readable.
 
-Message-id envelope, version 1: ``b"\\x00NID\\x01" + blake2b(body, digest_size=16) +
-body``; the digest equals ``nsq_spark.dedup.by_body_digest`` of the inner body, so
-:func:`by_envelope_digest` and ``by_body_digest`` agree on every message.
-
-Version 2 (the traced envelope, written only when a Producer propagates trace context:
-NSQ messages have no headers): ``b"\\x00NID\\x02" + digest + u16 extension length (big
-endian) + extension + body``. The extension is a list of ``u8 tag | u8 length | value``
-fields: tag 1 a W3C ``traceparent``, tag 2 its ``tracestate`` (only when it fits in 255
-bytes; a longer one is dropped, the traceparent alone still links the traces). A reader
-skips tags it does not know, so later fields need no new version. The digest is still
-the inner body's, so deduplication keys do not change when tracing is switched on.
-Readers of this version (:func:`open_envelope`, :func:`by_envelope_digest`, the Reader
-with telemetry, the Spark source) get the same inner body and digest from both versions;
-code of a release before it treats a version-2 body as a plain body (no wrong inner
-body, but the envelope stays in it), so upgrade consumers before producers propagate.
+The message-id envelope (versions 1 and 2) and the publish envelope (version 3) are
+described and implemented in :mod:`nsq_spark.envelope`; their names are re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
 
+from nsq_spark.envelope import (DIGEST_SIZE, ENVELOPE_MAGIC, MAX_TRACE_FIELD,
+                                TRACED_ENVELOPE_MAGIC, TRACEPARENT_AT, TRACEPARENT_ONLY_AT,
+                                TRACEPARENT_ONLY_BODY_AT, TRACEPARENT_ONLY_HEAD, Opened,
+                                by_envelope_digest, open_envelope, open_traced_envelope,
+                                wrap_envelope)
 from nsq_spark.errors import NSQError
 
 __all__ = ["SpoolError", "SpoolDirectoryError", "SpoolFullError", "MAGIC", "Decoded",
@@ -147,115 +137,3 @@ def read_segment(path: str | os.PathLike[str]) -> Decoded:
     if data[:len(MAGIC)] != MAGIC:
         return Decoded([], 0, 0, "not a spool segment (bad magic)")
     return decode_records(data[len(MAGIC):], len(MAGIC), eof=True)
-
-
-# ---------------------------------------------------------------------------------------
-# message-id envelope
-
-ENVELOPE_MAGIC = b"\x00NID\x01"
-TRACED_ENVELOPE_MAGIC = b"\x00NID\x02"
-DIGEST_SIZE = 16
-#: the longest value of one extension field (its length is one byte)
-MAX_TRACE_FIELD = 255
-_MAGIC_SIZE = len(ENVELOPE_MAGIC)
-_EXT_LEN = struct.Struct(">H")
-_EXT_AT = _MAGIC_SIZE + DIGEST_SIZE            # where version 2's extension length is
-_TAG_TRACEPARENT = 1
-_TAG_TRACESTATE = 2
-_TRACEPARENT_SIZE = 55                      # "00-" + 32 + "-" + 16 + "-" + 2 (W3C, version 00)
-_TRACEPARENT_ONLY = 2 + _TRACEPARENT_SIZE   # the extension holding just a traceparent
-#: The layout of the envelope a Producer writes without tracestate, for readers that
-#: open whole columns at once (the Spark source): at ``TRACEPARENT_ONLY_AT`` the bytes
-#: ``TRACEPARENT_ONLY_HEAD`` (extension length, tag, size), the traceparent from
-#: ``TRACEPARENT_AT`` to ``TRACEPARENT_ONLY_BODY_AT``, then the inner body.
-TRACEPARENT_ONLY_AT = _EXT_AT
-TRACEPARENT_ONLY_HEAD = _EXT_LEN.pack(_TRACEPARENT_ONLY) + bytes((_TAG_TRACEPARENT,
-                                                                   _TRACEPARENT_SIZE))
-TRACEPARENT_AT = _EXT_AT + len(TRACEPARENT_ONLY_HEAD)
-TRACEPARENT_ONLY_BODY_AT = TRACEPARENT_AT + _TRACEPARENT_SIZE
-
-
-def _digest(body: bytes) -> bytes:
-    # the same function as nsq_spark.dedup.by_body_digest, so keys agree
-    return hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest()
-
-
-def _field(tag: int, value: str, name: str) -> bytes:
-    raw = value.encode("ascii")
-    if len(raw) > MAX_TRACE_FIELD:
-        raise ValueError(f"{name} is {len(raw)} bytes, over the envelope's "
-                         f"{MAX_TRACE_FIELD}: shorten it (tracestate) or leave it out")
-    return bytes((tag, len(raw))) + raw
-
-
-def wrap_envelope(body: bytes, traceparent: str | None = None,
-                  tracestate: str | None = None) -> bytes:
-    """``body`` with its message-id envelope (see the module doc): version 1, or version
-    2 carrying ``traceparent`` (and ``tracestate`` when it fits in 255 bytes; a longer one
-    is left out). A body that already has an envelope is returned as it is, so a spooling
-    producer that both traces and digests never wraps twice."""
-    if body[:_MAGIC_SIZE] in (ENVELOPE_MAGIC, TRACED_ENVELOPE_MAGIC):
-        return body
-    if traceparent is None:
-        return ENVELOPE_MAGIC + _digest(body) + body
-    ext = _field(_TAG_TRACEPARENT, traceparent, "traceparent")
-    if tracestate and len(tracestate) <= MAX_TRACE_FIELD:
-        ext += _field(_TAG_TRACESTATE, tracestate, "tracestate")
-    return b"".join((TRACED_ENVELOPE_MAGIC, _digest(body), _EXT_LEN.pack(len(ext)), ext,
-                     body))
-
-
-class Opened(NamedTuple):
-    """What :func:`open_traced_envelope` found: the digest (None: no envelope), the inner
-    body, and the trace context a version-2 envelope carried (else None)."""
-    digest: bytes | None
-    body: bytes
-    traceparent: str | None = None
-    tracestate: str | None = None
-
-
-def open_traced_envelope(body: bytes) -> Opened:
-    """Open either version of the envelope; a plain body (or a version-2 body whose
-    extension is cut short: not one of ours) comes back unchanged with no digest."""
-    magic = body[:_MAGIC_SIZE]
-    if magic == ENVELOPE_MAGIC and len(body) >= _EXT_AT:
-        return Opened(bytes(body[_MAGIC_SIZE:_EXT_AT]), bytes(body[_EXT_AT:]))
-    if magic != TRACED_ENVELOPE_MAGIC or len(body) < _EXT_AT + _EXT_LEN.size:
-        return Opened(None, body)
-    (ext_len,) = _EXT_LEN.unpack_from(body, _EXT_AT)
-    start = _EXT_AT + _EXT_LEN.size
-    stop = start + ext_len
-    if stop > len(body):
-        return Opened(None, body)
-    if ext_len == _TRACEPARENT_ONLY and body[start] == _TAG_TRACEPARENT and \
-            body[start + 1] == _TRACEPARENT_SIZE:
-        # what a Producer writes without tracestate: no field loop (half the time)
-        return Opened(bytes(body[_MAGIC_SIZE:_EXT_AT]), bytes(body[stop:]),
-                      bytes(body[start + 2:stop]).decode("ascii", "replace"))
-    fields: dict[int, str] = {}
-    pos = start
-    while pos + 2 <= stop:
-        tag, size = body[pos], body[pos + 1]
-        value_end = pos + 2 + size
-        if value_end > stop:
-            break   # a field cut by the extension's end: ignore it, keep the rest
-        fields[tag] = bytes(body[pos + 2:value_end]).decode("ascii", "replace")
-        pos = value_end
-    return Opened(bytes(body[_MAGIC_SIZE:_EXT_AT]), bytes(body[stop:]),
-                  fields.get(_TAG_TRACEPARENT), fields.get(_TAG_TRACESTATE))
-
-
-def open_envelope(body: bytes) -> tuple[bytes | None, bytes]:
-    """``(digest, inner body)`` of an enveloped body (either version); ``(None, body)``
-    for a plain one."""
-    if body[:_MAGIC_SIZE] == ENVELOPE_MAGIC and len(body) >= _EXT_AT:
-        return bytes(body[_MAGIC_SIZE:_EXT_AT]), bytes(body[_EXT_AT:])
-    opened = open_traced_envelope(body)
-    return opened.digest, opened.body
-
-
-def by_envelope_digest(msg: Any) -> bytes:
-    """Deduplication key: the envelope's digest, or the body's BLAKE2b-128 digest when the
-    message has no envelope -- equal to ``by_body_digest`` of the inner body either way."""
-    digest, body = open_envelope(msg.body)
-    return digest if digest is not None else _digest(body)
