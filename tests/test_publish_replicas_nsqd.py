@@ -229,3 +229,52 @@ def test_nsq_spark_publish_sends_every_line_to_every_address_as_to_nsq(
     assert r.returncode == 0, r.stderr
     per = held(nsq_cluster, t)                           # one each: 10 in all
     assert sum(sum(c.values()) for c in per) == 10 and set(copies(per).values()) == {1}
+
+
+@THREE
+def test_a_frozen_nsqd_holds_up_no_quorum_and_one_short_of_it_ends_at_publish_timeout(
+        nsq_cluster: NSQCluster) -> None:
+    t = new_topic(nsq_cluster)
+    addrs = nsq_cluster.nsqd_tcp_addresses
+    # answers may take 30 s: only the quorum (or publish_timeout) can end a call sooner
+    with Producer(addrs, replicas=3, write_quorum=2, response_timeout=30.0) as p, \
+            Producer(addrs[:2], replicas=2, publish_timeout=1.0,
+                     response_timeout=30.0) as short:
+        p.publish_async(t, b"warm").result(10)           # every connection open
+        nsq_cluster.stop(0)                               # SIGSTOP: open, never answers
+        try:
+            # settled as soon as two answered, while the third copy waits on nsqd0
+            for f in [p.publish_async(t, b"q%d" % i) for i in range(20)]:
+                f.result(10)
+            # one short of the quorum: at publish_timeout, not response_timeout. The
+            # blocking call sends one copy after the other: the frozen nsqd may take its
+            # whole time; the future sends both at once: the other one has acknowledged
+            with pytest.raises(ReplicationError) as blocking:
+                short.publish(t, b"late")
+            assert set(blocking.value.acked) <= {addrs[1]}
+            assert "publish_timeout" in str(blocking.value)
+            with pytest.raises(ReplicationError) as future:
+                short.publish_async(t, b"late").result(10)
+            assert future.value.acked == (addrs[1],)
+            assert "publish_timeout=1.0" in str(future.value.failed[addrs[0]])
+        finally:
+            nsq_cluster.resume(0)
+    ids = copies(held(nsq_cluster, t))
+    # warm and the 20 on all three (nsqd0's copies answered once it was resumed); the
+    # failed ones where they landed (a failed publish may still be stored: at-least-once)
+    assert Counter(ids.values())[3] == 21 and len(ids) in (22, 23)
+
+
+@TWO
+def test_copies_go_on_after_an_nsqd_restart_breaks_the_open_connections(
+        nsq_cluster: NSQCluster) -> None:
+    t = new_topic(nsq_cluster)
+    with Producer(nsq_cluster.nsqd_tcp_addresses, replicas=2) as p:
+        p.publish(t, b"a")
+        p.publish_async(t, b"b").result(10)
+        nsq_cluster.restart(1)                            # SIGTERM: nsqd keeps its queue
+        p.publish(t, b"c")
+        p.publish_async(t, b"d").result(30)
+        assert p.stats()["errors"] == 0
+    per = held(nsq_cluster, t)
+    assert set(copies(per).values()) == {2} and len(copies(per)) == 4

@@ -417,7 +417,8 @@ class Producer:
                 raise _key_without_ids("idempotency_keys")
             return bodies
         for i, body in enumerate(bodies):
-            protocol._check_body(body, None, f"message body #{i}")
+            if type(body) is not bytes or not body:   # the rest, named, only when needed
+                protocol._check_body(body, None, f"message body #{i}")
         if keys is None:
             return stamp_many(list(bodies), ids.many(len(bodies)))
         if isinstance(keys, (bytes, str)) or not isinstance(keys, Iterable):

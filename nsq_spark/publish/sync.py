@@ -110,6 +110,9 @@ class BlockingPool:
         no backoff waits: the replica planner substitutes another nsqd instead. Raises
         the failure (the nsqd's health is updated); ``deadline`` (``time.monotonic()``)
         bounds it all."""
+        if self._expired(deadline):   # our time is up: says nothing about that nsqd
+            raise NSQTimeoutError(f"publish did not complete within publish_timeout="
+                                  f"{self.timeout}s: no time left to send to {key}")
         conn = self._slot(key)
         fresh = self._open(key, conn, deadline)
         for data in datas:

@@ -510,6 +510,12 @@ class PipelinedPool:
     def connected(self) -> set[str]:
         return set(self._conns)
 
+    def open_connection(self, key: str) -> Connection | None:
+        """The open connection to ``key``, if there is one (a replicated publish sends on
+        it directly; :meth:`send_to` connects when there is none)."""
+        conn = self._conns.get(key)
+        return None if conn is None or conn.closed else conn
+
     # -- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
