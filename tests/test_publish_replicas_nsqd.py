@@ -93,9 +93,16 @@ def test_http_publishing_replicates_too(nsq_cluster: NSQCluster) -> None:
             p.publish(t, b"h%d" % i)
         p.mpublish(t, [b"x", b"y"])
         p.publish_async(t, b"z").result(10)
+        per = held(nsq_cluster, t)
+        assert len(copies(per)) == 12 and set(copies(per).values()) == {2}
+        assert sorted(sum(c.values()) for c in per) == [7, 8, 9]   # 11 placements rotated
+        nsq_cluster.kill(2)                # its copies are replaced by the other two
+        for i in range(6):
+            p.publish(t, b"k%d" % i)
+        p.publish_async(t, b"k-async").result(10)
+        assert p.stats()["under_replicated"] == 0
     per = held(nsq_cluster, t)
-    assert len(copies(per)) == 12 and set(copies(per).values()) == {2}
-    assert sorted(sum(c.values()) for c in per) == [7, 8, 9]   # 11 placements rotated
+    assert len(copies(per)) == 7 and set(copies(per).values()) == {2}
 
 
 @THREE

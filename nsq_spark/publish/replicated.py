@@ -36,6 +36,7 @@ import asyncio
 import collections
 import concurrent.futures
 import functools
+import threading
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -43,6 +44,7 @@ from nsq_spark.errors import ConnectError, NSQError, ReplicationError, is_transi
 
 from .._log import get_logger
 from .direct import DirectTransport
+from .health import NsqdHealth
 from .replicas import ReplicaChooser, ReplicaPlan
 from .transport import publish_timed_out
 
@@ -81,6 +83,12 @@ class ReplicatedTransport:
         http = direct.http
         addresses = http.addresses if http is not None else direct.nsqd_tcp_addresses
         self.chooser = ReplicaChooser(addresses, replicas, quorum)   # ValueError: the facade
+        # which nsqd are backing off after a failure: the TCP pools' own record, or one
+        # kept here for the HTTP endpoints
+        self._health = direct.health if http is None else NsqdHealth(
+            addresses, "round_robin", retry_wait=direct.retry.wait,
+            retry_max_wait=direct.retry.max_wait, stats=direct._stats)
+        self._lock = threading.Lock()      # the counters, from threads and the loop
         self.replicas = replicas
         self.write_quorum = quorum
         self.under_replicated = 0          # messages acknowledged by W .. N-1 nsqds
@@ -95,9 +103,17 @@ class ReplicatedTransport:
     # -- which nsqd are healthy ------------------------------------------------------------
 
     def _healthy(self, address: str) -> bool:
-        if self.direct.http is not None:
-            return self.direct._stats.is_up(address) is not False
-        return not self.direct.health.backing_off(address)
+        return not self._health.backing_off(address)
+
+    def _copy_landed(self, target: str, exc: BaseException | None) -> None:
+        """HTTP: a copy's outcome is the nsqd's health (over TCP the pools record it as
+        they connect), so that a failed nsqd is tried last, and again after its backoff."""
+        if self.direct.http is None:
+            return
+        if exc is None:
+            self._health.connected(target)
+        elif is_transient(exc):
+            self._health.connect_failed(target, exc)
 
     # -- encoding (in the caller's thread: bad input fails at once) ----------------------
 
@@ -135,10 +151,13 @@ class ReplicatedTransport:
         copies."""
         if plan.complete:
             return
-        self.under_replicated += p.messages
         now = time.monotonic()
-        if now >= self._next_warning:
-            self._next_warning = now + _WARN_EVERY
+        with self._lock:
+            self.under_replicated += p.messages
+            warn = now >= self._next_warning
+            if warn:
+                self._next_warning = now + _WARN_EVERY
+        if warn:
             causes = "; ".join(f"{a}: {e}" for a, e in failed.items()) or "none"
             log.warning("replicated publish to %r: %d of %d replicas hold it (write_quorum=%d "
                         "met; failed: %s); %d messages under-replicated so far. Give more "
@@ -517,6 +536,7 @@ class _Publish:
     def _slow_answered(self, target: str, task: "asyncio.Task[None]") -> None:
         self.owner._background.discard(task)
         exc = asyncio.CancelledError() if task.cancelled() else task.exception()
+        self.owner._copy_landed(target, exc)
         if exc is None:
             self.copy_acked(target, False)
         else:
