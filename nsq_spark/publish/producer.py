@@ -406,7 +406,8 @@ class Producer:
             if key is not None:
                 raise _key_without_ids("idempotency_key")
             return body
-        protocol._check_body(body, None)   # the body rule before the envelope hides it
+        if type(body) is not bytes or not body:   # the body rule, before the envelope
+            protocol._check_body(body, None)       # would hide an empty one
         return stamp(body, ids.new() if key is None else _publish_id(key, "idempotency_key"))
 
     def _stamp_many(self, bodies: Sequence[bytes], keys: Iterable[bytes | str] | None

@@ -9,11 +9,14 @@ transport's parts, talking to one chosen nsqd at a time
 * **blocking** (``publish``/``mpublish`` over TCP): the copies go out one after the other
   from the calling thread over its plain sockets (N round trips, ~10 us each on a LAN: no
   hop to an IO thread), so the call returns when every replica answered or failed --
-  with at least W acknowledged;
+  with at least W acknowledged. Once W hold it, a replica that is backing off after a
+  failure is skipped rather than waited for (a frozen nsqd would hold every call up for
+  ``response_timeout``);
 * **futures and asyncio** (and HTTP, whose client lives on the loop): the copies go out
-  at once, and the call settles as soon as W acknowledged; the slower replicas (and any
-  substitute for one that fails) go on in the background, bounded by
-  ``publish_timeout``, and ``close()`` waits for them (bounded by ``close_timeout``).
+  at once, and the call settles as soon as W acknowledged (or ``publish_timeout``
+  passed); the slower replicas (and any substitute for one that fails) go on in the
+  background, each answer bounded by ``response_timeout``, and ``close()`` waits for
+  them (bounded by ``close_timeout``).
 
 One encoded command (or one list of MPUB commands, when ``max_mpub_bytes`` splits a
 batch) is placed as a unit: an nsqd counts as a replica only when it acknowledged all of
@@ -172,12 +175,12 @@ class ReplicatedTransport:
         timeout = self.direct.publish_timeout
         return None if timeout is None else time.monotonic() + timeout
 
-    def _round(self, p: _Payload, holders: set[str], quorum: int | None,
-               deadline: float | None, track: bool) -> None:
+    def _round(self, p: _Payload, have: frozenset[str], quorum: int | None,
+               deadline: float | None, track: bool) -> ReplicaPlan:
         """One round from this thread: the targets one after the other, a substitute for
-        each failure. Raises when the quorum was not met."""
-        plan = self.chooser.plan(self._healthy, frozenset(holders), quorum)
-        failed: dict[str, BaseException] = {}
+        each failure; the plan, once it met its quorum (else its failure is raised)."""
+        plan = self.chooser.plan(self._healthy, have, quorum)
+        failed: dict[str, BaseException] | None = None
         queue = plan.start()
         pool = self.direct.blocking
         while queue:
@@ -186,53 +189,61 @@ class ReplicatedTransport:
                 # one after the other, a replica that just failed (a frozen nsqd: up to
                 # response_timeout) would hold every call up; once the quorum holds it,
                 # it is skipped while it backs off (the spool's drain completes it later)
-                failed[target] = ConnectError(f"nsqd at {target} is backing off after a "
-                                              "failure: skipped, the write quorum was met")
-                sub = plan.failed(target)
-                if sub is not None:
-                    queue.append(sub)
-                continue
-            try:
-                pool.send_to(target, p.datas, deadline)
-            except Exception as exc:  # noqa: BLE001 - each replica's failure is reported
-                failed[target] = exc
-                sub = plan.failed(target)
-                if sub is not None:
-                    queue.append(sub)
+                exc: BaseException = ConnectError(
+                    f"nsqd at {target} is backing off after a failure: skipped, the "
+                    "write quorum was met")
             else:
-                plan.acked(target)
-        holders.update(plan.holders)
+                try:
+                    pool.send_to(target, p.datas, deadline)
+                except Exception as error:  # noqa: BLE001 - each replica's is reported
+                    exc = error
+                else:
+                    plan.acked(target)
+                    continue
+            if failed is None:
+                failed = {}
+            failed[target] = exc
+            sub = plan.failed(target)
+            if sub is not None:
+                queue.append(sub)
         if not plan.quorum_met:
-            raise self._failure(plan, failed, p)
-        if track:
-            self._settled(plan, failed, p)
+            raise self._failure(plan, failed or {}, p)
+        if track and not plan.complete:
+            self._settled(plan, failed or {}, p)
+        return plan
 
     def _blocking(self, p: _Payload, have: frozenset[str] = frozenset(),
                   quorum: int | None = None, tries: int | None = None,
-                  track: bool = True) -> frozenset[str]:
+                  track: bool = True) -> ReplicaPlan:
+        """The rounds from this thread: the first without the retry machinery (~20 us
+        to set up), the next ones with the retry policy, each to the nsqds that do not
+        hold the message yet; the last round's plan once the quorum holds it."""
         direct = self.direct
         direct.home.check_off_loop()
         deadline = self._deadline()
-        holders = set(have)
         try:
-            try:   # the first round without the retry machinery (~20 us to set up)
-                self._round(p, holders, quorum, deadline, track)
-                return frozenset(holders)
+            try:
+                return self._round(p, have, quorum, deadline, track)
             except Exception as exc:
                 if tries == 1 or not is_transient(exc) or direct._closed or (
                         deadline is not None and time.monotonic() >= deadline):
                     raise
+                have = _holders(exc, have)
                 direct._stats.retried()
             for attempt in direct.retry.retrying(
                     tries=None if tries is None else tries - 1,
                     stopped=lambda: direct._closed, deadline=deadline,
                     on_retry=lambda _: direct._stats.retried()):
                 with attempt:
-                    self._round(p, holders, quorum, deadline, track)
+                    try:
+                        return self._round(p, have, quorum, deadline, track)
+                    except Exception as exc:
+                        have = _holders(exc, have)
+                        raise
         except Exception:
             direct._stats.failed(None, p.messages)
             raise
-        return frozenset(holders)
+        raise AssertionError("unreachable: retrying ends with a result or an error")
 
     def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
         p = self._pub(topic, body, defer_ms)
@@ -267,7 +278,7 @@ class ReplicatedTransport:
             result: frozenset[str] = self.direct._wait(
                 self._submit(p, have, need, tries=1, track=False))
             return result
-        return self._blocking(p, have, need, tries=1, track=False)
+        return self._blocking(p, have, need, tries=1, track=False).holders
 
     # -- futures and asyncio: the copies at once, settled at the quorum ------------------
     #
@@ -461,6 +472,12 @@ class ReplicatedTransport:
         else:
             await self.aclose()
 
+
+
+def _holders(exc: BaseException, have: frozenset[str]) -> frozenset[str]:
+    """The nsqds holding a message after a failed round: the ReplicationError's, or those
+    it had (the round raised every nsqd's own refusal: none took it)."""
+    return frozenset(exc.acked) if isinstance(exc, ReplicationError) else have
 
 
 class _Copy:

@@ -114,7 +114,8 @@ class BlockingPool:
             raise NSQTimeoutError(f"publish did not complete within publish_timeout="
                                   f"{self.timeout}s: no time left to send to {key}")
         conn = self._slot(key)
-        fresh = self._open(key, conn, deadline)
+        # an open, fresh connection needs no locks to check (ensure_open takes both)
+        fresh = self._open(key, conn, deadline) if conn.closed or conn.stale else False
         for data in datas:
             try:
                 conn.command(data, deadline)
