@@ -637,8 +637,9 @@ def _replication(args: argparse.Namespace) -> dict[str, Any]:
     The Producer checks the numbers against the addresses."""
     from nsq_spark.addresses import parse_address_list
 
+    # named as the Producer names them, which refuses a bad one the same way
     distinct = len({str(a) for a in parse_address_list(args.nsqd_tcp_addresses,
-                                                        "--nsqd-tcp-address")})
+                                                        "nsqd_tcp_addresses")})
     replicas = distinct if args.replicas is None else args.replicas
     if replicas > distinct:
         raise ValueError(f"--replicas {replicas}: only {distinct} distinct "
