@@ -13,6 +13,7 @@ from typing import Iterator
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
 from nsq_spark.envelope import open_body, publish_id_for
@@ -28,6 +29,14 @@ pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
 def nsqd() -> Iterator[NSQCluster]:
     with NSQCluster(nsqd=1, lookupd=0) as cluster:
         yield cluster
+
+
+def sent(reader: InMemoryMetricReader) -> int:
+    """``messaging.client.sent.messages`` so far, over every attribute set."""
+    data = reader.get_metrics_data()
+    return sum(int(point.value) for rm in (data.resource_metrics if data else [])
+               for sm in rm.scope_metrics for m in sm.metrics
+               if m.name == "messaging.client.sent.messages" for point in m.data.data_points)
 
 
 def new_topic(cluster: NSQCluster) -> str:
@@ -115,14 +124,18 @@ def test_with_telemetry_one_envelope_carries_the_publish_id_and_the_trace(
         nsqd: NSQCluster, tmp_path: Path) -> None:
     t = new_topic(nsqd)
     tcp = nsqd.nsqd_tcp_addresses[0]
-    telemetry = Telemetry(MeterProvider(), TracerProvider(), trace_context=True)
+    metrics = InMemoryMetricReader()
+    telemetry = Telemetry(MeterProvider(metric_readers=[metrics]), TracerProvider(),
+                          trace_context=True)
     with Producer(tcp, publish_ids=True, telemetry=telemetry) as p:
         p.publish(t, b"traced", idempotency_key="k-1")
         p.mpublish(t, [b"traced", b"traced"])
+    assert sent(metrics) == 3
     with Producer(tcp, replicas=1, telemetry=telemetry, spool_dir=tmp_path,
                   message_id_digest=True) as s:
         s.publish(t, b"traced", idempotency_key="k-2")
         assert s.flush(10)
+    assert sent(metrics) == 4          # the replicating drain's send is counted too
     opened = [open_body(b) for b in drain(nsqd, 0, t)]
     assert len(opened) == 4
     for e in opened:   # facade (id) -> telemetry (trace) -> transport: one version-3 envelope
