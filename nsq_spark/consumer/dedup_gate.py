@@ -40,11 +40,7 @@ if TYPE_CHECKING:
 # a child of the Reader's historical logger: its level and handlers still apply
 log = get_logger("nsq_spark.reader.intake")
 
-__all__ = ["DedupGate", "HELD_MARGIN_MS"]
-
-#: milliseconds added to a held copy's requeue delay: it comes back once the holder's
-#: lease has ended (nsqd scans its deferred queue every 100 ms by default)
-HELD_MARGIN_MS = 100
+__all__ = ["DedupGate"]
 
 
 class DedupGate:

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from .._log import get_logger
 from ..envelope import PUBLISH_ENVELOPE_MAGIC, open_body
 from ..errors import NSQError
-from .dedup_gate import HELD_MARGIN_MS
 
 if TYPE_CHECKING:
     from ..message import Message
@@ -198,6 +197,7 @@ class Intake:
                 for m in done:
                     self._held_times.pop((link.address, m.id), None)
         if held:
+            from ..dedup.base import HELD_MARGIN_MS  # only when used
             # back after the holder's lease: its handler committed (then a duplicate) or
             # failed or died (then ours); the wait is capped as a requeue's default is
             cap = self.answers.max_requeue_delay_ms

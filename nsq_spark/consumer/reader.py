@@ -753,6 +753,16 @@ class Reader:
         None: the default policy, per message, as :meth:`requeue`."""
         self._answers.bulk_blocks(blocks, REQ, delay_ms, backoff, self._pull.answered_blocks)
 
+    def split_blocks(self, blocks: Iterable[MessageBlock], chosen: Sequence[bool]
+                     ) -> tuple[list[MessageBlock], list[MessageBlock]]:
+        """Blocks handed out by :meth:`get_blocks`, cut in two so that their parts can be
+        answered apart (any thread): ``(the chosen messages, the others)``, as blocks,
+        ``chosen`` holding one flag per message of ``blocks`` in order. From then on the
+        Reader tracks the parts instead of ``blocks`` (``close()`` requeues the parts left
+        unanswered); answer the parts, never ``blocks``. AlreadyRespondedError for a
+        block answered already."""
+        return self._pull.split_blocks(list(blocks), chosen)
+
     # ------------------------------------------------------------------------------------
     # stats
 

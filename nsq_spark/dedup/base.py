@@ -57,7 +57,7 @@ KeyFunc = Callable[[Any], Union[Key, None]]  # None: no key, never a duplicate
 
 __all__ = [
     "Deduplicator", "ClaimingDeduplicator", "Claim", "ClaimState", "NEW", "DONE", "held",
-    "claiming", "LocalClaims", "ClaimTable", "Owner",
+    "HELD_MARGIN_MS", "claiming", "LocalClaims", "ClaimTable", "Owner",
     "Key", "KeyFunc", "by_message_id", "by_body_digest", "by_publish_id",
     "resolve_key",
     "key_bytes", "check_and_set_many", "erase_many", "contains_many",
@@ -105,6 +105,11 @@ class Claim(NamedTuple):
 NEW = Claim(ClaimState.NEW)
 #: the key was committed: a duplicate
 DONE = Claim(ClaimState.DONE)
+
+
+#: milliseconds added to a held copy's requeue delay, so that it comes back after the
+#: holder's lease has ended (nsqd looks at its deferred messages every 100 ms by default)
+HELD_MARGIN_MS = 100
 
 
 def held(left_ms: float) -> Claim:

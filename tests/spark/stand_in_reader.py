@@ -6,7 +6,7 @@ with ``mypy --strict`` against the ports they stand in for
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from nsq_spark.message import Message
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
@@ -58,11 +58,23 @@ class StandInReader:
         self.outstanding -= sum(map(len, blocks))
 
     def requeue_blocks(self, blocks: Iterable[MessageBlock],
-                       delay_ms: int | None = None) -> None:
+                       delay_ms: int | None = None, backoff: bool = True) -> None:
         blocks = list(blocks)
         self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
         self.outstanding -= sum(map(len, blocks))
         self.queue[:0] = [m for b in blocks for m in b.messages()]
+
+    def split_blocks(self, blocks: Iterable[MessageBlock], chosen: Sequence[bool]
+                     ) -> tuple[list[MessageBlock], list[MessageBlock]]:
+        yes: list[MessageBlock] = []
+        no: list[MessageBlock] = []
+        at = 0
+        for b in blocks:
+            flags = list(chosen[at:at + len(b)])
+            at += len(b)
+            yes += b.select(flags)
+            no += b.select([not f for f in flags])
+        return yes, no
 
     def is_starved(self) -> bool:
         return False
