@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from .._log import get_logger
 from .options import ReadOptions
@@ -18,8 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from nsq_spark.message import Message
     from nsq_spark.protocol import MessageBlock
-
-    from .fetch_task import ReaderPort
 
 log = get_logger(__name__)
 
@@ -144,7 +142,17 @@ def _keys(messages: list["Message"]) -> list[Any]:
     return [k for k in (getattr(m, "dedup_key", None) for m in messages) if k is not None]
 
 
-def split_held(reader: "ReaderPort", blocks: list["MessageBlock"], d: DedupChunk
+class HeldAnswers(Protocol):
+    """What :func:`split_held` needs of a Reader (the fetch task's ReaderPort has it)."""
+
+    def split_blocks(self, blocks: Iterable["MessageBlock"], chosen: Sequence[bool]
+                     ) -> tuple[list["MessageBlock"], list["MessageBlock"]]: ...
+
+    def requeue_blocks(self, blocks: Iterable["MessageBlock"], delay_ms: int | None = None,
+                       backoff: bool = True) -> None: ...
+
+
+def split_held(reader: HeldAnswers, blocks: list["MessageBlock"], d: DedupChunk
                ) -> list["MessageBlock"]:
     """Requeue the held messages of ``blocks`` (no backoff: nothing failed) and return
     the blocks of the rest, to spool and FINish."""

@@ -27,6 +27,7 @@ class StandInReader:
         self.queue, self.log, self.gets = queue, log, 0
         self.fail_after_gets = fail_after_gets
         self.closed = False
+        self.deferred: list[Message] = []  # requeued with a delay
         # nsqd's rule when given: no more un-answered messages than max_in_flight
         self.max_in_flight, self.outstanding = max_in_flight, 0
 
@@ -59,10 +60,16 @@ class StandInReader:
 
     def requeue_blocks(self, blocks: Iterable[MessageBlock],
                        delay_ms: int | None = None, backoff: bool = True) -> None:
+        """Back to the head of the queue; with a delay, into :attr:`deferred` instead
+        (nsqd hands a deferred message out only once its delay is over: never, here)."""
         blocks = list(blocks)
         self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
         self.outstanding -= sum(map(len, blocks))
-        self.queue[:0] = [m for b in blocks for m in b.messages()]
+        msgs = [m for b in blocks for m in b.messages()]
+        if delay_ms:
+            self.deferred += msgs
+        else:
+            self.queue[:0] = msgs
 
     def split_blocks(self, blocks: Iterable[MessageBlock], chosen: Sequence[bool]
                      ) -> tuple[list[MessageBlock], list[MessageBlock]]:
