@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .._log import get_logger
 from ..errors import AlreadyRespondedError, NSQError
+from ..handshake import Negotiated
 from .rdy import ConnRdy
 
 if TYPE_CHECKING:
@@ -58,9 +59,6 @@ log = get_logger("nsq_spark.reader.answers")
 __all__ = ["Answers", "Link", "FIN", "REQ", "TOUCH"]
 
 FIN, REQ, TOUCH = 0, 1, 2
-
-#: nsqd's default ``--msg-timeout`` (ms): the lease of a connection that has none yet
-DEFAULT_MSG_TIMEOUT_MS = 60_000
 
 
 class Link:
@@ -104,7 +102,8 @@ class Link:
         """The message timeout nsqd set for this connection (IDENTIFY), in ms: how long a
         message it delivered may go unanswered, and so the lease of its dedup claims."""
         conn = self.conn
-        return conn.msg_timeout if conn is not None else DEFAULT_MSG_TIMEOUT_MS
+        # before IDENTIFY answered (no delivery yet): nsqd's default
+        return conn.msg_timeout if conn is not None else Negotiated.msg_timeout
 
     def __repr__(self) -> str:
         return f"<nsqd {self.address}>"

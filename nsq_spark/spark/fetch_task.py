@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
 from .filters import DeadLetterSplit, Dedup, split_held
-from .options import ReadOptions
+from .options import NSQD_MSG_TIMEOUT, ReadOptions
 from .reader_cache import CachedReaders, cache_key
 from .schema import blocks_to_batch
 from .seen import Redeliveries
@@ -490,8 +490,7 @@ def dedup_lease_ms(opts: ReadOptions) -> int:
     """The lease of the ``dedup`` option's claims: the connection's message timeout
     (``msgTimeout``), else nsqd's default (60 s) -- a task killed before its chunk is
     durable has its messages redelivered, and its claims ended, after about that."""
-    seconds = opts.connection.get("msg_timeout")
-    return round(seconds * 1000) if seconds else 60_000
+    return round(float(opts.connection.get("msg_timeout") or NSQD_MSG_TIMEOUT) * 1000)
 
 
 def concat_batches(batches: list["pa.RecordBatch"]) -> "pa.RecordBatch":

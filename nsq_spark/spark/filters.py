@@ -66,7 +66,7 @@ class Dedup:
     and the commit lets a later copy through (a duplicate row).
     """
 
-    def __init__(self, spec: str, lease_ms: int = 60_000) -> None:
+    def __init__(self, spec: str, lease_ms: int) -> None:
         from nsq_spark.dedup import by_message_id, cached_from_spec, claiming
 
         self.spec = spec
