@@ -22,7 +22,7 @@ from nsq_spark.testing import wait_until
 
 T, C = "dedup_faults", "c"
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
 
 # A consumer process: records that its handler started, then hangs there until killed.
 CONSUMER = r"""

@@ -318,6 +318,9 @@ class Answers:
     def _commit_ids(self, msgs: Sequence["Message"], ids: Sequence[bytes]) -> None:
         """The messages of ``msgs`` finished as ``ids`` (a chunk's result) are committed."""
         assert self.dedup is not None
+        if len(ids) == len(msgs):  # the whole chunk finished: no set to build
+            self.dedup.commit_many(msgs)
+            return
         finished = set(ids)
         self.dedup.commit_many([m for m in msgs if m.id in finished])
 

@@ -101,13 +101,17 @@ class DedupGate:
                 "[%s] dedup claim failed on %d messages from %s; handling them "
                 "anyway", self.name, len(msgs), source)
             return new + msgs, [], []
-        from ..dedup.base import ClaimState  # only when used
+        from ..dedup.base import NEW, ClaimState  # only when used
         done: list[Message] = []
         held: list[tuple[Message, int]] = []
+        app = new.append
         for m, c in zip(msgs, claims):
+            if c is NEW:  # the structures' own answer for a new claim: no attribute read
+                app(m)
+                continue
             state = c.state
             if state is ClaimState.NEW:
-                new.append(m)
+                app(m)
             elif state is ClaimState.DONE:
                 done.append(m)
             else:

@@ -210,8 +210,9 @@ class ClaimTable:
     def _make_room(self, now: float) -> None:
         d = self._deadlines
         # insertion order is about deadline order (leases are about equal): the expired
-        # ones are at the front
-        for k in [k for k in itertools.islice(d, max(1, len(d) // 8)) if d[k] <= now]:
+        # ones are at the front; a few at a time, so that a full table of live claims
+        # costs each new claim a bounded look
+        for k in [k for k in itertools.islice(d, 64) if d[k] <= now]:
             del d[k]
         if len(d) >= self.max_claims:
             del d[next(iter(d))]

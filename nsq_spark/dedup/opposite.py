@@ -39,7 +39,7 @@ from typing import Callable, Iterable, Sequence
 from .. import validate
 from ..errors import ConfigError
 from ..validate import MAX_MEMORY_BYTES
-from .base import DONE, Claim, ClaimTable, Key, KeyFunc, key_bytes, resolve_key
+from .base import DONE, NEW, Claim, ClaimTable, Key, KeyFunc, key_bytes, resolve_key
 
 __all__ = ["OppositeBloomFilter"]
 
@@ -227,26 +227,50 @@ class OppositeBloomFilter:
         :class:`~nsq_spark.dedup.ClaimingDeduplicator`."""
         out: list[Claim] = []
         app = out.append
-        holds = self._holds
+        size = self.size
+        ds = self.digest_size
+        empty = self._empty
+        slots, starts = self._slots, self._buf.startswith
         with self._lock:
-            take = self._claims.take
-            now = self._claims.clock()
+            claims = self._claims
+            take = claims.take
+            deadlines = claims._deadlines
+            room = claims.max_claims - len(deadlines)
+            now = claims.clock()
+            until = now + lease_ms / 1000.0
             for key in keys:
                 if type(key) is not bytes:
                     key = key_bytes(key)
-                app(DONE if holds(key) else take(key, lease_ms, now))
+                # committed? (inline _holds: this loop is per message)
+                if ds is None:
+                    if slots[hash(key) % size] == key:
+                        app(DONE)
+                        continue
+                else:
+                    fp = key if len(key) == ds and key != empty else \
+                        blake2b(key, digest_size=ds).digest()
+                    if starts(fp, hash(key) % size * ds):
+                        app(DONE)
+                        continue
+                if room > 0 and key not in deadlines:  # the common case: a new claim
+                    deadlines[key] = until
+                    room -= 1
+                    app(NEW)
+                else:
+                    app(take(key, lease_ms, now))
+                    room = claims.max_claims - len(deadlines)
         return out
 
     def commit_many(self, keys: Sequence[Key]) -> None:
         """The keys were handled: into their buckets; their claims end."""
         ds = self.digest_size
         size = self.size
-        drop = self._claims.drop
         with self._lock:
+            drop = self._claims._deadlines.pop
             for key in keys:
                 if type(key) is not bytes:
                     key = key_bytes(key)
-                drop(key)
+                drop(key, None)
                 if ds is None:
                     self._slots[hash(key) % size] = key
                     continue
