@@ -311,7 +311,7 @@ def test_no_secret_in_any_record_of_a_reader_a_producer_and_a_dedup_store(
         running_reader.stop(r)
     messages = collect.messages()
     assert any("authenticated as" in m for m in messages), messages
-    assert any("dedup check failed" in m for m in messages), messages
+    assert any("dedup claim failed" in m for m in messages), messages
     assert any("is down" in m for m in messages), messages
     assert_nowhere([AUTH_SECRET, WRONG_SECRET, REDIS_PASSWORD], collect)
 
