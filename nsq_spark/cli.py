@@ -215,7 +215,8 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(p, "--message-id-digest", action="store_true",
          help="wrap each body in the message-id envelope (see nsq_spark.spool)")
     _add(p, "--skip-empty", action="store_true",
-         help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
+         help="skip empty lines: the default now, as to_nsq (nsqd refuses empty bodies; "
+         "a WARNING at the end counts them); kept for old command lines")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")
 
     t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
@@ -335,9 +336,13 @@ def _add_where(p: argparse.ArgumentParser) -> None:
          help="time a TCP (and TLS) connect to nsqd / nsqlookupd may take (default 2s)")
     _add(p, "--http-client-request-timeout", type=_duration("--http-client-request-timeout"),
          default=5.0, metavar="DURATION",
-         help="time each further stage of a request may take, on its own: sending, each "
-         "read of the answer, waiting for a pooled connection (default 5s; not a bound on "
-         "the whole request)")
+         help="time a whole request may take, however slowly the answer comes (default "
+         "5s); stat: the nsqds of one view are asked at once, all within it")
+    _add(p, "--http-client-max-answer-bytes",
+         type=_number(int, "--http-client-max-answer-bytes", lo=1, hi=1 << 31,
+                      unit="bytes"), default=None, metavar="BYTES",
+         help="size limit of an answer (default: per kind, 32 MiB for nsqd's /stats, 16 "
+         "MiB for lookupd's answers, 1 MiB for the others)")
     _add(p, "--log-level", default="warning",
          choices=["debug", "info", "warning", "error"], help="log level (stderr)")
 
@@ -538,26 +543,36 @@ def _records(f: IO[bytes], delimiter: bytes) -> Iterator[bytes]:
 
 def _batches(opened: list[tuple[str, Any]], delimiter: bytes, size: int, skip_empty: bool
              ) -> Iterator[tuple[list[bytes], int]]:
-    """Batches of bodies, with the input bytes they came from (for the progress bar)."""
+    """Batches of bodies, with the input bytes they came from (for the progress bar).
+
+    As to_nsq: a body is the bytes between two delimiters, unchanged (a ``\\r`` before
+    ``\\n`` stays in the body, as to_nsq keeps it); an empty one is no message (nsqd
+    refuses empty bodies) and is skipped, whatever ``skip_empty`` says (the old
+    ``--skip-empty`` flag); one WARNING at the end says how many were, and the first
+    where."""
     batch: list[bytes] = []
     raw = 0
+    empty = 0
+    first_empty = ""
     for name, f in opened:
         for lineno, line in enumerate(_records(f, delimiter), 1):
             raw += len(line)
             body = line[:-1] if line.endswith(delimiter) else line
-            if delimiter == b"\n" and body.endswith(b"\r"):
-                body = body[:-1]
             if not body:
-                if skip_empty:
-                    continue
-                raise ValueError(f"{name}:{lineno}: empty message (nsqd refuses empty "
-                                 "bodies); remove empty lines or pass --skip-empty")
+                empty += 1
+                first_empty = first_empty or f"{name}:{lineno}"
+                continue
             batch.append(body)
             if len(batch) >= size:
                 yield batch, raw
                 batch, raw = [], 0
     if batch or raw:
         yield batch, raw
+    if empty:
+        log.warning("skipped %d empty message%s (first at %s): nsqd refuses empty bodies, "
+                    "and to_nsq skips them too", empty, "" if empty == 1 else "s",
+                    "stdin" + first_empty[1:] if first_empty.startswith("-:") else
+                    first_empty)
 
 
 def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int:
@@ -770,18 +785,34 @@ def _ever_subscribed(reader: Any) -> bool:
 # stat, topic, channel
 
 
+def _node_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a node's request can end in (an admin error, no answer,
+    a bad name), as opposed to a bug that must not be shown as "did not answer"."""
+    from nsq_spark.errors import NSQError
+
+    return isinstance(exc, (NSQError, OSError, ValueError))
+
+
+def _client_options(args: argparse.Namespace, transport: Any) -> dict[str, Any]:
+    """The admin clients' options from the command line (timeout, size limit, the shared
+    transport)."""
+    return {"timeout": args.http_client_request_timeout, "transport": transport,
+            "max_answer_bytes": args.http_client_max_answer_bytes}
+
+
 def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = False,
                   last: dict[str, list[str]] | None = None
                   ) -> tuple[list[str], dict[str, str]]:
-    """The nsqd HTTP addresses to act on, and the lookupds that did not answer (address:
-    what the attempt said). Given with --nsqd-http-address, or what the lookupds list:
-    the topic's producers (``lookup(topic)``, as nsqadmin does), or every registered nsqd
-    (``for_create`` of a topic, or no topic). ``last`` (``stat``): each lookupd's list of
-    the previous round, updated here; a lookupd that does not answer keeps its list.
-    Raises when no lookupd answered (and none answered before), or when none lists an
-    nsqd."""
-    from nsq_spark.addresses import parse_http_address_list
-    from nsq_spark.admin import AdminError, LookupdClient
+    """The nsqd HTTP addresses to act on, and the lookupds that did not answer (address
+    without user info: what the attempt said). Given with --nsqd-http-address, or what
+    the lookupds list (asked concurrently): the topic's producers (``lookup(topic)``, as
+    nsqadmin does), or every registered nsqd (``for_create`` of a topic, or no topic).
+    ``last`` (``stat``): each lookupd's list of the previous round, updated here; a
+    lookupd that does not answer keeps its list. Raises when no lookupd answered (and
+    none answered before), or when none lists an nsqd."""
+    from nsq_spark.addresses import parse_http_address_list, strip_userinfo
+    from nsq_spark.admin import LookupdClient
+    from nsq_spark.admin.cluster import concurrently
 
     if args.nsqd_http_addresses:
         return parse_http_address_list(args.nsqd_http_addresses, "--nsqd-http-address",
@@ -790,18 +821,22 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
                                        "--lookupd-http-address", "127.0.0.1:4161")
     lists = last if last is not None else {}
     errors: dict[str, str] = {}
-    for address in lookupds:
-        client = LookupdClient(address, timeout=args.http_client_request_timeout,
-                               transport=transport)
-        try:
-            if args.topic and not for_create:
-                producers = list(client.lookup(args.topic).producers)
-            else:
-                producers = client.nodes()
-        except (AdminError, OSError) as exc:
-            errors[address] = str(exc)
-            continue
-        lists[address] = [p.http_address for p in producers if p.http_address]
+
+    def ask(address: str) -> list[str]:
+        client = LookupdClient(address, **_client_options(args, transport))
+        if args.topic and not for_create:
+            producers = list(client.lookup(args.topic).producers)
+        else:
+            producers = client.nodes()
+        return [p.http_address for p in producers if p.http_address]
+
+    for address, answer in concurrently(ask, lookupds).items():
+        if isinstance(answer, BaseException):
+            if not _node_failure(answer):
+                raise answer  # not an answer of a node: a bug, not "did not answer"
+            errors[strip_userinfo(address)] = str(answer)
+        else:
+            lists[address] = answer
     if not any(a in lists for a in lookupds):
         raise RuntimeError("no nsqlookupd answered: " + "; ".join(errors.values()))
     found: list[str] = []
@@ -809,13 +844,14 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
         found += [a for a in lists.get(address, []) if a not in found]
     if not found:
         where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
+        shown = ", ".join(strip_userinfo(a) for a in lookupds)
         unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
                       if errors else "")
-        raise _NoNsqdListed(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
-                            "the name right? does nsqd run with --lookupd-tcp-address?)"
-                            + unanswered, f"nsqlookupd {', '.join(lookupds)} lists no nsqd "
-                            f"{where}for now (restarted and not registered again yet?); "
-                            "asking again next interval", errors)
+        raise _NoNsqdListed(f"nsqlookupd {shown} lists no nsqd {where}(is the name right? "
+                            "does nsqd run with --lookupd-tcp-address?)" + unanswered,
+                            f"nsqlookupd {shown} lists no nsqd {where}for now (restarted "
+                            "and not registered again yet?); asking again next interval",
+                            errors)
     return found, errors
 
 
@@ -856,16 +892,20 @@ def _admin_usage(args: argparse.Namespace) -> str | None:
 
 
 def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
-    from nsq_spark.admin import AdminError, NsqdClient
-    from nsq_spark.admin.transport import HttpxTransport
+    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark.admin import NsqdClient
+    from nsq_spark.admin.cluster import concurrently
+    from nsq_spark.admin.transport import HttpTransport
 
     problem = _admin_usage(args)
     if problem:
         stderr.write(f"nsq-spark {args.command}: error: {problem}\n")
         return EXIT_USAGE
     channel: str | None = getattr(args, "channel", None)
-    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
+    transport = HttpTransport(connect_timeout=args.http_client_connect_timeout)
     try:
+        if args.action == "delete":
+            return _delete(args, channel, transport, stdout, stderr)
         # a channel goes where its topic is (nsqd refuses one for a topic it lacks)
         targets, unanswered = _nsqd_targets(
             args, transport, for_create=args.action == "create" and channel is None)
@@ -878,35 +918,70 @@ def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) 
                          f"not {_ACTION_DONE[args.action]} (the action may be incomplete): "
                          f"{error}\n")
         what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
-        for address in targets:
-            nsqd = NsqdClient(address, timeout=args.http_client_request_timeout,
-                              transport=transport)
-            try:
-                if channel is None:
-                    getattr(nsqd, f"{args.action}_topic")(args.topic)
-                else:
-                    getattr(nsqd, f"{args.action}_channel")(args.topic, channel)
-            except (AdminError, OSError) as exc:
+
+        def act(address: str) -> None:
+            nsqd = NsqdClient(address, **_client_options(args, transport))
+            if channel is None:
+                getattr(nsqd, f"{args.action}_topic")(args.topic)
+            else:
+                getattr(nsqd, f"{args.action}_channel")(args.topic, channel)
+
+        for address, outcome in concurrently(act, targets).items():
+            if isinstance(outcome, BaseException):
+                if not _node_failure(outcome):
+                    raise outcome
                 failed += 1
-                stderr.write(f"nsq-spark {args.command} {args.action}: error: {exc}\n")
+                stderr.write(f"nsq-spark {args.command} {args.action}: error: {outcome}\n")
                 continue
-            stdout.write(f"{_ACTION_DONE[args.action]} {what} on nsqd {address}\n".encode())
+            stdout.write(f"{_ACTION_DONE[args.action]} {what} on nsqd "
+                         f"{strip_userinfo(address)}\n".encode())
         stdout.flush()
         return EXIT_ERROR if failed else EXIT_OK
     finally:
         transport.close()
 
 
+def _delete(args: argparse.Namespace, channel: str | None, transport: Any,
+            stdout: IO[bytes], stderr: IO[str]) -> int:
+    """``topic delete`` / ``channel delete`` as nsqadmin does
+    (:mod:`nsq_spark.admin.cluster`): every lookupd's registration, then every nsqd of the
+    topic."""
+    from nsq_spark.admin import delete_channel, delete_topic
+
+    where = {"lookupd_http_addresses": args.lookupd_http_addresses,
+             "nsqd_http_addresses": args.nsqd_http_addresses,
+             "timeout": args.http_client_request_timeout, "transport": transport,
+             "max_answer_bytes": args.http_client_max_answer_bytes}
+    if channel is None:
+        result = delete_topic(args.topic, **where)
+        what = f"topic {args.topic}"
+    else:
+        result = delete_channel(args.topic, channel, **where)
+        what = f"channel {args.topic}/{channel}"
+    for node in result.done:
+        kind, _, address = node.partition(" ")
+        done = "the registration of " if kind == "nsqlookupd" else ""
+        stdout.write(f"deleted {done}{what} on {kind} {address}\n".encode())
+    stdout.flush()
+    for note in result.notes:
+        stderr.write(f"nsq-spark {args.command} delete: {note}\n")
+    for node, error in result.failed:
+        stderr.write(f"nsq-spark {args.command} delete: error: {node}: {error}\n")
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
 def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
-    from nsq_spark.admin import AdminError, NsqdClient
+    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark.admin import NsqdClient
+    from nsq_spark.admin.cluster import Deadline, concurrently
     from nsq_spark.admin.stat import StatView, format_text
-    from nsq_spark.admin.transport import HttpxTransport
+    from nsq_spark.admin.transport import HttpTransport
 
     problem = _admin_usage(args)
     if problem:
         stderr.write(f"nsq-spark stat: error: {problem}\n")
         return EXIT_USAGE
-    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
+    transport = HttpTransport(connect_timeout=args.http_client_connect_timeout)
     view = StatView(args.topic, args.channel)
     shown = 0
     lists: dict[str, list[str]] = {}  # each lookupd's nsqds, kept while it does not answer
@@ -923,16 +998,24 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
                     raise
                 # e.g. its one nsqd restarted and lookupd dropped it: say so, go on
                 targets, unanswered, notes = [], exc.unanswered, (exc.later,)
+            # nsq_stat's clusterinfo asks the nsqds at once: all of them within one
+            # request timeout, so twelve that never answer cost one timeout, not twelve
+            deadline = Deadline(args.http_client_request_timeout)
+
+            def ask(address: str) -> Any:
+                options = {**_client_options(args, transport), "timeout": deadline.left()}
+                return NsqdClient(address, **options).stats(args.topic, args.channel,
+                                                            include_clients=True)
+
             snapshots = {}
             unreachable = {}
-            for address in targets:
-                try:
-                    snapshots[address] = NsqdClient(
-                        address, timeout=args.http_client_request_timeout,
-                        transport=transport).stats(args.topic, args.channel,
-                                                   include_clients=True)
-                except (AdminError, OSError) as exc:
-                    unreachable[address] = str(exc)
+            for address, answer in concurrently(ask, targets, deadline).items():
+                if isinstance(answer, BaseException):
+                    if not _node_failure(answer):
+                        raise answer
+                    unreachable[strip_userinfo(address)] = str(answer)
+                else:
+                    snapshots[strip_userinfo(address)] = answer
             if not snapshots and shown == 0:
                 raise RuntimeError("no nsqd answered: " + "; ".join(
                     f"{a}: {e}" for a, e in unreachable.items()))
@@ -940,6 +1023,14 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             # one (an NTP step of time.time() would give absurd rates)
             interval = view.update(time.time(), snapshots, unreachable, unanswered,
                                    monotonic=time.monotonic(), notes=notes)
+            if snapshots and (args.topic or args.channel) and not interval.rows:
+                # nsq_stat: "failed to find channel(%s) in stats metadata for topic(%s)"
+                what = (f"channel {args.channel!r} of topic {args.topic!r}" if args.channel
+                        else f"topic {args.topic!r}")
+                raise RuntimeError(
+                    f"no {what} on the nsqds that answered ({', '.join(snapshots)}); "
+                    "check the name (nsq-spark stat without --channel / --topic lists "
+                    "what there is)")
             if args.json:
                 text = interval.as_json() + "\n"
             else:
