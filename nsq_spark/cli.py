@@ -972,7 +972,7 @@ def _delete(args: argparse.Namespace, channel: str | None, transport: Any,
 
 def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
     from nsq_spark.addresses import strip_userinfo
-    from nsq_spark.admin import NsqdClient
+    from nsq_spark.admin import HTTPDeadlineError, NsqdClient
     from nsq_spark.admin.cluster import Deadline, concurrently
     from nsq_spark.admin.stat import StatView, format_text
     from nsq_spark.admin.transport import HttpTransport
@@ -1004,8 +1004,15 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
 
             def ask(address: str) -> Any:
                 options = {**_client_options(args, transport), "timeout": deadline.left()}
-                return NsqdClient(address, **options).stats(args.topic, args.channel,
-                                                            include_clients=True)
+                try:
+                    return NsqdClient(address, **options).stats(args.topic, args.channel,
+                                                                include_clients=True)
+                except HTTPDeadlineError:
+                    raise HTTPDeadlineError(
+                        f"nsqd {strip_userinfo(address)}: no complete /stats within the "
+                        f"view's deadline of {deadline.seconds:g} s "
+                        "(--http-client-request-timeout: the nsqds of one view are asked "
+                        "at once, all within it)") from None
 
             snapshots = {}
             unreachable = {}

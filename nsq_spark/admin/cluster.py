@@ -85,8 +85,8 @@ def concurrently(func: Callable[[K], V], items: Iterable[K], deadline: Deadline 
         if deadline is not None and deadline.passed:
             raise HTTPDeadlineError(
                 f"{strip_userinfo(str(item))}: not asked, the deadline of "
-                f"{deadline.seconds:g} s passed before its turn came (too many nodes for "
-                "the time given)")
+                f"{deadline.seconds:g} s passed before its turn came ({MAX_CONCURRENCY} "
+                "are asked at a time: too many nodes for the time given)")
         return func(item)
 
     if len(keys) == 1:

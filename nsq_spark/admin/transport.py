@@ -330,7 +330,7 @@ def _failure(method: str, url: str, exc: Exception, timeout: float | None = None
             and timeout is not None and time.monotonic() >= deadline - 0.005:
         return HTTPDeadlineError(
             f"{method} {url}: no complete answer within the request's deadline of "
-            f"{timeout:g} s (the whole request, however slowly the server sends); check "
+            f"{timeout:.3g} s (the whole request, however slowly the server sends); check "
             "that the server runs there and is not overloaded, or give it a longer "
             "timeout")
     tls = _tls_cause(exc)
