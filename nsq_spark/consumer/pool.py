@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from .._log import get_logger
-from ..addresses import strip_userinfo
+from ..addresses import redact_userinfo, strip_userinfo
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
 from ..lookupd import ProducerInfo, lookupd_index, producer_address
@@ -426,11 +426,12 @@ class Pool:
         i = lookupd_index(polled, address, self.topic)
         if i is None:
             raise NotConnectedError(
-                f"[{self.name}] lookupd {address!r} is not polled (polled: "
+                f"[{self.name}] lookupd {redact_userinfo(address)!r} is not polled (polled: "
                 f"{polled or 'none'}): give one of those addresses")
         if len(polled) == 1 and not self.direct:
             raise ConfigError(
-                f"[{self.name}] cannot disconnect from the only lookupd ({address!r}) of a "
+                f"[{self.name}] cannot disconnect from the only lookupd "
+                f"({redact_userinfo(address)!r}) of a "
                 "consumer without nsqd_tcp_addresses: connect_to_lookupd() another one first")
         poller = self.poller
         if poller is None:

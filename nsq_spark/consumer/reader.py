@@ -83,7 +83,7 @@ from .._log import get_logger
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from .. import validate
 from ..addresses import (parse_address, parse_address_list, parse_http_address,
-                         parse_http_address_list)
+                         parse_http_address_list, redact_userinfo)
 from ..config import ConnectionConfig, check_reader_options
 from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerInfo, producer_address
@@ -590,7 +590,7 @@ class Reader:
         malformed address."""
         parse_http_address(address, "address", "127.0.0.1:4161")
         return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address),
-                                         f"connect_to_lookupd({address!r})"))
+                                         f"connect_to_lookupd({redact_userinfo(address)!r})"))
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
@@ -600,7 +600,7 @@ class Reader:
         the last one even with direct addresses)."""
         parse_http_address(address, "address", "127.0.0.1:4161")
         self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address),
-                             f"disconnect_from_lookupd({address!r})")
+                             f"disconnect_from_lookupd({redact_userinfo(address)!r})")
 
     def _on_loop_result(self, fn: Callable[[], Any], control: str) -> Any:
         # on the loop (or here before start / on the loop's thread), once; the pool's
