@@ -39,7 +39,9 @@ prints) the backlog of the named, durable channel. A line on stderr says which i
 
 ``spool redrive DIR`` moves the messages nsqd refused for good (``DIR/rejected``) back
 into the spool's queue, once the cause is fixed; the next producer on ``DIR`` (a running
-one within a second) sends them.
+one within a second) sends them. A rejected file with a damaged record has every intact
+record moved (those after the damage too), the file as it was kept in ``DIR/corrupt/``,
+and the exit status 1.
 
 Both take TLS (``--tls``, ``--tls-ca-file``, ...) and AUTH options; the AUTH secret comes
 from a file or the ``NSQ_AUTH_SECRET`` variable, never from the command line (``ps`` would
@@ -48,8 +50,9 @@ show it), and is never printed.
 Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
 Exit status: 0 done, 1 error (the message says what and how to fix it; an operation that
 failed on any nsqd, or through lookupd with a lookupd not answering; also ``tail``
-ending without ever having connected to an nsqd), 2 bad usage, 3 ``publish`` ended with
-messages still in the spool, 130 interrupted.
+ending without ever having connected to an nsqd, ``stat`` finding no such topic or
+channel, as nsq_stat, and ``spool redrive`` keeping damaged bytes back), 2 bad usage, 3
+``publish`` ended with messages still in the spool, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -647,10 +650,14 @@ def _spool_redrive(directory: str, stderr: IO[str]) -> int:
         text += (f"; {done.busy} file{' is' if done.busy == 1 else 's are'} still being "
                  "written by a running producer (its Producer.redrive() moves it, or run "
                  "this again after it stops)")
-    for damage in done.damaged:
-        text += f"; damaged tail in {damage} (the intact records are sent)"
+    if done.kept_back_bytes:
+        # every intact record was moved (those after a damaged one too); the damaged
+        # bytes cannot be sent: said, and the exit status says it too
+        text += (f"; kept back {done.kept_back_bytes:,} damaged bytes, which cannot be "
+                 f"sent ({'; '.join(done.damaged)}); the files as they were are in "
+                 f"{directory}/corrupt/ for inspection")
     stderr.write(text + "\n")
-    return EXIT_OK
+    return EXIT_ERROR if done.kept_back_bytes else EXIT_OK
 
 
 def _spool_summary(args: argparse.Namespace, read: int, stats: dict[str, Any],
