@@ -160,3 +160,39 @@ def test_a_spool_directory_renamed_away_is_noticed_like_a_deleted_one(tmp_path, 
         assert os.listdir(d) == []
     finally:
         store.close()
+
+
+# -- telemetry ---------------------------------------------------------------------------
+
+
+def test_a_publish_refused_before_sending_is_not_counted_as_sent():
+    pytest.importorskip("opentelemetry.sdk")
+    from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
+    from test_telemetry_unit import FakeTransport, Otel, _port
+
+    otel = Otel()
+    p = Producer(["127.0.0.1:1"], telemetry=otel.telemetry)   # never connected
+    try:
+        with pytest.raises(InvalidNameError):
+            p.publish("bad topic!", b"x")
+        with pytest.raises(InvalidBodyError):
+            p.mpublish("t", [b"a", b""])
+    finally:
+        p.close()
+    # before: 3 messages counted as sent, though nothing left the process
+    data = otel.metrics.get_metrics_data()
+    sent = [pt for rm in data.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "messaging.client.sent.messages"
+            for pt in m.data.data_points]
+    assert sent == []
+    durations = otel.points("messaging.client.operation.duration")
+    assert sorted(d.attributes["error.type"] for d in durations) == [
+        "nsq_spark.errors.InvalidBodyError", "nsq_spark.errors.InvalidNameError"]
+    # nsqd's refusal is an attempt: counted, with nsqd's code (as before)
+    otel = Otel()
+    traced = otel.telemetry.producer_transport(
+        _port(FakeTransport(NSQServerError("E_BAD_TOPIC", "bad"))), None)
+    with pytest.raises(NSQServerError):
+        traced.publish("t", b"x", None)
+    (point,) = otel.points("messaging.client.sent.messages")
+    assert point.value == 1 and point.attributes["error.type"] == "E_BAD_TOPIC"
