@@ -11,7 +11,11 @@ the nsqds given or found through lookupd; ``--json`` prints one JSON object an i
 
 ``topic`` and ``channel`` run nsqd's operations on every nsqd given (or every nsqd
 lookupd lists for the topic, as nsqadmin does; ``topic create`` through lookupd: every
-nsqd registered there)::
+nsqd registered there); ``delete`` is nsqadmin's delete, every lookupd's registration
+too (:mod:`nsq_spark.admin.cluster`). Every request is bounded as a whole
+(``--http-client-request-timeout``) and so is every answer's size
+(:mod:`nsq_spark.admin.transport`); an address may carry user info, sent as
+``Authorization: Basic`` and never shown::
 
     nsq-spark channel pause --topic events --channel archive --nsqd-http-address 127.0.0.1:4151
 

@@ -29,7 +29,7 @@ Reader gives its AUTH secret unless ``lookupd_authorization=False``, as go-nsq s
 The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answers read by
 the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
-:func:`lookup_sync` send their requests through the admin client's httpx transports (the
+:func:`lookup_sync` send their requests through the admin client's transports (the
 HTTP path of discovery, the admin clients and the Spark driver; publishing over HTTP,
 :mod:`nsq_spark.publish.http`, still uses tornado's client, see there), the poller with
 tenacity retrying once what

@@ -196,7 +196,8 @@ class Reader:
             (give ``max_in_flight >= concurrency`` to keep every thread busy). Not for
             ``batch_handler`` nor ``async def`` handlers (ConfigError).
         discovery_filter: ``f(records) -> records``, go-nsq's ``DiscoveryFilter``: called
-            once per lookupd poll with the producers found
+            at the end of each lookupd poll with the producers found, and before that
+            each time a lookupd's answer adds some while others have not answered
             (:class:`~nsq_spark.lookupd.ProducerInfo` records, topology-preferred order),
             it returns those to connect to (keep, drop, reorder); default None: all of
             them. A result that is not such records is logged as a
