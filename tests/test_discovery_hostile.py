@@ -187,3 +187,28 @@ def test_the_reader_sends_its_auth_secret_to_lookupd_as_go_nsq_does():
     # user info wins for its address: basic, base64 of user:password
     assert _reader_headers({"auth_secret": "s3cret"}, "http://op:p%40ss@HOST")[
         "authorization"] == "Basic b3A6cEBzcw=="
+
+
+def test_a_dead_nsqd_listed_at_every_poll_is_one_warning_not_one_a_poll(caplog):
+    from nsq_spark.testing import free_port
+
+    dead = [free_port() for _ in range(20)]
+    body = json.dumps({"producers": [
+        {"broadcast_address": "127.0.0.1", "tcp_port": p, "http_port": 1} for p in dead]})
+    with HostileHttp("answer", body.encode()) as lookupd:
+        with caplog.at_level(logging.WARNING):
+            reader = Reader("dead_nsqds", "c", lookupd_http_addresses=[lookupd.address],
+                            lookupd_poll_interval=0.2)
+            try:
+                reader.get_batch(timeout=0.1)
+                wait_until(lambda: len(lookupd.requests) >= 4, 20, "four polls")
+                time.sleep(0.3)   # the last poll's dials fail too
+            finally:
+                reader.close()
+    lines = [r.getMessage() for r in caplog.records if "cannot connect to nsqd" in
+             r.getMessage()]
+    # each was dialled at every poll (still: a lookupd that lists it is believed), and
+    # said once, when it started failing
+    assert sorted({line.split("nsqd ")[1].split(" ")[0] for line in lines}) == \
+        sorted(f"127.0.0.1:{p}" for p in dead)
+    assert len(lines) == 20, len(lines)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
@@ -451,10 +452,16 @@ class Pool:
         await poller.stop()
 
     async def _connect_quietly(self, host: str, port: int) -> None:
+        address = producer_address((host, port))
+        before = self.connect_errors.get(address)
         try:
             await self._connect_once(host, port)
         except Exception as exc:  # the next lookupd poll tries again
-            self._log.for_nsqd(producer_address((host, port))).warning(
+            # a WARNING when it starts failing (or fails otherwise), not at every poll: a
+            # lookupd listing many dead nsqds must not write a line for each, each poll
+            same = before is not None and str(before) == str(exc)
+            self._log.for_nsqd(address).log(
+                logging.DEBUG if same else logging.WARNING,
                 "[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
                 "poll): %s", self.name, host, port, exc)
 
