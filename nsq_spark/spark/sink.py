@@ -49,8 +49,8 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
         except (OSError, AdminError) as exc:
             # AdminError: every failure of one lookupd (no answer, a refused certificate,
             # an answer that is not a lookupd's); the others may still answer
-            shown = strip_userinfo(addr)
-            log.for_lookupd(shown).warning("lookupd %s: /nodes failed: %s", shown, exc)
+            where = strip_userinfo(addr)
+            log.for_lookupd(where).warning("lookupd %s: /nodes failed: %s", where, exc)
             continue
         found.update(producer_address(p.producer) for p in producers)
     if not found:
