@@ -76,7 +76,8 @@ def test_channel_create_through_lookupd_goes_to_the_nsqds_of_the_topic(nsq_clust
                        "--lookupd-http-address", lookupd)
     assert (rc, err) == (0, "")
     assert out == f"created channel {topic}/c on nsqd {nsq_cluster.nsqd_http_addresses[0]}\n"
-    assert channel(nsq_cluster, topic, "c")["depth"] == 1
+    # nsqd's topic pump moves the waiting "x" into the new channel a moment later
+    wait_until(lambda: channel(nsq_cluster, topic, "c").get("depth") == 1, 5, "depth 1")
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=1)
