@@ -171,3 +171,36 @@ def test_the_spark_unit_tests_reader_stand_in_conforms_to_its_ports(tmp_path):
     assert code == 1, out
     assert "drifted_stand_in.py:15:" in out and "ReaderPort" in out, out
     assert "drifted_stand_in.py:19:" in out and "Pausable" in out, out
+
+
+# -- the dedup unit tests' store stand-ins (tests/dedup_fakes.py) ---------------------------
+
+DRIFTED_STORE = '''
+from typing import Sequence
+
+from dedup_fakes import ScriptedClaims
+from nsq_spark.dedup import ClaimingDeduplicator, Key
+
+
+class NoLease(ScriptedClaims):
+    def renew_many(self, keys: Sequence[Key]) -> None:  # the port takes lease_ms too
+        pass
+
+
+def port(store: NoLease) -> ClaimingDeduplicator:
+    return store
+'''
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(180)
+def test_the_dedup_unit_tests_store_stand_ins_conform_to_the_ports(tmp_path):
+    """tests/dedup_fakes.py is checked by mypy (strict) against the claim-then-commit port
+    and the older one-step interface; a stand-in that drifts fails (the drifted variant
+    shows the check bites)."""
+    pytest.importorskip("mypy")
+    (tmp_path / "drifted_store.py").write_text(textwrap.dedent(DRIFTED_STORE))
+    code, out = strict_mypy(tmp_path, TESTS_DIR, str(TESTS_DIR / "dedup_fakes.py"))
+    assert code == 0, out
+    code, out = strict_mypy(tmp_path, TESTS_DIR, "drifted_store.py")
+    assert code == 1 and "drifted_store.py:14:" in out and "ClaimingDeduplicator" in out, out
