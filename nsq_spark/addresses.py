@@ -9,21 +9,28 @@ the parameter and the bad entry. Lists may be given as a sequence of strings or 
 comma-separated string (the form Spark options and command lines use).
 
 lookupd HTTP addresses additionally accept ``http://`` / ``https://`` URLs (pynsq and
-go-nsq accept them); :func:`parse_http_address` keeps that rule in the same place.
+go-nsq accept them); :func:`parse_http_address` keeps that rule in the same place. An
+HTTP address may carry user info (``http://user:password@host:4161``): it is sent as
+``Authorization: Basic`` (:func:`http_authorization`, for a lookupd or an nsqd HTTP API
+behind an authenticating proxy) and taken out of the address everything else sees and
+shows (:func:`strip_userinfo`). No error of this module shows a password: an address is
+shown with its password as ``***`` (:func:`redact_userinfo`).
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from nsq_spark.errors import InvalidAddressError
 
-__all__ = ["Address", "ip_literal", "parse_address", "parse_address_list",
-           "parse_http_address", "parse_http_address_list", "split_list"]
+__all__ = ["Address", "http_authorization", "ip_literal", "parse_address",
+           "parse_address_list", "parse_http_address", "parse_http_address_list",
+           "redact_userinfo", "split_list", "strip_userinfo"]
 
 # a DNS name or an IPv4 address: letters, digits, dots, dashes, underscores
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})?")
@@ -40,10 +47,46 @@ class Address(NamedTuple):
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
+#: ``scheme://user:password@`` (or ``user:password@`` without a scheme): the user info
+#: of a URL-like address, up to its last ``@`` before the path
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<info>[^/?#]*)@")
+
+
 def _bad(param: str, value: object, why: str, example: str) -> InvalidAddressError:
+    shown = redact_userinfo(value) if isinstance(value, str) else value
     return InvalidAddressError(
-        f"{param}: {value!r} is not a valid address ({why}); "
+        f"{param}: {shown!r} is not a valid address ({why}); "
         f"give 'host:port', e.g. {example!r} or '[::1]:4150'")
+
+
+def redact_userinfo(text: str) -> str:
+    """``text`` with the password of its user info shown as ``***``
+    (``http://user:***@host:4161``); text without user info unchanged. What an error or a
+    log line may show of an address."""
+    m = _USERINFO.match(text)
+    if m is None:
+        return text
+    user, sep, _ = m.group("info").partition(":")
+    return f"{m.group('scheme') or ''}{user}{':***' if sep else ''}@{text[m.end():]}"
+
+
+def strip_userinfo(text: str) -> str:
+    """``text`` without its user info (``http://host:4161``): the address as everything
+    but the Authorization header sees it (URLs, node names, logs, errors)."""
+    m = _USERINFO.match(text)
+    return text if m is None else f"{m.group('scheme') or ''}{text[m.end():]}"
+
+
+def http_authorization(text: str) -> str | None:
+    """The ``Authorization: Basic`` value of an HTTP address's user info
+    (``http://user:password@host:4161``; percent-escapes decoded, as in any URL), or None
+    when it has none."""
+    m = _USERINFO.match(text.strip())
+    if m is None:
+        return None
+    user, _, password = m.group("info").partition(":")
+    token = f"{unquote(user)}:{unquote(password)}".encode("utf-8")
+    return "Basic " + base64.b64encode(token).decode("ascii")
 
 
 def parse_address(value: object, param: str = "address", example: str = "127.0.0.1:4150"
@@ -137,10 +180,14 @@ def parse_address_list(value: object, param: str, example: str = "127.0.0.1:4150
 def parse_http_address(value: object, param: str = "lookupd_http_addresses",
                        example: str = "127.0.0.1:4161") -> tuple[str, Address, str]:
     """A lookupd / nsqd HTTP address: ``host:port``, ``host:port/path`` or an
-    ``http(s)://host:port[/path]`` URL. Returns ``(scheme, address, path)``."""
+    ``http(s)://host:port[/path]`` URL, with or without user info (``user:password@``:
+    see :func:`http_authorization`). Returns ``(scheme, address, path)``."""
     if not isinstance(value, str):
         raise _bad(param, value, f"expected a string, got {type(value).__name__}", example)
     text = value.strip()
+    if _USERINFO.match(text):
+        text = strip_userinfo(text)  # sent as a header (http_authorization), not parsed
+        value = redact_userinfo(value.strip())  # what errors below show
     if "://" not in text:
         if "/" not in text:
             return "http", parse_address(text, param, example), ""

@@ -11,7 +11,11 @@ the nsqds given or found through lookupd; ``--json`` prints one JSON object an i
 
 ``topic`` and ``channel`` run nsqd's operations on every nsqd given (or every nsqd
 lookupd lists for the topic, as nsqadmin does; ``topic create`` through lookupd: every
-nsqd registered there)::
+nsqd registered there); ``delete`` is nsqadmin's delete, every lookupd's registration
+too (:mod:`nsq_spark.admin.cluster`). Every request is bounded as a whole
+(``--http-client-request-timeout``) and so is every answer's size
+(:mod:`nsq_spark.admin.transport`); an address may carry user info, sent as
+``Authorization: Basic`` and never shown::
 
     nsq-spark channel pause --topic events --channel archive --nsqd-http-address 127.0.0.1:4151
 
@@ -39,7 +43,9 @@ prints) the backlog of the named, durable channel. A line on stderr says which i
 
 ``spool redrive DIR`` moves the messages nsqd refused for good (``DIR/rejected``) back
 into the spool's queue, once the cause is fixed; the next producer on ``DIR`` (a running
-one within a second) sends them.
+one within a second) sends them. A rejected file with a damaged record has every intact
+record moved (those after the damage too), the file as it was kept in ``DIR/corrupt/``,
+and the exit status 1.
 
 Both take TLS (``--tls``, ``--tls-ca-file``, ...) and AUTH options; the AUTH secret comes
 from a file or the ``NSQ_AUTH_SECRET`` variable, never from the command line (``ps`` would
@@ -48,8 +54,9 @@ show it), and is never printed.
 Both accept the Go tools' single-dash spellings (``-topic``, ``-nsqd-tcp-address``, ...).
 Exit status: 0 done, 1 error (the message says what and how to fix it; an operation that
 failed on any nsqd, or through lookupd with a lookupd not answering; also ``tail``
-ending without ever having connected to an nsqd), 2 bad usage, 3 ``publish`` ended with
-messages still in the spool, 130 interrupted.
+ending without ever having connected to an nsqd, ``stat`` finding no such topic or
+channel, as nsq_stat, and ``spool redrive`` keeping damaged bytes back), 2 bad usage, 3
+``publish`` ended with messages still in the spool, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -226,7 +233,8 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
     _add(p, "--message-id-digest", action="store_true",
          help="wrap each body in the message-id envelope (see nsq_spark.spool)")
     _add(p, "--skip-empty", action="store_true",
-         help="skip empty lines (default: an empty line is an error, nsqd refuses it)")
+         help="skip empty lines: the default now, as to_nsq (nsqd refuses empty bodies; "
+         "a WARNING at the end counts them); kept for old command lines")
     _add(p, "--quiet", "-q", action="store_true", help="no progress output")
 
     t = sub.add_parser("tail", help="print the messages of a topic (like nsq_tail)",
@@ -346,9 +354,13 @@ def _add_where(p: argparse.ArgumentParser) -> None:
          help="time a TCP (and TLS) connect to nsqd / nsqlookupd may take (default 2s)")
     _add(p, "--http-client-request-timeout", type=_duration("--http-client-request-timeout"),
          default=5.0, metavar="DURATION",
-         help="time each further stage of a request may take, on its own: sending, each "
-         "read of the answer, waiting for a pooled connection (default 5s; not a bound on "
-         "the whole request)")
+         help="time a whole request may take, however slowly the answer comes (default "
+         "5s); stat: the nsqds of one view are asked at once, all within it")
+    _add(p, "--http-client-max-answer-bytes",
+         type=_number(int, "--http-client-max-answer-bytes", lo=1, hi=1 << 31,
+                      unit="bytes"), default=None, metavar="BYTES",
+         help="size limit of an answer (default: per kind, 32 MiB for nsqd's /stats, 16 "
+         "MiB for lookupd's answers, 1 MiB for the others)")
     _add(p, "--log-level", default="warning",
          choices=["debug", "info", "warning", "error"], help="log level (stderr)")
 
@@ -549,26 +561,36 @@ def _records(f: IO[bytes], delimiter: bytes) -> Iterator[bytes]:
 
 def _batches(opened: list[tuple[str, Any]], delimiter: bytes, size: int, skip_empty: bool
              ) -> Iterator[tuple[list[bytes], int]]:
-    """Batches of bodies, with the input bytes they came from (for the progress bar)."""
+    """Batches of bodies, with the input bytes they came from (for the progress bar).
+
+    As to_nsq: a body is the bytes between two delimiters, unchanged (a ``\\r`` before
+    ``\\n`` stays in the body, as to_nsq keeps it); an empty one is no message (nsqd
+    refuses empty bodies) and is skipped, whatever ``skip_empty`` says (the old
+    ``--skip-empty`` flag); one WARNING at the end says how many were, and the first
+    where."""
     batch: list[bytes] = []
     raw = 0
+    empty = 0
+    first_empty = ""
     for name, f in opened:
         for lineno, line in enumerate(_records(f, delimiter), 1):
             raw += len(line)
             body = line[:-1] if line.endswith(delimiter) else line
-            if delimiter == b"\n" and body.endswith(b"\r"):
-                body = body[:-1]
             if not body:
-                if skip_empty:
-                    continue
-                raise ValueError(f"{name}:{lineno}: empty message (nsqd refuses empty "
-                                 "bodies); remove empty lines or pass --skip-empty")
+                empty += 1
+                first_empty = first_empty or f"{name}:{lineno}"
+                continue
             batch.append(body)
             if len(batch) >= size:
                 yield batch, raw
                 batch, raw = [], 0
     if batch or raw:
         yield batch, raw
+    if empty:
+        log.warning("skipped %d empty message%s (first at %s): nsqd refuses empty bodies, "
+                    "and to_nsq skips them too", empty, "" if empty == 1 else "s",
+                    "stdin" + first_empty[1:] if first_empty.startswith("-:") else
+                    first_empty)
 
 
 def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int:
@@ -667,10 +689,14 @@ def _spool_redrive(directory: str, stderr: IO[str]) -> int:
         text += (f"; {done.busy} file{' is' if done.busy == 1 else 's are'} still being "
                  "written by a running producer (its Producer.redrive() moves it, or run "
                  "this again after it stops)")
-    for damage in done.damaged:
-        text += f"; damaged tail in {damage} (the intact records are sent)"
+    if done.kept_back_bytes:
+        # every intact record was moved (those after a damaged one too); the damaged
+        # bytes cannot be sent: said, and the exit status says it too
+        text += (f"; kept back {done.kept_back_bytes:,} damaged bytes, which cannot be "
+                 f"sent ({'; '.join(done.damaged)}); the files as they were are in "
+                 f"{directory}/corrupt/ for inspection")
     stderr.write(text + "\n")
-    return EXIT_OK
+    return EXIT_ERROR if done.kept_back_bytes else EXIT_OK
 
 
 def _spool_summary(args: argparse.Namespace, read: int, stats: dict[str, Any],
@@ -805,18 +831,34 @@ def _ever_subscribed(reader: Any) -> bool:
 # stat, topic, channel
 
 
+def _node_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a node's request can end in (an admin error, no answer,
+    a bad name), as opposed to a bug that must not be shown as "did not answer"."""
+    from nsq_spark.errors import NSQError
+
+    return isinstance(exc, (NSQError, OSError, ValueError))
+
+
+def _client_options(args: argparse.Namespace, transport: Any) -> dict[str, Any]:
+    """The admin clients' options from the command line (timeout, size limit, the shared
+    transport)."""
+    return {"timeout": args.http_client_request_timeout, "transport": transport,
+            "max_answer_bytes": args.http_client_max_answer_bytes}
+
+
 def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = False,
                   last: dict[str, list[str]] | None = None
                   ) -> tuple[list[str], dict[str, str]]:
-    """The nsqd HTTP addresses to act on, and the lookupds that did not answer (address:
-    what the attempt said). Given with --nsqd-http-address, or what the lookupds list:
-    the topic's producers (``lookup(topic)``, as nsqadmin does), or every registered nsqd
-    (``for_create`` of a topic, or no topic). ``last`` (``stat``): each lookupd's list of
-    the previous round, updated here; a lookupd that does not answer keeps its list.
-    Raises when no lookupd answered (and none answered before), or when none lists an
-    nsqd."""
-    from nsq_spark.addresses import parse_http_address_list
-    from nsq_spark.admin import AdminError, LookupdClient
+    """The nsqd HTTP addresses to act on, and the lookupds that did not answer (address
+    without user info: what the attempt said). Given with --nsqd-http-address, or what
+    the lookupds list (asked concurrently): the topic's producers (``lookup(topic)``, as
+    nsqadmin does), or every registered nsqd (``for_create`` of a topic, or no topic).
+    ``last`` (``stat``): each lookupd's list of the previous round, updated here; a
+    lookupd that does not answer keeps its list. Raises when no lookupd answered (and
+    none answered before), or when none lists an nsqd."""
+    from nsq_spark.addresses import parse_http_address_list, strip_userinfo
+    from nsq_spark.admin import LookupdClient
+    from nsq_spark.admin.cluster import concurrently
 
     if args.nsqd_http_addresses:
         return parse_http_address_list(args.nsqd_http_addresses, "--nsqd-http-address",
@@ -825,18 +867,22 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
                                        "--lookupd-http-address", "127.0.0.1:4161")
     lists = last if last is not None else {}
     errors: dict[str, str] = {}
-    for address in lookupds:
-        client = LookupdClient(address, timeout=args.http_client_request_timeout,
-                               transport=transport)
-        try:
-            if args.topic and not for_create:
-                producers = list(client.lookup(args.topic).producers)
-            else:
-                producers = client.nodes()
-        except (AdminError, OSError) as exc:
-            errors[address] = str(exc)
-            continue
-        lists[address] = [p.http_address for p in producers if p.http_address]
+
+    def ask(address: str) -> list[str]:
+        client = LookupdClient(address, **_client_options(args, transport))
+        if args.topic and not for_create:
+            producers = list(client.lookup(args.topic).producers)
+        else:
+            producers = client.nodes()
+        return [p.http_address for p in producers if p.http_address]
+
+    for address, answer in concurrently(ask, lookupds).items():
+        if isinstance(answer, BaseException):
+            if not _node_failure(answer):
+                raise answer  # not an answer of a node: a bug, not "did not answer"
+            errors[strip_userinfo(address)] = str(answer)
+        else:
+            lists[address] = answer
     if not any(a in lists for a in lookupds):
         raise RuntimeError("no nsqlookupd answered: " + "; ".join(errors.values()))
     found: list[str] = []
@@ -844,13 +890,14 @@ def _nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = F
         found += [a for a in lists.get(address, []) if a not in found]
     if not found:
         where = f"for topic {args.topic!r} " if args.topic and not for_create else ""
+        shown = ", ".join(strip_userinfo(a) for a in lookupds)
         unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
                       if errors else "")
-        raise _NoNsqdListed(f"nsqlookupd {', '.join(lookupds)} lists no nsqd {where}(is "
-                            "the name right? does nsqd run with --lookupd-tcp-address?)"
-                            + unanswered, f"nsqlookupd {', '.join(lookupds)} lists no nsqd "
-                            f"{where}for now (restarted and not registered again yet?); "
-                            "asking again next interval", errors)
+        raise _NoNsqdListed(f"nsqlookupd {shown} lists no nsqd {where}(is the name right? "
+                            "does nsqd run with --lookupd-tcp-address?)" + unanswered,
+                            f"nsqlookupd {shown} lists no nsqd {where}for now (restarted "
+                            "and not registered again yet?); asking again next interval",
+                            errors)
     return found, errors
 
 
@@ -891,16 +938,20 @@ def _admin_usage(args: argparse.Namespace) -> str | None:
 
 
 def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
-    from nsq_spark.admin import AdminError, NsqdClient
-    from nsq_spark.admin.transport import HttpxTransport
+    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark.admin import NsqdClient
+    from nsq_spark.admin.cluster import concurrently
+    from nsq_spark.admin.transport import HttpTransport
 
     problem = _admin_usage(args)
     if problem:
         stderr.write(f"nsq-spark {args.command}: error: {problem}\n")
         return EXIT_USAGE
     channel: str | None = getattr(args, "channel", None)
-    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
+    transport = HttpTransport(connect_timeout=args.http_client_connect_timeout)
     try:
+        if args.action == "delete":
+            return _delete(args, channel, transport, stdout, stderr)
         # a channel goes where its topic is (nsqd refuses one for a topic it lacks)
         targets, unanswered = _nsqd_targets(
             args, transport, for_create=args.action == "create" and channel is None)
@@ -913,35 +964,70 @@ def _admin_action(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) 
                          f"not {_ACTION_DONE[args.action]} (the action may be incomplete): "
                          f"{error}\n")
         what = f"topic {args.topic}" if channel is None else f"channel {args.topic}/{channel}"
-        for address in targets:
-            nsqd = NsqdClient(address, timeout=args.http_client_request_timeout,
-                              transport=transport)
-            try:
-                if channel is None:
-                    getattr(nsqd, f"{args.action}_topic")(args.topic)
-                else:
-                    getattr(nsqd, f"{args.action}_channel")(args.topic, channel)
-            except (AdminError, OSError) as exc:
+
+        def act(address: str) -> None:
+            nsqd = NsqdClient(address, **_client_options(args, transport))
+            if channel is None:
+                getattr(nsqd, f"{args.action}_topic")(args.topic)
+            else:
+                getattr(nsqd, f"{args.action}_channel")(args.topic, channel)
+
+        for address, outcome in concurrently(act, targets).items():
+            if isinstance(outcome, BaseException):
+                if not _node_failure(outcome):
+                    raise outcome
                 failed += 1
-                stderr.write(f"nsq-spark {args.command} {args.action}: error: {exc}\n")
+                stderr.write(f"nsq-spark {args.command} {args.action}: error: {outcome}\n")
                 continue
-            stdout.write(f"{_ACTION_DONE[args.action]} {what} on nsqd {address}\n".encode())
+            stdout.write(f"{_ACTION_DONE[args.action]} {what} on nsqd "
+                         f"{strip_userinfo(address)}\n".encode())
         stdout.flush()
         return EXIT_ERROR if failed else EXIT_OK
     finally:
         transport.close()
 
 
+def _delete(args: argparse.Namespace, channel: str | None, transport: Any,
+            stdout: IO[bytes], stderr: IO[str]) -> int:
+    """``topic delete`` / ``channel delete`` as nsqadmin does
+    (:mod:`nsq_spark.admin.cluster`): every lookupd's registration, then every nsqd of the
+    topic."""
+    from nsq_spark.admin import delete_channel, delete_topic
+
+    where = {"lookupd_http_addresses": args.lookupd_http_addresses,
+             "nsqd_http_addresses": args.nsqd_http_addresses,
+             "timeout": args.http_client_request_timeout, "transport": transport,
+             "max_answer_bytes": args.http_client_max_answer_bytes}
+    if channel is None:
+        result = delete_topic(args.topic, **where)
+        what = f"topic {args.topic}"
+    else:
+        result = delete_channel(args.topic, channel, **where)
+        what = f"channel {args.topic}/{channel}"
+    for node in result.done:
+        kind, _, address = node.partition(" ")
+        done = "the registration of " if kind == "nsqlookupd" else ""
+        stdout.write(f"deleted {done}{what} on {kind} {address}\n".encode())
+    stdout.flush()
+    for note in result.notes:
+        stderr.write(f"nsq-spark {args.command} delete: {note}\n")
+    for node, error in result.failed:
+        stderr.write(f"nsq-spark {args.command} delete: error: {node}: {error}\n")
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
 def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
-    from nsq_spark.admin import AdminError, NsqdClient
+    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark.admin import HTTPDeadlineError, NsqdClient
+    from nsq_spark.admin.cluster import Deadline, concurrently
     from nsq_spark.admin.stat import StatView, format_text
-    from nsq_spark.admin.transport import HttpxTransport
+    from nsq_spark.admin.transport import HttpTransport
 
     problem = _admin_usage(args)
     if problem:
         stderr.write(f"nsq-spark stat: error: {problem}\n")
         return EXIT_USAGE
-    transport = HttpxTransport(connect_timeout=args.http_client_connect_timeout)
+    transport = HttpTransport(connect_timeout=args.http_client_connect_timeout)
     view = StatView(args.topic, args.channel)
     shown = 0
     lists: dict[str, list[str]] = {}  # each lookupd's nsqds, kept while it does not answer
@@ -958,16 +1044,31 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
                     raise
                 # e.g. its one nsqd restarted and lookupd dropped it: say so, go on
                 targets, unanswered, notes = [], exc.unanswered, (exc.later,)
+            # nsq_stat's clusterinfo asks the nsqds at once: all of them within one
+            # request timeout, so twelve that never answer cost one timeout, not twelve
+            deadline = Deadline(args.http_client_request_timeout)
+
+            def ask(address: str) -> Any:
+                options = {**_client_options(args, transport), "timeout": deadline.left()}
+                try:
+                    return NsqdClient(address, **options).stats(args.topic, args.channel,
+                                                                include_clients=True)
+                except HTTPDeadlineError:
+                    raise HTTPDeadlineError(
+                        f"nsqd {strip_userinfo(address)}: no complete /stats within the "
+                        f"view's deadline of {deadline.seconds:g} s "
+                        "(--http-client-request-timeout: the nsqds of one view are asked "
+                        "at once, all within it)") from None
+
             snapshots = {}
             unreachable = {}
-            for address in targets:
-                try:
-                    snapshots[address] = NsqdClient(
-                        address, timeout=args.http_client_request_timeout,
-                        transport=transport).stats(args.topic, args.channel,
-                                                   include_clients=True)
-                except (AdminError, OSError) as exc:
-                    unreachable[address] = str(exc)
+            for address, answer in concurrently(ask, targets, deadline).items():
+                if isinstance(answer, BaseException):
+                    if not _node_failure(answer):
+                        raise answer
+                    unreachable[strip_userinfo(address)] = str(answer)
+                else:
+                    snapshots[strip_userinfo(address)] = answer
             if not snapshots and shown == 0:
                 raise RuntimeError("no nsqd answered: " + "; ".join(
                     f"{a}: {e}" for a, e in unreachable.items()))
@@ -975,6 +1076,14 @@ def _stat(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             # one (an NTP step of time.time() would give absurd rates)
             interval = view.update(time.time(), snapshots, unreachable, unanswered,
                                    monotonic=time.monotonic(), notes=notes)
+            if snapshots and (args.topic or args.channel) and not interval.rows:
+                # nsq_stat: "failed to find channel(%s) in stats metadata for topic(%s)"
+                what = (f"channel {args.channel!r} of topic {args.topic!r}" if args.channel
+                        else f"topic {args.topic!r}")
+                raise RuntimeError(
+                    f"no {what} on the nsqds that answered ({', '.join(snapshots)}); "
+                    "check the name (nsq-spark stat without --channel / --topic lists "
+                    "what there is)")
             if args.json:
                 text = interval.as_json() + "\n"
             else:

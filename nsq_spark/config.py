@@ -350,6 +350,8 @@ BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 
 #: The most handler threads ``concurrency`` may ask for.
 MAX_CONCURRENCY = 1024
+#: The most nsqds ``lookupd_max_producers`` may let a Reader dial from one lookupd poll.
+MAX_LOOKUPD_PRODUCERS = 1_000_000
 
 #: The most copies ``Producer(replicas=...)`` may ask for (a sanity bound; the nsqd
 #: addresses given bound it first).
@@ -384,6 +386,9 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
               hint="seconds a connection may hold RDY while others wait (go-nsq: 30)")
     v.integer(a["concurrency"], "concurrency", lo=1, hi=MAX_CONCURRENCY, unit="threads",
               hint="1 runs the handler on the loop thread, as before")
+    v.integer(a["lookupd_max_producers"], "lookupd_max_producers", lo=1,
+              hi=MAX_LOOKUPD_PRODUCERS, unit="nsqds",
+              hint="the most nsqds dialled from one lookupd poll")
 
 
 def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
@@ -467,6 +472,7 @@ READER_LIMITS: dict[str, Limit] = {
     "low_rdy_timeout": _SECONDS_POSITIVE._replace(
         special="None: one random holder gives its RDY up per redistribution round"),
     "concurrency": Limit("handler threads", 1, MAX_CONCURRENCY, special="1: on the IO loop"),
+    "lookupd_max_producers": Limit("nsqds per lookupd poll", 1, MAX_LOOKUPD_PRODUCERS),
 }
 
 #: The Producer's numeric arguments (checked by :func:`check_producer_options`).

@@ -53,17 +53,19 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import ssl
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
 from tornado.iostream import IOStream, StreamBufferFullError, StreamClosedError
+from tornado.netutil import DefaultLoopResolver, Resolver
 from tornado.tcpclient import TCPClient
 
 from . import protocol
 from ._log import get_logger
 from ._loop import LoopBridge
-from .addresses import Address
+from .addresses import Address, ip_literal
 from ._codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerError,
@@ -104,6 +106,35 @@ def _step_bound(read_size: int, max_frame_size: int) -> int:
     plain NSQ traffic 3-10x) and at most ``max_frame_size``; never the whole of a
     compression bomb at once (a larger frame still completes, over several steps)."""
     return min(max(read_size, 1 << 18), max_frame_size)
+
+
+class _Resolver(Resolver):
+    """tornado's default resolver (asyncio's ``getaddrinfo`` in the loop's executor),
+    except that an IP address is not looked up at all, and a name is looked up on this
+    thread when the executor refuses new work. It does at interpreter shutdown: when the
+    main thread has ended and a thread of the program still runs its IO loop (a pynsq
+    Writer's pattern), every connect failed with "cannot schedule new futures after
+    interpreter shutdown" and the healthy nsqd was taken for down; pynsq, which
+    resolves blocking, published."""
+
+    async def resolve(self, host: str, port: int,
+                      family: socket.AddressFamily = socket.AF_UNSPEC
+                      ) -> list[tuple[int, Any]]:
+        if ip_literal(host) is not None:
+            # AI_NUMERICHOST: no name service is asked, nothing blocks
+            infos = socket.getaddrinfo(host.strip("[]"), port, family, socket.SOCK_STREAM,
+                                       0, socket.AI_NUMERICHOST)
+            return [(fam, address) for fam, _, _, _, address in infos]
+        try:
+            found: list[tuple[int, Any]] = await DefaultLoopResolver().resolve(host, port,
+                                                                              family)
+            return found
+        except RuntimeError:  # the executor is shut down: look it up here, as pynsq does
+            infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+            return [(fam, address) for fam, _, _, _, address in infos]
+
+
+_RESOLVER = _Resolver()
 
 
 MessagesCallback = Callable[["Connection", list[Message]], Any]
@@ -224,8 +255,8 @@ class Connection(NegotiatedAttributes):
         try:
             # local_address: go-nsq's LocalAddr, the source IP to dial from
             stream = await asyncio.wait_for(
-                TCPClient().connect(self.host, self.port,
-                                    source_ip=cfg.source_ip),
+                TCPClient(resolver=_RESOLVER).connect(self.host, self.port,
+                                                      source_ip=cfg.source_ip),
                 cfg.connect_timeout)
         except asyncio.TimeoutError:
             self._fail_connect()

@@ -8,14 +8,28 @@ united by ``broadcast_address:tcp_port``. A lookupd that is down, slow, or answe
 garbage is logged and skipped; the others still count. A topic unknown to a lookupd
 (``404 TOPIC_NOT_FOUND``) is an empty answer, not an error.
 
+A slow lookupd never holds back what the others answered: each request is bounded as a
+whole (``request_timeout`` seconds for the whole answer however slowly it comes, its body
+within the ``"lookup"`` size limit: :mod:`nsq_spark.admin.transport`), and the producers
+of each answer are reported as it arrives (``on_records`` is called when an answer adds
+producers while other lookupds have not answered yet, and once more with the union when
+the poll ends), so the first healthy answer is connected to at once, at start-up and
+after :meth:`LookupdPoller.add_address` alike.
+
 pynsq and go-nsq query one lookupd per interval, round-robin; we query all of them each
 time, as the "Building Client Libraries" guide describes, so that one lookupd being down
 never delays discovery.
 
+Authorization (go-nsq's ``LookupdAuthorization``): a lookupd address with user info
+(``http://user:password@host:4161``) sends it as ``Authorization: Basic``; any other gets
+``Authorization: Bearer <auth_secret>`` when the poller is given an ``auth_secret`` (the
+Reader gives its AUTH secret unless ``lookupd_authorization=False``, as go-nsq sends
+``Config.AuthSecret`` by default). An address is kept and shown without its user info.
+
 The pure parts (:func:`lookup_url`, :func:`next_poll_delay`, and lookupd's answers read by
 the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, the one
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
-:func:`lookup_sync` send their requests through the admin client's httpx transports (the
+:func:`lookup_sync` send their requests through the admin client's transports (the
 HTTP path of discovery, the admin clients and the Spark driver; publishing over HTTP,
 :mod:`nsq_spark.publish.http`, still uses tornado's client, see there), the poller with
 tenacity retrying once what
@@ -33,16 +47,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from ._log import get_logger
-from .addresses import parse_http_address
+from .addresses import parse_http_address, strip_userinfo
 from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
 from .admin.calls import read_answer
+from .admin.client import authorization
 from .admin.errors import HTTPStatusError, LookupdError
-from .errors import is_transient
 from .admin.model import LookupdProducer
-from .admin.transport import (AsyncHttpxTransport, AsyncTransport, Transport,
-                              shared_transport)
-from .errors import PollerStoppedError
+from .admin.transport import AsyncHttpTransport, AsyncTransport, Transport, answer_limit, \
+    shared_transport
+from .errors import PollerStoppedError, is_transient
 
 log = get_logger(__name__)
 
@@ -60,12 +74,14 @@ def lookup_url(address: str, topic: str) -> str:
     """The ``/lookup`` URL for ``topic`` at ``address``.
 
     ``address`` may be ``host:port``, ``http(s)://host:port``, or carry its own path (then
-    kept, pynsq-style) and query parameters (kept, ``topic`` replaced).
+    kept, pynsq-style) and query parameters (kept, ``topic`` replaced). User info is
+    left out of the URL (it is sent as a header: :func:`lookupd_authorization`).
     """
     address = address.strip() if isinstance(address, str) else address
     # the one address rule (query parameters are allowed here, and kept)
     parse_http_address(address.partition("?")[0] if isinstance(address, str) else address,
                        "lookupd HTTP address", "127.0.0.1:4161")
+    address = strip_userinfo(address)
     if "://" not in address:
         address = "http://" + address
     scheme, netloc, path, query, fragment = urlsplit(address)
@@ -138,10 +154,12 @@ def parse_lookup_response(body: bytes | str, source: str = "lookupd") -> list[Pr
 
 
 def lookup_sync(address: str, topic: str, timeout: float = 2.0,
-                path: str = "/lookup", transport: Transport | None = None
-                ) -> list[ProducerInfo]:
-    """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request:
-    the producers; ``[]`` for a topic the lookupd does not know. Raises an
+                path: str = "/lookup", transport: Transport | None = None,
+                auth_secret: str | bytes | None = None) -> list[ProducerInfo]:
+    """One blocking ``/lookup?topic=`` (or ``/nodes`` with ``path="/nodes"``) request
+    within ``timeout`` seconds as a whole: the producers; ``[]`` for a topic the lookupd
+    does not know. ``address``'s user info, else ``auth_secret``, is sent as
+    ``Authorization`` (see the module doc). Raises an
     :class:`~nsq_spark.admin.errors.AdminError`: ``NodeUnreachableError`` (an
     ``OSError``) when the lookupd does not answer, ``AdminTLSError`` when the HTTPS
     handshake fails, ``UnexpectedAnswerError`` for an answer that is not HTTP, and
@@ -154,7 +172,9 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
         scheme, netloc, _, _, _ = urlsplit(url)
         url = urlunsplit((scheme, netloc, path, "", ""))
     call = calls.lookup(url)
-    answer = (transport or shared_transport()).request(call.method, call.url, timeout)
+    answer = (transport or shared_transport()).request(
+        call.method, call.url, timeout, max_bytes=answer_limit(call.answer),
+        authorization=authorization(address, auth_secret))
     try:
         found = read_answer(call, answer)
     except HTTPStatusError as exc:
@@ -176,21 +196,30 @@ class LookupdPoller:
         topic: the topic to look up.
         on_producers: called on the IO loop with the set of producers after each poll
             (also when it is empty; the caller decides what is new).
+            Unlike ``on_records``, once per poll, when it ends.
         poll_interval: seconds between polls (pynsq's ``lookupd_poll_interval``).
         poll_jitter: fraction of ``poll_interval`` added at random to each wait
             (pynsq's ``lookupd_poll_jitter``), 0..1.
         connect_timeout, request_timeout: per request, seconds (pynsq's
-            ``lookupd_connect_timeout`` / ``lookupd_request_timeout``).
+            ``lookupd_connect_timeout`` / ``lookupd_request_timeout``):
+            ``request_timeout`` bounds the whole request, however slowly a lookupd
+            answers.
         attempts: tries per lookupd and poll for transport errors (tenacity).
         name: prefix for log lines.
-        on_records: if given, also called after each poll with the union of the producer
-            records (:class:`ProducerInfo`, first seen first, one per producer).
+        on_records: if given, also called with the union of the producer records
+            (:class:`ProducerInfo`, first seen first, one per producer) so far: when an
+            answer adds producers while other lookupds have not answered yet, and when
+            the poll ends (so a slow lookupd never holds back what the others said).
         poll: if given, what each scheduled or triggered poll runs instead of
             :meth:`poll_once` (the consumer hands its owner's ``query_lookupd``, so that
             an override decides); an awaitable result is awaited.
         transport: the :class:`~nsq_spark.admin.transport.AsyncTransport` to send
-            through (default: an httpx client of the poller's own, made at the first poll
+            through (default: a transport of the poller's own, made at the first poll
             and closed by :meth:`stop`; one given here is the caller's to close).
+        auth_secret: sent as ``Authorization: Bearer`` to every lookupd whose address
+            has no user info (see the module doc); default None: not sent.
+        max_answer_bytes: the size limit of a lookupd's answer (default None: the
+            ``"lookup"`` limit of :data:`~nsq_spark.admin.transport.ANSWER_LIMITS`).
 
     Once :meth:`stop` began, a query (:meth:`poll_once`, :meth:`query_records`, e.g. an
     explicit poll racing with the stop) raises :class:`~nsq_spark.errors.PollerStoppedError`
@@ -204,11 +233,20 @@ class LookupdPoller:
                  attempts: int = 2, name: str = "", rng: random.Random | None = None,
                  on_records: Callable[[list[ProducerInfo]], Any] | None = None,
                  poll: Callable[[], Any] | None = None,
-                 transport: AsyncTransport | None = None) -> None:
-        self.addresses = list(addresses)
-        if not self.addresses:
+                 transport: AsyncTransport | None = None,
+                 auth_secret: str | bytes | None = None,
+                 max_answer_bytes: int | None = None) -> None:
+        given = list(addresses)
+        if not given:
             raise ValueError("LookupdPoller needs at least one lookupd HTTP address")
-        self.urls = [lookup_url(a, topic) for a in self.addresses]
+        self.auth_secret = auth_secret
+        self.max_answer_bytes = max_answer_bytes
+        #: the lookupds polled, as given but without user info
+        self.addresses = [strip_userinfo(a.strip()) for a in given]
+        self.urls = [lookup_url(a, topic) for a in given]
+        #: url -> its Authorization header (None: none)
+        self._authorization = {u: authorization(a.strip(), auth_secret)
+                               for u, a in zip(self.urls, given)}
         if poll_interval <= 0:
             raise ValueError(f"lookupd_poll_interval must be > 0 seconds, got {poll_interval}")
         if not 0 <= poll_jitter <= 1:
@@ -251,9 +289,11 @@ class LookupdPoller:
         transport = self._transport
         if transport is None:
             # our own client, closed in stop(): a Reader may start and stop many times
-            transport = self._transport = AsyncHttpxTransport(
+            transport = self._transport = AsyncHttpTransport(
                 connect_timeout=self.connect_timeout)
         call = calls.lookup(url)
+        limit = answer_limit(call.answer, self.max_answer_bytes)
+        auth = self._authorization.get(url)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_random(0.05, 0.25),
                                            retry=retry_if_exception(is_transient),
@@ -261,7 +301,8 @@ class LookupdPoller:
             with attempt:
                 self._check_running()  # a retry after stop() began: its client is closed
                 answer = await transport.request(call.method, call.url,
-                                                 self.request_timeout)
+                                                 self.request_timeout, max_bytes=limit,
+                                                 authorization=auth)
                 # an unknown topic (404 TOPIC_NOT_FOUND) is an empty lookup
                 found = read_answer(call, answer)
         return [_record(p) for p in found.producers]
@@ -274,30 +315,27 @@ class LookupdPoller:
                 "use Reader.connect_to_lookupd() to poll a lookupd again")
 
     async def poll_once(self) -> set[ProducerAddress]:
-        """Query every lookupd concurrently; the union of what the healthy ones said."""
+        """Query every lookupd concurrently; the union of what the healthy ones said.
+        Each answer's producers are reported as it arrives (see ``on_records``)."""
         self._check_running()
         urls = list(self.urls)  # add_address/remove_address may run meanwhile
-        results = await asyncio.gather(*(self.query_records(u) for u in urls),
-                                       return_exceptions=True)
+        tasks = {asyncio.ensure_future(self.query_records(u)): u for u in urls}
         producers: set[ProducerAddress] = set()
         records: list[ProducerInfo] = []
-        for url, res in zip(urls, results):
-            if isinstance(res, BaseException):
-                if isinstance(res, (asyncio.CancelledError, PollerStoppedError)):
-                    raise res
-                msg = f"{type(res).__name__}: {res}"
-                if self.failures.get(url) != msg:  # log a change of state, not every poll
-                    self._log.for_lookupd(url).warning(
-                        "[%s] lookupd %s skipped: %s", self.name, url, msg)
-                self.failures[url] = msg
-                continue
-            if url in self.failures:
-                self._log.for_lookupd(url).info("[%s] lookupd %s answers again", self.name, url)
-                del self.failures[url]
-            for record in res:
-                if record.producer not in producers:
-                    producers.add(record.producer)
-                    records.append(record)
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                added = False
+                for task in sorted(done, key=lambda t: urls.index(tasks[t])):
+                    added |= self._take(tasks[task], task, producers, records)
+                if added and pending and self.on_records is not None:
+                    # a slow lookupd must not hold back what this one said
+                    self.on_records(list(records))
+        finally:
+            for task in pending:  # cancelled (stop(), or a failing callback)
+                task.cancel()
         self.polls += 1
         self.last_producers = producers
         self.on_producers(producers)
@@ -305,12 +343,41 @@ class LookupdPoller:
             self.on_records(records)
         return producers
 
+    def _take(self, url: str, task: "asyncio.Future[list[ProducerInfo]]",
+              producers: set[ProducerAddress], records: list[ProducerInfo]) -> bool:
+        """One lookupd's answer (or failure) into the poll's union; True if it added a
+        producer."""
+        if task.cancelled():
+            raise asyncio.CancelledError()
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, PollerStoppedError):
+                raise exc
+            msg = f"{type(exc).__name__}: {exc}"
+            if self.failures.get(url) != msg:  # log a change of state, not every poll
+                self._log.for_lookupd(url).warning(
+                    "[%s] lookupd %s skipped: %s", self.name, url, msg)
+            self.failures[url] = msg
+            return False
+        if url in self.failures:
+            self._log.for_lookupd(url).info("[%s] lookupd %s answers again", self.name, url)
+            del self.failures[url]
+        added = False
+        for record in task.result():
+            if record.producer not in producers:
+                producers.add(record.producer)
+                records.append(record)
+                added = True
+        return added
+
     def add_address(self, address: str) -> bool:
         """Poll ``address`` too from the next poll on; False if it is polled already."""
         if lookupd_index(self.addresses, address, self.topic) is not None:
             return False
-        self.addresses.append(address)
-        self.urls.append(lookup_url(address, self.topic))
+        url = lookup_url(address, self.topic)
+        self.addresses.append(strip_userinfo(address.strip()))
+        self.urls.append(url)
+        self._authorization[url] = authorization(address.strip(), self.auth_secret)
         return True
 
     def remove_address(self, address: str) -> bool:
@@ -319,6 +386,7 @@ class LookupdPoller:
         if i is None:
             return False
         self.failures.pop(self.urls[i], None)
+        self._authorization.pop(self.urls[i], None)
         del self.urls[i], self.addresses[i]
         return True
 

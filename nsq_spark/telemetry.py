@@ -11,9 +11,9 @@ global ones unless given), and the instruments are made there.
 
 What is recorded (names and attributes exactly as the conventions spell them):
 
-* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call;
-  a spooling Producer's per send of its drain to nsqd, never for what is only spooled,
-  :class:`DrainSender`),
+* metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call,
+  not for one refused before sending, a bad topic name or body; a spooling Producer's
+  per send of its drain to nsqd, never for what is only spooled, :class:`DrainSender`),
   ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
   delivery, when the gate hands it to a handler, or when a pull call hands it to the
   caller: never while it is only prefetched in the pull queue, so messages requeued by
@@ -339,11 +339,21 @@ def link_to(traceparent: str | None, tracestate: str | None = None) -> "SpanLink
 # producer side
 
 
+def _refused_before_sending(exc: BaseException | None) -> bool:
+    """A publish the client refused before any byte left (a bad topic name, an empty or
+    too large body): no send was attempted, so ``sent.messages`` does not count it (the
+    span and ``operation.duration`` still say it failed, with ``error.type``)."""
+    from .errors import InvalidBodyError, InvalidNameError
+
+    return isinstance(exc, (InvalidNameError, InvalidBodyError))
+
+
 class TracedTransport:
     """A Producer's transport with each publish call measured: a ``send <topic>`` span,
     ``messaging.client.operation.duration``, ``messaging.client.sent.messages`` (counted
     whether nsqd took them or not, as the conventions say: attempts, ``error.type`` on a
-    failure). With a spool (``measure=False``) the span ends once the message is in the
+    failure; a publish refused before anything was sent, a bad name or body, is no
+    attempt and is not counted). With a spool (``measure=False``) the span ends once the message is in the
     spool and the two metrics are left to the drain's :class:`DrainSender` (a message
     only spooled is not sent yet). Implements
     :class:`~nsq_spark.publish.transport.Transport`."""
@@ -375,7 +385,8 @@ class TracedTransport:
             self.t.fail(span, attrs, exc)
         if self.measure:
             self.t.operation_duration.record(time.perf_counter() - start, attrs)
-            self.t.sent.add(count, attrs)
+            if not _refused_before_sending(exc):   # nothing went out: no send attempt
+                self.t.sent.add(count, attrs)
         span.end()
 
     def _bodies(self, span: "Span", bodies: Iterable[bytes]) -> list[bytes]:

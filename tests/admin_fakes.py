@@ -17,9 +17,14 @@ class FakeTransport:
     def __init__(self, answer: Answer = Answer(200, b"")) -> None:
         self.answer = answer
         self.asked: list[tuple[str, str, float]] = []
+        self.limits: list[int] = []
+        self.authorizations: list[str | None] = []
 
-    def request(self, method: str, url: str, timeout: float) -> Answer:
+    def request(self, method: str, url: str, timeout: float, *, max_bytes: int,
+                authorization: str | None = None) -> Answer:
         self.asked.append((method, url, timeout))
+        self.limits.append(max_bytes)
+        self.authorizations.append(authorization)
         return self.answer
 
     def close(self) -> None:
@@ -33,7 +38,8 @@ class FakeAsyncTransport:
         self.answer = answer
         self.asked: list[tuple[str, str]] = []
 
-    async def request(self, method: str, url: str, timeout: float) -> Answer:
+    async def request(self, method: str, url: str, timeout: float, *, max_bytes: int,
+                      authorization: str | None = None) -> Answer:
         self.asked.append((method, url))
         return self.answer
 
@@ -48,7 +54,8 @@ class ScriptedTransport:
         self.steps = list(steps)
         self.asked: list[tuple[str, str]] = []
 
-    def request(self, method: str, url: str, timeout: float) -> Answer:
+    def request(self, method: str, url: str, timeout: float, *, max_bytes: int,
+                authorization: str | None = None) -> Answer:
         self.asked.append((method, url))
         step = self.steps.pop(0)
         if isinstance(step, BaseException):
@@ -66,7 +73,8 @@ class ScriptedAsyncTransport:
         self.steps = list(steps)
         self.asked: list[str] = []
 
-    async def request(self, method: str, url: str, timeout: float) -> Answer:
+    async def request(self, method: str, url: str, timeout: float, *, max_bytes: int,
+                      authorization: str | None = None) -> Answer:
         self.asked.append(url)
         step = self.steps.pop(0)
         if isinstance(step, BaseException):

@@ -373,11 +373,11 @@ def test_ssl_context_and_a_transport_are_not_given_together():
 ])
 def test_a_protocol_error_is_not_http_only_when_h11_could_not_parse_the_answer(
         text, not_http):
-    import httpx
+    import httpcore
 
     from nsq_spark.admin.transport import _failure
 
-    error = _failure("GET", "http://n:4151/stats", httpx.RemoteProtocolError(text))
+    error = _failure("GET", "http://n:4151/stats", httpcore.RemoteProtocolError(text))
     assert isinstance(error, UnexpectedAnswerError if not_http else NodeUnreachableError)
     assert is_transient(error) is not not_http
     assert ("not HTTP" in str(error)) is not_http and text in str(error)

@@ -64,16 +64,19 @@ def _batches(data: bytes, delim=b"\n", size=2, skip=False):
 
 
 def test_lines_become_batches_with_their_input_bytes():
+    # as to_nsq: the body is what lies between two delimiters, a \r included
     out = _batches(b"a\nbb\r\nccc\nd")
-    assert out == [([b"a", b"bb"], 6), ([b"ccc", b"d"], 5)]
+    assert out == [([b"a", b"bb\r"], 6), ([b"ccc", b"d"], 5)]
     assert _batches(b"x|y|z|", delim=b"|", size=10) == [([b"x", b"y", b"z"], 6)]
     assert _batches(b"") == []
 
 
-def test_empty_lines_are_an_error_unless_skipped():
-    with pytest.raises(ValueError, match=r"in:2: empty message.*--skip-empty"):
-        _batches(b"a\n\nb\n")
-    assert _batches(b"a\n\nb\n", skip=True) == [([b"a", b"b"], 5)]
+@pytest.mark.parametrize("skip", [False, True])  # --skip-empty: the default now
+def test_empty_lines_are_skipped_as_to_nsq_does_and_counted_once(skip, caplog):
+    with caplog.at_level("WARNING", logger="nsq_spark.cli"):
+        assert _batches(b"a\n\nb\n\n\n", skip=skip) == [([b"a", b"b"], 5), ([], 2)]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "skipped 3 empty messages (first at in:2)" in warning
 
 
 def test_progress_draws_a_bar_when_the_size_is_known():

@@ -10,6 +10,19 @@ addresses by the one address rule (:func:`nsq_spark.addresses.parse_http_address
 nsqd v1.3.0 answers errors as ``{"message": "TOPIC_NOT_FOUND"}`` with the HTTP status
 (older versions put ``status_txt`` in a ``{"status_code", "data"}`` envelope; both are
 read). Its write endpoints take POST only (GET is 405).
+
+Answers are checked as they are read, by one parser per endpoint: JSON nested too deeply
+(Python's parser gives up near 1,000 levels; NSQ's answers are 5 deep) and, in nsqd's
+``/stats`` and ``/info``, a field of another type than nsqd sends (``"paused": "yes"``, a
+negative count, ``"channels": null``) are an :class:`UnexpectedAnswerError` naming the
+node, the field and the value. A field that is absent takes its default (older nsqd
+versions lack some); ``null`` is read as empty only where nsqd v1.x itself sends it (Go's
+empty slice: ``topics`` of ``/stats?topic=`` for a topic it lacks, ``clients`` of
+``/stats?include_clients=false``), never for ``channels``. lookupd's producers are read one
+by one: an entry without a usable address and TCP port is skipped, and one warning per
+answer says how many were and shows the first. Each call says what kind of answer it
+expects (``answer``: ``"status"``, ``"lookup"`` or ``"stats"``), which chooses the size
+limit of its body (:data:`nsq_spark.admin.transport.ANSWER_LIMITS`).
 """
 
 from __future__ import annotations
@@ -20,7 +33,7 @@ from typing import Any, Callable, Generic, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
 from nsq_spark._log import get_logger
-from nsq_spark.addresses import parse_address, parse_http_address
+from nsq_spark.addresses import parse_address, parse_http_address, strip_userinfo
 from nsq_spark.protocol import check_channel, check_topic
 
 from .errors import (ChannelNotFoundError, HTTPStatusError, LookupdError, NotFoundError,
@@ -31,7 +44,8 @@ from .model import (ChannelStats, ClientStats, Lookup, LookupdInfo, LookupdProdu
 log = get_logger(__name__)
 
 __all__ = ["ACCEPT", "Answer", "Call", "TOPIC_ACTIONS", "base_url", "channel_action",
-           "lookup", "lookupd_channels", "lookupd_info", "lookupd_nodes", "lookupd_topics",
+           "lookup", "lookupd_channel_action", "lookupd_channels", "lookupd_info", "lookupd_nodes",
+           "lookupd_topic_action", "lookupd_topics", "LOOKUPD_ACTIONS",
            "nsqd_info", "nsqd_stats", "parse_lookup", "parse_nsqd_stats", "parse_producers",
            "ping", "read_answer", "tombstone", "check_tombstoned", "topic_action"]
 
@@ -66,6 +80,9 @@ class Call(Generic[T]):
     channel: str | None = None
     missing: T | None = None
     has_missing: bool = False
+    #: the kind of answer, which chooses its size limit (a key of
+    #: :data:`nsq_spark.admin.transport.ANSWER_LIMITS`)
+    answer: str = "status"
 
 
 def base_url(address: str, kind: str) -> tuple[str, str]:
@@ -73,7 +90,8 @@ def base_url(address: str, kind: str) -> tuple[str, str]:
     (``host:port`` or an ``http(s)://`` URL, by the one address rule). A path is not
     kept: pynsq-style lookupd addresses name their ``/lookup`` endpoint with it
     (discovery honours that, :func:`nsq_spark.lookupd.lookup_url`), which is no prefix
-    of the other endpoints."""
+    of the other endpoints. User info is not kept either: the clients send it as the
+    ``Authorization`` header (:func:`nsq_spark.addresses.http_authorization`)."""
     param = f"{kind} HTTP address"
     example = "127.0.0.1:4161" if kind == "nsqlookupd" else "127.0.0.1:4151"
     scheme, address_, _ = parse_http_address(address, param, example)
@@ -88,11 +106,20 @@ def _url(base: str, path: str, **params: Any) -> str:
 # -- reading answers --------------------------------------------------------------------
 
 
+def _loads(body: bytes) -> Any:
+    """``json.loads`` for an answer: ValueError for anything that is not JSON, JSON nested
+    too deeply included (a RecursionError of the parser, near 1,000 levels)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply to be NSQ's") from None
+
+
 def _message(body: bytes) -> str:
     """nsqd's error text: ``{"message": X}`` (1.x), ``{"status_txt": X}`` (0.x), or the
     body."""
     try:
-        doc = json.loads(body)
+        doc = _loads(body)
     except (ValueError, UnicodeDecodeError):
         doc = None
     if isinstance(doc, dict):
@@ -136,7 +163,7 @@ def read_answer(call: Call[T], answer: Answer) -> T:
 def _json(body: bytes, source: str, error: type[UnexpectedAnswerError] = UnexpectedAnswerError
           ) -> Any:
     try:
-        return json.loads(body)
+        return _loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise error(f"{source} answered something that is not JSON ({exc}): "
                     f"{_preview(body)}; is this address the right server's HTTP port?"
@@ -155,19 +182,74 @@ def _unwrap(doc: Any, key: str) -> Any:
     return doc
 
 
-def _int(doc: dict[str, Any], key: str) -> int:
-    value = doc.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _short(value: Any, n: int = 60) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= n else shown[:n - 3] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object", type(None): "null"}.get(type(value),
+                                                                        type(value).__name__)
+
+
+class _Fields:
+    """One JSON object of nsqd's answer, read field by field with the type nsqd sends
+    there. An absent field takes its default (older nsqd versions lack some); a field of
+    another type is an :class:`UnexpectedAnswerError` naming the node, the field's path
+    and its value (see the module doc)."""
+
+    def __init__(self, doc: dict[str, Any], path: str, source: str, what: str) -> None:
+        self.doc, self.path, self.source, self.what = doc, path, source, what
+
+    def _wrong(self, key: str, expected: str) -> UnexpectedAnswerError:
+        value = self.doc[key]
+        return UnexpectedAnswerError(
+            f"{self.source} answered {self.what} with {self.path}{key} = {_short(value)} "
+            f"({_type_name(value)}), where nsqd sends {expected}; is this address an nsqd "
+            "HTTP port of a v1.x server?")
+
+    def count(self, key: str) -> int:
+        """A number that nsqd never sends negative (a depth, a count, a time)."""
+        value = self.doc.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._wrong(key, "a whole number of 0 or more")
+        return value
+
+    def text(self, key: str) -> str:
+        value = self.doc.get(key, "")
+        if not isinstance(value, str):
+            raise self._wrong(key, "a string")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.doc.get(key, False)
+        if not isinstance(value, bool):
+            raise self._wrong(key, "true or false")
+        return value
+
+    def objects(self, key: str, nullable: bool = False) -> list["_Fields"]:
+        """The objects of a list field (``null`` is empty when ``nullable``: where nsqd
+        sends a Go nil slice)."""
+        value = self.doc.get(key, [])
+        if value is None and nullable:
+            return []
+        if not isinstance(value, list):
+            raise self._wrong(key, "a list" + (" or null" if nullable else ""))
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise UnexpectedAnswerError(
+                    f"{self.source} answered {self.what} with {self.path}{key}[{i}] = "
+                    f"{_short(item)} ({_type_name(item)}), where nsqd sends an "
+                    "object; is this address an nsqd HTTP port of a v1.x server?")
+            out.append(_Fields(item, f"{self.path}{key}[{i}].", self.source, self.what))
+        return out
 
 
 def _str(doc: dict[str, Any], key: str) -> str:
     value = doc.get(key)
     return value if isinstance(value, str) else ""
-
-
-def _list(doc: dict[str, Any], key: str) -> list[Any]:
-    value = doc.get(key)
-    return value if isinstance(value, list) else []
 
 
 def _port(value: Any) -> int | None:
@@ -176,47 +258,45 @@ def _port(value: Any) -> int | None:
     return value
 
 
-def _client(doc: dict[str, Any]) -> ClientStats:
+def _client(f: _Fields) -> ClientStats:
     return ClientStats(
-        client_id=_str(doc, "client_id"), hostname=_str(doc, "hostname"),
-        remote_address=_str(doc, "remote_address"), user_agent=_str(doc, "user_agent"),
-        version=_str(doc, "version"), state=_int(doc, "state"),
-        ready_count=_int(doc, "ready_count"), in_flight_count=_int(doc, "in_flight_count"),
-        message_count=_int(doc, "message_count"), finish_count=_int(doc, "finish_count"),
-        requeue_count=_int(doc, "requeue_count"), connect_ts=_int(doc, "connect_ts"),
-        tls=bool(doc.get("tls")), snappy=bool(doc.get("snappy")),
-        deflate=bool(doc.get("deflate")))
+        client_id=f.text("client_id"), hostname=f.text("hostname"),
+        remote_address=f.text("remote_address"), user_agent=f.text("user_agent"),
+        version=f.text("version"), state=f.count("state"),
+        ready_count=f.count("ready_count"), in_flight_count=f.count("in_flight_count"),
+        message_count=f.count("message_count"), finish_count=f.count("finish_count"),
+        requeue_count=f.count("requeue_count"), connect_ts=f.count("connect_ts"),
+        tls=f.flag("tls"), snappy=f.flag("snappy"), deflate=f.flag("deflate"))
 
 
-def _channel(doc: dict[str, Any]) -> ChannelStats:
+def _channel(f: _Fields) -> ChannelStats:
     return ChannelStats(
-        name=_str(doc, "channel_name"), depth=_int(doc, "depth"),
-        backend_depth=_int(doc, "backend_depth"), in_flight_count=_int(doc, "in_flight_count"),
-        deferred_count=_int(doc, "deferred_count"), message_count=_int(doc, "message_count"),
-        requeue_count=_int(doc, "requeue_count"), timeout_count=_int(doc, "timeout_count"),
-        client_count=_int(doc, "client_count"), paused=bool(doc.get("paused")),
-        clients=tuple(_client(c) for c in _list(doc, "clients") if isinstance(c, dict)))
+        name=f.text("channel_name"), depth=f.count("depth"),
+        backend_depth=f.count("backend_depth"), in_flight_count=f.count("in_flight_count"),
+        deferred_count=f.count("deferred_count"), message_count=f.count("message_count"),
+        requeue_count=f.count("requeue_count"), timeout_count=f.count("timeout_count"),
+        client_count=f.count("client_count"), paused=f.flag("paused"),
+        clients=tuple(_client(c) for c in f.objects("clients", nullable=True)))
 
 
-def _topic(doc: dict[str, Any]) -> TopicStats:
+def _topic(f: _Fields) -> TopicStats:
     return TopicStats(
-        name=_str(doc, "topic_name"), depth=_int(doc, "depth"),
-        backend_depth=_int(doc, "backend_depth"), message_count=_int(doc, "message_count"),
-        message_bytes=_int(doc, "message_bytes"), paused=bool(doc.get("paused")),
-        channels=tuple(_channel(c) for c in _list(doc, "channels") if isinstance(c, dict)))
+        name=f.text("topic_name"), depth=f.count("depth"),
+        backend_depth=f.count("backend_depth"), message_count=f.count("message_count"),
+        message_bytes=f.count("message_bytes"), paused=f.flag("paused"),
+        channels=tuple(_channel(c) for c in f.objects("channels")))
 
 
 def parse_nsqd_stats(body: bytes, source: str = "nsqd") -> NsqdStats:
-    """nsqd's ``/stats?format=json``."""
+    """nsqd's ``/stats?format=json``, every field checked (see the module doc)."""
     doc = _unwrap(_json(body, source), "topics")
-    if not isinstance(doc, dict) or not isinstance(doc.get("topics", []), (list, type(None))) \
-            or "version" not in doc:
+    if not isinstance(doc, dict) or "version" not in doc:
         raise UnexpectedAnswerError(f"{source} answered JSON that is not nsqd's /stats: "
                                     f"{_preview(body)}; is this an nsqd HTTP port?")
-    return NsqdStats(version=_str(doc, "version"), health=_str(doc, "health"),
-                     start_time=_int(doc, "start_time"),
-                     topics=tuple(_topic(t) for t in _list(doc, "topics")
-                                  if isinstance(t, dict)))
+    f = _Fields(doc, "", source, "/stats")
+    return NsqdStats(version=f.text("version"), health=f.text("health"),
+                     start_time=f.count("start_time"),
+                     topics=tuple(_topic(t) for t in f.objects("topics", nullable=True)))
 
 
 def _parse_nsqd_info(body: bytes, source: str) -> NsqdInfo:
@@ -224,10 +304,11 @@ def _parse_nsqd_info(body: bytes, source: str) -> NsqdInfo:
     if not isinstance(doc, dict) or "tcp_port" not in doc:
         raise UnexpectedAnswerError(f"{source} answered JSON that is not nsqd's /info: "
                                     f"{_preview(body)}; is this an nsqd HTTP port?")
-    return NsqdInfo(version=_str(doc, "version"),
-                    broadcast_address=_str(doc, "broadcast_address"),
-                    hostname=_str(doc, "hostname"), tcp_port=_int(doc, "tcp_port"),
-                    http_port=_int(doc, "http_port"), start_time=_int(doc, "start_time"))
+    f = _Fields(doc, "", source, "/info")
+    return NsqdInfo(version=f.text("version"),
+                    broadcast_address=f.text("broadcast_address"),
+                    hostname=f.text("hostname"), tcp_port=f.count("tcp_port"),
+                    http_port=f.count("http_port"), start_time=f.count("start_time"))
 
 
 def _parse_lookupd_info(body: bytes, source: str) -> LookupdInfo:
@@ -235,7 +316,7 @@ def _parse_lookupd_info(body: bytes, source: str) -> LookupdInfo:
     if not isinstance(doc, dict) or "version" not in doc:
         raise UnexpectedAnswerError(f"{source} answered JSON that is not /info: "
                                     f"{_preview(body)}; is this an nsqlookupd HTTP port?")
-    return LookupdInfo(version=_str(doc, "version"))
+    return LookupdInfo(version=_Fields(doc, "", source, "/info").text("version"))
 
 
 def _parse_ok(body: bytes, source: str) -> None:
@@ -246,58 +327,97 @@ def _parse_ping(body: bytes, source: str) -> str:
     return body.decode("utf-8", "replace").strip()
 
 
-def parse_producers(body: bytes | str, source: str = "lookupd") -> list[LookupdProducer]:
-    """The producers in a ``/lookup`` or ``/nodes`` answer, nsqlookupd >= 1.0 or the
-    older form with a ``data`` envelope. Raises :class:`LookupdError` if the answer is
-    not such a response at all; single malformed producer entries are skipped with a
-    warning. The one parser of lookupd's producers (discovery, the Spark driver and
-    sink, the admin client)."""
+def _producers_doc(body: bytes | str, source: str) -> dict[str, Any]:
     doc = _unwrap(_json(body if isinstance(body, bytes) else body.encode(), source,
                         LookupdError), "producers")
-    producers = doc.get("producers") if isinstance(doc, dict) else None
-    if not isinstance(producers, list):
+    if not isinstance(doc, dict) or not isinstance(doc.get("producers"), list):
         raise LookupdError(f"{source} answered JSON without a 'producers' list: "
                            f"{_preview(body)}; is this address an nsqlookupd HTTP port?")
+    return doc
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _read_producers(doc: dict[str, Any], source: str) -> list[LookupdProducer]:
+    """The usable producers of a lookupd answer; one warning for those skipped (see the
+    module doc)."""
     out: list[LookupdProducer] = []
-    for p in producers:
+    skipped: list[Any] = []
+    loose: list[str] = []   # fields of kept producers that were not read (wrong type)
+    for p in doc["producers"]:
         if not isinstance(p, dict):
-            log.for_lookupd(source).warning(
-                "%s: skipping a producer that is not an object: %r", source, p)
+            skipped.append(p)
             continue
         host = p.get("broadcast_address") or p.get("address")
         port = _port(p.get("tcp_port"))
         if not isinstance(host, str) or not host or port is None:
-            log.for_lookupd(source).warning(
-                "%s: skipping a producer without broadcast_address/tcp_port: %r",
-                        source, p)
+            skipped.append(p)
             continue
+        topics = _strings(p.get("topics"))
+        tombstones = p.get("tombstones")
+        if tombstones is None:
+            tombstones = []
+        if not isinstance(tombstones, list) or not all(isinstance(t, bool)
+                                                       for t in tombstones):
+            loose.append("tombstones")
+            tombstones = []
+        if topics is None:
+            loose.append("topics")
+            topics = ()
+        if "http_port" in p and p["http_port"] is not None and _port(p["http_port"]) is None:
+            loose.append("http_port")
         out.append(LookupdProducer(
             broadcast_address=host, tcp_port=port, http_port=_port(p.get("http_port")),
             hostname=_str(p, "hostname"), remote_address=_str(p, "remote_address"),
-            version=_str(p, "version"),
-            topics=tuple(str(t) for t in _list(p, "topics")),
-            tombstones=tuple(bool(t) for t in _list(p, "tombstones")),
+            version=_str(p, "version"), topics=topics, tombstones=tuple(tombstones),
             topology_zone=_str(p, "topology_zone") or None,
             topology_region=_str(p, "topology_region") or None))
+    if skipped or loose:
+        what = []
+        if skipped:
+            what.append(f"skipped {len(skipped)} of its {len(doc['producers'])} producers "
+                        "that are not objects with a broadcast_address and a tcp_port "
+                        f"(the first: {_short(skipped[0])})")
+        if loose:
+            what.append(f"left out {len(loose)} fields of the wrong type "
+                        f"({', '.join(sorted(set(loose)))})")
+        log.for_lookupd(source).warning("%s: %s", source, "; ".join(what))
     return out
+
+
+def parse_producers(body: bytes | str, source: str = "lookupd") -> list[LookupdProducer]:
+    """The producers in a ``/lookup`` or ``/nodes`` answer, nsqlookupd >= 1.0 or the
+    older form with a ``data`` envelope. Raises :class:`LookupdError` if the answer is
+    not such a response at all; malformed producer entries are skipped, with one warning
+    per answer. The one parser of lookupd's producers (discovery, the Spark driver and
+    sink, the admin client)."""
+    return _read_producers(_producers_doc(body, source), source)
 
 
 def parse_lookup(body: bytes, source: str = "lookupd") -> Lookup:
     """nsqlookupd's ``/lookup?topic=``."""
-    producers = parse_producers(body, source)
-    doc = _unwrap(json.loads(body), "producers")
-    return Lookup(channels=tuple(str(c) for c in _list(doc, "channels")),
-                  producers=tuple(producers))
+    doc = _producers_doc(body, source)
+    channels = _strings(doc.get("channels"))
+    if channels is None:
+        raise LookupdError(f"{source} answered /lookup with 'channels' that is not a list "
+                           f"of names: {_preview(body)}; is this an nsqlookupd HTTP port?")
+    return Lookup(channels=channels, producers=tuple(_read_producers(doc, source)))
 
 
 def _names(key: str) -> Callable[[bytes, str], list[str]]:
     def parse(body: bytes, source: str) -> list[str]:
         doc = _unwrap(_json(body, source, LookupdError), key)
-        names = doc.get(key) if isinstance(doc, dict) else None
-        if not isinstance(names, list):
-            raise LookupdError(f"{source} answered JSON without a {key!r} list: "
+        names = _strings(doc.get(key)) if isinstance(doc, dict) and key in doc else None
+        if names is None:
+            raise LookupdError(f"{source} answered JSON without a {key!r} list of names: "
                                f"{_preview(body)}; is this an nsqlookupd HTTP port?")
-        return [str(n) for n in names]
+        return list(names)
     return parse
 
 
@@ -327,7 +447,7 @@ def nsqd_stats(address: str, topic: str | None = None, channel: str | None = Non
         check_channel(channel)
     url = _url(base, "/stats", format="json", topic=topic, channel=channel,
                include_clients=None if include_clients else "false")
-    return Call("GET", url, parse_nsqd_stats, node, topic, channel)
+    return Call("GET", url, parse_nsqd_stats, node, topic, channel, answer="stats")
 
 
 def _action(action: str) -> str:
@@ -359,35 +479,69 @@ def lookup(address_or_url: str, topic: str | None = None) -> Call[Lookup]:
     ``topic`` None, ``address_or_url`` is a full lookup URL (discovery builds it,
     :func:`nsq_spark.lookupd.lookup_url`)."""
     if topic is None:
-        url, node = address_or_url, f"nsqlookupd {address_or_url}"
-        return Call("GET", url, parse_lookup, node, missing=Lookup(), has_missing=True)
+        url = strip_userinfo(address_or_url)
+        return Call("GET", url, parse_lookup, f"nsqlookupd {url}", missing=Lookup(),
+                    has_missing=True, answer="lookup")
     base, node = base_url(address_or_url, "nsqlookupd")
     check_topic(topic)
     return Call("GET", _url(base, "/lookup", topic=topic), parse_lookup, node, topic,
-                missing=Lookup(), has_missing=True)
+                missing=Lookup(), has_missing=True, answer="lookup")
 
 
 def lookupd_nodes(address: str) -> Call[list[LookupdProducer]]:
     """``GET /nodes``: every nsqd registered with the lookupd."""
     base, node = base_url(address, "nsqlookupd")
-    return Call("GET", _url(base, "/nodes"), parse_producers, node)
+    return Call("GET", _url(base, "/nodes"), parse_producers, node, answer="lookup")
 
 
 def lookupd_topics(address: str) -> Call[list[str]]:
     base, node = base_url(address, "nsqlookupd")
-    return Call("GET", _url(base, "/topics"), _names("topics"), node)
+    return Call("GET", _url(base, "/topics"), _names("topics"), node, answer="lookup")
 
 
 def lookupd_channels(address: str, topic: str) -> Call[list[str]]:
     base, node = base_url(address, "nsqlookupd")
     check_topic(topic)
     return Call("GET", _url(base, "/channels", topic=topic), _names("channels"), node, topic,
-                missing=[], has_missing=True)
+                missing=[], has_missing=True, answer="lookup")
 
 
 def lookupd_info(address: str) -> Call[LookupdInfo]:
     base, node = base_url(address, "nsqlookupd")
     return Call("GET", _url(base, "/info"), _parse_lookupd_info, node)
+
+
+#: What ``lookupd_topic_action`` / ``lookupd_channel_action`` can do (nsqlookupd's
+#: ``/topic/<action>`` and ``/channel/<action>``: its registrations, not any nsqd's data).
+LOOKUPD_ACTIONS = ("create", "delete")
+
+
+def lookupd_topic_action(address: str, action: str, topic: str) -> Call[None]:
+    """``POST /topic/<action>?topic=`` on nsqlookupd: ``delete`` drops the registration
+    of the topic and of all its channels (what nsqadmin does before it deletes the topic
+    on the nsqds); ``create`` registers it without any nsqd."""
+    base, node = base_url(address, "nsqlookupd")
+    check_topic(topic)
+    if action not in LOOKUPD_ACTIONS:
+        raise ValueError(f"unknown lookupd action {action!r}: use one of "
+                         f"{', '.join(LOOKUPD_ACTIONS)}")
+    return Call("POST", _url(base, f"/topic/{action}", topic=topic), _parse_ok, node, topic)
+
+
+def lookupd_channel_action(address: str, action: str, topic: str, channel: str
+                           ) -> Call[None]:
+    """``POST /channel/<action>?topic=&channel=`` on nsqlookupd: ``delete`` drops the
+    channel's registration (404 ``CHANNEL_NOT_FOUND`` when it has none), so that an nsqd
+    that makes the topic again does not make the channel with it; ``create`` registers
+    it."""
+    base, node = base_url(address, "nsqlookupd")
+    check_topic(topic)
+    check_channel(channel)
+    if action not in LOOKUPD_ACTIONS:
+        raise ValueError(f"unknown lookupd action {action!r}: use one of "
+                         f"{', '.join(LOOKUPD_ACTIONS)}")
+    return Call("POST", _url(base, f"/channel/{action}", topic=topic, channel=channel),
+                _parse_ok, node, topic, channel)
 
 
 def tombstone(address: str, topic: str, node_address: str) -> Call[None]:

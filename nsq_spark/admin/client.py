@@ -2,14 +2,25 @@
 (blocking) and :class:`AsyncNsqdClient` / :class:`AsyncLookupdClient` (asyncio).
 
 Each method builds a :class:`~nsq_spark.admin.calls.Call` (names checked before any
-request), sends it through the client's transport (httpx by default) and reads the answer
-with :func:`~nsq_spark.admin.calls.read_answer`; the blocking and asyncio classes differ
-only in how they wait. Clients are context managers (``with`` / ``async with``) and keep
-one pool of keep-alive connections; ``close()`` / ``aclose()`` release it.
+request), sends it through the client's transport (:mod:`~nsq_spark.admin.transport`:
+httpcore, every request under one deadline and its answer under the size limit of its
+kind) and reads the answer with :func:`~nsq_spark.admin.calls.read_answer`; the blocking
+and asyncio classes differ only in how they wait. Clients are context managers (``with``
+/ ``async with``) and keep one pool of keep-alive connections; ``close()`` /
+``aclose()`` release it.
+
+Authorization: an address with user info (``http://user:password@host:4161``) sends it as
+``Authorization: Basic``; else ``auth_secret`` (if given) is sent as ``Authorization:
+Bearer <secret>``, as go-nsq sends the AUTH secret to lookupd. Neither appears in the
+client's ``address``, its repr, or any error.
 
 Errors (:mod:`nsq_spark.admin.errors`): :class:`NodeUnreachableError` when nothing
-answers, :class:`AdminTLSError` when the HTTPS handshake fails, :class:`TopicNotFoundError` / :class:`ChannelNotFoundError` for a 404,
-:class:`HTTPStatusError` for any other non-2xx answer, with nsqd's message;
+answers (:class:`HTTPDeadlineError` when no complete answer came within ``timeout``),
+:class:`AdminTLSError` when the HTTPS handshake fails,
+:class:`TopicNotFoundError` / :class:`ChannelNotFoundError` for a 404,
+:class:`HTTPStatusError` for any other non-2xx answer, with nsqd's message,
+:class:`UnexpectedAnswerError` for an answer that is not NSQ's
+(:class:`AnswerTooLargeError` over its size limit);
 :class:`~nsq_spark.errors.InvalidNameError` for a bad name before any request.
 """
 
@@ -19,20 +30,22 @@ import ssl
 from typing import Any, TypeVar
 
 from nsq_spark import validate
+from nsq_spark.addresses import http_authorization, strip_userinfo
 from nsq_spark.errors import ConfigError
 from nsq_spark.validate import MAX_SECONDS
 
 from . import calls
 from .calls import Call, read_answer
 from .model import Lookup, LookupdInfo, LookupdProducer, NsqdInfo, NsqdStats
-from .transport import AsyncHttpxTransport, AsyncTransport, HttpxTransport, Transport
+from .transport import (MAX_ANSWER_BYTES, AsyncHttpTransport, AsyncTransport, HttpTransport,
+                        Transport, answer_limit)
 
 __all__ = ["AsyncLookupdClient", "AsyncNsqdClient", "DEFAULT_TIMEOUT", "LookupdClient",
            "NsqdClient"]
 
 T = TypeVar("T")
 
-#: The default ``timeout``: seconds each stage of a request may take (see NsqdClient).
+#: The default ``timeout``: seconds a whole request may take (see NsqdClient).
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -47,21 +60,76 @@ def _checked_timeout(timeout: float) -> float:
                                  unit="seconds"))
 
 
-class _Sync:
+def checked_max_answer_bytes(value: int | None, name: str = "max_answer_bytes"
+                             ) -> int | None:
+    """``max_answer_bytes``: None (the limit of each kind of answer) or 1 byte to 2 GiB."""
+    checked: int | None = validate.integer(
+        value, name, lo=1, hi=MAX_ANSWER_BYTES, unit="bytes",
+        none="the limit of each kind of answer (nsq_spark.admin.transport.ANSWER_LIMITS)")
+    return checked
+
+
+def authorization(address: str, auth_secret: str | bytes | None) -> str | None:
+    """The ``Authorization`` header for ``address``: basic from its user info, else a
+    bearer of ``auth_secret`` (bytes are sent as they are), else None. The one rule of
+    the admin clients, lookupd discovery and ``nsq-spark stat``. A secret that cannot be
+    a header (a line break, a NUL) is a ConfigError that does not show it."""
+    basic = http_authorization(address)
+    if basic is not None:
+        return basic
+    if auth_secret is None or auth_secret in ("", b""):
+        return None
+    if isinstance(auth_secret, bytes):
+        secret = auth_secret.decode("latin-1")  # byte for byte (see transport._headers)
+    elif isinstance(auth_secret, str):
+        secret = auth_secret
+    else:
+        raise ConfigError(f"auth_secret: give a string (the AUTH secret), not "
+                          f"{type(auth_secret).__name__}")
+    if any(c in secret for c in "\r\n\0"):
+        raise ConfigError("auth_secret holds a line break or a NUL, so it cannot be sent "
+                          "as an HTTP Authorization header (not shown here); give the "
+                          "secret without it, or do not send it to the HTTP API "
+                          "(lookupd_authorization=False for a Reader)")
+    return f"Bearer {secret}"
+
+
+class _Base:
     kind = "nsqd"
 
-    def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 transport: Transport | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, address: str, timeout: float, transport: object,
+                 ssl_context: ssl.SSLContext | None, max_answer_bytes: int | None,
+                 auth_secret: str | bytes | None) -> None:
         self.timeout = _checked_timeout(timeout)
         calls.base_url(address, self.kind)  # a bad address fails here, not at first use
         _one_of(transport, ssl_context)
-        self.address = address
+        self.max_answer_bytes = checked_max_answer_bytes(max_answer_bytes)
+        #: the address as given, without its user info (sent as a header instead)
+        self.address = strip_userinfo(address.strip())
+        self._authorization = authorization(address, auth_secret)
         self._own = transport is None
-        self._transport: Transport = transport or HttpxTransport(ssl_context=ssl_context)
+
+    def _limit(self, call: Call[Any]) -> int:
+        return answer_limit(call.answer, self.max_answer_bytes)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.address!r}, timeout={self.timeout:g})"
+
+
+class _Sync(_Base):
+    def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 transport: Transport | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
+                 max_answer_bytes: int | None = None,
+                 auth_secret: str | bytes | None = None) -> None:
+        super().__init__(address, timeout, transport, ssl_context, max_answer_bytes,
+                         auth_secret)
+        self._transport: Transport = transport or HttpTransport(ssl_context=ssl_context)
 
     def _send(self, call: Call[T]) -> T:
-        return read_answer(call, self._transport.request(call.method, call.url, self.timeout))
+        return read_answer(call, self._transport.request(
+            call.method, call.url, self.timeout, max_bytes=self._limit(call),
+            authorization=self._authorization))
 
     def ping(self) -> str:
         """``"OK"`` when the node is healthy."""
@@ -79,22 +147,21 @@ class _Sync:
         self.close()
 
 
-class _Async:
-    kind = "nsqd"
-
+class _Async(_Base):
     def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT,
                  transport: AsyncTransport | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        self.timeout = _checked_timeout(timeout)
-        calls.base_url(address, self.kind)
-        _one_of(transport, ssl_context)
-        self.address = address
-        self._own = transport is None
-        self._transport: AsyncTransport = transport or AsyncHttpxTransport(
+                 ssl_context: ssl.SSLContext | None = None,
+                 max_answer_bytes: int | None = None,
+                 auth_secret: str | bytes | None = None) -> None:
+        super().__init__(address, timeout, transport, ssl_context, max_answer_bytes,
+                         auth_secret)
+        self._transport: AsyncTransport = transport or AsyncHttpTransport(
             ssl_context=ssl_context)
 
     async def _send(self, call: Call[T]) -> T:
-        answer = await self._transport.request(call.method, call.url, self.timeout)
+        answer = await self._transport.request(
+            call.method, call.url, self.timeout, max_bytes=self._limit(call),
+            authorization=self._authorization)
         return read_answer(call, answer)
 
     async def ping(self) -> str:
@@ -118,14 +185,23 @@ class NsqdClient(_Sync):
 
     Args:
         address: nsqd's HTTP address, ``host:port`` (4151 by default) or an
-            ``http(s)://`` URL.
-        timeout: seconds each stage of a request may take, each on its own (httpx's
-            timeouts): the connect (unless the transport has a ``connect_timeout``),
-            sending, each read of the answer, waiting for a pooled connection. Not a
-            bound on the whole request: a server that keeps sending slowly can take
-            longer. > 0, at most a year; default 5.
+            ``http(s)://`` URL; user info (``http://user:password@host:4151``, for an
+            nsqd behind an authenticating proxy) is sent as ``Authorization: Basic``.
+        timeout: seconds a whole request may take: the connect (the transport's
+            ``connect_timeout`` may bound it further), sending, waiting for a pooled
+            connection, and the whole answer however slowly it comes
+            (:class:`~nsq_spark.admin.errors.HTTPDeadlineError` then). > 0, at most a
+            year; default 5.
+        max_answer_bytes: the size limit of every answer's body (default None: the
+            limit of each kind of answer, 1 MiB for an operation, 32 MiB for
+            ``stats()``: :data:`~nsq_spark.admin.transport.ANSWER_LIMITS`); a larger one is
+            an :class:`~nsq_spark.admin.errors.AnswerTooLargeError`. 1 byte to 2 GiB.
+        auth_secret: sent as ``Authorization: Bearer <auth_secret>`` when ``address``
+            has no user info (for a proxy that checks NSQ's AUTH secret; default None:
+            no header). Never shown.
         transport: the :class:`~nsq_spark.admin.transport.Transport` to send through
-            (default: a new httpx client, closed by :meth:`close`).
+            (default: a new :class:`~nsq_spark.admin.transport.HttpTransport`, closed by
+            :meth:`close`).
         ssl_context: for an ``https://`` address (nsqd's ``--https-address``): verifies
             the node and may carry a client certificate, e.g.
             ``ConnectionConfig(tls_v1=True, tls_ca_file=..., tls_cert_file=...,
@@ -156,7 +232,10 @@ class NsqdClient(_Sync):
         self._send(calls.topic_action(self.address, "create", topic))
 
     def delete_topic(self, topic: str) -> None:
-        """Delete ``topic``, its channels and every message in them."""
+        """Delete ``topic``, its channels and every message in them, on this nsqd only:
+        lookupd keeps the registrations (its channels are made again with the topic).
+        To delete as nsqadmin does, on every nsqd of the topic and every lookupd's
+        registration: :func:`nsq_spark.admin.delete_topic`."""
         self._send(calls.topic_action(self.address, "delete", topic))
 
     def empty_topic(self, topic: str) -> None:
@@ -176,7 +255,11 @@ class NsqdClient(_Sync):
         self._send(calls.channel_action(self.address, "create", topic, channel))
 
     def delete_channel(self, topic: str, channel: str) -> None:
-        """Delete ``channel`` and its messages; nsqd closes its consumers' connections."""
+        """Delete ``channel`` and its messages on this nsqd only; nsqd closes its
+        consumers' connections. lookupd keeps the channel's registration, so an nsqd that
+        makes the topic again makes the channel with it, and it collects messages no one
+        reads: to delete as nsqadmin does, on every nsqd of the topic and every lookupd's
+        registration, use :func:`nsq_spark.admin.delete_channel`."""
         self._send(calls.channel_action(self.address, "delete", topic, channel))
 
     def empty_channel(self, topic: str, channel: str) -> None:
@@ -215,6 +298,27 @@ class LookupdClient(_Sync):
 
     def channels(self, topic: str) -> list[str]:
         return self._send(calls.lookupd_channels(self.address, topic))
+
+    def create_topic(self, topic: str) -> None:
+        """Register ``topic`` here (no nsqd carries it until one makes it)."""
+        self._send(calls.lookupd_topic_action(self.address, "create", topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop the registration of ``topic`` and of all its channels here (an nsqd that
+        still carries the topic registers it again at its next heartbeat; to delete as
+        nsqadmin does: :func:`nsq_spark.admin.delete_topic`)."""
+        self._send(calls.lookupd_topic_action(self.address, "delete", topic))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Register ``channel`` of ``topic`` here."""
+        self._send(calls.lookupd_channel_action(self.address, "create", topic, channel))
+
+    def delete_channel(self, topic: str, channel: str) -> None:
+        """Drop the registration of ``channel`` here, so that an nsqd that makes the topic
+        again does not make the channel with it;
+        :class:`~nsq_spark.admin.errors.ChannelNotFoundError` when none is registered. To
+        delete as nsqadmin does: :func:`nsq_spark.admin.delete_channel`."""
+        self._send(calls.lookupd_channel_action(self.address, "delete", topic, channel))
 
     def tombstone_topic_producer(self, topic: str, node: str) -> None:
         """Stop listing nsqd ``node`` (its ``broadcast_address:http_port``) for
@@ -305,6 +409,22 @@ class AsyncLookupdClient(_Async):
 
     async def channels(self, topic: str) -> list[str]:
         return await self._send(calls.lookupd_channels(self.address, topic))
+
+    async def create_topic(self, topic: str) -> None:
+        await self._send(calls.lookupd_topic_action(self.address, "create", topic))
+
+    async def delete_topic(self, topic: str) -> None:
+        """As :meth:`LookupdClient.delete_topic`."""
+        await self._send(calls.lookupd_topic_action(self.address, "delete", topic))
+
+    async def create_channel(self, topic: str, channel: str) -> None:
+        await self._send(calls.lookupd_channel_action(self.address, "create", topic,
+                                                      channel))
+
+    async def delete_channel(self, topic: str, channel: str) -> None:
+        """As :meth:`LookupdClient.delete_channel`."""
+        await self._send(calls.lookupd_channel_action(self.address, "delete", topic,
+                                                      channel))
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> None:
         call = calls.tombstone(self.address, topic, node)

@@ -15,11 +15,12 @@ answer.
 
 from __future__ import annotations
 
-from nsq_spark.errors import ConnectError, HTTPAnswerError, NSQError, TLSError
+from nsq_spark.errors import (ConnectError, HTTPAnswerError, NSQError, NSQTimeoutError,
+                              TLSError)
 
-__all__ = ["AdminError", "AdminTLSError", "ChannelNotFoundError", "HTTPStatusError",
-           "LookupdError", "NodeUnreachableError", "NotFoundError", "TopicNotFoundError",
-           "UnexpectedAnswerError"]
+__all__ = ["AdminError", "AdminTLSError", "AnswerTooLargeError", "ChannelNotFoundError",
+           "HTTPDeadlineError", "HTTPStatusError", "LookupdError", "NodeUnreachableError",
+           "NotFoundError", "TopicNotFoundError", "UnexpectedAnswerError"]
 
 
 class AdminError(NSQError):
@@ -28,6 +29,13 @@ class AdminError(NSQError):
 
 class NodeUnreachableError(AdminError, ConnectError):
     """nsqd or nsqlookupd did not answer over HTTP (refused, reset, timed out)."""
+
+
+class HTTPDeadlineError(NodeUnreachableError, NSQTimeoutError):
+    """No complete answer within the request's deadline (the whole request: connect,
+    send, the head and every byte of the body; a server that drips its answer cannot
+    stretch it). The message names the URL and the deadline. Transient: a later attempt
+    may be quicker."""
 
 
 class AdminTLSError(AdminError, TLSError):
@@ -58,6 +66,13 @@ class UnexpectedAnswerError(AdminError, ValueError):
     """A 2xx answer that is not what nsqd / nsqlookupd send (not JSON, missing fields),
     or an answer that is not HTTP at all (nsqd's TCP port answers ``E_BAD_PROTOCOL``):
     usually an address that is some other server's or port; not transient."""
+
+
+class AnswerTooLargeError(UnexpectedAnswerError):
+    """The answer is larger than the size limit of its kind
+    (:data:`nsq_spark.admin.transport.ANSWER_LIMITS`): refused from its
+    ``Content-Length`` before any of it is read, or once that many bytes arrived. The
+    message names the URL and the limit. Not transient."""
 
 
 class LookupdError(UnexpectedAnswerError):

@@ -2,16 +2,20 @@
 nsqd ``/stats`` snapshots (:class:`StatView`), and its text and JSON forms.
 
 A row is one topic/channel summed over the nsqds that carry it (as nsq_stat sums them):
-depth (memory and disk), in flight, deferred, and the counters nsqd keeps since it
-started: messages, requeued, timed out. Rates are a counter's growth per second since the
-previous interval, computed per nsqd and then summed: an nsqd's growth counts only when
-its ``start_time`` is the one of the previous interval and none of its counters of that
-row went down (else it restarted, or the channel was deleted and made again, and its
-counters began anew). A row has no rate in the first interval, nor when any of its nsqds
-began anew, nor when its set of nsqds changed (one joined or did not answer), so a rate
-is never negative and never mixes a restart into the others' growth. A topic without
-channels is shown as a row without a channel (its depth is what no channel has been sent
-yet).
+depth (memory and disk), the part of it in memory (``mem``, nsq_stat's column: depth
+minus disk depth), in flight, deferred, and the counters nsqd keeps since it started:
+messages, requeued, timed out. Rates are per second since the previous interval: the
+ingress (``message_rate``: messages put on the channel) and nsq_stat's egress
+(``egress_rate``: those that left its depth, i.e. the messages' growth minus the depth's),
+and the requeue and timeout rates. They are computed per nsqd and then summed: an
+nsqd's growth counts only when its ``start_time`` is the one of the previous interval and
+none of its counters of that row went down (else it restarted, or the channel was deleted
+and made again, and its counters began anew). A row has no rate in the first interval,
+nor when any of its nsqds began anew, nor when its set of nsqds changed (one joined or did
+not answer), so a rate is never negative (the egress neither: clamped at 0, as a depth
+can grow by more than what was put on the channel only through a requeue) and never mixes
+a restart into the others' growth. A topic without channels is shown as a row without a
+channel (its depth is what no channel has been sent yet).
 """
 
 from __future__ import annotations
@@ -57,10 +61,12 @@ class ChannelRow:
     paused: bool  # on any nsqd
     topic_paused: bool  # on any nsqd
     nsqds: tuple[str, ...]
-    message_rate: float | None = None  # per second since the previous interval
+    message_rate: float | None = None  # ingress: per second since the previous interval
     requeue_rate: float | None = None
     timeout_rate: float | None = None
     clients: tuple[ClientRow, ...] = ()
+    memory_depth: int = 0  # depth - backend_depth (nsq_stat's "mem")
+    egress_rate: float | None = None  # per second: messages that left the depth
 
     @property
     def key(self) -> tuple[str, str | None]:
@@ -93,8 +99,9 @@ class Interval:
         return json.dumps(doc, sort_keys=False)
 
 
-#: One nsqd's counters of one row: messages, requeued, timed out.
-_Counters = tuple[int, int, int]
+#: One nsqd's counters of one row: messages, requeued, timed out; and its depth (which
+#: may go down without a restart)
+_Counters = tuple[int, int, int, int]
 #: What the next interval's rates are computed from: per row, per ``(nsqd, start_time)``.
 _Previous = dict[tuple[str, str | None], dict[tuple[str, int], _Counters]]
 
@@ -114,7 +121,7 @@ def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | 
                 _add(row, nsqd, depth=t.depth, backend_depth=t.backend_depth,
                      messages=t.message_count, topic_paused=t.paused)
                 parts.setdefault((t.name, None), {})[(nsqd, stats.start_time)] = (
-                    t.message_count, 0, 0)
+                    t.message_count, 0, 0, t.depth)
             for c in chans:
                 row = sums.setdefault((t.name, c.name), _empty())
                 _add(row, nsqd, depth=c.depth, backend_depth=c.backend_depth,
@@ -123,13 +130,14 @@ def _rows(snapshots: Mapping[str, NsqdStats], topic: str | None, channel: str | 
                      timed_out=c.timeout_count, client_count=c.client_count,
                      paused=c.paused, topic_paused=t.paused)
                 parts.setdefault((t.name, c.name), {})[(nsqd, stats.start_time)] = (
-                    c.message_count, c.requeue_count, c.timeout_count)
+                    c.message_count, c.requeue_count, c.timeout_count, c.depth)
                 row["clients"].extend(
                     ClientRow(nsqd, k.remote_address, k.user_agent, k.ready_count,
                               k.in_flight_count, k.message_count, k.finish_count,
                               k.requeue_count) for k in c.clients)
     rows = [ChannelRow(topic=k[0], channel=k[1], nsqds=tuple(v.pop("nsqds")),
-                       clients=tuple(v.pop("clients")), **v)
+                       clients=tuple(v.pop("clients")),
+                       memory_depth=max(0, v["depth"] - v["backend_depth"]), **v)
             for k, v in sorted(sums.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
     return rows, parts
 
@@ -155,14 +163,15 @@ def _growth(now: Mapping[tuple[str, int], _Counters],
     again)."""
     if before is None or {n for n, _ in now} != {n for n, _ in before}:
         return None
-    total = [0, 0, 0]
+    total = [0, 0, 0, 0]
     for node, counters in now.items():
         previous = before.get(node)  # keyed by (nsqd, start_time): a restart misses
-        if previous is None or any(c < p for c, p in zip(counters, previous)):
+        # the counters only grow while nsqd runs; the depth (last) may go down
+        if previous is None or any(c < p for c, p in zip(counters[:3], previous[:3])):
             return None
         for i, (c, p) in enumerate(zip(counters, previous)):
             total[i] += c - p
-    return (total[0], total[1], total[2])
+    return (total[0], total[1], total[2], total[3])
 
 
 @dataclass
@@ -192,9 +201,11 @@ class StatView:
         for row in found:
             growth = _growth(parts[row.key], self._previous.get(row.key))
             if growth is not None and seconds is not None and seconds > 0:
+                # nsq_stat's egress: what was put on the channel minus what stayed in it
                 row = replace(row, message_rate=round(growth[0] / seconds, 3),
                               requeue_rate=round(growth[1] / seconds, 3),
-                              timeout_rate=round(growth[2] / seconds, 3))
+                              timeout_rate=round(growth[2] / seconds, 3),
+                              egress_rate=round(max(0, growth[0] - growth[3]) / seconds, 3))
             rows.append(row)
         self._previous = parts
         self._previous_at = now
@@ -202,8 +213,9 @@ class StatView:
                         tuple(sorted((unreachable_lookupds or {}).items())), tuple(notes))
 
 
-_HEADER = (f"{'topic/channel':<32} {'depth':>8} {'disk':>8} {'inflight':>8} {'deferred':>8} "
-           f"{'requeued':>8} {'timedout':>8} {'msgs':>10} {'msg/s':>9} {'clients':>7}")
+_HEADER = (f"{'topic/channel':<32} {'depth':>8} {'mem':>8} {'disk':>8} {'inflight':>8} "
+           f"{'deferred':>8} {'requeued':>8} {'timedout':>8} {'msgs':>10} {'ingress/s':>9} "
+           f"{'egress/s':>9} {'clients':>7}")
 
 
 def _num(value: float | None) -> str:
@@ -218,9 +230,10 @@ def format_text(interval: Interval, header: bool = True, clients: bool = False) 
         name = f"{r.topic}/{r.channel}" if r.channel is not None else f"{r.topic} (no channel)"
         flags = "".join([" [channel paused]" if r.paused else "",
                          " [topic paused]" if r.topic_paused else ""])
-        lines.append(f"{name:<32} {r.depth:>8,} {r.backend_depth:>8,} {r.in_flight:>8,} "
-                     f"{r.deferred:>8,} {r.requeued:>8,} {r.timed_out:>8,} {r.messages:>10,} "
-                     f"{_num(r.message_rate):>9} {r.client_count:>7}{flags}")
+        lines.append(f"{name:<32} {r.depth:>8,} {r.memory_depth:>8,} {r.backend_depth:>8,} "
+                     f"{r.in_flight:>8,} {r.deferred:>8,} {r.requeued:>8,} {r.timed_out:>8,} "
+                     f"{r.messages:>10,} {_num(r.message_rate):>9} {_num(r.egress_rate):>9} "
+                     f"{r.client_count:>7}{flags}")
         if clients:
             for k in r.clients:
                 lines.append(f"    {k.remote_address} on {k.nsqd} ({k.user_agent}): rdy "

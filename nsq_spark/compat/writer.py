@@ -31,8 +31,14 @@ Differences from pynsq, each with its reason:
   callback cannot send on it or close it (``conn.connected()``, ``conn.send()`` and
   ``conn.close()`` are not there); an IPv6 ``conn.id`` has brackets (``"[::1]:4150"``,
   pynsq's is ``"::1:4150"``), so that it parses back as an address;
-* reconnects follow the Producer's retry policy; ``reconnect_interval`` is accepted and
-  not used. A Writer takes no ``spool_dir`` (use ``Producer(..., spool_dir=...)``).
+* when no nsqd is reachable the callback hears it at once, as in pynsq (``conn`` None,
+  a ``ConnectError``, a ``SendError``): unless ``max_tries`` or ``retry_deadline`` is
+  given, a command gets one attempt per nsqd address (each one connected to in turn, the
+  connect bounded by ``connect_timeout``), not the Producer's 30 s of retrying. Give
+  either to have the Producer's retry policy (a publish then rides out an nsqd restart;
+  its callback comes when that policy gives up). ``reconnect_interval`` is accepted and
+  not used: a connection is made when a command needs one. A Writer takes no
+  ``spool_dir`` (use ``Producer(..., spool_dir=...)``).
 
 It lives with the rest of pynsq's surface in :mod:`nsq_spark.compat`; its old path
 ``nsq_spark.writer`` is a re-export.
@@ -47,7 +53,7 @@ from tornado.ioloop import IOLoop
 
 from .._log import get_logger
 from .. import protocol, validate
-from ..addresses import Address
+from ..addresses import Address, parse_address_list
 from ..errors import ConfigError, NSQError, SendError
 from ..publish.producer import Producer
 
@@ -134,6 +140,10 @@ class Writer(Producer):
                               "(whose pub() answers through a callback once nsqd has the "
                               "message); use Producer(..., spool_dir=...)")
         self.reconnect_interval = validate.seconds(reconnect_interval, "reconnect_interval")
+        if "max_tries" not in kwargs and "retry_deadline" not in kwargs:
+            # pynsq calls back at once when no connection is open: one attempt per nsqd
+            kwargs["max_tries"] = max(1, len(parse_address_list(nsqd_tcp_addresses,
+                                                                "nsqd_tcp_addresses")))
         super().__init__(nsqd_tcp_addresses, **kwargs)
         self.name = name or "nsq_spark.Writer"
         self._log = log.bind(producer=self.name)

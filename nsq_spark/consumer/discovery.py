@@ -1,8 +1,9 @@
-"""Which discovered nsqds a consumer connects to, once per lookupd poll: a pure rule.
+"""Which discovered nsqds a consumer connects to, after each lookupd answer: a pure rule.
 
 Each poll the lookupd poller hands over the union of the producer records of every lookupd
 (:class:`~nsq_spark.lookupd.ProducerInfo`: address, ports, and the topology hints when
-lookupd reports them). :func:`choose_producers` turns them into the list to connect to,
+lookupd reports them): when the poll ends, and before that as each answer adds producers
+(see :mod:`nsq_spark.lookupd`). :func:`choose_producers` turns them into the list to connect to,
 in order:
 
 1. **Topology preference** (:func:`prefer_topology`): producers in the consumer's

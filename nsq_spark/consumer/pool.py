@@ -9,8 +9,12 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   assigned hook decides: every scheduled or triggered poll calls ``query_lookupd()``
   (whose default is :meth:`Pool.poll_lookupd`: one query of every lookupd); the records
   of a poll are chosen by :func:`~nsq_spark.consumer.discovery.choose_producers`
-  (topology preference, then the ``discovery_filter``) and each one chosen goes through
-  ``connect_to_nsqd(host, port)`` (whose default is :meth:`Pool.connect_to`).
+  (topology preference, then the ``discovery_filter``), at most ``max_producers`` of them
+  are kept (one WARNING names what was skipped, again only when that changes: a lookupd
+  listing thousands of nsqds must not make thousands of connections, nor thousands of
+  log lines), and each one kept goes through ``connect_to_nsqd(host, port)`` (whose
+  default is :meth:`Pool.connect_to`). A poll may report its records more than once (as
+  each lookupd answers: see :mod:`nsq_spark.lookupd`); connecting is idempotent.
 * Run-time controls (go-nsq's): :meth:`Pool.disconnect_from` closes one connection and
   takes its address off the direct list (it is not reconnected from there; a lookupd
   that lists it makes the next poll find it again, as in go-nsq, unless the
@@ -49,11 +53,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from .._log import get_logger
+from ..addresses import redact_userinfo, strip_userinfo
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
 from ..handshake import ConnState
 from ..lookupd import ProducerInfo, lookupd_index, producer_address
@@ -181,6 +187,7 @@ class Pool:
             default: :meth:`poll_lookupd` and :meth:`connect_to`.
         topology_zone, topology_region, discovery_filter: how each poll's producers are
             chosen (:mod:`~nsq_spark.consumer.discovery`).
+        max_producers: the most producers of one poll connected to (see the module doc).
     """
 
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
@@ -198,7 +205,8 @@ class Pool:
                  query_lookupd: QueryLookupd | None = None,
                  connect_to_nsqd: ConnectToNsqd | None = None,
                  topology_zone: str | None = None, topology_region: str | None = None,
-                 discovery_filter: DiscoveryFilter | None = None) -> None:
+                 discovery_filter: DiscoveryFilter | None = None,
+                 max_producers: int = 1000) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
@@ -233,6 +241,8 @@ class Pool:
         self.topology_zone = topology_zone
         self.topology_region = topology_region
         self.discovery_filter = discovery_filter
+        self.max_producers = max_producers
+        self._skipped: tuple[str, ...] = ()  # what the cap left out, as last warned
         self.poller: Poller | None = None
         self._started = False
         self._disconnecting: set[str] = set()  # closed on purpose (disconnect_from)
@@ -298,12 +308,31 @@ class Pool:
             self._log.exception("[%s] discovery_filter raised; connecting to none of this "
                                 "poll's %d producers", self.name, len(records))
             return
+        chosen = self._capped(chosen)
         for record in chosen:
             try:
                 self.connect_to_nsqd(record.host, record.tcp_port)
             except Exception:
                 self._log.exception("[%s] connect_to_nsqd(%r, %d) raised", self.name,
                                     record.host, record.tcp_port)
+
+    def _capped(self, chosen: list[ProducerInfo]) -> list[ProducerInfo]:
+        """At most ``max_producers`` of ``chosen``; one WARNING when what is skipped
+        changes."""
+        skipped = tuple(producer_address(r.producer) for r in chosen[self.max_producers:])
+        if skipped != self._skipped:
+            self._skipped = skipped
+            if skipped:
+                first = ", ".join(skipped[:5])
+                more = f" and {len(skipped) - 5:,} more" if len(skipped) > 5 else ""
+                self._log.warning(
+                    "[%s] lookupd lists %s nsqds for topic %s; connecting to the first %s "
+                    "(lookupd_max_producers=%d) and skipping %s: %s%s (raise "
+                    "lookupd_max_producers if the topic really is on that many nsqds)",
+                    self.name, f"{len(chosen):,}", self.topic,
+                    f"{self.max_producers:,}", self.max_producers, f"{len(skipped):,}",
+                    first, more)
+        return chosen[:self.max_producers]
 
     # -- run-time controls (loop thread) ------------------------------------------------
 
@@ -368,10 +397,12 @@ class Pool:
 
     @property
     def lookupd_addresses(self) -> list[str]:
-        """The lookupds polled (a copy): the poller's list, or the pool's while there is
-        no poller."""
+        """The lookupds polled (a copy, without user info): the poller's list, or the
+        pool's while there is no poller."""
         poller = self.poller
-        return list(poller.addresses if poller is not None else self._lookupd)
+        if poller is not None:
+            return list(poller.addresses)
+        return [strip_userinfo(a.strip()) for a in self._lookupd]
 
     def connect_to_lookupd(self, address: str) -> bool:
         """Poll ``address`` too (a poll follows soon); False if it is polled already."""
@@ -396,11 +427,12 @@ class Pool:
         i = lookupd_index(polled, address, self.topic)
         if i is None:
             raise NotConnectedError(
-                f"[{self.name}] lookupd {address!r} is not polled (polled: "
+                f"[{self.name}] lookupd {redact_userinfo(address)!r} is not polled (polled: "
                 f"{polled or 'none'}): give one of those addresses")
         if len(polled) == 1 and not self.direct:
             raise ConfigError(
-                f"[{self.name}] cannot disconnect from the only lookupd ({address!r}) of a "
+                f"[{self.name}] cannot disconnect from the only lookupd "
+                f"({redact_userinfo(address)!r}) of a "
                 "consumer without nsqd_tcp_addresses: connect_to_lookupd() another one first")
         poller = self.poller
         if poller is None:
@@ -420,10 +452,16 @@ class Pool:
         await poller.stop()
 
     async def _connect_quietly(self, host: str, port: int) -> None:
+        address = producer_address((host, port))
+        before = self.connect_errors.get(address)
         try:
             await self._connect_once(host, port)
         except Exception as exc:  # the next lookupd poll tries again
-            self._log.for_nsqd(producer_address((host, port))).warning(
+            # a WARNING when it starts failing (or fails otherwise), not at every poll: a
+            # lookupd listing many dead nsqds must not write a line for each, each poll
+            same = before is not None and str(before) == str(exc)
+            self._log.for_nsqd(address).log(
+                logging.DEBUG if same else logging.WARNING,
                 "[%s] cannot connect to nsqd %s:%s (will retry at the next lookupd "
                 "poll): %s", self.name, host, port, exc)
 

@@ -83,7 +83,7 @@ from .._log import get_logger
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from .. import validate
 from ..addresses import (parse_address, parse_address_list, parse_http_address,
-                         parse_http_address_list)
+                         parse_http_address_list, redact_userinfo)
 from ..config import ConnectionConfig, check_reader_options
 from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerInfo, producer_address
@@ -142,7 +142,10 @@ class Reader:
             its RDY up, when ``max_in_flight`` is below the number of connections.
         max_backoff_duration: the longest backoff window in seconds; 0 turns backoff off.
         lookupd_poll_jitter: fraction (0..1) of the poll interval added at random.
-        lookupd_connect_timeout, lookupd_request_timeout: seconds, per lookupd request.
+        lookupd_connect_timeout, lookupd_request_timeout: seconds, per lookupd request:
+            the connect, and the whole request however slowly a lookupd answers (a
+            slow lookupd never holds back what the others answered: see
+            :mod:`nsq_spark.lookupd`).
         batch_handler: ``g(messages)`` per read chunk instead of ``message_handler``.
         dedup: a deduplicator (:mod:`nsq_spark.dedup`), used as claim, then commit: each
             message's key is claimed (a lease of the connection's ``msg_timeout``) before
@@ -200,13 +203,28 @@ class Reader:
             (give ``max_in_flight >= concurrency`` to keep every thread busy). Not for
             ``batch_handler`` nor ``async def`` handlers (ConfigError).
         discovery_filter: ``f(records) -> records``, go-nsq's ``DiscoveryFilter``: called
-            once per lookupd poll with the producers found
+            at the end of each lookupd poll with the producers found, and before that
+            each time a lookupd's answer adds some while others have not answered
             (:class:`~nsq_spark.lookupd.ProducerInfo` records, topology-preferred order),
             it returns those to connect to (keep, drop, reorder); default None: all of
             them. A result that is not such records is logged as a
             :class:`~nsq_spark.consumer.discovery.DiscoveryFilterError` and that poll
             connects to none; connections already open stay. See
             :mod:`~nsq_spark.consumer.discovery`.
+        lookupd_max_producers: NSQDS (1..1,000,000, default 1000): the most nsqds this
+            Reader dials from one lookupd poll (after the topology preference and the
+            ``discovery_filter``, in their order), so a lookupd that lists thousands of
+            nsqds (broken or hostile) cannot make it open thousands of connections; the
+            rest are skipped with one WARNING naming how many and the first of them
+            (again only when the set skipped changes). Raise it for a topic carried by
+            more nsqds.
+        lookupd_authorization: send the ``auth_secret`` connection option to every
+            lookupd whose address has no user info, as ``Authorization: Bearer
+            <auth_secret>`` (default True, as go-nsq's ``LookupdAuthorization``; no
+            header without an ``auth_secret``). A lookupd address with user info
+            (``http://user:password@host:4161``) sends that as ``Authorization: Basic``
+            instead. Secrets are never shown: ``lookupd_http_addresses`` and every log
+            line and error show the addresses without user info.
         topology_zone, topology_region: (connection options, see
             :class:`~nsq_spark.config.ConnectionConfig`; default None: no preference) this
             consumer's zone and region, sent in IDENTIFY; discovery also orders the
@@ -266,6 +284,8 @@ class Reader:
             discovery_filter: DiscoveryFilter | None = None,
             telemetry: "Telemetry | None" = None,
             open_envelopes: bool = True,
+            lookupd_max_producers: int = 1000,
+            lookupd_authorization: bool = True,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -294,12 +314,19 @@ class Reader:
         self.config = ConnectionConfig.from_options(**connection_options)
         self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
 
+        self.lookupd_max_producers = lookupd_max_producers
+        self.lookupd_authorization = validate.flag(lookupd_authorization,
+                                                   "lookupd_authorization")
+        # go-nsq's LookupdAuthorization: the AUTH secret as a bearer to lookupd
+        lookupd_secret = self.config.auth_secret if self.lookupd_authorization else None
+
         def make_poller(addresses: list[str], on_records: Callable[[list[ProducerInfo]], Any],
                         poll: Callable[[], Any]) -> LookupdPoller:
             return LookupdPoller(
                 addresses, self.topic, lambda producers: None, lookupd_poll_interval,
                 lookupd_poll_jitter, lookupd_connect_timeout, lookupd_request_timeout,
-                name=self.name, on_records=on_records, poll=poll)
+                name=self.name, on_records=on_records, poll=poll,
+                auth_secret=lookupd_secret)
         if lookupd:  # validates poll/jitter/timeouts now, not on the loop
             make_poller(lookupd, lambda records: None, lambda: None)
         check_discovery_filter(discovery_filter)
@@ -366,7 +393,8 @@ class Reader:
                           connect_to_nsqd=lambda host, port: self.connect_to_nsqd(host, port),
                           topology_zone=self.config.topology_zone,
                           topology_region=self.config.topology_region,
-                          discovery_filter=discovery_filter)
+                          discovery_filter=discovery_filter,
+                          max_producers=lookupd_max_producers)
         self._backoff_windows = BackoffWindows(self._backoff, self._policy, self._pool.apply,
                                                self._bridge, lifecycle, self.name)
         self._answers.on_result = self._backoff_windows.record
@@ -570,7 +598,7 @@ class Reader:
         malformed address."""
         parse_http_address(address, "address", "127.0.0.1:4161")
         return bool(self._on_loop_result(lambda: self._pool.connect_to_lookupd(address),
-                                         f"connect_to_lookupd({address!r})"))
+                                         f"connect_to_lookupd({redact_userinfo(address)!r})"))
 
     def disconnect_from_lookupd(self, address: str) -> None:
         """Stop polling an nsqlookupd (any thread), go-nsq's ``DisconnectFromNSQLookupd``;
@@ -580,7 +608,7 @@ class Reader:
         the last one even with direct addresses)."""
         parse_http_address(address, "address", "127.0.0.1:4161")
         self._on_loop_result(lambda: self._pool.disconnect_from_lookupd(address),
-                             f"disconnect_from_lookupd({address!r})")
+                             f"disconnect_from_lookupd({redact_userinfo(address)!r})")
 
     def _on_loop_result(self, fn: Callable[[], Any], control: str) -> Any:
         # on the loop (or here before start / on the loop's thread), once; the pool's

@@ -6,13 +6,16 @@ HTTP 5xx, nsqd exiting) is retried on the next one with the one retry policy. HT
 statuses are mapped to the same typed errors the TCP path raises, so the one retry
 classification (:func:`nsq_spark.errors.is_transient`) applies unchanged.
 
-It posts with tornado's ``SimpleAsyncHTTPClient``, not the admin package's httpx
-transport (:mod:`nsq_spark.admin.transport`) that discovery and the admin clients use:
-that port sends no request body, and an ``httpx.AsyncClient`` must be closed by an
-awaited ``aclose()`` on the loop that made it, while :meth:`HttpPublisher.close` is
-synchronous and may run after that loop (the caller's, :class:`~nsq_spark._loop.LoopHome`)
-has ended. Moving over needs a port with a body and a close handshake through the loop
-home; until then this is the library's second HTTP client.
+It posts with tornado's ``SimpleAsyncHTTPClient``, not the admin package's transport
+(:mod:`nsq_spark.admin.transport`) that discovery and the admin clients use: that port
+sends no request body, and its asyncio connection pool must be closed by an awaited
+``aclose()`` on the loop that made it, while :meth:`HttpPublisher.close` is synchronous
+and may run after that loop (the caller's, :class:`~nsq_spark._loop.LoopHome`) has ended.
+Moving over needs a port with a body and a close handshake through the loop home; until
+then this is the library's second HTTP client. Its bounds are the transport's all the
+same: tornado's ``request_timeout`` is a deadline for the whole request
+(``response_timeout``), and an answer is limited to the transport's limit of a
+``"status"`` answer (1 MiB).
 """
 
 from __future__ import annotations
@@ -74,8 +77,15 @@ class HttpPublisher:
     def _http(self) -> Any:
         if self._client is None:
             from tornado.simple_httpclient import SimpleAsyncHTTPClient
-            # a private (non-shared) client: its lifetime is the producer's
-            self._client = SimpleAsyncHTTPClient(force_instance=True, max_clients=64)
+
+            from nsq_spark.admin.transport import answer_limit
+            # a private (non-shared) client: its lifetime is the producer's. nsqd answers
+            # "OK": the answer's size limit is the admin transport's for a "status" answer
+            # (1 MiB; tornado's own default is 100 MB), and request_timeout (below) is
+            # tornado's deadline for the whole request
+            self._client = SimpleAsyncHTTPClient(
+                force_instance=True, max_clients=64, max_body_size=answer_limit("status"),
+                max_buffer_size=answer_limit("status"))
         return self._client
 
     async def _once(self, base: str, key: str, path_qs: str, body: bytes) -> bytes:

@@ -206,8 +206,9 @@ class Producer:
             good (it is also kept in ``spool_dir/rejected``; :meth:`redrive`).
         on_error: called ``(exc)`` when sending from the spool starts failing (the
             messages stay and are retried) and while it keeps failing, with the ERROR
-            log: at most once per 30 s in all. The callbacks run on the drain thread:
-            keep them short.
+            log: at most once per 30 s in all. The callbacks run in order on a thread of
+            their own: one that blocks delays the callbacks after it, never the sending
+            nor :meth:`close` past its ``timeout``.
         producer_factory: builds what the spool sends through, a
             :class:`~nsq_spark.spool.drain.Sender` (default: a direct transport with the
             other options given here; ``max_tries`` 1 unless given: the spool retries).

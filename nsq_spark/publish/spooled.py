@@ -164,6 +164,11 @@ class SpooledTransport:
             if self.store.claim_orphans() == 0:
                 break
             self.drain.wake()
+        # on_rejected has been told of what flush reports, unless a callback blocks:
+        # then the time given, no more (on_error is not waited for)
+        self.drain.callbacks.wait_idle(
+            None if deadline is None else max(0.0, deadline - time.monotonic()),
+            "on_rejected")
         rejected = self.store.stats.rejected
         fresh, self._rejected_seen = rejected - self._rejected_seen, rejected
         return fresh == 0
@@ -222,12 +227,14 @@ class SpooledTransport:
             self._closed = True
         if self.store.forked:
             return   # a forked copy: the parent owns the spool, the IO threads are not here
+        wait = 5.0 if timeout is None else timeout
+        deadline = time.monotonic() + wait
         try:
-            wait = 5.0 if timeout is None else timeout
             if wait > 0:
                 self.drain.flush(wait)
         finally:
-            self.drain.stop()
+            # a user callback that blocks gets what is left of the timeout, no more
+            self.drain.stop(callbacks_timeout=max(0.0, deadline - time.monotonic()))
             self.store.close()
 
     async def aclose(self) -> None:

@@ -59,7 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
-from nsq_spark.addresses import parse_address
+from nsq_spark.addresses import parse_address, strip_userinfo
 from nsq_spark.admin.client import LookupdClient, NsqdClient
 from nsq_spark.admin.errors import AdminError
 from nsq_spark.admin.transport import shared_transport
@@ -124,6 +124,7 @@ def lookup(lookupd_http_addresses: list[str], topic: str) -> Lookup:
     out = Lookup()
     for addr, producers, err in _each(lambda a: lookup_sync(a, topic, HTTP_TIMEOUT),
                                       lookupd_http_addresses):
+        addr = strip_userinfo(addr)   # what is shown: never an address's password
         if producers is None:
             log.for_lookupd(addr).warning("lookupd %s: /lookup failed: %s", addr, err)
             out.failed[addr] = err
@@ -313,10 +314,11 @@ class Nsqds:
         failed: dict[str, str] = {}
         for addr, ok, err in _each(lambda a: create_channel(a, self.topic, self.channel), todo):
             if err:
-                log.for_nsqd(addr).warning(
-                    "nsqd %s: could not create channel %s/%s: %s", addr, self.topic,
+                shown = strip_userinfo(addr)
+                log.for_nsqd(shown).warning(
+                    "nsqd %s: could not create channel %s/%s: %s", shown, self.topic,
                     self.channel, err)
-                failed[addr] = err
+                failed[shown] = err
             else:
                 log.for_nsqd(addr).info(
                     "nsqd %s: channel %s/%s ready", addr, self.topic, self.channel)
@@ -340,13 +342,15 @@ class Nsqds:
             if self.nsqd_http:
                 failed = self.ensure_channel(self.nsqd_http)
                 if len(failed) == len(self.nsqd_http):
-                    raise _fail(f"no nsqd answered at nsqdHttpAddresses {self.nsqd_http}",
+                    raise _fail("no nsqd answered at nsqdHttpAddresses "
+                                f"{[strip_userinfo(a) for a in self.nsqd_http]}",
                                 failed, "these must be the same nsqds' HTTP ports "
                                 "(4151 by default)")
             return
         found = lookup(self.lookupd_http, self.topic)
         if not found.answered:
-            raise _fail(f"no nsqlookupd answered at lookupdHttpAddresses {self.lookupd_http}",
+            raise _fail("no nsqlookupd answered at lookupdHttpAddresses "
+                        f"{[strip_userinfo(a) for a in self.lookupd_http]}",
                         found.failed, "check that nsqlookupd runs there and that these are "
                         "its HTTP ports (4161 by default)")
         if not found.nsqd_http:
@@ -475,7 +479,7 @@ def list_topics(lookupd_http_addresses: list[str], nsqd_http_addresses: list[str
     failed: dict[str, str] = {}
     for addr, names, err in _each(ask, where):
         if names is None:
-            failed[addr] = err
+            failed[strip_userinfo(addr)] = err
         else:
             found.update(names)
     return sorted(found), failed

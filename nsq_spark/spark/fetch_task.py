@@ -590,8 +590,11 @@ def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
     when a cause is one no retry fixes (AUTH, TLS), else ConnectError."""
     from nsq_spark.errors import ConnectError, SubscribeRefusedError
 
+    from nsq_spark.addresses import strip_userinfo
+
+    shown = [strip_userinfo(a) for a in opts.lookupd_http_addresses]   # never a password
     where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses else
-             f"the nsqds lookupdHttpAddresses {opts.lookupd_http_addresses} list")
+             f"the nsqds lookupdHttpAddresses {shown} list")
     head = (f"{what} could not subscribe to {opts.topic}/{opts.channel} on any nsqd of "
             f"{where} within {round(wait, 1):g} s from host {os.uname().nodename}")
     detail = "; ".join(f"nsqd {a}: {c.get('error')}" for a, c in sorted(causes.items()))

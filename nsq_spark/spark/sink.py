@@ -38,6 +38,7 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
     """nsqd TCP addresses to publish to: given, or every nsqd the lookupds know."""
     if opts.nsqd_tcp_addresses:
         return list(opts.nsqd_tcp_addresses)
+    from nsq_spark.addresses import strip_userinfo
     from nsq_spark.admin.errors import AdminError
     from nsq_spark.lookupd import lookup_sync, producer_address
 
@@ -48,15 +49,17 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
         except (OSError, AdminError) as exc:
             # AdminError: every failure of one lookupd (no answer, a refused certificate,
             # an answer that is not a lookupd's); the others may still answer
-            log.for_lookupd(addr).warning("lookupd %s: /nodes failed: %s", addr, exc)
+            where = strip_userinfo(addr)
+            log.for_lookupd(where).warning("lookupd %s: /nodes failed: %s", where, exc)
             continue
         found.update(producer_address(p.producer) for p in producers)
     if not found:
         from nsq_spark.errors import ConnectError
 
-        raise ConnectError(f"no nsqd found through lookupdHttpAddresses "
-                           f"{opts.lookupd_http_addresses}: check that nsqlookupd is up "
-                           "and nsqd registered with it, or give nsqdTcpAddresses")
+        shown = [strip_userinfo(a) for a in opts.lookupd_http_addresses]  # no password
+        raise ConnectError(f"no nsqd found through lookupdHttpAddresses {shown}: check "
+                           "that nsqlookupd is up and nsqd registered with it, or give "
+                           "nsqdTcpAddresses")
     return sorted(found)
 
 

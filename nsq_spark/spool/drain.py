@@ -65,8 +65,8 @@ from .store import Batch, SegmentStore
 
 log = get_logger("nsq_spark.publish_spool")
 
-__all__ = ["SpoolDrain", "Sender", "ReplicaSender", "refused", "REFUSAL_CODES", "LOG_EVERY",
-           "MAX_OUT"]
+__all__ = ["Callbacks", "SpoolDrain", "Sender", "ReplicaSender", "refused", "REFUSAL_CODES",
+           "LOG_EVERY", "MAX_OUT"]
 
 #: nsqd's answers to PUB/MPUB/DPUB that refuse the message itself: a bad topic, a body
 #: that is empty, too big or malformed, a defer out of range. Another attempt gets the
@@ -107,6 +107,87 @@ _HANDSHAKE = ("IDENTIFY", "AUTH")
 
 def _retryable(exc: BaseException) -> bool:
     return not refused(exc)
+
+
+class Callbacks:
+    """The user's callbacks, on a thread of their own (started at the first call), in
+    order; what one raises is logged. At most ``limit`` wait: past that a call is not
+    queued, and a WARNING says so once per episode (what the callback would have been told
+    is in the log and ``stats()`` anyway; a rejected message is in ``rejected/``)."""
+
+    def __init__(self, name: str, logger: Any, limit: int = 10_000) -> None:
+        self.name = name
+        self._log = logger
+        self.limit = limit
+        self._queue: collections.deque[tuple[str, Callable[..., Any], tuple[Any, ...]]] = \
+            collections.deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._pending: collections.Counter[str] = collections.Counter()  # queued + running
+        self._closed = False
+        self.dropped = 0
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)``; ``what`` names it in the log."""
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._queue) >= self.limit:
+                self.dropped += 1
+                if self.dropped == 1:
+                    self._log.warning("%s: %d callbacks wait for one that does not return; "
+                                      "%s and the next are not queued", self.name,
+                                      len(self._queue), what)
+                return
+            self._queue.append((what, fn, args))
+            self._pending[what] += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"nsq-spool-callbacks {self.name}")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                what, fn, args = self._queue.popleft()
+            try:
+                fn(*args)
+            except Exception:  # a user callback must not stop the others
+                self._log.exception("%s: the %s callback failed", self.name, what)
+            finally:
+                with self._cond:
+                    self._pending[what] -= 1
+                    if not self._queue:
+                        self.dropped = 0
+                    self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None, what: str | None = None) -> bool:
+        """Wait until every callback queued (of kind ``what``, or all) ran; False if one
+        still waits or runs after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while (self._pending[what] if what is not None else
+                   sum(self._pending.values())):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def close(self, timeout: float) -> None:
+        """Run what is queued for at most ``timeout`` seconds, then leave the thread (a
+        daemon) to a callback that does not return, with a WARNING."""
+        if not self.wait_idle(timeout):
+            self._log.warning("%s: a callback still runs after %.1f s; not waited for "
+                              "(it goes on in its own thread)", self.name, timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
 
 class Sender(Protocol):
@@ -161,7 +242,8 @@ class SpoolDrain:
         on_rejected: ``(topic, body, exc)`` for a message nsqd refused for good.
         on_error: ``(exc)`` when sending starts failing, then while it keeps failing --
             with the ERROR log, at most once every ``log_every`` seconds in all, so a
-            flapping connection does not flood (runs on the drain thread).
+            flapping connection does not flood (runs on the callbacks' thread, see the
+            module doc).
         log_every: seconds between two ERROR logs / ``on_error`` calls while failing.
     """
 
@@ -182,6 +264,7 @@ class SpoolDrain:
         self.on_error = on_error
         self.log_every = log_every
         self.sender: Sender | None = sender
+        self.callbacks = Callbacks(f"spool {store.directory}", self._log)
         self.last_error: BaseException | None = None
         # health: "ok" or "failing" (nsqd has not taken a batch since failing_since)
         self.failing_since: float | None = None    # time.time() of the first failure
@@ -251,10 +334,8 @@ class SpoolDrain:
                         self._store.directory, type(exc).__name__, exc, self.consecutive_failures,
                         now - self._failing_mono, pending)
         if self.on_error is not None:
-            try:
-                self.on_error(exc)
-            except Exception:  # a user callback must not stop the drain
-                self._log.exception("spool on_error callback failed")
+            # never on this thread: a callback that blocks must not stop the sending
+            self.callbacks.call("on_error", self.on_error, exc)
 
     def _recovered(self) -> None:
         if self._reported:
@@ -266,13 +347,14 @@ class SpoolDrain:
         self.consecutive_failures = 0
         self.last_error = None
 
-    def stop(self) -> None:
+    def stop(self, callbacks_timeout: float = 5.0) -> None:
         """Stop the thread (an unacknowledged batch is sent again by the next drain) and
-        close the sender."""
+        close the sender; the callbacks queued get ``callbacks_timeout`` seconds more."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
+        self.callbacks.close(callbacks_timeout)
         sender, self.sender = self.sender, None
         if sender is not None:
             try:
@@ -556,10 +638,8 @@ class SpoolDrain:
             self._stop.wait(min(self.retry.max_wait, 1.0))
             return False
         if self.on_rejected is not None:
-            try:
-                self.on_rejected(batch.topic, batch.bodies[index], exc)
-            except Exception:
-                self._log.exception("spool on_rejected callback failed")
+            self.callbacks.call("on_rejected", self.on_rejected, batch.topic,
+                                batch.bodies[index], exc)
         return True
 
     def _log_retry(self, state: RetryCallState) -> None:

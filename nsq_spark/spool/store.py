@@ -21,9 +21,10 @@ group on purpose, and the files in it are 0600 anyway.
 Two failures the store watches for itself, because each would break "what ``append``
 accepted is never lost":
 
-* the directory deleted or replaced under it (``rm -rf``, a cleanup job): an append
-  first checks that the active segment still has a link (one ``fstat``: on every append
-  with ``fsync="always"``, else at most once per millisecond, see :data:`_LINK_CHECK_S`),
+* the directory deleted, renamed away or replaced under it (``rm -rf``, ``mv`` +
+  ``mkdir``, a cleanup job): an append first checks that the active segment's path
+  still names its file (one ``stat``: on every append with ``fsync="always"``, else at
+  most once per millisecond, see :data:`_LINK_CHECK_S`),
   and every new segment and every rescan checks the directory's ``(st_dev, st_ino)``;
   either change makes every later append raise :class:`SpoolDirectoryError` instead of
   writing into unlinked files;
@@ -51,7 +52,7 @@ from typing import Callable, Sequence
 
 from .._log import get_logger
 from .format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, decode_records,
-                     encode_record)
+                     encode_record, salvage_records)
 
 log = get_logger("nsq_spark.publish_spool")
 
@@ -63,12 +64,13 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 #: errnos of a full disk (or quota): the store frees its delivered segments and tries again
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-#: how often an append checks that the active segment still has a link, unless the
-#: fsync policy is "always" (then every append: next to a ~250 us fdatasync the fstat is
-#: free). An fstat costs ~0.6-1.5 us of CPU on this 2-core VM, 10-20 % of a
-#: single-message publish with fsync="never" or an interval (bench/RESULTS.md); at most
-#: one per millisecond costs nothing measurable, and a millisecond is a smaller window
-#: than those policies already accept for a machine crash.
+#: how often an append checks that the active segment's path still names it, unless the
+#: fsync policy is "always" (then every append: next to a ~250 us fdatasync the stat is
+#: free). An fstat costs ~0.6-1.5 us of CPU on this 2-core VM (a stat of the path a
+#: little more), 10-20 % of a single-message publish with fsync="never" or an interval
+#: (bench/RESULTS.md); at most one per millisecond costs nothing measurable, and a
+#: millisecond is a smaller window than those policies already accept for a machine
+#: crash.
 _LINK_CHECK_S = 0.001
 
 # ---------------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class Batch:
 
 class _Segment:
     __slots__ = ("name", "path", "fd", "size", "acked", "ack_fd", "sealed", "own",
-                 "corrupt", "count", "read")
+                 "corrupt", "count", "read", "ident")
 
     def __init__(self, name: str, path: str, fd: int, size: int, acked: int, own: bool) -> None:
         self.name = name
@@ -140,6 +142,8 @@ class _Segment:
         self.corrupt: CorruptSegment | None = None
         self.count = 0            # records appended by us that are not yet acknowledged
         self.read = 0             # read cursor of read_unsent (never below acked)
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)  # what its path must still name
 
 
 _ACK = struct.Struct("<QI")  # watermark, crc32 of the watermark bytes
@@ -326,7 +330,14 @@ class SegmentStore:
             now = time.monotonic()
             if now >= self._next_link_check:
                 self._next_link_check = now + self._link_check_s
-                if os.fstat(seg.fd).st_nlink == 0:
+                # the path, not the open file: a directory renamed away (mv + mkdir)
+                # leaves the file linked, but where nobody will look for it
+                try:
+                    st = os.stat(seg.path)
+                    here = (st.st_dev, st.st_ino) == seg.ident
+                except OSError:
+                    here = False
+                if not here:
                     raise self._unlinked(seg)
             try:
                 written = os.pwrite(seg.fd, data, seg.size)
@@ -356,7 +367,8 @@ class SegmentStore:
                 self._active = None
 
     def _unlinked(self, seg: _Segment) -> SpoolDirectoryError:
-        self._lost = f"its segment {seg.name} was deleted (the directory was removed?)"
+        self._lost = (f"its segment {seg.name} is no longer at {seg.path} (the directory "
+                      "was removed, renamed away or replaced?)")
         return self._lost_error()
 
     def _append_failed(self, seg: _Segment, data: bytes, exc: OSError) -> _Segment:
@@ -960,11 +972,15 @@ class SegmentStore:
 @dataclass
 class Redriven:
     """What :func:`redrive` did: ``messages`` in ``files`` moved back into the queue;
-    ``busy``: rejected files still being written by a live producer (left in place)."""
+    ``busy``: rejected files still being written by a live producer (left in place);
+    ``damaged``: one line per damaged span found (file, offset, what was wrong);
+    ``kept_back_bytes``: the bytes of those spans, which are not sent (the file as it was
+    is kept in ``corrupt/``)."""
     messages: int = 0
     files: int = 0
     busy: int = 0
     damaged: list[str] = field(default_factory=list)
+    kept_back_bytes: int = 0
 
 
 def _rejected_files(rdir: Path) -> Iterator[Path]:
@@ -1000,16 +1016,27 @@ def redrive(directory: str | os.PathLike[str]) -> Redriven:
             except BlockingIOError:
                 out.busy += 1
                 continue
-            dec = decode_records(os.pread(fd, os.fstat(fd).st_size, 0)[len(MAGIC):],
-                                 len(MAGIC), eof=True)
-            if dec.error:   # still moved: the drain delivers the intact part, reports the rest
-                out.damaged.append(f"{path.name}: {dec.error}")
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            found = salvage_records(data[len(MAGIC):], len(MAGIC))
             target = d / f"{path.name[:-4]}-redriven.seg"
-            # link + unlink: never replaces a file of that name
-            os.link(path, target)
-            os.unlink(path)
+            if found.damaged:
+                # every intact record is sent, those after the damage too (the drain
+                # stops reading a segment at its first damaged record); the file as it
+                # was goes to corrupt/ for inspection
+                _write_segment(d, target, found.records)
+                _make_dir(d / "corrupt")
+                os.link(path, d / "corrupt" / path.name)
+                os.unlink(path)
+                for offset, length, why in found.damaged:
+                    out.damaged.append(f"{path.name}: {why} at offset {offset} ({length} "
+                                       "bytes kept back)")
+                out.kept_back_bytes += found.damaged_bytes
+            else:
+                # link + unlink: never replaces a file of that name
+                os.link(path, target)
+                os.unlink(path)
             out.files += 1
-            out.messages += len(dec.records)
+            out.messages += len(found.records)
         finally:
             os.close(fd)   # after the move: a drain claims it only now
     if out.files:
@@ -1017,6 +1044,26 @@ def redrive(directory: str | os.PathLike[str]) -> Redriven:
             "spool %s: %d messages in %d files moved from rejected/ back into the "
             "queue", d, out.messages, out.files)
     return out
+
+
+def _write_segment(directory: Path, target: Path,
+                   records: list[tuple[str, bytes, int | None, int]]) -> None:
+    """A new segment ``target`` holding ``records``, whole before anyone can claim it
+    (written and synced under a temporary name, then linked; never replaces a file)."""
+    tmp = directory / f".{target.name}.tmp"
+    fd = _create_file(str(tmp), os.O_EXCL | os.O_WRONLY)
+    try:
+        data = MAGIC + b"".join(encode_record(t, b, defer) for t, b, defer, _ in records)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, target)
+    finally:
+        os.unlink(tmp)
 
 
 def _truncate_quiet(seg: _Segment) -> None:

@@ -270,10 +270,11 @@ class _Server:
             return bool(self._ready_probe())
         if self.ready_url is None:
             return True
-        from nsq_spark.admin.transport import shared_transport
+        from nsq_spark.admin.transport import answer_limit, shared_transport
 
         try:
-            status, body = shared_transport().request("GET", self.ready_url, 0.5)
+            status, body = shared_transport().request("GET", self.ready_url, 0.5,
+                                                      max_bytes=answer_limit("status"))
         except OSError:  # NodeUnreachableError: nothing answered yet
             return False
         # An answer at all means it is up: nsqd with --tls-required=true answers plain
