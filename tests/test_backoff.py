@@ -189,13 +189,14 @@ def test_the_same_seed_gives_the_same_windows():
 
 
 def _reader_options(**changes):
-    base = dict(max_tries=5, max_in_flight=1, lookupd_poll_jitter=0.3,
-                lookupd_poll_interval=60, lookupd_connect_timeout=1,
-                lookupd_request_timeout=2, backoff_multiplier=1.0,
-                rdy_redistribute_interval=5.0, reconnect_initial=1.0, reconnect_max=60.0,
-                max_backoff_duration=128, low_rdy_idle_timeout=10, max_requeue_delay=900,
-                drain_timeout=5.0, backoff_strategy="exponential", low_rdy_timeout=None,
-                concurrency=1)
+    """The Reader's own defaults (read from its signature: an option added to the Reader
+    needs no edit here), with ``changes``."""
+    import inspect
+
+    from nsq_spark.consumer.reader import Reader
+
+    base = {name: p.default for name, p in inspect.signature(Reader).parameters.items()
+            if p.default is not inspect.Parameter.empty}
     base.update(changes)
     return base
 
