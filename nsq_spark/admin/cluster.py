@@ -221,25 +221,19 @@ def _delete(topic: str, channel: str | None, lookupds: Sequence[str], nsqds: Seq
             failed.append((f"{kind} {address}", f"did not answer, so an nsqd only it knows, "
                            f"if any, still has {what}: {error}"))
 
-        # 2. every lookupd's registration
-        def unregister(address: str) -> None:
-            client = LookupdClient(address, timeout=timeout, transport=transport,
-                                   auth_secret=auth_secret)
-            if channel is None:
-                client.delete_topic(topic)
-            else:
-                client.delete_channel(topic, channel)
-        record(concurrently(unregister, lookupds), "nsqlookupd")
+        def delete_on(kind: type[LookupdClient] | type[NsqdClient]) -> Callable[[str], None]:
+            def delete(address: str) -> None:
+                client = kind(address, timeout=timeout, transport=transport,
+                              auth_secret=auth_secret)
+                if channel is None:
+                    client.delete_topic(topic)
+                else:
+                    client.delete_channel(topic, channel)
+            return delete
 
-        # 3. every nsqd of the topic
-        def delete(address: str) -> None:
-            client = NsqdClient(address, timeout=timeout, transport=transport,
-                                auth_secret=auth_secret)
-            if channel is None:
-                client.delete_topic(topic)
-            else:
-                client.delete_channel(topic, channel)
-        record(concurrently(delete, producers), "nsqd")
+        # 2. every lookupd's registration; 3. every nsqd of the topic
+        record(concurrently(delete_on(LookupdClient), lookupds), "nsqlookupd")
+        record(concurrently(delete_on(NsqdClient), producers), "nsqd")
         if not producers:
             notes.append(f"no nsqd carries topic {topic} (nothing to delete on an nsqd)")
     finally:
