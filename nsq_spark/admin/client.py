@@ -16,7 +16,7 @@ answers, :class:`AdminTLSError` when the HTTPS handshake fails, :class:`TopicNot
 from __future__ import annotations
 
 import ssl
-from typing import Any, TypeVar
+from typing import Self, TypeVar
 
 from nsq_spark import validate
 from nsq_spark.errors import ConfigError
@@ -72,7 +72,7 @@ class _Sync:
         if self._own:
             self._transport.close()
 
-    def __enter__(self: Any) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -106,7 +106,7 @@ class _Async:
         if self._own:
             await self._transport.aclose()
 
-    async def __aenter__(self: Any) -> Any:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
