@@ -117,8 +117,8 @@ class NsqdClient(_Sync):
     """Blocking client of one nsqd's HTTP API.
 
     Args:
-        address: nsqd's HTTP address, ``host:port`` (4151 by default) or an
-            ``http(s)://`` URL.
+        address: nsqd's HTTP address, ``host:port`` (the port is required: nsqd's
+            ``--http-address`` opens 4151 unless told otherwise) or an ``http(s)://`` URL.
         timeout: seconds each stage of a request may take, each on its own (httpx's
             timeouts): the connect (unless the transport has a ``connect_timeout``),
             sending, each read of the answer, waiting for a pooled connection. Not a
