@@ -16,6 +16,16 @@ clock runs from before the consumer connects until its N-th message was handled:
                   ``message.finish()``, on the main thread's loop (no thread)
 * ``abatches``    nsq_spark asyncio iteration by batches: ``reader.batches(1000, 0.01)`` +
                   bulk ``finish``
+* ``msg-dedup:STORE``, ``batch-dedup:STORE``, ``pull-dedup:STORE`` (STORE: ``opposite``,
+                  ``redis``, ``memcached``): the same with ``dedup=`` that structure
+                  (an OppositeBloomFilter of 2^22 buckets; a RedisDeduplicator /
+                  MemcachedDeduplicator with a one-hour TTL on a redis-server / memcached
+                  this benchmark starts): the consumer's cost of deduplication. Run
+                  through ``bench.ab`` against the revision before claim-then-commit
+                  (#32), the before tree runs its one-step gate (``check_and_set`` per
+                  chunk, ``erase`` on a requeue) and this one claims per chunk and
+                  commits per loop turn: the two side by side in one run. Not in the
+                  default list.
 * ``msg-otel``, ``batch-otel``, ``pull-otel``: the same three with
                   ``telemetry=Telemetry(...)`` on OpenTelemetry's SDK (an in-memory metric
                   reader, a tracer provider with no exporter): the cost of switching it
@@ -38,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -108,10 +119,34 @@ def _telemetry_kw(kind: str) -> tuple[str, dict]:
     return kind.removesuffix("-otel"), {"telemetry": Telemetry(meters, TracerProvider())}
 
 
+#: where the dedup stores of ``-dedup:STORE`` kinds are (set by the parent for its children)
+REDIS_ENV, MEMCACHED_ENV = "NSQ_BENCH_REDIS_URL", "NSQ_BENCH_MEMCACHED"
+
+
+def _dedup_kw(kind: str, topic: str) -> tuple[str, dict]:
+    """``(kind without -dedup:STORE, Reader keyword arguments)``."""
+    base, sep, store = kind.partition("-dedup:")
+    if not sep:
+        return kind, {}
+    from nsq_spark.dedup import MemcachedDeduplicator, OppositeBloomFilter, RedisDeduplicator
+
+    prefix = f"bench-{topic}-{os.getpid()}"
+    if store == "opposite":
+        return base, {"dedup": OppositeBloomFilter(1 << 22)}
+    if store == "redis":
+        return base, {"dedup": RedisDeduplicator(os.environ[REDIS_ENV], 3600, prefix=prefix)}
+    if store == "memcached":
+        return base, {"dedup": MemcachedDeduplicator(os.environ[MEMCACHED_ENV], 3600,
+                                                     prefix=prefix)}
+    raise SystemExit(f"unknown dedup store {store!r}: opposite, redis or memcached")
+
+
 def child_ours(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
     from nsq_spark import Reader
 
+    kind, dedup = _dedup_kw(kind, topic)
     kind, otel = _telemetry_kw(kind)
+    otel.update(dedup)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     if kind in ("pull", "blocks"):
@@ -256,6 +291,18 @@ def run_child(kind: str, addr: str, topic: str, channel: str, n: int) -> dict:
     return json.loads(lines[-1])
 
 
+def _dedup_servers(kinds: list[str], stack: contextlib.ExitStack) -> None:
+    """Start the redis-server / memcached the kinds need (stopped with ``stack``); their
+    addresses go to the children through the environment."""
+    from nsq_spark.testing import MemcachedServer, RedisServer
+
+    if any(k.endswith("-dedup:redis") for k in kinds):
+        os.environ[REDIS_ENV] = stack.enter_context(RedisServer()).url
+    if any(k.endswith("-dedup:memcached") for k in kinds):
+        mc = stack.enter_context(MemcachedServer(memory_mb=256))
+        os.environ[MEMCACHED_ENV] = "%s:%d" % mc.address
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000, help="messages per consumer")
@@ -279,7 +326,9 @@ def main() -> None:
     results = []
     total = sum(n for _, n in runs)
     # everything in memory: no disk queue in the measurement
-    with NSQCluster(nsqd=1, lookupd=0, mem_queue_size=max(total, 10000) + 10) as cluster:
+    with contextlib.ExitStack() as stack, \
+            NSQCluster(nsqd=1, lookupd=0, mem_queue_size=max(total, 10000) + 10) as cluster:
+        _dedup_servers(kinds, stack)
         http, addr = cluster.nsqd_http_addresses[0], cluster.nsqd_tcp_addresses[0]
         for i, (kind, n) in enumerate(runs):
             topic = f"bench{i}"
@@ -301,15 +350,16 @@ def main() -> None:
             _post(f"http://{http}/topic/delete?topic={topic}")
 
     print()
-    print(f"{'consumer':<10} {'messages':>9} {'msg/s':>10} {'seconds':>8} {'peak RSS MB':>12} "
+    w = max(10, *(len(r["kind"]) for r in results))
+    print(f"{'consumer':<{w}} {'messages':>9} {'msg/s':>10} {'seconds':>8} {'peak RSS MB':>12} "
           f"{'CPU us/msg':>11}")
     for r in results:
         if "error" in r:
-            print(f"{r['kind']:<10} error: {r['error'][:200]}")
+            print(f"{r['kind']:<{w}} error: {r['error'][:200]}")
             continue
         rss = f"{r['maxrss_mb']:.0f}" if "maxrss_mb" in r else "-"
         cpu = f"{r['cpu_us_per_msg']:.2f}" if "cpu_us_per_msg" in r else "-"
-        print(f"{r['kind']:<10} {r['messages']:>9} {r['msg_per_s']:>10,.0f} "
+        print(f"{r['kind']:<{w}} {r['messages']:>9} {r['msg_per_s']:>10,.0f} "
               f"{r['seconds']:>8.2f} {rss:>12} {cpu:>11}")
     print(f"\n(python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nsqd v1.3.0 loopback, "
           f"max_in_flight {MAX_IN_FLIGHT}, {len(BODY)}-byte bodies)")

@@ -22,6 +22,17 @@ Cases (msg/s = messages acknowledged by nsqd per second of wall time):
 Run from the repo root (one benchmark at a time on the machine)::
 
     flock /tmp/nsq-spark-bench.lock python -m bench.bench_publish [--messages 500000]
+
+``--replication`` runs the replication table instead, against three nsqd: the same
+Producer with publish ids off and on (no replicas), and with ``replicas=1``, ``2`` and
+``3`` (ids implied, the default write quorum), side by side in one run. Three ways of
+publishing each: ``publish`` in a loop (1 thread, round-trip bound), ``mpublish`` of 1000
+bodies, and ``publish_async`` in windows of 10,000. msg/s counts *publishes* (a message
+on three nsqds is one); CPU is this process's (all its threads) per publish, in
+microseconds; nsqd's own CPU is not in it. Every case checks that the nsqd together hold
+messages x replicas copies::
+
+    flock /tmp/nsq-spark-bench.lock python -m bench.bench_publish --replication
 """
 
 from __future__ import annotations
@@ -195,6 +206,72 @@ def ours_cases(addr: str, http_addr: str, n_mpub: int, n_pub: int, n_serial: int
     return out
 
 
+def _copies(http_addrs: list[str], topic: str) -> int:
+    total = 0
+    for h in http_addrs:
+        total += _count(h, topic)
+        _http(h, f"/topic/delete?topic={topic}")
+    return total
+
+
+def replication_cases(tcp: list[str], http: list[str], n_serial: int, n_mpub: int,
+                      n_async: int, prefix: str) -> dict[str, tuple[float, float]]:
+    """``{case: (publishes per second, CPU microseconds per publish)}``."""
+    configs: list[tuple[str, dict[str, object]]] = [
+        ("ids off, no replicas", {}),
+        ("ids on, no replicas", {"publish_ids": True}),
+        ("replicas=1", {"replicas": 1}),
+        ("replicas=2 (W=2)", {"replicas": 2}),
+        ("replicas=3 (W=2)", {"replicas": 3}),
+    ]
+    bodies = [BODY] * 1000
+    out: dict[str, tuple[float, float]] = {}
+    for name, kwargs in configs:
+        copies = int(kwargs.get("replicas", 1))   # type: ignore[call-overload]
+        with Producer(tcp, **kwargs) as p:        # type: ignore[arg-type]
+            for a in range(len(tcp)):              # every connection open first
+                p.publish(prefix + "warm", BODY)
+                p.publish_async(prefix + "warm", BODY).result()
+
+            def measure(case: str, n: int, run: Callable[[str], None]) -> None:
+                t = f"{prefix}{len(out)}"
+                c0, w0 = time.process_time(), time.perf_counter()
+                run(t)
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                got = _copies(http, t)
+                assert got == n * copies, (name, case, got, n * copies)
+                out[f"{name}: {case}"] = (n / wall, cpu / n * 1e6)
+
+            measure("publish (blocking)", n_serial,
+                    lambda t: [p.publish(t, BODY) for _ in range(n_serial)])
+            measure("mpublish 1000 (blocking)", n_mpub,
+                    lambda t: [p.mpublish(t, bodies) for _ in range(n_mpub // 1000)])
+
+            def windows(t: str) -> None:
+                for _ in range(n_async // 10000):
+                    futs = [p.publish_async(t, BODY) for _ in range(10000)]
+                    for f in futs:
+                        f.result()
+            measure("publish_async (windows of 10,000)", n_async, windows)
+        for h in http:
+            _http(h, f"/topic/delete?topic={prefix}warm")
+    return out
+
+
+def replication_main(args: argparse.Namespace) -> None:
+    results: dict[str, list[tuple[float, float]]] = {}
+    with NSQCluster(nsqd=3, lookupd=0, mem_queue_size=10_000_000) as cluster:
+        for r in range(args.rounds):
+            for k, v in replication_cases(cluster.nsqd_tcp_addresses,
+                                          cluster.nsqd_http_addresses, args.serial_messages,
+                                          args.messages, args.pub_messages, f"rep{r}x").items():
+                results.setdefault(k, []).append(v)
+    print(f"{'case':62s} {'best msg/s':>11s} {'CPU us/msg':>10s}   all rounds (msg/s)")
+    for k, v in results.items():
+        rate, cpu = max(v)
+        print(f"{k:62s} {rate:11,.0f} {cpu:10.1f}   {', '.join(f'{x:,.0f}' for x, _ in v)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=500_000, help="messages per MPUB case")
@@ -202,7 +279,12 @@ def main() -> None:
     ap.add_argument("--serial-messages", type=int, default=20_000,
                     help="messages for the round-trip-bound blocking publish loop")
     ap.add_argument("--rounds", type=int, default=2, help="runs of every case; best is reported")
+    ap.add_argument("--replication", action="store_true",
+                    help="the replication table (three nsqd) instead of the comparison")
     args = ap.parse_args()
+    if args.replication:
+        replication_main(args)
+        return
 
     results: dict[str, list[float]] = {}
     with NSQCluster(nsqd=1, lookupd=0, mem_queue_size=10_000_000) as cluster:

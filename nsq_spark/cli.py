@@ -186,7 +186,18 @@ def build_parser(prog: str = "nsq-spark") -> argparse.ArgumentParser:
                        "progress bar on stderr and an optional durable spool.")
     _add(p, "--topic", required=True, help="topic to publish to")
     _add(p, "--nsqd-tcp-address", action="append", required=True, dest="nsqd_tcp_addresses",
-         metavar="HOST:PORT", help="nsqd TCP address (repeat for failover)")
+         metavar="HOST:PORT", help="nsqd TCP address (repeatable: every line goes to every "
+         "address, as to_nsq does; see --replicas)")
+    _add(p, "--replicas", type=_number(int, "--replicas", lo=1, hi=1024), default=None,
+         help="with several addresses: send each line to this many of them (default: all; "
+         "1: one per line, round robin with failover)")
+    _add(p, "--write-quorum", type=_number(int, "--write-quorum", lo=1, hi=1024),
+         default=None, help="with several addresses: how many must acknowledge each batch "
+         "(default: a majority of the replicas)")
+    _add(p, "--publish-ids", action="store_true",
+         help="stamp each line with a publish id (the nsq_spark envelope), so that "
+         "consumers deduplicate the copies with dedup_key='publish_id' (default: the lines "
+         "as they are)")
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="files to read (default, or '-': stdin)")
     _add(p, "--delimiter", type=_delimiter, default=b"\n",
@@ -573,6 +584,7 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
     progress = Progress(stderr, total, args.quiet)
     from nsq_spark.publish.producer import Producer
 
+    connection_options.update(_replication(args))
     if args.spool_dir:
         producer = Producer(
             args.nsqd_tcp_addresses, spool_dir=args.spool_dir, spool_fsync=args.spool_fsync,
@@ -617,6 +629,29 @@ def _publish(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int
         else:
             producer.close()
     return rc
+
+
+def _replication(args: argparse.Namespace) -> dict[str, Any]:
+    """The Producer's replication options for ``publish``: as NSQ's ``to_nsq``, every line
+    to every address given (a repeated address counts once); ``--replicas N`` to N of them
+    (1: one, as before, round robin with failover); ``--write-quorum``; ``--publish-ids``.
+    The Producer checks the numbers against the addresses."""
+    from nsq_spark.addresses import parse_address_list
+
+    # named as the Producer names them, which refuses a bad one the same way
+    distinct = len({str(a) for a in parse_address_list(args.nsqd_tcp_addresses,
+                                                        "nsqd_tcp_addresses")})
+    replicas = distinct if args.replicas is None else args.replicas
+    if replicas > distinct:
+        raise ValueError(f"--replicas {replicas}: only {distinct} distinct "
+                         "--nsqd-tcp-address given; give more addresses or fewer replicas")
+    if replicas == 1:
+        if args.write_quorum not in (None, 1):
+            raise ValueError(f"--write-quorum {args.write_quorum} needs --replicas of at "
+                             "least that many (and as many addresses)")
+        return {"publish_ids": True} if args.publish_ids else {}
+    return {"replicas": replicas, "write_quorum": args.write_quorum,
+            "publish_ids": bool(args.publish_ids)}
 
 
 def _spool_redrive(directory: str, stderr: IO[str]) -> int:

@@ -376,6 +376,10 @@ BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 #: The most handler threads ``concurrency`` may ask for.
 MAX_CONCURRENCY = 1024
 
+#: The most copies ``Producer(replicas=...)`` may ask for (a sanity bound; the nsqd
+#: addresses given bound it first).
+MAX_REPLICAS = 1024
+
 
 def check_reader_options(arguments: Mapping[str, Any]) -> None:
     """The Reader's numeric arguments, looked up by name in ``arguments`` (the Reader
@@ -414,7 +418,7 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
 def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
                            retry_max_wait: Any, retry_deadline: Any, publish_timeout: Any,
                            max_msg_size: Any, max_mpub_bytes: Any, blocking_connections: Any,
-                           spool_max_bytes: Any, spool_block_timeout: Any, batch_size: Any,
+                           replicas: Any, write_quorum: Any, spool_max_bytes: Any, spool_block_timeout: Any, batch_size: Any,
                            batch_bytes: Any, rescan_interval: Any) -> None:
     """The Producer's (and Writer's) arguments other than addresses, connection and
     callbacks (see :class:`nsq_spark.Producer`); ConfigError naming the first bad one.
@@ -432,6 +436,12 @@ def check_producer_options(*, strategy: Any, max_tries: Any, retry_wait: Any,
     # 4 bytes of MPUB count + 4 of length + 1 byte of body: the smallest useful MPUB
     v.integer(max_mpub_bytes, "max_mpub_bytes", lo=9, hi=_INT32_MAX, unit="bytes")
     v.integer(blocking_connections, "blocking_connections", lo=1, hi=1024)
+    # the nsqd given bound them further (the Producer checks: replicas <= addresses,
+    # write_quorum <= replicas)
+    v.integer(replicas, "replicas", lo=1, hi=MAX_REPLICAS, none="no replication",
+              hint="the number of distinct nsqd each message goes to")
+    v.integer(write_quorum, "write_quorum", lo=1, hi=MAX_REPLICAS,
+              none="a majority of replicas")
     v.integer(spool_max_bytes, "spool_max_bytes", lo=1, unit="bytes")
     v.seconds(spool_block_timeout, "spool_block_timeout", lo_open=False, none="wait for ever")
     v.integer(batch_size, "batch_size", lo=1, hi=_INT32_MAX)
@@ -500,6 +510,10 @@ PRODUCER_LIMITS: dict[str, Limit] = {
     "max_msg_size": Limit("bytes", 1, _INT32_MAX, special="None: nsqd's limit only"),
     "max_mpub_bytes": Limit("bytes", 9, _INT32_MAX),
     "blocking_connections": Limit("connections per nsqd", 1, 1024),
+    "replicas": Limit("nsqd per message", 1, MAX_REPLICAS,
+                      special="None: no replication; at most the nsqd given"),
+    "write_quorum": Limit("nsqd", 1, MAX_REPLICAS,
+                          special="None: replicas // 2 + 1; at most replicas"),
     "spool_max_bytes": Limit("bytes", 1, None),
     "spool_block_timeout": Limit("seconds", 0, MAX_SECONDS, special="None: wait for ever"),
     "batch_size": Limit("messages", 1, _INT32_MAX),

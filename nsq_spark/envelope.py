@@ -262,9 +262,10 @@ def wrap_envelope(body: bytes, traceparent: str | None = None,
                   tracestate: str | None = None) -> bytes:
     """``body`` with its message-id envelope: version 1, or version 2 carrying
     ``traceparent`` (and ``tracestate`` when it fits in 255 bytes; a longer one is left
-    out). A body that already has an envelope (any version) is returned as it is, so a
-    spooling producer that both traces and digests never wraps twice."""
-    if body[:_MAGIC_SIZE] in (ENVELOPE_MAGIC, TRACED_ENVELOPE_MAGIC, PUBLISH_ENVELOPE_MAGIC):
+    out). A body that already is an intact envelope (any version) is returned as it is,
+    so a spooling producer that both traces and digests never wraps twice; a body that
+    only starts like one is wrapped like any other."""
+    if body[:4] == _FAMILY and open_body(body).version:
         return body
     if traceparent is None:
         return ENVELOPE_MAGIC + _digest(body) + body

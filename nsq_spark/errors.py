@@ -124,6 +124,37 @@ class NSQTimeoutError(NSQError, TimeoutError):
     """nsqd did not answer in time (connect, handshake, response, heartbeat)."""
 
 
+class ReplicationError(NSQError):
+    """A replicated publish (``Producer(replicas=N, write_quorum=W)``) was acknowledged by
+    fewer than ``quorum`` nsqds. ``acked``: the nsqds that hold it (``host:port``; a
+    message may be stored there: at-least-once), ``failed``: each nsqd tried and its
+    failure, ``replicas`` and ``quorum``: N and W. Transient (retried, then raised) when
+    any failure was; the message names the counts, the nsqds and the fixes."""
+
+    def __init__(self, acked: "tuple[str, ...] | list[str]",
+                 failed: "dict[str, BaseException]", *, replicas: int, quorum: int,
+                 candidates: int, what: str = "a replicated publish") -> None:
+        self.acked = tuple(acked)
+        self.failed = dict(failed)
+        self.replicas = replicas
+        self.quorum = quorum
+        causes = "; ".join(f"{a}: {type(e).__name__}: {e}" for a, e in self.failed.items())
+        untried = candidates - len(self.acked) - len(self.failed)
+        text = (f"{what} was acknowledged by {len(self.acked)} of {replicas} replicas "
+                f"({', '.join(self.acked) or 'none'}); write_quorum={quorum} needs "
+                f"{quorum}. Failed: {causes or 'none'}")
+        if untried > 0:
+            text += f"; {untried} nsqd not tried"
+        text += (". Fix: bring the failed nsqd back, give more nsqd addresses than replicas "
+                 "(a failed one is then replaced by another), or lower write_quorum")
+        super().__init__(text)
+
+    @property
+    def transient(self) -> bool:
+        """True when another round may succeed: some failure was transient."""
+        return any(is_transient(e) for e in self.failed.values())
+
+
 class SparkVersionError(NSQError, RuntimeError):
     """The running pyspark's Python data source API lacks what a Spark feature of the
     ``nsq`` source needs (e.g. streaming writes on pyspark 4.0). Raised when the query
@@ -294,6 +325,8 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, NSQServerError):
         return exc.code in _TRANSIENT_CODES
+    if isinstance(exc, ReplicationError):
+        return exc.transient
     if isinstance(exc, HTTPAnswerError):
         return exc.status in _TRANSIENT_HTTP_STATUSES
     if isinstance(exc, (AuthError, TLSError, InvalidNameError, InvalidBodyError, ConfigError,

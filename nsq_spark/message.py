@@ -54,6 +54,10 @@ class Message:
             The Reader opens the envelope before the handler sees the message, so
             ``body`` is the body that was published.
         trace: ``(traceparent, tracestate)`` a publish envelope carried, else None.
+        dedup_key: the key a Reader's deduplicator claimed the message under
+            (``Reader(dedup=...)``), set before the handler sees it; its commit or
+            release uses this key whatever the handler does to the message. Unset (an
+            AttributeError) without dedup: ``getattr(message, "dedup_key", None)``.
 
     Equality and hashing are by identity, as in pynsq: messages can be kept in sets and
     as dict keys (e.g. a batch of pending ones); compare ``(id, body, timestamp,
@@ -61,7 +65,10 @@ class Message:
     """
 
     __slots__ = ("id", "body", "timestamp", "attempts", "responder", "responded", "delegated",
-                 "publish_id", "trace")
+                 "publish_id", "trace", "dedup_key")
+
+    # left unset by __init__ (a slot costs nothing until set): only the dedup gate sets it
+    dedup_key: "bytes | str"
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int,
                  responder: Responder | None = None) -> None:

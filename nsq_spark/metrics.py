@@ -85,6 +85,8 @@ _READER_COUNTERS = {
     "given_up": ("nsq_reader_messages_given_up",
                  "Hand-overs to giving_up() (a message the hook requeues counts again)."),
     "duplicates": ("nsq_reader_duplicates", "Duplicates finished unseen by the dedup store."),
+    "held": ("nsq_reader_dedup_held",
+             "Copies requeued while another consumer held a live dedup claim on them."),
 }
 _READER_GAUGES = {
     "in_flight": ("nsq_reader_in_flight", "Messages delivered and not yet answered."),

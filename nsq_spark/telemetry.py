@@ -204,7 +204,10 @@ class Telemetry:
         """A spool drain's ``sender`` with each send to nsqd counted
         (``messaging.client.sent.messages``, ``operation.duration``, ``error.type``)."""
         # chosen once: the drain sends without waiting only when its sender has
-        # mpublish_async, so the wrapper has it exactly when the sender does
+        # mpublish_async, and keeps batches until every replica has them only when it
+        # has replicate, so the wrapper has each exactly when the sender does
+        if callable(getattr(sender, "replicate", None)):
+            return ReplicaDrainSender(self, sender, server)
         if callable(getattr(sender, "mpublish_async", None)):
             return AsyncDrainSender(self, sender, server)
         return DrainSender(self, sender, server)
@@ -570,6 +573,21 @@ class AsyncDrainSender(DrainSender):
             self._record(topic, len(bodies), start, exc)
         fut.add_done_callback(done)
         return fut
+
+
+class ReplicaDrainSender(AsyncDrainSender):
+    """A :class:`DrainSender` for a replicating sender (``Producer(replicas=N,
+    spool_dir=...)``): each round of :meth:`replicate` is measured as one send of the
+    batch's messages, whatever the number of copies (``error.type`` when the round fell
+    short and is retried)."""
+
+    def replicate(self, topic: str, bodies: Sequence[bytes], defer_ms: int | None = None,
+                  have: frozenset[str] = frozenset(), need: int | None = None
+                  ) -> frozenset[str]:
+        result: frozenset[str] = self._measured(
+            topic, len(bodies), lambda: self.inner.replicate(topic, bodies, defer_ms, have,
+                                                             need))
+        return result
 
 
 # ---------------------------------------------------------------------------------------

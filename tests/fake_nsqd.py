@@ -39,6 +39,7 @@ class FakeConn:
         self.on_close = on_close
         self.responder = responder
         self.max_rdy_count = 2500
+        self.msg_timeout = 60_000  # ms, nsqd's default
         self.rdy_count = 0
         self.state = ConnState.INIT
         self.log: list[Logged] = []

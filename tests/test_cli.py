@@ -27,10 +27,31 @@ def test_go_style_and_gnu_style_options_parse_alike():
     assert a.topics == ["a", "b"] and a.count == 5 and a.print_topic
 
 
+def test_publish_sends_to_every_address_as_to_nsq_unless_replicas_say_fewer():
+    def replication(*extra: str, addrs: tuple[str, ...] = ("h:1", "h:2", "h:1")):
+        argv = ["publish", "--topic", "t", *extra]
+        for a in addrs:
+            argv += ["--nsqd-tcp-address", a]
+        return cli._replication(cli.build_parser().parse_args(argv))
+
+    # a repeated address counts once, as to_nsq's map of producers does
+    assert replication() == {"replicas": 2, "write_quorum": None, "publish_ids": False}
+    assert replication("--write-quorum", "1", "--publish-ids") == \
+        {"replicas": 2, "write_quorum": 1, "publish_ids": True}
+    assert replication("--replicas", "1") == {}            # one nsqd a line, as before
+    assert replication("--replicas", "1", "--publish-ids") == {"publish_ids": True}
+    assert replication(addrs=("h:1",)) == {}
+    with pytest.raises(ValueError, match="--replicas 3: only 2 distinct"):
+        replication("--replicas", "3")
+    with pytest.raises(ValueError, match="--write-quorum 2 needs --replicas"):
+        replication("--replicas", "1", "--write-quorum", "2")
+
+
 @pytest.mark.parametrize("argv", [
     ["publish", "--nsqd-tcp-address", "h:1"],                       # no topic
     ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--spool-fsync", "soon"],
     ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--delimiter", "ab"],
+    ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--replicas", "0"],
     ["frobnicate"],
 ])
 def test_bad_usage_exits_2(argv, capsys):

@@ -119,20 +119,22 @@ def test_what_the_gate_answers_never_counts_in_flight() -> None:
     assert all(m.responded for m in dups + late) and link.rdy.in_flight == 0
 
 
-def test_requeued_messages_are_forgotten_by_the_deduplicator() -> None:
+def test_requeued_messages_are_released_and_finished_ones_committed() -> None:
     # 65,536 buckets: the two ids share one (hash() is salted per run) once in 65,536 runs;
     # with 64 buckets it was one run in 64, and the redelivery then looked like a duplicate
     gate = DedupGate(OppositeBloomFilter(1 << 16), lambda m: m.id, "t:c")
     answers, link, conn, _ = ledger(gate)
     msgs = chunk(link, 0, 2)
-    new, seen = gate.split_seen(msgs, link.address)
-    assert new == msgs and seen == []
+    assert gate.claim(msgs, 60_000, link.address) == (msgs, [], [])
     answers.hand_over(link, msgs)
-    answers.settle_chunk(link, msgs, False)
-    again = chunk(link, 0, 2)  # redelivered: handled again, not duplicates
-    assert gate.split_seen(again, link.address) == (again, [])
-    assert gate.split_seen(chunk(link, 0, 2), link.address)[1] != []
-    assert gate.duplicates == 2
+    answers.settle_chunk(link, msgs, False)  # requeued: released
+    again = chunk(link, 0, 2)  # redelivered: handled again, not duplicates nor held
+    assert gate.claim(again, 60_000, link.address) == (again, [], [])
+    answers.hand_over(link, again)
+    answers.settle_chunk(link, again, True)  # finished: committed
+    third = chunk(link, 0, 2)
+    assert gate.claim(third, 60_000, link.address) == ([], third, [])
+    assert gate.duplicates == 2 and gate.held == 0
 
 
 def test_a_failing_deduplicator_lets_the_chunk_through(caplog: pytest.LogCaptureFixture) -> None:
@@ -147,8 +149,11 @@ def test_a_failing_deduplicator_lets_the_chunk_through(caplog: pytest.LogCapture
     assert gate is not None
     _, link, _, _ = ledger()
     msgs = chunk(link, 0, 3)
-    assert gate.split_seen(msgs, link.address) == (msgs, [])
-    assert "dedup check failed" in caplog.text
+    assert gate.claim(msgs, 60_000, link.address) == (msgs, [], [])
+    assert "dedup claim failed" in caplog.text
+    gate.commit_many(msgs)
+    gate.flush()  # logged, not raised: the FINs go out anyway
+    assert "dedup commit failed" in caplog.text
 
 
 def test_the_lifecycle_only_moves_forward() -> None:

@@ -6,7 +6,8 @@ out dedented, as a reader copies them). Each ``python`` block runs alone in a fr
 interpreter, each ``sh`` block in bash (``set -euo pipefail``) with an ``nsq-spark``
 command that runs this checkout's code; both in an empty temporary directory, after the
 pages' example addresses (README's) are replaced by those of a fresh cluster (two nsqd, one
-nsqlookupd) and, when a block names them, of a redis-server / memcached.
+nsqlookupd; a third nsqd, ``127.0.0.1:4350``, for a block that names it) and, when a block
+names them, of a redis-server / memcached.
 
 An HTML comment on the line above a block says how to treat it:
 
@@ -241,6 +242,10 @@ def _addresses(block: Block, cluster, request) -> dict[str, str]:
         "127.0.0.1:4250": nsqd[1].tcp_address, "127.0.0.1:4251": nsqd[1].http_address,
         "127.0.0.1:4160": lookupd[0].tcp_address, "127.0.0.1:4161": lookupd[0].http_address,
     }
+    if "127.0.0.1:4350" in block.code:   # a block of three nsqd: a third one, for it
+        cluster.add_nsqd()
+        mapping["127.0.0.1:4350"] = nsqd[2].tcp_address
+        mapping["127.0.0.1:4351"] = nsqd[2].http_address
     if "127.0.0.1:6379" in block.code:
         redis = request.getfixturevalue("redis_server")
         mapping["127.0.0.1:6379"] = f"127.0.0.1:{redis.port}"

@@ -130,3 +130,9 @@ def test_a_later_version_or_a_plain_body_passes_as_it_is() -> None:
         e = open_body(body)
         assert (e.body, e.version, e.damaged) == (body, 0, None)
     assert PUBLISH_ENVELOPE_MAGIC == b"\x00NID\x03"
+
+
+def test_a_body_that_only_starts_like_an_envelope_is_wrapped_and_comes_back_whole() -> None:
+    for raw in (b"\x00NID\x03", b"\x00NID\x01" + bytes(16) + b"x", b"\x00NID\x02\x00"):
+        for wire in (wrap_envelope(raw), wrap_envelope(raw, PARENT), stamp(raw, PID)):
+            assert open_body(wire).body == raw

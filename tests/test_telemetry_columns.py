@@ -147,6 +147,14 @@ from hypothesis import strategies as st  # noqa: E402
 
 from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope  # noqa: E402
 
+
+def test_a_cut_traced_envelope_with_a_whole_head_stays_whole_in_the_column_path():
+    whole = wrap_envelope(b"payload", PARENT)
+    cut = whole[:-3]   # the usual head and traceparent, a cut inner body: digest fails
+    rb = blocks_to_batch(blocks([cut, whole]), "t", "c")
+    assert rb.column("body").to_pylist() == [cut, b"payload"]
+    assert rb.column("trace_parent").to_pylist() == [None, PARENT]
+
 _body = st.one_of(st.binary(max_size=40),
                   st.binary(max_size=40).map(lambda b: wrap_envelope(b"p" + b, PARENT)),
                   # envelopes cut short anywhere: the column path must leave them as the

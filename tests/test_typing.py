@@ -12,8 +12,8 @@ One run over the package, the user scripts, the typed test modules and the drift
 variants together, its output shared by the assertions: mypy analyses the package and its
 dependencies once, not once per check (seven separate runs took 22 s on this machine
 class, the one run 8 s; the five files that held them, ``-n 0``: 51 s before, 33 s after,
-two runs each). Each test reads the errors of its own files; a file expected to pass has
-no error line at all.
+two runs each; the dedup fakes' check, added since, is one more file in the run). Each
+test reads the errors of its own files; a file expected to pass has no error line at all.
 
 Strictness per file, as each check always had it: the package, the user programs, the
 fakes and the stand-ins under ``--strict``; ``test_contrib_dead_letter.py`` and
@@ -222,6 +222,22 @@ def port(p: NoFuture) -> DeadLetterPublisher:
     return p
 """
 
+DRIFTED_STORE = '''
+from typing import Sequence
+
+from dedup_fakes import ScriptedClaims
+from nsq_spark.dedup import ClaimingDeduplicator, Key
+
+
+class NoLease(ScriptedClaims):
+    def renew_many(self, keys: Sequence[Key]) -> None:  # the port takes lease_ms too
+        pass
+
+
+def port(store: NoLease) -> ClaimingDeduplicator:
+    return store
+'''
+
 DRIFTED_TELEMETRY = '''
 from test_telemetry_unit import FakeTransport
 from nsq_spark.publish.transport import Transport
@@ -241,13 +257,13 @@ WRITTEN = {
     "user_program_wrong.py": USER_PROGRAM_WRONG, "broken_fake.py": BROKEN_FAKE,
     "drifted_stand_in.py": DRIFTED_STAND_IN, "drifted_admin.py": DRIFTED_ADMIN,
     "drifted_poller.py": DRIFTED_POLLER, "drifted_dead_letter.py": DRIFTED_DEAD_LETTER,
-    "drifted_telemetry.py": DRIFTED_TELEMETRY,
+    "drifted_telemetry.py": DRIFTED_TELEMETRY, "drifted_store.py": DRIFTED_STORE,
 }
 #: the typed test modules checked where they are
 CHECKED_IN_PLACE = [TESTS_DIR / "fake_nsqd.py", SPARK_TESTS_DIR / "stand_in_reader.py",
                     TESTS_DIR / "admin_fakes.py", TESTS_DIR / "test_discovery.py",
                     TESTS_DIR / "test_contrib_dead_letter.py",
-                    TESTS_DIR / "test_telemetry_unit.py"]
+                    TESTS_DIR / "test_telemetry_unit.py", TESTS_DIR / "dedup_fakes.py"]
 #: checked with mypy's defaults, as they always were (module names)
 NOT_STRICT = ["test_contrib_dead_letter", "drifted_dead_letter", "test_telemetry_unit",
               "drifted_telemetry"]
@@ -443,12 +459,21 @@ def test_the_telemetry_fake_transport_conforms_to_the_port(mypy_run: MypyRun):
     assert any("redrive" in n for n in notes), mypy_run.output
 
 
+def test_the_dedup_unit_tests_store_stand_ins_conform_to_the_ports(mypy_run: MypyRun):
+    """tests/dedup_fakes.py is checked by mypy (strict) against the claim-then-commit port
+    and the older one-step interface; a stand-in that drifts fails (the drifted variant
+    shows the check bites)."""
+    assert mypy_run.errors("dedup_fakes.py") == [], mypy_run.output
+    drifted = mypy_run.errors("drifted_store.py")
+    assert any(":14:" in e and "ClaimingDeduplicator" in e for e in drifted), mypy_run.output
+
+
 def test_each_check_reads_only_its_own_files(mypy_run: MypyRun):
     """Every error of the run is in a file some test above expects errors in: a new error
     anywhere else (a fake, a user program, the package) fails a test, never slips by."""
     expect_errors = {"bad.py", "user_program_wrong.py", "broken_fake.py",
                      "drifted_stand_in.py", "drifted_admin.py", "drifted_poller.py",
-                     "drifted_dead_letter.py", "drifted_telemetry.py"}
+                     "drifted_dead_letter.py", "drifted_telemetry.py", "drifted_store.py"}
     where = {Path(m.group("path")).name for line in mypy_run.output.splitlines()
              if (m := _LINE.match(line)) and m.group("kind") == "error"}
     assert where == expect_errors, mypy_run.output

@@ -22,12 +22,18 @@ is left. The ledger
   (:meth:`Answers.flush`); an answer for a connection that closed meanwhile is counted in
   ``dropped_responses``, never sent to another connection (ids belong to a connection);
 * feeds the backoff policy one result per turn (``on_result(success)``): any failure
-  (a REQ with backoff) in the turn makes it a failure.
+  (a REQ with backoff) in the turn makes it a failure;
+* tells the deduplicator gate, when there is one, what became of each message handed
+  over -- finished: committed, requeued or given back: released, touched: renewed --,
+  and has it send that (one call per kind) at the start of each flush, before the FINs of
+  the turn are written (:mod:`~nsq_spark.consumer.dedup_gate` says why). Messages the
+  gate itself kept back (duplicates, held copies) are answered here too
+  (:meth:`Answers.finish_unhanded`, :meth:`Answers.requeue_unhanded`), never in flight.
 
 Loop thread only, except :meth:`Answers.answer` (through a :class:`Link`, the Responder of
 a message) and the bulk calls, which any thread may call. The ledger knows nothing of its
 owner nor of the parts that call it: it gets the loop bridge, a callable for the backoff
-results and the deduplicator gate (to forget what is requeued).
+results and the deduplicator gate.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .._log import get_logger
 from ..errors import AlreadyRespondedError, NSQError
+from ..handshake import Negotiated
 from .rdy import ConnRdy
 
 if TYPE_CHECKING:
@@ -90,6 +97,14 @@ class Link:
     def on_touch(self, msg: "Message") -> None:
         self.answers.answer(self, msg, TOUCH, None, False)
 
+    @property
+    def msg_timeout_ms(self) -> int:
+        """The message timeout nsqd set for this connection (IDENTIFY), in ms: how long a
+        message it delivered may go unanswered, and so the lease of its dedup claims."""
+        conn = self.conn
+        # before IDENTIFY answered (no delivery yet): nsqd's default
+        return conn.msg_timeout if conn is not None else Negotiated.msg_timeout
+
     def __repr__(self) -> str:
         return f"<nsqd {self.address}>"
 
@@ -102,8 +117,9 @@ class Answers:
         requeue_delay_ms, max_requeue_delay_ms: the default requeue delay is
             ``requeue_delay_ms * attempts``, at most ``max_requeue_delay_ms``.
         on_result: ``f(success)``, once per flush that sent answers counting for backoff.
-        dedup: the deduplicator gate, or None: a requeued message is erased from it, so
-            that its redelivery is handled, not taken for a duplicate.
+        dedup: the deduplicator gate, or None: a finished message is committed in it, a
+            requeued one released (its redelivery is handled, not taken for a
+            duplicate), a touched one renewed.
     """
 
     def __init__(self, bridge: "LoopBridge", name: str, requeue_delay_ms: int,
@@ -216,6 +232,9 @@ class Answers:
             conn = link.conn
             if conn is not None and not conn.closed:
                 conn.touch(msg.id)
+            if self.dedup is not None:
+                self.dedup.renew(msg, link.msg_timeout_ms)
+                self.schedule_flush()
             return
         if link.outstanding:
             link.outstanding.pop(msg.id, None)
@@ -291,8 +310,19 @@ class Answers:
             link.fins.extend(done)
             st.in_flight -= len(done)
             self.oks += len(done)
+            if self.dedup is not None:
+                self._commit_ids(msgs, done)
         self._mark(link)
         self.flush()
+
+    def _commit_ids(self, msgs: Sequence["Message"], ids: Sequence[bytes]) -> None:
+        """The messages of ``msgs`` finished as ``ids`` (a chunk's result) are committed."""
+        assert self.dedup is not None
+        if len(ids) == len(msgs):  # the whole chunk finished: no set to build
+            self.dedup.commit_many(msgs)
+            return
+        finished = set(ids)
+        self.dedup.commit_many([m for m in msgs if m.id in finished])
 
     def hold(self, link: Link, msgs: Sequence["Message"]) -> None:
         """Handed-over ``msgs`` stay with the application beyond this chunk (async handlers,
@@ -338,6 +368,7 @@ class Answers:
         requeued with backoff otherwise; then the ledger is flushed."""
         out = link.outstanding
         fin = link.fins.append
+        start = len(link.fins)
         n_fin = 0
         if ok and not out:  # the common case: nothing held, nothing to pop
             for m in msgs:
@@ -371,6 +402,8 @@ class Answers:
             # one counter update per chunk instead of one per message
             link.rdy.in_flight -= n_fin
             self.oks += n_fin
+            if self.dedup is not None:
+                self._commit_ids(msgs, link.fins[start:])
         self._mark(link)
         self.flush()
 
@@ -381,6 +414,15 @@ class Answers:
         for m in msgs:
             m.responded = True
             link.fins.append(m.id)
+        self._mark(link)
+
+    def requeue_unhanded(self, link: Link, msgs: Sequence[tuple["Message", int]]) -> None:
+        """REQ messages never handed over after their delay (ms), no backoff: the copies
+        the dedup gate found held by another consumer's live claim. Not in flight, no
+        failure: nothing of them counts toward backoff."""
+        for m, _ in msgs:
+            m.responded = True
+        link.reqs.extend([(m.id, delay) for m, delay in msgs])
         self._mark(link)
 
     def give_back(self, link: Link, msgs: Sequence["Message"]) -> None:
@@ -405,6 +447,8 @@ class Answers:
         link.rdy.in_flight -= 1
         link.fins.append(m.id)
         self.oks += 1
+        if self.dedup is not None:
+            self.dedup.commit(m)
         self._mark(link)
 
     def _requeue(self, link: Link, m: "Message", delay: Any, backoff: bool) -> None:
@@ -417,7 +461,7 @@ class Answers:
         if backoff:
             self.fails += 1
         if self.dedup is not None:
-            self.dedup.forget(m)
+            self.dedup.release(m)
         self._mark(link)
 
     def finish_many(self, msgs: Sequence["Message"]) -> None:
@@ -442,6 +486,8 @@ class Answers:
             last.rdy.in_flight -= n
             self._mark(last)
         self.oks += len(msgs)
+        if self.dedup is not None:
+            self.dedup.commit_many(msgs)
         self.flush()
 
     def requeue_many(self, msgs: Sequence["Message"], delay: Any, backoff: bool) -> None:
@@ -495,9 +541,9 @@ class Answers:
             b._responded = True
         self.requeue_blocks(blocks, 0, False, flush=False)
         if unanswered and self.dedup is not None:
-            # never handled: a deduplicator that outlives this consumer must not take their
-            # redelivery for a duplicate (and finish it unhandled)
-            self.dedup.forget_many(unanswered)
+            # never handled: their claims end, so that their redelivery is handled at once
+            # (not held until the lease ends)
+            self.dedup.release_many(unanswered)
         return len(unanswered) + sum(map(len, blocks))
 
     def forget_link(self, link: Link) -> int:
@@ -521,9 +567,12 @@ class Answers:
             self.bridge.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Send queued FIN/REQ (one buffer append per connection) and feed the backoff
-        policy one result."""
+        """Send the dedup gate's commits and releases, then queued FIN/REQ (one buffer
+        append per connection), and feed the backoff policy one result."""
         self._flush_scheduled = False
+        dedup = self.dedup
+        if dedup is not None and dedup.pending:
+            dedup.flush()
         dirty, self._dirty = self._dirty, []
         for link in dirty:
             link.dirty = False

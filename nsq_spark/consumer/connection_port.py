@@ -62,6 +62,11 @@ class ConsumerConnection(Protocol):
         """The last RDY sent."""
 
     @property
+    def msg_timeout(self) -> int:
+        """nsqd's message timeout for this connection, in ms (from IDENTIFY): the lease
+        of the dedup claims of what it delivers."""
+
+    @property
     def messages_received(self) -> int: ...
 
     @property

@@ -13,11 +13,18 @@ by the Reader when it starts). In this order, per read chunk:
    ``publish_id``, counted in ``damaged_envelopes`` and logged (WARNING, at most once a
    minute with the count): never cut, never a key, never dropped. Versions 1 and 2 stay
    in the body as before (telemetry opens version 2);
-3. **dedup** (messages only): keys the deduplicator has seen are finished without being
-   handed over (``duplicates``); a failing deduplicator lets every message through;
+3. **dedup** (messages only): each key is claimed for the connection's ``msg_timeout``
+   (:mod:`~nsq_spark.consumer.dedup_gate`): a committed key's message is finished
+   without being handed over (``duplicates``); one another consumer holds a live claim
+   on is requeued after about what is left of that lease, without backoff, never
+   finished (``held``); the rest are ours and go on. A failing deduplicator lets every
+   message through;
 4. **max_tries**: a message delivered more than ``max_tries`` times goes to the
    ``giving_up`` hook and is then finished; if the hook raises it is requeued (pynsq's
-   rule), so it comes back to the hook on its next delivery (``given_up``).
+   rule), so it comes back to the hook on its next delivery (``given_up``). The
+   deliveries this gate requeued as held (step 3) do not count: a copy waiting for
+   another consumer's lease is not given up for having waited (remembered in this
+   process for the last :data:`HELD_REMEMBERED` held messages).
 
 Messages the gate answers itself were never handed over, so they are not in flight;
 ``giving_up`` is handed its message like a handler (and may answer it, now or later after
@@ -63,6 +70,10 @@ def _any_over(msgs: list["Message"], max_tries: int) -> bool:
 
 #: seconds between two WARNING lines about damaged envelopes (the count is in each)
 DAMAGED_LOG_INTERVAL = 60.0
+
+#: held messages whose held deliveries the max_tries step discounts (the oldest forgotten
+#: first: a forgotten one counts all its deliveries, as nsqd does)
+HELD_REMEMBERED = 1 << 16
 
 
 def open_publish_envelopes(msgs: list["Message"]) -> list[tuple["Message", str]]:
@@ -125,6 +136,8 @@ class Intake:
         self._damaged_unlogged = 0
         self.to_messages: MessageSink = _not_started
         self.to_blocks: BlockSink = _not_started
+        # (nsqd address, message id) -> deliveries requeued as held (step 3)
+        self._held_times: dict[tuple[str, bytes], int] = {}
 
     # -- deliveries from the pool (loop thread, once per read chunk) ----------------------
 
@@ -154,19 +167,52 @@ class Intake:
             if damaged:
                 self._damaged(link, damaged)
         if self.dedup is not None:
-            msgs, seen = self.dedup.split_seen(msgs, link.address)
-            if seen:
-                self.answers.finish_unhanded(link, seen)
+            msgs = self._claim(link, msgs)
         max_tries = self.max_tries
+        held_times = self._held_times
         if max_tries and _any_over(msgs, max_tries):
             keep = []
             for m in msgs:
-                if m.attempts > max_tries:
+                attempts = m.attempts
+                if held_times:
+                    attempts -= held_times.get((link.address, m.id), 0)
+                if attempts > max_tries:
                     self._give_up(link, m)
                 else:
                     keep.append(m)
             msgs = keep
+        if held_times:  # these are ours now: no longer waiting
+            address = link.address
+            for m in msgs:
+                held_times.pop((address, m.id), None)
         return msgs
+
+    def _claim(self, link: "Link", msgs: list["Message"]) -> list["Message"]:
+        """Step 3: the messages claimed for us; the gate answers the others."""
+        assert self.dedup is not None
+        new, done, held = self.dedup.claim(msgs, link.msg_timeout_ms, link.address)
+        if done:
+            self.answers.finish_unhanded(link, done)
+            if self._held_times:
+                for m in done:
+                    self._held_times.pop((link.address, m.id), None)
+        if held:
+            from ..dedup.base import HELD_MARGIN_MS  # only when used
+            # back after the holder's lease: its handler committed (then a duplicate) or
+            # failed or died (then ours); the wait is capped as a requeue's default is
+            cap = self.answers.max_requeue_delay_ms
+            self.answers.requeue_unhanded(
+                link, [(m, min(left + HELD_MARGIN_MS, cap)) for m, left in held])
+            self._count_held(link.address, held)
+        return new
+
+    def _count_held(self, address: str, held: list[tuple["Message", int]]) -> None:
+        times = self._held_times
+        for m, _ in held:
+            k = (address, m.id)
+            times[k] = times.pop(k, 0) + 1  # to the end: the oldest go first
+        while len(times) > HELD_REMEMBERED:
+            del times[next(iter(times))]
 
     def blocks(self, link: "Link", blocks: list["MessageBlock"]) -> list["MessageBlock"]:
         """The same rules for MessageBlocks (no dedup: blocks go to the Spark source,

@@ -28,10 +28,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from .._log import get_logger
-from ..errors import ConfigError
+from ..errors import AlreadyRespondedError, ConfigError
 
 if TYPE_CHECKING:
     from ..message import Message
@@ -149,6 +149,35 @@ class PullQueue:
             self._q.clear()
             self._head = self.queued = 0
         return blocks
+
+    def split_blocks(self, blocks: list["MessageBlock"], chosen: Sequence[bool]
+                     ) -> tuple[list["MessageBlock"], list["MessageBlock"]]:
+        """Handed-out ``blocks`` as two lists of blocks, the ``chosen`` messages' and the
+        others' (one flag per message, in order); the parts replace ``blocks`` among those
+        handed out, so that each part is answered, and requeued on close, by itself."""
+        if len(chosen) != sum(map(len, blocks)):
+            raise ConfigError(f"split_blocks needs one flag per message: {len(chosen)} flags "
+                              f"for {sum(map(len, blocks))} messages")
+        yes: list[MessageBlock] = []
+        no: list[MessageBlock] = []
+        at = 0
+        with self.cond:
+            for b in blocks:
+                if b._responded:
+                    raise AlreadyRespondedError(f"{b!r} was already answered; split only "
+                                                "blocks not answered yet")
+            for b in blocks:
+                flags = chosen[at:at + len(b)]
+                at += len(b)
+                mine = b.select(flags)
+                rest = b.select([not f for f in flags])
+                if b in self._blocks_out:  # else its connection closed meanwhile
+                    self._blocks_out.discard(b)
+                    self._blocks_out.update(mine)
+                    self._blocks_out.update(rest)
+                yes += mine
+                no += rest
+        return yes, no
 
     def wake(self) -> None:
         """The lifecycle moved: wake every waiting getter (they return at once from now

@@ -106,7 +106,7 @@ from .run import register
 
 if TYPE_CHECKING:
     from ..conn import Connection
-    from ..dedup.base import Deduplicator, KeyFunc
+    from ..dedup.base import ClaimingDeduplicator, Deduplicator, KeyFunc
     from ..telemetry import Telemetry
 
 log = get_logger("nsq_spark.reader")
@@ -145,9 +145,16 @@ class Reader:
         lookupd_poll_jitter: fraction (0..1) of the poll interval added at random.
         lookupd_connect_timeout, lookupd_request_timeout: seconds, per lookupd request.
         batch_handler: ``g(messages)`` per read chunk instead of ``message_handler``.
-        dedup: a Deduplicator (:mod:`nsq_spark.dedup`): messages it has seen are finished
-            without reaching the handler; a failed (requeued) message is erased from it so
-            its redelivery is handled.
+        dedup: a deduplicator (:mod:`nsq_spark.dedup`), used as claim, then commit: each
+            message's key is claimed (a lease of the connection's ``msg_timeout``) before
+            the handler sees it, committed when it was handled (finished), released when
+            it is requeued. A message whose key is committed is finished without
+            reaching the handler (``duplicates``); one whose key another consumer holds
+            a live claim on is requeued for about what is left of that lease, without
+            backoff, and not counted toward ``max_tries`` (``held``); a consumer killed
+            inside its handler loses nothing: its claim ends with the lease. A
+            deduplicator with only ``check_and_set`` / ``erase`` is adapted
+            (:func:`nsq_spark.dedup.claiming` says what it then promises).
         dedup_key: the key function, or ``"id"`` / ``"publish_id"`` / ``"body"``;
             default: the deduplicator's own ``key_func`` (its ``key=`` option), else
             :func:`nsq_spark.dedup.by_message_id`. ``"publish_id"`` is the key for a
@@ -245,7 +252,7 @@ class Reader:
             lookupd_request_timeout: float = 2,
             *,
             batch_handler: BatchHandler | None = None,
-            dedup: Deduplicator | None = None,
+            dedup: "ClaimingDeduplicator | Deduplicator | None" = None,
             dedup_key: KeyFunc | str | None = None,
             max_requeue_delay: float = 15 * 60,
             backoff_multiplier: float = 1.0,
@@ -747,6 +754,16 @@ class Reader:
         None: the default policy, per message, as :meth:`requeue`."""
         self._answers.bulk_blocks(blocks, REQ, delay_ms, backoff, self._pull.answered_blocks)
 
+    def split_blocks(self, blocks: Iterable[MessageBlock], chosen: Sequence[bool]
+                     ) -> tuple[list[MessageBlock], list[MessageBlock]]:
+        """Blocks handed out by :meth:`get_blocks`, cut in two so that their parts can be
+        answered apart (any thread): ``(the chosen messages, the others)``, as blocks,
+        ``chosen`` holding one flag per message of ``blocks`` in order. From then on the
+        Reader tracks the parts instead of ``blocks`` (``close()`` requeues the parts left
+        unanswered); answer the parts, never ``blocks``. AlreadyRespondedError for a
+        block answered already."""
+        return self._pull.split_blocks(list(blocks), chosen)
+
     # ------------------------------------------------------------------------------------
     # stats
 
@@ -756,6 +773,8 @@ class Reader:
     requeued = property(lambda self: self._answers.requeued)
     given_up = property(lambda self: self._intake.given_up)
     duplicates = property(lambda self: self._dedup.duplicates if self._dedup else 0)
+    #: copies requeued because another consumer held a live claim on their key (dedup)
+    held = property(lambda self: self._dedup.held if self._dedup else 0)
     dropped_responses = property(lambda self: self._answers.dropped_responses)
 
     def stats(self) -> dict[str, Any]:
@@ -857,7 +876,8 @@ def _stats_of(r: Reader) -> dict[str, Any]:
         "rdy_mode": r._policy.mode, "backoff": r._backoff.state(),
         "messages_received": r.messages_received, "finished": r.finished,
         "requeued": r.requeued, "given_up": r.given_up,
-        "duplicates": r.duplicates, "dropped_responses": r.dropped_responses,
+        "duplicates": r.duplicates, "held": r.held,
+        "dropped_responses": r.dropped_responses,
         "damaged_envelopes": r._intake.damaged_envelopes,
         "pull_queued": r._pull.queued, "connections": r._pool.connection_stats(),
         "lookupd": r._pool.lookupd_stats(),

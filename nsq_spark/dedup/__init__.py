@@ -1,7 +1,6 @@
 """Deduplication for NSQ's at-least-once delivery.
 
-Three structures behind one interface (``check_and_set(key) -> bool``, True when the key
-was seen before; ``erase(key)``), with three different promises:
+Three structures with three different promises:
 
 =======================  ======================  ==========================  ==============
 structure                where                   may wrongly say "seen"?     forgets?
@@ -16,6 +15,14 @@ RedisBloomFilter         shared                  error rate: a unique        cap
                                                  message is DROPPED          exceeded)
 =======================  ======================  ==========================  ==============
 
+Each has two interfaces (:mod:`nsq_spark.dedup.base`): **claim, then commit**
+(:class:`ClaimingDeduplicator`: ``claim_many(keys, lease_ms)`` -> NEW / DONE / held,
+``commit_many``, ``release_many``, ``renew_many``), which the Reader and the Spark source
+use, so that a consumer killed inside its handler loses nothing; and the older one-step
+``check_and_set(key) -> bool`` (True when the key was seen before) / ``erase(key)``,
+kept for programs that call it. :func:`claiming` adapts a user-made deduplicator that has
+only the older one.
+
 Keys: :func:`by_message_id` (redeliveries), :func:`by_publish_id` (the copies of one
 publish: replicas, retries), :func:`by_body_digest` (equal content) or a function of the
 message. :func:`from_spec` builds any of them from a URL-like string
@@ -29,8 +36,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import (Deduplicator, Key, KeyFunc, by_body_digest, by_message_id, by_publish_id,
-                   check_and_set_many, contains_many, erase_many, key_bytes, resolve_key)
+from .base import (DONE, NEW, Claim, ClaimingDeduplicator, ClaimState, Deduplicator, Key, KeyFunc,
+                   LocalClaims, by_body_digest, by_message_id, by_publish_id, check_and_set_many,
+                   claiming, contains_many, erase_many, held, key_bytes, resolve_key)
 from .opposite import OppositeBloomFilter
 
 _LAZY = {
@@ -44,7 +52,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "Deduplicator", "Key", "KeyFunc", "by_message_id", "by_body_digest", "by_publish_id",
+    "Deduplicator", "ClaimingDeduplicator", "Claim", "ClaimState", "NEW", "DONE", "held",
+    "claiming", "LocalClaims", "Key", "KeyFunc", "by_message_id", "by_body_digest", "by_publish_id",
     "resolve_key", "key_bytes", "check_and_set_many", "erase_many", "contains_many", "OppositeBloomFilter",
     *_LAZY,
 ]

@@ -13,6 +13,19 @@ small exact list of erased keys instead; the key's next ``check_and_set`` consum
 record and answers "new". That is what makes a failed message be handled again when
 nsqd redelivers it.
 
+Claim, then commit (:class:`~nsq_spark.dedup.ClaimingDeduplicator`, what the Reader and
+the Spark source use): since a committed key cannot be released, claims are kept apart
+from the bits -- in a small table of leases in process (:class:`BloomFilter`), as Redis
+keys with a lease beside the filter (:class:`RedisBloomFilter`) -- and only a handled
+message's key is ever set in the filter. What a Bloom filter promises then:
+
+* a consumer killed, or failing, inside its handler loses nothing (its claim expires or
+  is released; the filter never saw the key), and a copy arriving meanwhile is requeued;
+* it never forgets a committed key (until far over ``capacity``);
+* it DOES say "committed" for a key it never saw with probability ``error_rate``: that
+  unique message is finished unhandled -- a loss, by design, at that rate. No claim
+  protocol can take that back; use an exact store when no message may be dropped.
+
 Both classes derive the k bit positions the same way (BLAKE2b, double hashing), so their
 arithmetic is the textbook one: ``m = -n ln p / (ln 2)^2`` bits, ``k = (m/n) ln 2``.
 Written here rather than taken from a library because the Redis variant must compute the
@@ -24,16 +37,19 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 from collections import OrderedDict
 from hashlib import blake2b
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from .._log import get_logger
 from .. import validate
 from ..errors import ConfigError
 from ..validate import MAX_MEMORY_BYTES, MAX_SECONDS
-from ._redis import is_cluster
-from .base import Key, KeyFunc, PicklableBySpec, key_bytes, resolve_key
+from ._redis import (LUA_CLAIM_KEYS_RELEASE, LUA_CLAIM_KEYS_RENEW, claim_value, is_cluster,
+                     run_on_keys)
+from .base import (DONE, NEW, Claim, ClaimTable, Key, KeyFunc, Owner, PicklableBySpec, held,
+                   key_bytes, resolve_key)
 
 log = get_logger(__name__)
 
@@ -76,13 +92,18 @@ class BloomFilter:
     ``max_erased``: how many erased keys are remembered exactly until they come back
     (oldest dropped first; a dropped record only means that redelivery is dropped too).
 
+    ``max_claims``, ``clock``: the claims' table (see the module doc), as for
+    :class:`~nsq_spark.dedup.OppositeBloomFilter`.
+
     Thread-safe (one lock); process-local.
     """
 
     shared = False
 
     def __init__(self, capacity: int, error_rate: float = 0.001, *,
-                 key: str | KeyFunc | None = None, max_erased: int = 65536) -> None:
+                 key: str | KeyFunc | None = None, max_erased: int = 65536,
+                 max_claims: int = 1 << 16,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity = capacity
         self.error_rate = error_rate
         self.bits, self.hashes = bloom_parameters(capacity, error_rate)
@@ -100,6 +121,8 @@ class BloomFilter:
         self._erased: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._warned = False
+        validate.integer(max_claims, "max_claims", lo=1, unit="claims")
+        self._claims = ClaimTable(max_claims, clock)
 
     def __repr__(self) -> str:
         return (f"BloomFilter(capacity={self.capacity}, error_rate={self.error_rate}, "
@@ -161,11 +184,46 @@ class BloomFilter:
         return [k in self for k in keys]
 
     def __contains__(self, key: Key) -> bool:
-        key = key_bytes(key)
-        if key in self._erased:
+        return self._looks_set(key_bytes(key))
+
+    # -- claim, then commit (the module doc) ----------------------------------------------
+
+    def claim_many(self, keys: Sequence[Key], lease_ms: int) -> list[Claim]:
+        """DONE when the key looks committed (wrongly, at ``error_rate``), else NEW or
+        HELD from the claims' table."""
+        out: list[Claim] = []
+        with self._lock:
+            take = self._claims.take
+            now = self._claims.clock()
+            for k in keys:
+                kb = key_bytes(k)
+                out.append(DONE if self._looks_set(kb) else take(kb, lease_ms, now))
+        return out
+
+    def _looks_set(self, key: bytes) -> bool:
+        if self._erased and key in self._erased:
             return False
         buf = self._buf
         return all(buf[p >> 3] & (1 << (p & 7)) for p in _positions(key, self.bits, self.hashes))
+
+    def commit_many(self, keys: Sequence[Key]) -> None:
+        """Into the filter (an erase record of the key is consumed); the claims end."""
+        with self._lock:
+            for k in keys:
+                kb = key_bytes(k)
+                self._claims.drop(kb)
+                self._cas(kb)
+
+    def release_many(self, keys: Sequence[Key]) -> None:
+        with self._lock:
+            for k in keys:
+                self._claims.drop(key_bytes(k))
+
+    def renew_many(self, keys: Sequence[Key], lease_ms: int) -> None:
+        with self._lock:
+            now = self._claims.clock()
+            for k in keys:
+                self._claims.renew(key_bytes(k), lease_ms, now)
 
     @property
     def memory_bytes(self) -> int:
@@ -221,6 +279,58 @@ return out
 """
 
 
+# Claims. KEYS = the filter, then per key its claim key and its erase mark; ARGV = our
+# claim value, lease (ms), k (0: the module), then per key the item (module) or its k bit
+# positions. Answers per key: -1 new, 0 committed (looks set, not erased), n > 0 held.
+_LUA_CLAIM = """
+local claim, lease, k = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local out = {}
+for j = 1, (#KEYS - 1) / 2 do
+  local done = redis.call('EXISTS', KEYS[2 * j + 1]) == 0
+  if done then
+    if k == 0 then
+      done = redis.call('BF.EXISTS', KEYS[1], ARGV[3 + j]) == 1
+    else
+      local base = 3 + (j - 1) * k
+      for i = 1, k do
+        if redis.call('GETBIT', KEYS[1], ARGV[base + i]) == 0 then done = false; break end
+      end
+    end
+  end
+  if done then
+    out[j] = 0
+  elseif redis.call('SET', KEYS[2 * j], claim, 'NX', 'PX', lease) then
+    out[j] = -1
+  else
+    local left = redis.call('PTTL', KEYS[2 * j])
+    if left == -1 then left = tonumber(lease) elseif left < 1 then left = 1 end
+    out[j] = left
+  end
+end
+return out
+"""
+
+# Commit. KEYS as for a claim; ARGV = our claim value, k (0: the module), then per key the
+# item or its positions. Into the filter, the erase mark consumed, our claim ended.
+_LUA_COMMIT = """
+local claim, k = ARGV[1], tonumber(ARGV[2])
+for j = 1, (#KEYS - 1) / 2 do
+  if k == 0 then
+    redis.call('BF.ADD', KEYS[1], ARGV[2 + j])
+  else
+    local base = 2 + (j - 1) * k
+    for i = 1, k do redis.call('SETBIT', KEYS[1], ARGV[base + i], 1) end
+  end
+  redis.call('DEL', KEYS[2 * j + 1])
+  if redis.call('GET', KEYS[2 * j]) == claim then redis.call('DEL', KEYS[2 * j]) end
+end
+return 0
+"""
+
+# keys per claim or commit script run (each key: a few commands in the script)
+_CLAIM_BATCH = 2000
+
+
 class RedisBloomFilter(PicklableBySpec):
     """A Bloom filter in Redis, shared by every consumer that uses the same ``name``.
 
@@ -232,8 +342,10 @@ class RedisBloomFilter(PicklableBySpec):
     ``client``: a ``redis.Redis`` (or anything with its API), or a ``redis://`` URL.
     ``name``: Redis key name; the keys used are ``{name}`` (the filter),
     ``{name}:params`` (bits and hashes, checked so that consumers configured differently
-    fail loudly instead of corrupting each other) and ``{name}:erased:<key>`` (erase
-    marks, expiring after ``erase_ttl`` seconds). The braces are a Redis Cluster hash tag.
+    fail loudly instead of corrupting each other), ``{name}:erased:<key>`` (erase
+    marks, expiring after ``erase_ttl`` seconds) and ``{name}:claim:<key>`` (claims: the
+    owner's token, the lease as expiry; see the module doc). The braces are a Redis
+    Cluster hash tag: every script's keys are in one slot.
     ``capacity``, ``error_rate``: as for :class:`BloomFilter` -- **error_rate is the
     fraction of unique messages dropped as duplicates.** The bit array is ``bits/8`` bytes,
     allocated at once, at most 512 MiB (2^32 bits). With the module, a full filter grows
@@ -261,6 +373,12 @@ class RedisBloomFilter(PicklableBySpec):
         self.spec: str | None = None  # set by from_spec, for pickling into Spark tasks
         self._key = f"{{{name}}}"
         self._erased_prefix = f"{{{name}}}:erased:".encode()
+        self._claim_prefix = f"{{{name}}}:claim:".encode()
+        self._owner = Owner()
+        self._claim_script = client.register_script(_LUA_CLAIM)
+        self._commit_script = client.register_script(_LUA_COMMIT)
+        self._release_script = client.register_script(LUA_CLAIM_KEYS_RELEASE)
+        self._renew_script = client.register_script(LUA_CLAIM_KEYS_RENEW)
         if module != "auto" and not isinstance(module, bool):
             raise ConfigError(f"module={module!r}: give 'auto', True (require RedisBloom) or "
                               "False (the bit-array fallback)")
@@ -398,6 +516,55 @@ class RedisBloomFilter(PicklableBySpec):
         for k in keys:
             pipe.set(self._erased_prefix + key_bytes(k), b"1", ex=self.erase_ttl)
         pipe.execute()
+
+    # -- claim, then commit (the module doc) ----------------------------------------------
+
+    def _claim_args(self, part: list[bytes]) -> tuple[list[bytes], list[Any]]:
+        """KEYS (filter, then claim key and erase mark per key) and the per-key ARGV
+        tail (the item, or its k positions) of a claim or commit script."""
+        keys: list[bytes] = [self._key.encode()]
+        for k in part:
+            keys += (self._claim_prefix + k, self._erased_prefix + k)
+        if self.uses_module:
+            return keys, list(part)
+        tail: list[Any] = []
+        for k in part:
+            tail += _positions(k, self.bits, self.hashes)
+        return keys, tail
+
+    def claim_many(self, keys: Sequence[Key], lease_ms: int) -> list[Claim]:
+        """One script run (one round trip) per 2,000 keys; DONE when the key looks set
+        (wrongly, at ``error_rate``) and was not erased."""
+        ks = [key_bytes(k) for k in keys]
+        mine = claim_value(self._owner.token())
+        k = 0 if self.uses_module else self.hashes
+        out: list[Claim] = []
+        for i in range(0, len(ks), _CLAIM_BATCH):
+            skeys, tail = self._claim_args(ks[i:i + _CLAIM_BATCH])
+            res = self._claim_script(keys=skeys, args=[mine, lease_ms, k, *tail])
+            out += [NEW if r == -1 else DONE if r == 0 else held(int(r)) for r in res]
+        return out
+
+    def commit_many(self, keys: Sequence[Key]) -> None:
+        """Into the filter (an erase mark consumed); our claims end. One round trip per
+        2,000 keys."""
+        ks = [key_bytes(k) for k in keys]
+        mine = claim_value(self._owner.token())
+        k = 0 if self.uses_module else self.hashes
+        for i in range(0, len(ks), _CLAIM_BATCH):
+            skeys, tail = self._claim_args(ks[i:i + _CLAIM_BATCH])
+            self._commit_script(keys=skeys, args=[mine, k, *tail])
+
+    def release_many(self, keys: Sequence[Key]) -> None:
+        """Our claims end (compare-and-delete); the filter is never touched."""
+        run_on_keys(self.client, self._release_script,
+                    [self._claim_prefix + key_bytes(k) for k in keys],
+                    [claim_value(self._owner.token())], False)  # one slot: {name}
+
+    def renew_many(self, keys: Sequence[Key], lease_ms: int) -> None:
+        run_on_keys(self.client, self._renew_script,
+                    [self._claim_prefix + key_bytes(k) for k in keys],
+                    [claim_value(self._owner.token()), lease_ms], False)
 
     def memory_bytes(self) -> int:
         """What Redis reports for the filter key (``MEMORY USAGE``)."""

@@ -18,6 +18,13 @@ when its bucket holds exactly its fingerprint, so
   consumers must tolerate anyway).
 
 Sizing comes from that arithmetic; see :meth:`OppositeBloomFilter.size_for`.
+
+Claim, then commit (:class:`~nsq_spark.dedup.ClaimingDeduplicator`, what the Reader
+uses): committed keys live in the buckets as above; claims live beside them in a small
+table of leases (:class:`~nsq_spark.dedup.base.ClaimTable`, at most ``max_claims``,
+normally the messages in flight), so that a message whose handler fails or never
+returns is never remembered as handled, and a copy arriving meanwhile is requeued. A
+release only drops a claim: it can never un-commit a key.
 """
 
 from __future__ import annotations
@@ -25,13 +32,14 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 from hashlib import blake2b
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 from .. import validate
 from ..errors import ConfigError
 from ..validate import MAX_MEMORY_BYTES
-from .base import Key, KeyFunc, key_bytes, resolve_key
+from .base import DONE, NEW, Claim, ClaimTable, Key, KeyFunc, key_bytes, resolve_key
 
 __all__ = ["OppositeBloomFilter"]
 
@@ -54,16 +62,20 @@ class OppositeBloomFilter:
     id, redeliveries; the default), ``"body"`` (body digest, publisher retries) or a
     function of the message. Exposed as ``key_func``.
 
-    Thread-safe: ``check_and_set`` and ``erase`` are atomic (one lock; under the GIL a
-    lock per stripe measured no faster, and the batch methods take the lock once per
-    batch). Process-local: Spark tasks or several consumer processes do not share it --
-    use :class:`~nsq_spark.dedup.RedisDeduplicator` there.
+    ``max_claims``: the most claims (leases of messages being handled) kept at once;
+    ``clock``: seconds, monotonic (tests move it). See the module doc.
+
+    Thread-safe: every method is atomic (one lock; under the GIL a lock per stripe
+    measured no faster, and the batch methods take the lock once per batch).
+    Process-local: Spark tasks or several consumer processes do not share it -- use
+    :class:`~nsq_spark.dedup.RedisDeduplicator` there.
     """
 
     shared = False  # other processes do not see what this one remembers
 
     def __init__(self, size: int, digest_size: int | None = 16, *,
-                 key: str | KeyFunc | None = None) -> None:
+                 key: str | KeyFunc | None = None, max_claims: int = 1 << 16,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         validate.integer(size, "OppositeBloomFilter size", lo=1, unit="buckets",
                          hint="OppositeBloomFilter.size_for(rate, window, probability) "
                          "computes one")
@@ -87,6 +99,8 @@ class OppositeBloomFilter:
             self._slots = []
             self._buf = bytearray(size * digest_size)  # zeros: "empty"
         self._empty = bytes(digest_size or 0)  # an empty bucket
+        validate.integer(max_claims, "max_claims", lo=1, unit="claims")
+        self._claims = ClaimTable(max_claims, clock)
 
     def __repr__(self) -> str:
         return (f"OppositeBloomFilter(size={self.size}, digest_size={self.digest_size}, "
@@ -197,9 +211,98 @@ class OppositeBloomFilter:
         for key in keys:
             self.erase(key)
 
+    # -- claim, then commit (the module doc) ----------------------------------------------
+
+    def _holds(self, key: bytes) -> bool:
+        """Whether ``key``'s bucket holds it (committed); the caller holds the lock."""
+        ds = self.digest_size
+        if ds is None:
+            return self._slots[hash(key) % self.size] == key
+        fp = key if len(key) == ds and key != self._empty else blake2b(key, digest_size=ds).digest()
+        return self._buf.startswith(fp, hash(key) % self.size * ds)
+
+    def claim_many(self, keys: Sequence[Key], lease_ms: int) -> list[Claim]:
+        """DONE for a committed key, else NEW (claimed for ``lease_ms``, or an expired
+        claim taken over) or HELD (a live claim): see
+        :class:`~nsq_spark.dedup.ClaimingDeduplicator`."""
+        out: list[Claim] = []
+        app = out.append
+        size = self.size
+        ds = self.digest_size
+        empty = self._empty
+        slots, starts = self._slots, self._buf.startswith
+        with self._lock:
+            claims = self._claims
+            take = claims.take
+            deadlines = claims._deadlines
+            room = claims.max_claims - len(deadlines)
+            now = claims.clock()
+            until = now + lease_ms / 1000.0
+            for key in keys:
+                if type(key) is not bytes:
+                    key = key_bytes(key)
+                # committed? (inline _holds: this loop is per message)
+                if ds is None:
+                    if slots[hash(key) % size] == key:
+                        app(DONE)
+                        continue
+                else:
+                    fp = key if len(key) == ds and key != empty else \
+                        blake2b(key, digest_size=ds).digest()
+                    if starts(fp, hash(key) % size * ds):
+                        app(DONE)
+                        continue
+                if room > 0 and key not in deadlines:  # the common case: a new claim
+                    deadlines[key] = until
+                    room -= 1
+                    app(NEW)
+                else:
+                    app(take(key, lease_ms, now))
+                    room = claims.max_claims - len(deadlines)
+        return out
+
+    def commit_many(self, keys: Sequence[Key]) -> None:
+        """The keys were handled: into their buckets; their claims end."""
+        ds = self.digest_size
+        size = self.size
+        with self._lock:
+            drop = self._claims._deadlines.pop
+            for key in keys:
+                if type(key) is not bytes:
+                    key = key_bytes(key)
+                drop(key, None)
+                if ds is None:
+                    self._slots[hash(key) % size] = key
+                    continue
+                fp = key if len(key) == ds and key != self._empty else \
+                    blake2b(key, digest_size=ds).digest()
+                o = hash(key) % size * ds
+                self._buf[o:o + ds] = fp
+
+    def release_many(self, keys: Sequence[Key]) -> None:
+        """Our claims on ``keys`` end (a committed key stays committed)."""
+        drop = self._claims.drop
+        with self._lock:
+            for key in keys:
+                drop(key if type(key) is bytes else key_bytes(key))
+
+    def renew_many(self, keys: Sequence[Key], lease_ms: int) -> None:
+        """Our live claims on ``keys`` last ``lease_ms`` more (a TOUCH)."""
+        with self._lock:
+            claims = self._claims
+            now = claims.clock()
+            for key in keys:
+                claims.renew(key if type(key) is bytes else key_bytes(key), lease_ms, now)
+
+    @property
+    def claims(self) -> int:
+        """Live and expired claims held now (they end at commit or release)."""
+        return len(self._claims)
+
     def clear(self) -> None:
         """Forget everything."""
         with self._lock:
+            self._claims = ClaimTable(self._claims.max_claims, self._claims.clock)
             if self.digest_size is None:
                 self._slots[:] = [None] * self.size
             else:

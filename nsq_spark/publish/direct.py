@@ -75,8 +75,9 @@ class DirectTransport:
                              async_hint="await producer.apublish(...)")
         self.http = HttpPublisher(http, config, retry, stats,
                                   lambda: self._closed) if http else None
-        health = NsqdHealth(self.nsqd_tcp_addresses, strategy, retry_wait=retry.wait,
-                            retry_max_wait=retry.max_wait, stats=stats)
+        self.health = health = NsqdHealth(self.nsqd_tcp_addresses, strategy,
+                                          retry_wait=retry.wait,
+                                          retry_max_wait=retry.max_wait, stats=stats)
         self.tcp = PipelinedPool(
             addresses, config, health=health, retry=retry, stats=stats,
             loop=self.home.current, stopped=lambda: self._closed, timeout=publish_timeout)

@@ -142,6 +142,34 @@ class HttpPublisher:
                 raise
         return result
 
+    # -- one nsqd, for a replicated publish (the planner substitutes; no retry here) ------
+
+    @property
+    def addresses(self) -> list[str]:
+        """The nsqd of each endpoint (``host:port``), in the configured order."""
+        return [key for _, key in self.endpoints]
+
+    async def pub_to(self, key: str, topic: str, body: bytes, defer_ms: int | None) -> None:
+        """POST one message to the one nsqd ``key``; raises its failure."""
+        qs = f"/pub?topic={quote(protocol.check_topic(topic))}"
+        if defer_ms:
+            qs += f"&defer={int(defer_ms)}"
+        data = bytes(body)
+        await self._once(self._base(key), key, qs, data)
+        self.stats.acked_http(1, len(data), key)
+
+    async def mpub_to(self, key: str, topic: str, datas: Sequence[bytes]) -> None:
+        """POST encoded MPUB commands (in order) to the one nsqd ``key``."""
+        qs = f"/mpub?topic={quote(protocol.check_topic(topic))}&binary=true"
+        base = self._base(key)
+        for data in datas:
+            messages, size = command_size(data)
+            await self._once(base, key, qs, data[data.index(b"\n") + 5:])
+            self.stats.acked_http(messages, size, key)
+
+    def _base(self, key: str) -> str:
+        return next(base for base, k in self.endpoints if k == key)
+
     def forget(self) -> None:
         """Drop the client without closing it (its event loop is gone)."""
         self._client = None

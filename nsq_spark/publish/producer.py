@@ -35,6 +35,15 @@ shown by ``stats()["health"]``, ``on_error`` and an ERROR log; :meth:`flush` ret
 False meanwhile. Unlike the direct mode, where such failures raise at once (a caller is
 waiting), see :func:`nsq_spark.spool.drain.refused`.
 
+Publish ids and replicas (``docs/publishing.md``). With ``publish_ids=True`` the facade
+stamps each body with a publish id (:mod:`nsq_spark.envelope`, version 3) *before* it
+reaches the transport, in every mode: the spool stores the stamped body, so its resend
+after a crash carries the same id, and every replica and retry carries it too. A new id
+per message per call, or the caller's ``idempotency_key``. ``replicas=N`` puts each
+message on N distinct nsqds and returns once ``write_quorum`` acknowledged
+(:mod:`.replicated`; which nsqds: :mod:`.replicas`); with ``spool_dir`` a message stays
+on disk until all N have it.
+
 Bodies follow one rule in every mode: ``bytes``, ``bytearray`` or ``memoryview``, not
 empty, at most ``max_msg_size`` when given; anything else (``str`` included) raises
 :class:`~nsq_spark.errors.InvalidBodyError` before anything is sent or spooled.
@@ -65,9 +74,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from nsq_spark import validate
+from nsq_spark import protocol, validate
 from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
 from nsq_spark.config import ConnectionConfig, check_producer_options
+from nsq_spark.envelope import PublishIds, publish_id_for, stamp, stamp_many
 from nsq_spark.errors import ConfigError
 from nsq_spark.spool.drain import Sender
 from nsq_spark.spool.store import FSYNC_ALWAYS, CorruptSegment, SpoolStats
@@ -75,6 +85,8 @@ from nsq_spark.telemetry import checked as checked_telemetry
 
 from .._log import get_logger
 from .direct import DirectTransport
+from .replicas import default_quorum
+from .replicated import ReplicatedTransport
 from .retry import RetryPolicy
 from .spooled import SpooledTransport
 from .stats import PublishStats
@@ -99,13 +111,29 @@ _SPOOL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _one_server(sender: "Sender | DirectTransport") -> tuple[str, int] | None:
+def _one_server(sender: "Sender | DirectTransport | ReplicatedTransport"
+                ) -> tuple[str, int] | None:
     """``server.address``/``server.port`` of the telemetry: the one nsqd, if one."""
-    one = sender.nsqd_tcp_addresses if isinstance(sender, DirectTransport) else []
+    one = sender.nsqd_tcp_addresses \
+        if isinstance(sender, (DirectTransport, ReplicatedTransport)) else []
     if len(one) != 1:
         return None
     host, port = parse_address_list(one, "nsqd_tcp_addresses")[0]
     return host, port
+
+
+def _key_without_ids(param: str) -> ConfigError:
+    return ConfigError(f"{param} needs publish ids: create the Producer with "
+                       "publish_ids=True (or replicas=N, which turns them on); without them "
+                       "a key has nothing to name")
+
+
+def _publish_id(key: Any, param: str) -> bytes:
+    """:func:`~nsq_spark.envelope.publish_id_for` with its errors named and typed."""
+    try:
+        return publish_id_for(key)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{param}: {exc}") from None
 
 
 class Producer:
@@ -136,6 +164,28 @@ class Producer:
             MPUBs (nsqd's ``--max-body-size``); each MPUB is atomic, the whole call is not.
         blocking_connections: connections per nsqd shared by the threads that use the
             blocking calls (a thread always uses the same one).
+        publish_ids: stamp each body with a publish id before it is sent (the version-3
+            envelope of :mod:`nsq_spark.envelope`, 27 bytes more, counted against
+            ``max_msg_size``): a new id per message per call, or one derived from the
+            ``idempotency_key`` given to the call; every copy and retry of it (the spool's
+            resend after a crash too) carries the same id, so a consumer with
+            ``dedup_key="publish_id"`` handles each publish once. Default None: on
+            exactly when ``replicas`` is given. An idempotency key without publish ids
+            raises ConfigError (turning them on for one call would envelope some bodies
+            and not others). ``False`` with ``replicas`` sends raw copies (as NSQ's
+            ``to_nsq`` does), which a consumer can only tell apart by content.
+        replicas: put each message (each MPUB batch as one unit) on this many distinct
+            nsqd of those given (1 .. their number; needs TCP or HTTP addresses, not a
+            ``producer_factory``): the first rotates over the healthy nsqd, the others
+            follow in order, a failed one is replaced by the next one not holding it.
+            Default None: one copy, ``strategy`` picks the nsqd. See
+            ``docs/publishing.md``.
+        write_quorum: with ``replicas``: a publish returns once this many nsqd
+            acknowledged it (the blocking calls once every replica answered; futures and
+            asyncio at the quorum), else :class:`~nsq_spark.errors.ReplicationError`
+            within ``publish_timeout``. Default None: a majority, ``replicas // 2 + 1``.
+            With ``spool_dir`` the drain moves on at the quorum and keeps each message on
+            disk until all ``replicas`` have it.
         spool_dir: publish through a durable local spool in this directory (see
             :mod:`nsq_spark.spool`): every call returns once the message is in
             the spool, a background thread sends it and keeps it until nsqd acknowledged
@@ -181,6 +231,8 @@ class Producer:
                  retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
                  publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
                  max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
+                 publish_ids: bool | None = None, replicas: int | None = None,
+                 write_quorum: int | None = None,
                  spool_dir: str | os.PathLike[str] | None = None,
                  spool_fsync: str | int | None = FSYNC_ALWAYS,
                  spool_max_bytes: int = 1 << 30, spool_full: str = "block",
@@ -204,9 +256,22 @@ class Producer:
             retry_max_wait=retry_max_wait, retry_deadline=retry_deadline,
             publish_timeout=publish_timeout, max_msg_size=max_msg_size,
             max_mpub_bytes=max_mpub_bytes, blocking_connections=blocking_connections,
-            spool_max_bytes=spool_max_bytes, spool_block_timeout=spool_block_timeout,
+            replicas=replicas, write_quorum=write_quorum, spool_max_bytes=spool_max_bytes, spool_block_timeout=spool_block_timeout,
             batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval)
         spooled = spool_dir is not None
+        if publish_ids not in (None, True, False):
+            raise ConfigError(f"publish_ids={publish_ids!r}: give True, False, or None (on "
+                              "exactly when replicas is given)")
+        if write_quorum is not None and replicas is None:
+            raise ConfigError(f"write_quorum={write_quorum} needs replicas=N (the number of "
+                              "nsqd each message goes to): give both, or drop write_quorum")
+        if write_quorum is not None and replicas is not None and write_quorum > replicas:
+            raise ConfigError(f"write_quorum={write_quorum} is more than replicas={replicas}: "
+                              "a publish cannot be acknowledged by more nsqd than it is sent "
+                              f"to; give write_quorum 1 .. {replicas}")
+        if replicas is not None and producer_factory is not None:
+            raise ConfigError("replicas needs the Producer's own connections to every nsqd: "
+                              "drop producer_factory (or replicas)")
         if not spooled:
             given = dict(spool_options, producer_factory=producer_factory)
             stray = sorted(k for k, v in given.items() if v != _SPOOL_DEFAULTS[k])
@@ -230,6 +295,13 @@ class Producer:
         self.max_msg_size = max_msg_size
         self.max_mpub_bytes = max_mpub_bytes
         self.blocking_connections = blocking_connections
+        #: the copies of each message, and how many must acknowledge (None: no replication)
+        self.replicas: int | None = replicas
+        self.write_quorum: int | None = None if replicas is None else (
+            default_quorum(replicas) if write_quorum is None else write_quorum)
+        #: stamp each body with a publish id (on by default with replicas)
+        self.publish_ids = bool(replicas is not None if publish_ids is None else publish_ids)
+        self._ids: PublishIds | None = PublishIds() if self.publish_ids else None
         self.message_id_digest = bool(message_id_digest)
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
@@ -239,13 +311,14 @@ class Producer:
         self._direct: DirectTransport | None = None   # without spool_dir (for Writer)
         spool: SpooledTransport | None = None
         transport: Transport
-        sender: Sender | DirectTransport
+        sender: Sender | DirectTransport | ReplicatedTransport
         # chosen once: the transport itself, or the transport measured
         self.telemetry = checked_telemetry(telemetry, "Producer")
         server: tuple[str, int] | None = None
         if spool_dir is None:
-            self._direct = transport = sender = self._direct_transport(
+            self._direct = sender = self._direct_transport(
                 nsqd_tcp_addresses, nsqd_http_addresses, spooled)
+            transport = self._replicated(sender)
             server = _one_server(sender)
         else:
             if producer_factory is not None:
@@ -254,6 +327,8 @@ class Producer:
                 sender = self._direct_transport(nsqd_tcp_addresses, nsqd_http_addresses,
                                                 spooled)
             server = _one_server(sender)
+            if isinstance(sender, DirectTransport) and self.replicas is not None:
+                sender = self._replicated(sender)   # the drain completes every replica
             # instrumented: what the drain sends to nsqd is what is counted as sent
             drained: Sender = sender if self.telemetry is None else \
                 self.telemetry.drain_sender(sender, server)
@@ -267,7 +342,7 @@ class Producer:
                                                           measure=spool is None)
         self._transport = transport
         self._spool = spool   # None without spool_dir; with telemetry, _transport wraps it
-        if isinstance(sender, DirectTransport):
+        if isinstance(sender, (DirectTransport, ReplicatedTransport)):
             self.nsqd_tcp_addresses = sender.nsqd_tcp_addresses
             self.nsqd_http_addresses = sender.nsqd_http_addresses
         else:   # a producer_factory's sender: the addresses as given, for repr and stats
@@ -276,6 +351,23 @@ class Producer:
             self.nsqd_http_addresses = []
         self.http_mode = bool(self.nsqd_http_addresses)
         self.spool_dir: Path | None = None if spool is None else spool.spool_dir
+
+    def _replicated(self, direct: DirectTransport) -> DirectTransport | ReplicatedTransport:
+        """``direct`` itself, or with ``replicas`` the replicated transport over it."""
+        if self.replicas is None or self.write_quorum is None:
+            return direct
+        count = len(direct.nsqd_http_addresses or direct.nsqd_tcp_addresses)
+        if self.replicas > count:
+            direct.close(0)
+            raise ConfigError(f"replicas={self.replicas} needs at least {self.replicas} "
+                              f"distinct nsqd addresses; {count} given: give more "
+                              f"addresses, or replicas 1 .. {count}")
+        try:
+            return ReplicatedTransport(direct, replicas=self.replicas,
+                                       quorum=self.write_quorum)
+        except ValueError as exc:   # the HTTP endpoints repeat an nsqd
+            direct.close(0)
+            raise ConfigError(f"replicas: {exc}; give each nsqd once") from None
 
     def _direct_transport(self, tcp_given: Any, http_given: Any, spooled: bool
                           ) -> DirectTransport:
@@ -304,17 +396,64 @@ class Producer:
 
     # -- blocking API ------------------------------------------------------------------------
 
-    def publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
-        """Publish one message (DPUB when ``defer_ms`` is given); returns when nsqd
-        acknowledged it -- with ``spool_dir``, when it is in the spool. Raises
-        InvalidNameError/InvalidBodyError for bad input, a typed NSQServerError for a
-        refusal, ConnectError when no nsqd can be reached."""
-        self._transport.publish(topic, body, validate.defer_ms(defer_ms))
+    # -- publish ids: stamped here, before any transport (one place for every mode) -------
 
-    def mpublish(self, topic: str, bodies: Iterable[bytes]) -> None:
+    def _stamp(self, body: bytes, key: bytes | str | None) -> bytes:
+        """``body`` with its publish id (a new one, or ``key``'s), or as it is without
+        publish ids (then a key is an error)."""
+        ids = self._ids
+        if ids is None:
+            if key is not None:
+                raise _key_without_ids("idempotency_key")
+            return body
+        if type(body) is not bytes or not body:   # the body rule, before the envelope
+            protocol._check_body(body, None)       # would hide an empty one
+        return stamp(body, ids.new() if key is None else _publish_id(key, "idempotency_key"))
+
+    def _stamp_many(self, bodies: Sequence[bytes], keys: Iterable[bytes | str] | None
+                    ) -> Sequence[bytes]:
+        ids = self._ids
+        if ids is None:
+            if keys is not None:
+                raise _key_without_ids("idempotency_keys")
+            return bodies
+        for i, body in enumerate(bodies):
+            if type(body) is not bytes or not body:   # the rest, named, only when needed
+                protocol._check_body(body, None, f"message body #{i}")
+        if keys is None:
+            return stamp_many(list(bodies), ids.many(len(bodies)))
+        if isinstance(keys, (bytes, str)) or not isinstance(keys, Iterable):
+            raise ConfigError(f"idempotency_keys={keys!r:.60}: give one key per body, e.g. "
+                              "[b'order-1', b'order-2']")
+        pids = [_publish_id(k, f"idempotency_keys[{i}]") for i, k in enumerate(keys)]
+        if len(pids) != len(bodies):
+            raise ConfigError(f"idempotency_keys has {len(pids)} keys for {len(bodies)} "
+                              "bodies: give one key per body, in the same order")
+        return stamp_many(list(bodies), pids)
+
+    # -- blocking API ------------------------------------------------------------------------
+
+    def publish(self, topic: str, body: bytes, defer_ms: int | None = None, *,
+                idempotency_key: bytes | str | None = None) -> None:
+        """Publish one message (DPUB when ``defer_ms`` is given); returns when nsqd
+        acknowledged it -- with ``spool_dir``, when it is in the spool; with
+        ``replicas``, when ``write_quorum`` nsqd did (else ReplicationError). Raises
+        InvalidNameError/InvalidBodyError for bad input, a typed NSQServerError for a
+        refusal, ConnectError when no nsqd can be reached. ``idempotency_key`` (with
+        ``publish_ids``): the publish id is derived from it
+        (:func:`nsq_spark.envelope.publish_id_for`), so publishing again under the same
+        key publishes the same message as far as a consumer deduplicating by publish id
+        is concerned."""
+        self._transport.publish(topic, self._stamp(body, idempotency_key),
+                                validate.defer_ms(defer_ms))
+
+    def mpublish(self, topic: str, bodies: Iterable[bytes], *,
+                 idempotency_keys: Iterable[bytes | str] | None = None) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all (with
-        ``spool_dir``: when all are in the spool, with one write and one sync)."""
-        self._transport.mpublish(topic, validate.bodies(bodies))
+        ``spool_dir``: when all are in the spool, with one write and one sync).
+        ``idempotency_keys``: one key per body, in order (see :meth:`publish`)."""
+        self._transport.mpublish(topic, self._stamp_many(validate.bodies(bodies),
+                                                         idempotency_keys))
 
     def flush(self, timeout: float | None = None) -> bool:
         """With ``spool_dir``: wait until nsqd has acknowledged everything this producer
@@ -340,36 +479,46 @@ class Producer:
 
     # -- futures API ---------------------------------------------------------------------
 
-    def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None
+    def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None, *,
+                      idempotency_key: bytes | str | None = None
                       ) -> concurrent.futures.Future[bytes]:
         """Like publish, but returns a concurrent.futures.Future at once (pipelining).
         Bad input raises here. With ``spool_dir`` the future is settled once the message
         is in the spool (the append happens in this call)."""
-        return self._transport.publish_async(topic, body, validate.defer_ms(defer_ms))
+        return self._transport.publish_async(topic, self._stamp(body, idempotency_key),
+                                             validate.defer_ms(defer_ms))
 
-    def mpublish_async(self, topic: str, bodies: Iterable[bytes]
+    def mpublish_async(self, topic: str, bodies: Iterable[bytes], *,
+                       idempotency_keys: Iterable[bytes | str] | None = None
                        ) -> concurrent.futures.Future[Any]:
         """Like mpublish, but returns a concurrent.futures.Future at once."""
-        return self._transport.mpublish_async(topic, validate.bodies(bodies))
+        return self._transport.mpublish_async(
+            topic, self._stamp_many(validate.bodies(bodies), idempotency_keys))
 
     # -- asyncio API -----------------------------------------------------------------------
 
-    async def apublish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
+    async def apublish(self, topic: str, body: bytes, defer_ms: int | None = None, *,
+                       idempotency_key: bytes | str | None = None) -> None:
         """Publish one message; returns when nsqd acknowledged it (with ``spool_dir``:
         when it is in the spool; the append runs in a worker thread)."""
-        await self._transport.apublish(topic, body, validate.defer_ms(defer_ms))
+        await self._transport.apublish(topic, self._stamp(body, idempotency_key),
+                                       validate.defer_ms(defer_ms))
 
-    async def ampublish(self, topic: str, bodies: Iterable[bytes]) -> None:
+    async def ampublish(self, topic: str, bodies: Iterable[bytes], *,
+                        idempotency_keys: Iterable[bytes | str] | None = None) -> None:
         """Publish several messages with MPUB; returns when nsqd acknowledged all."""
-        await self._transport.ampublish(topic, validate.bodies(bodies))
+        await self._transport.ampublish(
+            topic, self._stamp_many(validate.bodies(bodies), idempotency_keys))
 
-    def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None = None
+    def publish_nowait(self, topic: str, body: bytes, defer_ms: int | None = None, *,
+                       idempotency_key: bytes | str | None = None
                        ) -> "asyncio.Future[bytes]":
         """On the producer's loop: queue a publish and return an asyncio future of the
         answer without a coroutine per call (the cheapest way to pipeline from asyncio).
         Transient failures are retried like apublish. With ``spool_dir`` the message is
         appended in this call and the future is already settled."""
-        return self._transport.publish_nowait(topic, body, validate.defer_ms(defer_ms))
+        return self._transport.publish_nowait(topic, self._stamp(body, idempotency_key),
+                                              validate.defer_ms(defer_ms))
 
     # -- state -----------------------------------------------------------------------------
 

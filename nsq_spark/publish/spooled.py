@@ -206,7 +206,8 @@ class SpooledTransport:
             "bytes_on_disk": store.bytes_on_disk, "orphans_claimed": st.orphans_claimed,
             "segments_deleted": st.segments_deleted, "fsyncs": st.fsyncs,
             "corrupt_segments": [str(c) for c in st.corrupt_segments],
-            "redriven": st.redriven, **drain.health_dict(),
+            "redriven": st.redriven, "awaiting_replicas": drain.awaiting_replicas,
+            **drain.health_dict(),
             "producer": inner,
         }
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Sequence
 
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
@@ -102,6 +102,45 @@ class BlockingPool:
             raise
         self.stats.acked(data, key)
         return result
+
+    def send_to(self, key: str, datas: Sequence[bytes], deadline: float | None) -> None:
+        """Send ``datas`` (encoded commands, in order) to the one nsqd ``key``, for a
+        replicated publish: connecting if needed, and reconnecting once when a connection
+        that was already open turns out broken (nsqd restarted meanwhile). No other nsqd,
+        no backoff waits: the replica planner substitutes another nsqd instead. Raises
+        the failure (the nsqd's health is updated); ``deadline`` (``time.monotonic()``)
+        bounds it all."""
+        if self._expired(deadline):   # our time is up: says nothing about that nsqd
+            raise NSQTimeoutError(f"publish did not complete within publish_timeout="
+                                  f"{self.timeout}s: no time left to send to {key}")
+        conn = self._slot(key)
+        # an open, fresh connection needs no locks to check (ensure_open takes both)
+        fresh = self._open(key, conn, deadline) if conn.closed or conn.stale else False
+        for data in datas:
+            try:
+                conn.command(data, deadline)
+            except Exception as exc:
+                if fresh or not is_transient(exc) or self.stopped() \
+                        or self._expired(deadline):
+                    if is_transient(exc):
+                        self.health.connection_lost(key, exc)
+                    raise
+                fresh = self._open(key, conn, deadline)   # once: now it is fresh
+                self.stats.retried()
+                conn.command(data, deadline)
+            self.stats.acked(data, key)
+
+    def _open(self, key: str, conn: SyncConnection, deadline: float | None) -> bool:
+        """Open ``conn`` if needed; True if this call connected it."""
+        connecting = conn.closed or conn.stale
+        try:
+            conn.ensure_open(deadline)
+        except Exception as exc:
+            self.health.connect_failed(key, exc)
+            raise
+        if connecting:
+            self.health.connected(key)
+        return connecting
 
     @staticmethod
     def _expired(deadline: float | None) -> bool:

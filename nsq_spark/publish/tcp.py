@@ -31,7 +31,7 @@ import asyncio
 import collections
 import concurrent.futures
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from nsq_spark.addresses import Address
 from nsq_spark.config import ConnectionConfig
@@ -172,6 +172,14 @@ class _AsyncRequest:
 
     def exception(self) -> None:
         return None
+
+
+async def _all_answered(futs: "list[asyncio.Future[bytes]]") -> None:
+    """Wait for every answer; raise the first failure (every one is retrieved)."""
+    results = await asyncio.gather(*futs, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
 
 
 def _retrieve(fut: "asyncio.Future[Any]") -> None:
@@ -385,6 +393,28 @@ class PipelinedPool:
     def _on_retry(self, _: Any) -> None:
         self.stats.retried()
 
+    async def send_to(self, key: str, datas: Sequence[bytes]) -> None:
+        """On the loop: send ``datas`` (encoded commands, in order, pipelined) to the one
+        nsqd ``key``, for a replicated publish: connecting if needed, reconnecting once
+        when a connection that was already open turned out closed (nsqd restarted). No
+        other nsqd, no backoff waits (the replica planner substitutes instead); raises
+        the failure. The caller bounds the time (publish_timeout); each answer is bounded
+        by ``response_timeout`` (the connection's own)."""
+        conn = self._conns.get(key)
+        fresh = conn is None
+        if conn is None:
+            conn = await self._connect(key)
+        try:
+            await _all_answered([conn.command(d) for d in datas])
+        except Exception as exc:
+            if fresh or not conn.closed or not is_transient(exc) or self.stopped():
+                raise
+            self.stats.retried()
+            conn = await self._connect(key)
+            await _all_answered([conn.command(d) for d in datas])
+        for d in datas:
+            self.stats.acked_on_loop(d, key)
+
     # -- connections -----------------------------------------------------------------------
 
     def _pick(self) -> Connection | None:
@@ -479,6 +509,12 @@ class PipelinedPool:
 
     def connected(self) -> set[str]:
         return set(self._conns)
+
+    def open_connection(self, key: str) -> Connection | None:
+        """The open connection to ``key``, if there is one (a replicated publish sends on
+        it directly; :meth:`send_to` connects when there is none)."""
+        conn = self._conns.get(key)
+        return None if conn is None or conn.closed else conn
 
     # -- closing ---------------------------------------------------------------------------
 

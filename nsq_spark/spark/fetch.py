@@ -54,10 +54,10 @@ from typing import TYPE_CHECKING, Iterator
 
 from .._log import get_logger
 from .fetch_task import (FIRST_WAIT, FetchTask, PartitionTally, ReaderFactory, ReaderLease,
-                         ReaderPort, TaskTimings, blocks_body_bytes, first_blocks,
-                         not_subscribed, not_subscribed_error, observe_timings,
+                         ReaderPort, TaskTimings, blocks_body_bytes, dedup_lease_ms,
+                         first_blocks, not_subscribed, not_subscribed_error, observe_timings,
                          seal_and_complete)
-from .filters import DeadLetterSplit, Dedup, check_dedup_spec, dedup_store_error
+from .filters import DeadLetterSplit, Dedup, check_dedup_spec, dedup_store_error, split_held
 from .options import ReadOptions
 from .reader_cache import CachedReaders, readers
 from .schema import blocks_to_batch
@@ -212,7 +212,7 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
     check_speculation_off()
     if topic is not None and topic != opts.topic:
         opts = dataclasses.replace(opts, topic=topic)
-    dedup = Dedup(opts.dedup) if opts.dedup else None
+    dedup = Dedup(opts.dedup, dedup_lease_ms(opts)) if opts.dedup else None
     dead_letters = DeadLetterSplit(opts, f"read-{uuid.uuid4().hex[:8]}")
     if share < opts.max_in_flight:
         opts = dataclasses.replace(opts, max_in_flight=share)
@@ -244,7 +244,9 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
             if not got:
                 break
             if dedup is not None:
-                rb, keep, _ = dedup.batch(got, opts.topic, opts.channel)
+                d = dedup.batch(got, opts.topic, opts.channel)
+                rb, keep = d.rb, d.keep
+                got = split_held(reader, got, d)  # requeued, not rows
             else:
                 rb, keep = blocks_to_batch(got, opts.topic, opts.channel), []
             rb, dead = dead_letters.split(rb)
@@ -256,13 +258,15 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
             except GeneratorExit:
                 # Spark stopped early (e.g. a LIMIT): give the messages back
                 reader.requeue_blocks(got, delay_ms=0)
+                if dedup is not None:
+                    dedup.release(keep)
                 raise
             n = sum(map(len, got))
             if remaining - n < opts.max_in_flight:  # ask nsqd for no more than is left
                 reader.set_max_in_flight(max(0, remaining - n))
             reader.finish_blocks(got)
             if dedup is not None:
-                dedup.mark(keep)
+                dedup.commit(keep)
             remaining -= n
             if bytes_left is not None:
                 bytes_left -= blocks_body_bytes(got)

@@ -29,12 +29,12 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
-from .filters import DeadLetterSplit, Dedup
-from .options import ReadOptions
+from .filters import DeadLetterSplit, Dedup, split_held
+from .options import NSQD_MSG_TIMEOUT, ReadOptions
 from .reader_cache import CachedReaders, cache_key
 from .schema import blocks_to_batch
 from .seen import Redeliveries
@@ -59,7 +59,10 @@ class ReaderPort(Protocol):
     def finish_blocks(self, blocks: Iterable["MessageBlock"]) -> None: ...
 
     def requeue_blocks(self, blocks: Iterable["MessageBlock"],
-                       delay_ms: int | None = None) -> None: ...
+                       delay_ms: int | None = None, backoff: bool = True) -> None: ...
+
+    def split_blocks(self, blocks: Iterable["MessageBlock"], chosen: Sequence[bool]
+                     ) -> tuple[list["MessageBlock"], list["MessageBlock"]]: ...
 
     def set_max_in_flight(self, max_in_flight: int) -> None: ...
 
@@ -293,7 +296,7 @@ class FetchTask:
         self.timings = timings
         self.gate = gate
         self.label = f"batch {batch} part {index}"
-        self.dedup = Dedup(opts.dedup) if opts.dedup else None
+        self.dedup = Dedup(opts.dedup, dedup_lease_ms(opts)) if opts.dedup else None
         self.dead_letters = DeadLetterSplit(opts, f"batch{batch}-part{index}")
         self.chunk_size = opts.spool_chunk_size
         self.max_in_flight = opts.max_in_flight
@@ -378,7 +381,7 @@ class FetchTask:
                                 time.monotonic())
             elif step.action is Action.CUT:
                 planner.cut()
-                jobs.append(self._cut(pending, writer))
+                jobs.append(self._cut(reader, pending, writer))
                 pending = []
             elif step.action is Action.SETTLE:
                 yield from self._settle(reader, jobs.popleft(), planner)
@@ -391,12 +394,16 @@ class FetchTask:
 
     # -- the steps ------------------------------------------------------------------------
 
-    def _cut(self, blocks: list["MessageBlock"], writer: ThreadPoolExecutor) -> _Chunk:
-        """Convert, filter (redeliveries, dead letters) and submit one chunk."""
+    def _cut(self, reader: ReaderPort, blocks: list["MessageBlock"],
+             writer: ThreadPoolExecutor) -> _Chunk:
+        """Convert, filter (duplicates, redeliveries, dead letters) and submit one chunk."""
         tm, perf, gate = self.timings, time.perf_counter, self.gate
         t = perf()
         if self.dedup is not None:
-            rb, keep, drop = self.dedup.batch(blocks, self.opts.topic, self.opts.channel)
+            d = self.dedup.batch(blocks, self.opts.topic, self.opts.channel)
+            rb, keep, drop = d.rb, d.keep, d.drop
+            # held copies go back to nsqd now: neither spooled nor FINished with the chunk
+            blocks = split_held(reader, blocks, d)
         else:
             rb, keep, drop = blocks_to_batch(blocks, self.opts.topic, self.opts.channel), [], []
         tm.convert += perf() - t
@@ -439,6 +446,8 @@ class FetchTask:
                                   "more")
         except BaseException:
             reader.requeue_blocks(job.blocks, delay_ms=0)
+            if self.dedup is not None:
+                self.dedup.release(job.keep)
             raise
         tm.spool += perf() - t
         t = perf()
@@ -450,7 +459,7 @@ class FetchTask:
         tm.fetch += perf() - t
         if self.dedup is not None:
             t = perf()
-            self.dedup.mark(job.keep)
+            self.dedup.commit(job.keep)
             tm.dedup += perf() - t
             if job.drop:
                 log.info("%s: dropped %d redelivered duplicates", self.label, len(job.drop))
@@ -475,6 +484,13 @@ class FetchTask:
         t = perf()
         yield out
         self.timings.handover += perf() - t
+
+
+def dedup_lease_ms(opts: ReadOptions) -> int:
+    """The lease of the ``dedup`` option's claims: the connection's message timeout
+    (``msgTimeout``), else nsqd's default (60 s) -- a task killed before its chunk is
+    durable has its messages redelivered, and its claims ended, after about that."""
+    return round(float(opts.connection.get("msg_timeout") or NSQD_MSG_TIMEOUT) * 1000)
 
 
 def concat_batches(batches: list["pa.RecordBatch"]) -> "pa.RecordBatch":

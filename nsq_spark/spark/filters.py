@@ -5,8 +5,9 @@ its FIN, so neither can drop a message without a trace.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from .._log import get_logger
 from .options import ReadOptions
@@ -20,30 +21,59 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = get_logger(__name__)
 
-__all__ = ["DeadLetterSplit", "Dedup", "check_dedup_spec", "dedup_store_error"]
+__all__ = ["DeadLetterSplit", "Dedup", "DedupChunk", "check_dedup_spec", "dedup_store_error",
+           "split_held"]
+
+
+@dataclasses.dataclass
+class DedupChunk:
+    """A chunk through the ``dedup`` option: ``rb`` the rows of the ``keep`` messages
+    (claimed for this task), ``drop`` the committed ones (FINished without a row), and
+    ``held``: one flag per message of the chunk, True for a copy another task or
+    consumer holds a live claim on (requeued after ``held_delay_ms``, never FINished nor
+    spooled; all False when none)."""
+
+    rb: "pa.RecordBatch"
+    keep: list["Message"]
+    drop: list["Message"]
+    held: list[bool]
+    held_delay_ms: int
+
+    @property
+    def any_held(self) -> bool:
+        return self.held_delay_ms > 0
 
 
 class Dedup:
-    """The ``dedup`` option at fetch time, ordered so that it can only ever let a
-    duplicate through, never lose a message:
+    """The ``dedup`` option at fetch time: claim, then commit
+    (:class:`~nsq_spark.dedup.ClaimingDeduplicator`), ordered so that it can only ever
+    let a duplicate through, never lose a message:
 
-    1. candidates are checked against the shared store -- checked, not marked: a key that
-       was absent is erased again right away. With the default key (the message ``id``)
-       only messages delivered before (``attempts > 1``) can be redeliveries, so only those
-       cost a round trip; with ``key=body`` every message is checked;
-    2. the survivors are spooled and FINished; the seen ones are FINished without spooling;
-    3. only then are the survivors' keys marked as seen (one pipelined round trip).
+    1. the chunk's keys are claimed in the shared store, for ``lease_ms`` (the
+       connection's ``msgTimeout``, else nsqd's default 60 s), before anything is
+       spooled. With the default key (the message ``id``) only a redelivery
+       (``attempts > 1``) can have been claimed or committed by anyone, so only those
+       cost a round trip; a first delivery is ours by construction. With ``key=body``
+       every message is claimed;
+    2. a committed key's message is FINished without a row; a held one (another task or
+       consumer has a live claim) is requeued after what is left of that lease, neither
+       spooled nor FINished; the rest are spooled and FINished;
+    3. only then are the kept keys committed (one round trip). A chunk that fails
+       before its FIN releases its claims.
 
-    A crash between 2 and 3 lets a later redelivery through (a duplicate); nothing is
-    marked seen before it is durable, so nothing is dropped that was not delivered.
+    A task that dies between 1 and 3 loses nothing: its claims end with their lease, and
+    the redelivery, held until then, is spooled by another task. A crash between the FIN
+    and the commit lets a later copy through (a duplicate row).
     """
 
-    def __init__(self, spec: str) -> None:
-        from nsq_spark.dedup import by_message_id, cached_from_spec
+    def __init__(self, spec: str, lease_ms: int) -> None:
+        from nsq_spark.dedup import by_message_id, cached_from_spec, claiming
 
         self.spec = spec
-        self.store = cached_from_spec(spec)
-        self.key = getattr(self.store, "key_func", None) or by_message_id
+        self.lease_ms = lease_ms
+        store = cached_from_spec(spec)
+        self.store = claiming(store)
+        self.key = getattr(store, "key_func", None) or by_message_id
         self.by_id = self.key is by_message_id
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -54,34 +84,85 @@ class Dedup:
         except Exception as exc:
             raise dedup_store_error(self.spec, exc) from exc
 
-    def split(self, messages: list["Message"]) -> tuple[list["Message"], list["Message"]]:
-        from nsq_spark.dedup import check_and_set_many, erase_many
+    def split(self, messages: list["Message"]
+              ) -> tuple[list["Message"], list["Message"], dict[int, int]]:
+        """``(keep, drop, held)``: the messages claimed for us, the committed ones, and
+        ``id(message) -> ms`` left on the holder's lease for the held ones. Every kept
+        message carries its key as ``dedup_key`` (what :meth:`commit` commits)."""
+        from nsq_spark.dedup import ClaimState
 
         key = self.key
-        cands = [m for m in messages if m.attempts > 1] if self.by_id else messages
+        keyed = []
+        for m in messages:
+            k = key(m)
+            if k is not None:  # no key (no publish id): never a duplicate, never claimed
+                m.dedup_key = k
+                keyed.append(m)
+        cands = [m for m in keyed if m.attempts > 1] if self.by_id else keyed
         if not cands:
-            return messages, []
-        keys = [key(m) for m in cands]
-        flags = self._call(check_and_set_many, self.store, keys)
-        self._call(erase_many, self.store, [k for k, seen in zip(keys, flags) if not seen])
-        seen = {id(m) for m, f in zip(cands, flags) if f}
-        if not seen:
-            return messages, []
-        return ([m for m in messages if id(m) not in seen],
-                [m for m in messages if id(m) in seen])
+            return messages, [], {}
+        claims = self._call(self.store.claim_many, [m.dedup_key for m in cands],
+                            self.lease_ms)
+        drop = {id(m) for m, c in zip(cands, claims) if c.state is ClaimState.DONE}
+        held = {id(m): c.left_ms for m, c in zip(cands, claims)
+                if c.state is ClaimState.HELD}
+        if not drop and not held:
+            return messages, [], {}
+        return ([m for m in messages if id(m) not in drop and id(m) not in held],
+                [m for m in messages if id(m) in drop], held)
 
-    def batch(self, blocks: list["MessageBlock"], topic: str, channel: str
-              ) -> tuple["pa.RecordBatch", list["Message"], list["Message"]]:
-        """The record batch of the messages of ``blocks`` not seen before; the kept and
-        the dropped messages."""
-        keep, drop = self.split([m for b in blocks for m in b.messages()])
-        return messages_to_batch(keep, topic, channel), keep, drop
+    def batch(self, blocks: list["MessageBlock"], topic: str, channel: str) -> DedupChunk:
+        """The chunk of ``blocks`` through steps 1-2 (the module doc of this class)."""
+        from nsq_spark.dedup.base import HELD_MARGIN_MS
 
-    def mark(self, messages: list["Message"]) -> None:
-        from nsq_spark.dedup import check_and_set_many
+        messages = [m for b in blocks for m in b.messages()]
+        keep, drop, held = self.split(messages)
+        flags = [id(m) in held for m in messages] if held else []
+        delay = max(held.values()) + HELD_MARGIN_MS if held else 0
+        return DedupChunk(messages_to_batch(keep, topic, channel), keep, drop, flags, delay)
 
-        if messages:
-            self._call(check_and_set_many, self.store, [self.key(m) for m in messages])
+    def commit(self, messages: list["Message"]) -> None:
+        """Step 3: the kept messages are durable and FINished."""
+        keys = _keys(messages)
+        if keys:
+            self._call(self.store.commit_many, keys)
+
+    def release(self, messages: list["Message"]) -> None:
+        """The kept messages were not FINished (the chunk failed): their claims end, so
+        that their redelivery is spooled at once rather than after the lease."""
+        keys = _keys(messages)
+        if keys:
+            self._call(self.store.release_many, keys)
+
+    # the name of step 3 before claims existed
+    mark = commit
+
+
+def _keys(messages: list["Message"]) -> list[Any]:
+    return [k for k in (getattr(m, "dedup_key", None) for m in messages) if k is not None]
+
+
+class HeldAnswers(Protocol):
+    """What :func:`split_held` needs of a Reader (the fetch task's ReaderPort has it)."""
+
+    def split_blocks(self, blocks: Iterable["MessageBlock"], chosen: Sequence[bool]
+                     ) -> tuple[list["MessageBlock"], list["MessageBlock"]]: ...
+
+    def requeue_blocks(self, blocks: Iterable["MessageBlock"], delay_ms: int | None = None,
+                       backoff: bool = True) -> None: ...
+
+
+def split_held(reader: HeldAnswers, blocks: list["MessageBlock"], d: DedupChunk
+               ) -> list["MessageBlock"]:
+    """Requeue the held messages of ``blocks`` (no backoff: nothing failed) and return
+    the blocks of the rest, to spool and FINish."""
+    if not d.any_held:
+        return blocks
+    held, rest = reader.split_blocks(blocks, d.held)
+    reader.requeue_blocks(held, delay_ms=d.held_delay_ms, backoff=False)
+    log.info("%d messages held by another consumer's dedup claim: requeued for %d ms",
+             sum(map(len, held)), d.held_delay_ms)
+    return rest
 
 
 def dedup_store_error(spec: str, exc: BaseException) -> Exception:

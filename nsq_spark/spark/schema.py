@@ -252,6 +252,7 @@ def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
             pass
         else:
             inner = pc.binary_slice(bodies, envelope.TRACEPARENT_ONLY_BODY_AT, _PAST_ANY_BODY)
+            usual = _digest_matches(usual, inner, bodies)
             return (pc.if_else(usual, inner, bodies),
                     pc.if_else(usual, parents, pa.scalar(None, pa.string())))
     out: list[bytes | None] = []
@@ -265,6 +266,25 @@ def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
             out.append(body)
             parents_list.append(None)
     return pa.array(out, pa.binary()), pa.array(parents_list, pa.string())
+
+
+def _digest_matches(usual: "pa.Array", inner: "pa.Array", bodies: "pa.Array") -> "pa.Array":
+    """``usual`` where the envelope's digest is the inner body's (the one envelope rule:
+    a damaged envelope is never opened, :func:`nsq_spark.envelope.open_body`). One
+    BLAKE2b per traced row, in Python: only rows with a version-2 envelope pay it."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from nsq_spark import envelope
+
+    at = len(envelope.TRACED_ENVELOPE_MAGIC)
+    digests = pc.binary_slice(bodies, at, at + envelope.DIGEST_SIZE).to_pylist()
+    flags = usual.to_pylist()
+    ok = [bool(f) and hashlib.blake2b(b, digest_size=envelope.DIGEST_SIZE).digest() == d
+          for f, b, d in zip(flags, inner.to_pylist(), digests)]
+    return pa.array(ok, pa.bool_())
 
 
 def conform(batch: "pa.RecordBatch") -> "pa.RecordBatch":

@@ -26,10 +26,28 @@ called with each ERROR.
 Delivery is at least once: a batch is sent again when its answer was lost or the process
 died before the watermark was written -- at most one batch per failure, since one batch
 is on the wire at a time.
+
+**Replicas** (a sender with ``replicate``: ``Producer(replicas=N, write_quorum=W,
+spool_dir=...)``). Nothing leaves the disk before N distinct nsqds acknowledged it. Each
+batch is sent to N nsqds (:meth:`~nsq_spark.publish.replicated.ReplicatedTransport.
+replicate`: the replica planner picks them and substitutes for failures), retried as
+above -- only to nsqds that do not hold it yet -- until W hold it; then the drain moves on
+to the next batch, and the batch stays *out*: its bodies are let go (read from disk
+again when needed), the nsqds holding it are remembered, and the drain keeps completing
+it (at most every ``retry_max_wait``, oldest first, with a substitute when more nsqd are
+known than replicas, else the same nsqd once it is back). The segment's watermark
+advances over out batches in read order, each once all N have it, so a replica that was
+down gets every message it missed when it returns, and :meth:`SpoolDrain.flush` waits
+for all N. The nsqds holding an out batch are kept in memory only: after a crash the
+batches past the watermark are sent again to N nsqds (duplicates of one publish carry
+one publish id). At most :data:`MAX_OUT` batches are out at once; past that the drain
+only completes replicas until some are done. A batch nsqd refuses is narrowed down as
+above, each message then kept until all N have it (or it is refused for good).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import threading
 import time
@@ -37,7 +55,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from tenacity import RetryCallState, Retrying
 
-from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
+from nsq_spark.errors import (InvalidBodyError, InvalidNameError, NSQServerError,
+                              ReplicationError)
 from nsq_spark.publish.retry import RetryPolicy
 
 from .._log import get_logger
@@ -46,7 +65,8 @@ from .store import Batch, SegmentStore
 
 log = get_logger("nsq_spark.publish_spool")
 
-__all__ = ["SpoolDrain", "Sender", "refused", "REFUSAL_CODES", "LOG_EVERY"]
+__all__ = ["SpoolDrain", "Sender", "ReplicaSender", "refused", "REFUSAL_CODES", "LOG_EVERY",
+           "MAX_OUT"]
 
 #: nsqd's answers to PUB/MPUB/DPUB that refuse the message itself: a bad topic, a body
 #: that is empty, too big or malformed, a defer out of range. Another attempt gets the
@@ -55,6 +75,12 @@ REFUSAL_CODES = frozenset({"E_BAD_TOPIC", "E_BAD_MESSAGE", "E_BAD_BODY", "E_INVA
 
 #: seconds between two ERROR logs (and ``on_error`` calls) while sending keeps failing
 LOG_EVERY = 30.0
+
+#: batches a replicated drain keeps out (on the write quorum, not yet on every replica)
+#: at once: about 200 bytes of memory each, the bodies stay on disk
+MAX_OUT = 65536
+#: out batches one pass of completing replicas takes, before the drain reads on
+_FILL_PASS = 64
 
 
 def refused(exc: BaseException) -> bool:
@@ -95,6 +121,31 @@ class Sender(Protocol):
     def mpublish(self, topic: str, bodies: Sequence[bytes]) -> Any: ...
 
     def close(self) -> Any: ...
+
+
+class ReplicaSender(Sender, Protocol):
+    """A sender that places each batch on several nsqds (the replicated transport): the
+    drain then keeps every batch until all ``replicas`` hold it."""
+
+    replicas: int
+    write_quorum: int
+
+    def replicate(self, topic: str, bodies: Sequence[bytes], defer_ms: int | None = None,
+                  have: frozenset[str] = frozenset(), need: int | None = None
+                  ) -> frozenset[str]: ...
+
+
+class _Out:
+    """A batch on the write quorum, kept until every replica holds it."""
+
+    __slots__ = ("batch", "holders", "rejected", "done")
+
+    def __init__(self, batch: Batch, holders: frozenset[str], done: bool,
+                 rejected: int = 0) -> None:
+        self.batch = batch
+        self.holders = holders
+        self.done = done
+        self.rejected = rejected
 
 
 class SpoolDrain:
@@ -143,6 +194,11 @@ class SpoolDrain:
         self.retries = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
+        #: messages on the write quorum but not yet on every replica (replicated drain)
+        self.awaiting_replicas = 0
+        # chosen once: a sender that replicates gets the drain that keeps batches out
+        self._replicas: ReplicaSender | None = sender if callable(
+            getattr(sender, "replicate", None)) else None   # type: ignore[assignment]
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"nsq-spool-drain {store.directory}")
 
@@ -228,7 +284,10 @@ class SpoolDrain:
 
     def _run(self) -> None:
         try:
-            self._drain()
+            if self._replicas is not None:
+                self._drain_replicated(self._replicas)
+            else:
+                self._drain()
         except Exception:  # pragma: no cover - a bug; keep the spool, say so loudly
             self._log.exception("spool %s: the drain thread failed; unsent messages stay in the "
                                 "spool for the next start", self._store.directory)
@@ -286,6 +345,142 @@ class SpoolDrain:
             self._sent(batch)
             store.ack(batch)
             batch = nxt
+
+    # -- the replicated drain --------------------------------------------------------------
+
+    def _drain_replicated(self, sender: ReplicaSender) -> None:
+        store = self._store
+        retrying = self._retrying()
+        out: collections.deque[_Out] = collections.deque()
+        next_scan = time.monotonic() + self.rescan_interval
+        fill_at = 0.0
+        fill_failures = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_scan:
+                store.claim_orphans()
+                next_scan = now + self.rescan_interval
+            if self.awaiting_replicas and now >= fill_at:
+                if self._fill(sender, out):
+                    fill_failures = 0
+                    fill_at = 0.0
+                else:   # the missing nsqd is still away: back off, the stream goes on
+                    fill_failures += 1
+                    fill_at = now + min(self.retry.max_wait, 0.05 * 2 ** min(fill_failures, 16))
+            self._ack_done(out)
+            batch = store.read_unsent(self.batch_size, self.batch_bytes) \
+                if len(out) < MAX_OUT else None
+            if batch is None:
+                wake_at = next_scan if not self.awaiting_replicas else min(next_scan, fill_at)
+                self._wake.wait(max(0.0, wake_at - time.monotonic()))
+                self._wake.clear()
+                continue
+            entry = self._place(sender, batch, retrying)
+            if entry is None:
+                return   # stopped: what is out or unsent stays on disk for the next drain
+            out.append(entry)
+            if not entry.done:
+                self.awaiting_replicas += entry.batch.count
+            self._ack_done(out)
+
+    def _ack_done(self, out: "collections.deque[_Out]") -> None:
+        """Advance the watermarks over the batches every replica holds, in read order."""
+        while out and out[0].done:
+            entry = out.popleft()
+            self._store.ack(entry.batch, rejected=entry.rejected)
+
+    def _place(self, sender: ReplicaSender, batch: Batch, retrying: Retrying) -> _Out | None:
+        """Send ``batch`` until the write quorum holds it (retrying without end, only to
+        nsqds that do not hold it); a refused batch is narrowed down. None when stopped."""
+        holders: frozenset[str] = frozenset()
+
+        def attempt() -> None:
+            nonlocal holders
+            try:
+                holders = sender.replicate(batch.topic, batch.bodies, batch.defer_ms, holders)
+            except ReplicationError as exc:
+                holders = frozenset(exc.acked)
+                if not refused(exc):
+                    self.last_error = exc
+                raise
+
+        try:
+            attempt()
+        except Exception as first:
+            failure: BaseException | None = first
+            if not refused(first):
+                self._failed(first)
+                try:
+                    self.retries += 1
+                    retrying(attempt)
+                    failure = None
+                except Exception as exc:
+                    failure = exc
+            if failure is not None:
+                if self._stop.is_set():
+                    return None
+                return self._place_singly(sender, batch, retrying, failure)
+        self._sent(batch)
+        done = len(holders) >= sender.replicas
+        if not done:
+            batch.bodies = []   # out until every replica has it: read again when needed
+        return _Out(batch, holders, done)
+
+    def _place_singly(self, sender: ReplicaSender, batch: Batch, retrying: Retrying,
+                      first_exc: BaseException) -> _Out | None:
+        """``batch`` was refused: each message on its own, until every replica holds it
+        or nsqd refuses it for good (to ``rejected/``). None when stopped."""
+        rejected = 0
+        for i, body in enumerate(batch.bodies):
+            one = Batch(batch.segment, batch.topic, [body], batch.defer_ms, batch.end)
+            exc: BaseException | None = first_exc if len(batch.bodies) == 1 else None
+            if exc is None:
+                try:
+                    retrying(lambda: sender.replicate(one.topic, one.bodies, one.defer_ms,
+                                                      need=sender.replicas))
+                except Exception as failure:
+                    exc = failure
+            if exc is None:
+                self._sent(one)
+                continue
+            if self._stop.is_set():
+                return None
+            while not self._reject(batch, i, exc):   # kept in the queue until written
+                if self._stop.is_set():
+                    return None
+            rejected += 1
+        return _Out(batch, frozenset(), True, rejected)
+
+    def _fill(self, sender: ReplicaSender, out: "collections.deque[_Out]") -> bool:
+        """Complete the replicas of the oldest out batches (a pass of at most
+        ``_FILL_PASS``); False when a batch made no progress (its missing nsqd is still
+        away)."""
+        done = 0
+        for entry in list(out):
+            if entry.done:
+                continue
+            if done >= _FILL_PASS or self._stop.is_set():
+                return True
+            b = entry.batch
+            try:
+                bodies = self._store.reread(b)
+                holders = sender.replicate(b.topic, bodies, b.defer_ms, entry.holders,
+                                           need=sender.replicas)
+            except ReplicationError as exc:
+                holders = frozenset(exc.acked)
+                if len(holders) <= len(entry.holders):
+                    self._log.debug("spool %s: completing replicas: %s", self._store.directory,
+                                    exc)
+                    return False
+            except Exception as exc:  # noqa: BLE001 - retried on the next pass
+                self._log.debug("spool %s: completing replicas: %s", self._store.directory, exc)
+                return False
+            entry.holders = holders
+            done += 1
+            if len(holders) >= sender.replicas:
+                entry.done = True
+                self.awaiting_replicas -= b.count
+        return True
 
     def _sent(self, batch: Batch) -> None:
         if self.failing_since is not None or self.last_error is not None:

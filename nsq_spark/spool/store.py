@@ -116,11 +116,17 @@ class Batch:
     bodies: list[bytes]
     defer_ms: int | None
     end: int                   # the watermark once this batch is acknowledged
+    start: int = 0             # where its first record begins (to read it again)
+    count: int = -1            # its messages (len(bodies) unless the bodies were let go)
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            self.count = len(self.bodies)
 
 
 class _Segment:
     __slots__ = ("name", "path", "fd", "size", "acked", "ack_fd", "sealed", "own",
-                 "corrupt", "count")
+                 "corrupt", "count", "read")
 
     def __init__(self, name: str, path: str, fd: int, size: int, acked: int, own: bool) -> None:
         self.name = name
@@ -133,6 +139,7 @@ class _Segment:
         self.own = own            # created by this store (vs claimed)
         self.corrupt: CorruptSegment | None = None
         self.count = 0            # records appended by us that are not yet acknowledged
+        self.read = 0             # read cursor of read_unsent (never below acked)
 
 
 _ACK = struct.Struct("<QI")  # watermark, crc32 of the watermark bytes
@@ -690,6 +697,45 @@ class SegmentStore:
             if batch is not None or after is not None:
                 return batch
 
+    def read_unsent(self, max_messages: int = 1000, max_bytes: int = 1 << 20
+                    ) -> Batch | None:
+        """The next records that no batch was read for yet, from the oldest owned segment
+        that has any (a read cursor per segment, starting at its watermark): for a drain
+        that keeps several batches out at once and acknowledges them in order (the
+        replicated drain, which keeps a batch until every replica has it). None when
+        everything owned has been read."""
+        while True:
+            with self._lock:
+                self._retire_done()
+                seg = next((s for s in self._segments if max(s.read, s.acked) < s.size),
+                           None)
+                if seg is None:
+                    return None
+                start, size, fd = max(seg.read, seg.acked), seg.size, seg.fd
+            batch = self._read_batch(seg, fd, start, size, max_messages, max_bytes)
+            if batch is not None:
+                with self._lock:
+                    seg.read = max(seg.read, batch.end)
+                return batch
+
+    def reread(self, batch: Batch) -> list[bytes]:
+        """The bodies of ``batch`` read from its segment again (a drain that let them go
+        while the batch was out). SpoolError when the segment is no longer open here."""
+        with self._lock:
+            fd = batch.segment.fd
+            if fd < 0:
+                raise SpoolError(f"spool {self.directory}: segment {batch.segment.name} is "
+                                 "closed; its unacknowledged records are sent by the next "
+                                 "producer on the directory")
+            buf = os.pread(fd, batch.end - batch.start, batch.start)
+        dec = decode_records(buf, batch.start, eof=True)
+        bodies = [r[1] for r in dec.records]
+        if dec.error or len(bodies) != batch.count:
+            raise SpoolError(f"spool {self.directory}: segment {batch.segment.name} reads "
+                             f"back {len(bodies)} of {batch.count} records at "
+                             f"{batch.start}..{batch.end} ({dec.error or 'short'})")
+        return bodies
+
     def _read_batch(self, seg: _Segment, fd: int, start: int, size: int,
                     max_messages: int, max_bytes: int) -> Batch | None:
         want = min(size - start, max_bytes)
@@ -721,7 +767,7 @@ class SegmentStore:
             return None
         topic, _, defer, _ = recs[0]
         if defer is not None:
-            return Batch(seg, topic, [recs[0][1]], defer, recs[0][3])
+            return Batch(seg, topic, [recs[0][1]], defer, recs[0][3], start)
         bodies = []
         end = start
         for t, body, d, rec_end in recs:
@@ -729,7 +775,7 @@ class SegmentStore:
                 break
             bodies.append(body)
             end = rec_end
-        return Batch(seg, topic, bodies, None, end)
+        return Batch(seg, topic, bodies, None, end, start)
 
     def ack(self, batch: Batch, rejected: int = 0) -> None:
         """nsqd acknowledged ``batch`` (all but ``rejected`` of its messages, which
@@ -739,7 +785,7 @@ class SegmentStore:
             if batch.end <= seg.acked:
                 return
             seg.acked = batch.end
-            n = len(batch.bodies)
+            n = batch.count
             self.stats.acked += n - rejected
             if seg.own:
                 seg.count = max(0, seg.count - n)

@@ -6,7 +6,7 @@ with ``mypy --strict`` against the ports they stand in for
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from nsq_spark.message import Message
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
@@ -27,6 +27,7 @@ class StandInReader:
         self.queue, self.log, self.gets = queue, log, 0
         self.fail_after_gets = fail_after_gets
         self.closed = False
+        self.deferred: list[Message] = []  # requeued with a delay
         # nsqd's rule when given: no more un-answered messages than max_in_flight
         self.max_in_flight, self.outstanding = max_in_flight, 0
 
@@ -58,11 +59,29 @@ class StandInReader:
         self.outstanding -= sum(map(len, blocks))
 
     def requeue_blocks(self, blocks: Iterable[MessageBlock],
-                       delay_ms: int | None = None) -> None:
+                       delay_ms: int | None = None, backoff: bool = True) -> None:
+        """Back to the head of the queue; with a delay, into :attr:`deferred` instead
+        (nsqd hands a deferred message out only once its delay is over: never, here)."""
         blocks = list(blocks)
         self.log.append(("REQ", [i for b in blocks for i in b.ids()]))
         self.outstanding -= sum(map(len, blocks))
-        self.queue[:0] = [m for b in blocks for m in b.messages()]
+        msgs = [m for b in blocks for m in b.messages()]
+        if delay_ms:
+            self.deferred += msgs
+        else:
+            self.queue[:0] = msgs
+
+    def split_blocks(self, blocks: Iterable[MessageBlock], chosen: Sequence[bool]
+                     ) -> tuple[list[MessageBlock], list[MessageBlock]]:
+        yes: list[MessageBlock] = []
+        no: list[MessageBlock] = []
+        at = 0
+        for b in blocks:
+            flags = list(chosen[at:at + len(b)])
+            at += len(b)
+            yes += b.select(flags)
+            no += b.select([not f for f in flags])
+        return yes, no
 
     def is_starved(self) -> bool:
         return False
