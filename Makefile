@@ -54,11 +54,11 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(PY) -m mkdocs build --strict --site-dir site
 
 # The demo needs the spark extra and nsqd + nsqlookupd, nothing of the test tiers' set-up
-# (pyspark venvs, Toxiproxy, Docker, Chromium). The NSQ build (Go) runs while pip installs:
-# on a fresh machine of this class, measured with empty pip and Go caches under a load
-# average of 7-11 (other jobs), one after the other: the venv with pyspark 130 s, nsq
-# built by Go 44 s, the demo itself 74 s (247 s in all). A venv that `make setup` made
-# already has the extra.
+# (pyspark venvs, Toxiproxy, Docker, Chromium). The NSQ build (Go) runs while pip installs.
+# A fresh clone with empty pip, Go and nsq caches, on this machine class under a load
+# average of 7-10 (other jobs): 145 s in all (one after the other, as first written: the
+# venv with pyspark 130 s, nsq built by Go 44 s, the demo 74 s; 247 s). A venv that
+# `make setup` made already has the extra.
 $(VENV)/.demo-installed: setup.cfg pyproject.toml
 	if [ $(VENV)/.installed -nt setup.cfg ] && [ $(VENV)/.installed -nt pyproject.toml ]; then \
 	  echo "demo: $(VENV) has the whole set-up already"; \
