@@ -137,3 +137,14 @@ def test_the_wheel_installed_in_a_clean_venv_works_from_there(dists: dict[str, P
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "SMOKE OK" in run.stdout, run.stdout + run.stderr
     assert str(venv) in run.stdout
+
+
+def test_the_changelog_has_a_section_for_this_version_below_an_unreleased_one():
+    """Keep a Changelog: ``## [Unreleased]`` first (what merges next lands there), then
+    this version's section, dated."""
+    import re
+
+    headings = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$",
+                          (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert headings[0] == ("Unreleased", "")
+    assert headings[1][0] == __version__ and headings[1][1], headings[:3]
