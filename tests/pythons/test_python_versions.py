@@ -17,6 +17,7 @@ the reason, unless ``CI`` is set: then it fails, so a green CI run always ran th
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import re
@@ -24,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +62,37 @@ def _env() -> dict[str, str]:
            if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV", "PYTHON"))}
     env["PYTHONPATH"] = str(REPO)  # this checkout, for the driver and Spark's workers
     return env
+
+
+def _install_script() -> Any:
+    """scripts/install-python-versions as a module, loaded (not run)."""
+    loader = importlib.machinery.SourceFileLoader("install_python_versions", str(INSTALL))
+    module = types.ModuleType(loader.name)
+    module.__file__ = str(INSTALL)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.unit
+def test_an_interpreter_that_cannot_be_found_is_reported_with_the_way_to_get_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The tier skips it and says why (scripts/install-python-versions prints
+    ``VERSION - REASON``); here: no python3.99 anywhere it looks."""
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    python, why = _install_script().find_interpreter("3.99")
+    assert python is None
+    assert "no Python 3.99" in why and "pyenv install 3.99" in why, why
+
+
+@pytest.mark.unit
+def test_the_interpreter_found_is_the_version_asked_for():
+    script = _install_script()
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    python, why = script.find_interpreter(here)
+    if python is None:  # this interpreter is not where the script looks (a venv only)
+        pytest.skip(why)
+    assert script._is(python, here) and not script._is(python, "2.7"), python
 
 
 def _plugin(python: str) -> list[str]:
