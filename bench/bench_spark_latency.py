@@ -527,6 +527,13 @@ def _wait_running(query: Any, until: float, publisher: PacedPublisher | None = N
         time.sleep(min(0.2, max(0.0, until - time.time())))
 
 
+def _enough(query: Any, sink: _Sink, start: float, batches: int) -> bool:
+    """At least ``batches`` batches started at or after ``start`` have ended, and a row
+    published (generated) then has arrived."""
+    ended = [b for b in batch_timings(_progress_dicts(query)) if b.started >= start]
+    return len(ended) >= batches and any(p >= start for p in sink.arrivals.published)
+
+
 def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
                nsqd: Any, work: Path, index: int, warmup: float,
                seconds: float) -> dict[str, Any]:
@@ -567,6 +574,15 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
             begin = time.time()
         window = (begin + warmup, begin + warmup + seconds)
         _wait_running(query, window[1], publisher)
+        if args.min_batches:
+            # a loaded machine slows the batches, it does not owe a count by a time: the
+            # window stays open until that many batches started in it have ended and rows
+            # published in it arrived (--drain-timeout only catches a hang)
+            until = time.time() + args.drain_timeout
+            while not _enough(query, sink, window[0], args.min_batches) \
+                    and time.time() < until:
+                _wait_running(query, time.time() + 0.2, publisher)
+            window = (window[0], max(window[1], time.time()))
         if publisher is not None:
             publisher.stop()
             publisher.join(30)
@@ -586,7 +602,7 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
         # duplicate). Counted once the query has stopped: a batch may still be arriving
         published = max(sink.arrivals.seqs, default=-1) + 1
     result = {"source": source, "rate": rate, "trigger": trigger.label,
-              "warmup_s": warmup, "seconds": seconds,
+              "warmup_s": warmup, "seconds": round(window[1] - window[0], 3),
               **summarize(sink.arrivals, published, batch_timings(_progress_dicts(query)),
                           window)}
     if publisher is not None:
@@ -636,7 +652,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds of an unmeasured nsq query before the first "
                          "configuration (default 8; 0: none)")
     ap.add_argument("--drain-timeout", type=float, default=30.0,
-                    help="seconds to wait for the last messages after publishing stops")
+                    help="seconds to wait for the last messages after publishing stops "
+                         "(and, with --min-batches, for those batches)")
+    ap.add_argument("--min-batches", type=int, default=0,
+                    help="keep measuring past --seconds until this many batches started in "
+                         "the window have ended, at most --drain-timeout more (default 0: "
+                         "exactly --seconds; the smoke test's 1 makes it independent of "
+                         "the machine's speed)")
     ap.add_argument("--with-rate-source", action="store_true",
                     help="also run Spark's rate source per trigger (the baseline)")
     ap.add_argument("--with-python-floor", action="store_true",
@@ -672,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--size must be at least 40 bytes (sequence number and publish time)")
     if args.partitions < 1 or args.workers < 1:
         ap.error("--partitions and --workers must be at least 1")
+    if args.min_batches < 0:
+        ap.error("--min-batches must be at least 0")
 
     from nsq_spark.testing import NSQCluster
 

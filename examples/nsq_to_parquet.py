@@ -17,8 +17,35 @@ is the alternative when state in the query is not wanted.
 import argparse
 import os
 import sys
+import threading
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+
+class Progress(StreamingQueryListener):
+    """One line per micro-batch that read something, and the total at the end."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.batches = 0
+        self.ended = threading.Event()
+
+    def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+        rows = event.progress.numInputRows
+        if rows:
+            self.messages += rows
+            self.batches += 1
+            print(f"batch {event.progress.batchId}: {rows} messages", flush=True)
+
+    def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+        self.ended.set()
 
 
 def main() -> None:
@@ -61,7 +88,15 @@ def main() -> None:
               .option("checkpointLocation", args.checkpoint))
     writer = writer.trigger(availableNow=True) if args.available_now else \
         writer.trigger(processingTime="5 seconds")
+    progress = Progress()
+    spark.streams.addListener(progress)
+    print(f"archiving topic {args.topic!r} (channel {args.channel!r}) into {args.out}"
+          + (": what is queued now, then stop" if args.available_now else
+             ": until interrupted"), flush=True)
     writer.start().awaitTermination()
+    progress.ended.wait(30)  # the listener hears of the last batch after the query ends
+    print(f"archived {progress.messages} messages in {progress.batches} batches into "
+          f"{args.out}", flush=True)
 
 
 if __name__ == "__main__":

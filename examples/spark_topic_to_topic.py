@@ -26,13 +26,20 @@ def main() -> None:
     ap.add_argument("--target", required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--spool", required=True)
+    ap.add_argument("--state-partitions", type=int, default=8,
+                    help="partitions of the dedup state (spark.sql.shuffle.partitions; fixed "
+                         "by the first run of a checkpoint)")
     args = ap.parse_args()
 
     # Spark's Python workers run PYSPARK_PYTHON ("python3" if unset), which must have
     # nsq-spark installed: default to this interpreter (a venv works without activating
     # it). On a cluster, point it at a Python with the package on every worker.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = SparkSession.builder.appName("nsq-topic-to-topic").getOrCreate()
+    # dropDuplicatesWithinWatermark keeps its state in spark.sql.shuffle.partitions parts,
+    # each committed every micro-batch; Spark's 200 are sized for clusters: 200 messages
+    # took about two minutes with them on 2 cores (see examples/nsq_to_parquet.py)
+    spark = (SparkSession.builder.appName("nsq-topic-to-topic")
+             .config("spark.sql.shuffle.partitions", args.state_partitions).getOrCreate())
     src = (spark.readStream.format("nsq")
            .option("topic", args.source).option("channel", "to_" + args.target)
            .option("lookupdHttpAddresses", args.lookupd)

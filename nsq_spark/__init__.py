@@ -52,25 +52,40 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     # Type checkers and IDEs see the real classes through the top-level names; at run
     # time they are loaded lazily by __getattr__ below (keep both lists in step: a unit
-    # test compares them).
-    from nsq_spark.config import ConnectionConfig
-    from nsq_spark.conn import Connection
-    from nsq_spark.errors import NSQError
+    # test compares them). ``import X as X`` and the literal ``__all__`` below make each
+    # an explicit re-export, so ``mypy --strict`` (no implicit re-export) accepts
+    # ``nsq.Producer`` and ``nsq.Message`` in a user's program.
+    from nsq_spark import protocol as protocol
+    from nsq_spark.compat.async_conn import AsyncConn as AsyncConn
+    from nsq_spark.compat.backoff_timer import BackoffTimer as BackoffTimer
+    from nsq_spark.compat.legacy_reader import LegacyReader as LegacyReader
+    from nsq_spark.compat.sync import SyncConn as SyncConn
+    from nsq_spark.compat.writer import Writer as Writer
+    from nsq_spark.config import ConnectionConfig as ConnectionConfig
+    from nsq_spark.conn import Connection as Connection
+    from nsq_spark.consumer.reader import Reader as Reader
+    from nsq_spark.consumer.run import run as run
     from nsq_spark.errors import NSQError as Error
-    from nsq_spark.message import Message
-    from nsq_spark.publish.producer import Producer
-    from nsq_spark.compat.writer import Writer
-    from nsq_spark.publish_spool import SpoolingProducer
-    from nsq_spark.consumer.reader import Reader
-    from nsq_spark.consumer.run import run
-    from nsq_spark.compat.async_conn import AsyncConn
-    from nsq_spark.compat.sync import SyncConn
-    from nsq_spark.compat.backoff_timer import BackoffTimer
-    from nsq_spark.compat.legacy_reader import LegacyReader
-    from nsq_spark.protocol import (FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE,
-                                    decode_message, finish, identify, mpub, nop, pub, ready,
-                                    requeue, subscribe, touch, unpack_response,
-                                    valid_channel_name, valid_topic_name)
+    from nsq_spark.errors import NSQError as NSQError
+    from nsq_spark.message import Message as Message
+    from nsq_spark.protocol import FRAME_TYPE_ERROR as FRAME_TYPE_ERROR
+    from nsq_spark.protocol import FRAME_TYPE_MESSAGE as FRAME_TYPE_MESSAGE
+    from nsq_spark.protocol import FRAME_TYPE_RESPONSE as FRAME_TYPE_RESPONSE
+    from nsq_spark.protocol import decode_message as decode_message
+    from nsq_spark.protocol import finish as finish
+    from nsq_spark.protocol import identify as identify
+    from nsq_spark.protocol import mpub as mpub
+    from nsq_spark.protocol import nop as nop
+    from nsq_spark.protocol import pub as pub
+    from nsq_spark.protocol import ready as ready
+    from nsq_spark.protocol import requeue as requeue
+    from nsq_spark.protocol import subscribe as subscribe
+    from nsq_spark.protocol import touch as touch
+    from nsq_spark.protocol import unpack_response as unpack_response
+    from nsq_spark.protocol import valid_channel_name as valid_channel_name
+    from nsq_spark.protocol import valid_topic_name as valid_topic_name
+    from nsq_spark.publish.producer import Producer as Producer
+    from nsq_spark.publish_spool import SpoolingProducer as SpoolingProducer
 
 from ._version import __version__
 
@@ -98,7 +113,15 @@ _EXPORTS = {
 # pynsq's name for the base error (callbacks check ``isinstance(data, nsq.Error)``)
 _ALIASES = {"Error": ("nsq_spark.errors", "NSQError")}
 
-__all__ = ["__version__", *_EXPORTS, *_ALIASES]
+# written out (not built from the tables) so that type checkers read it: a name listed here
+# is an explicit re-export (a unit test checks it is exactly the tables' names)
+__all__ = [
+    "__version__", "Reader", "run", "Message", "Producer", "Writer", "SpoolingProducer",
+    "Connection", "ConnectionConfig", "NSQError", "AsyncConn", "SyncConn", "BackoffTimer",
+    "LegacyReader", "unpack_response", "decode_message", "identify", "subscribe", "ready",
+    "finish", "touch", "requeue", "nop", "pub", "mpub", "valid_topic_name",
+    "valid_channel_name", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE",
+    "Error"]
 
 # submodules pynsq programs reach as attributes (``nsq.protocol.Error``,
 # ``nsq.reader._utf8_params``)

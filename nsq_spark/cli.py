@@ -344,11 +344,12 @@ def _seconds(text: str, option: str) -> float:
 
 def _add_where(p: argparse.ArgumentParser) -> None:
     _add(p, "--nsqd-http-address", action="append", default=[], dest="nsqd_http_addresses",
-         metavar="HOST:PORT", help="nsqd HTTP address (repeatable; 4151 by default)")
+         metavar="HOST:PORT", help="nsqd HTTP address (repeatable; no default: give the port, "
+         "which nsqd opens at 4151 unless its --http-address says otherwise)")
     _add(p, "--lookupd-http-address", action="append", default=[],
          dest="lookupd_http_addresses", metavar="HOST:PORT",
-         help="nsqlookupd HTTP address (repeatable; 4161 by default): act on the nsqds it "
-         "lists")
+         help="nsqlookupd HTTP address (repeatable; no default: give the port, 4161 unless "
+         "its --http-address says otherwise): act on the nsqds it lists")
     _add(p, "--http-client-connect-timeout", type=_duration("--http-client-connect-timeout"),
          default=2.0, metavar="DURATION",
          help="time a TCP (and TLS) connect to nsqd / nsqlookupd may take (default 2s)")

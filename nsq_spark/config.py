@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from . import validate
 from .addresses import ip_literal
 from .validate import MAX_SECONDS, Limit
-from .errors import ConfigError
+from .errors import ConfigError, TLSError
 
 from ._version import __version__
 
@@ -304,15 +304,40 @@ class ConnectionConfig:
         check_hostname = opts.pop("check_hostname", self.tls_check_hostname)
         if check_hostname is None:
             check_hostname = verify
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+        # ssl's own errors name no file ("[Errno 2] No such file or directory"): each file
+        # is opened first, so a missing or unreadable one is told with its option and path
+        for name, path in (("tls_ca_file", ca), ("tls_cert_file", cert), ("tls_key_file", key)):
+            if path:
+                _readable(name, path)
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise TLSError(f"tls_ca_file {str(ca)!r} is not a PEM file of CA certificates "
+                           f"({exc}); give the CA that signed nsqd's certificate") from exc
         if not verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         else:
             ctx.check_hostname = bool(check_hostname)
         if cert:
-            ctx.load_cert_chain(cert, key)
+            try:
+                ctx.load_cert_chain(cert, key)
+            except (OSError, ssl.SSLError) as exc:
+                raise TLSError(
+                    f"tls_cert_file {str(cert)!r}"
+                    + (f" with tls_key_file {str(key)!r}" if key else "")
+                    + f" is not a client certificate and its key in PEM ({exc}); give the "
+                    "certificate file and, unless it holds the key too, the key file") from exc
         return ctx
+
+
+def _readable(name: str, path: Any) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise TLSError(f"{name} {str(path)!r} cannot be read: {exc.strerror or exc}; give "
+                       "the path of a readable PEM file") from exc
 
 
 def _check_local_address(value: Any) -> None:
@@ -364,7 +389,11 @@ def check_reader_options(arguments: Mapping[str, Any]) -> None:
     bad one."""
     a, v = arguments, validate
     v.integer(a["max_tries"], "max_tries", lo=0, hi=MAX_ATTEMPTS, hint="0 never gives up")
-    v.integer(a["max_in_flight"], "max_in_flight", lo=0, hi=_INT32_MAX, hint="0 starts paused")
+    # 0 is refused, as pynsq does: a Reader that never receives, silently, is a mistake far
+    # more often than a plan; pausing is explicit (set_max_in_flight(0), go-nsq's way)
+    v.integer(a["max_in_flight"], "max_in_flight", lo=1, hi=_INT32_MAX,
+              hint="0 would never receive a message; to start paused, construct with "
+              "max_in_flight >= 1 and call set_max_in_flight(0) before run()")
     v.number(a["lookupd_poll_jitter"], "lookupd_poll_jitter", lo=0, hi=1,
              hint="a fraction of lookupd_poll_interval")
     for name in ("lookupd_poll_interval", "lookupd_connect_timeout", "lookupd_request_timeout",
@@ -456,7 +485,7 @@ CONNECTION_LIMITS: dict[str, Limit] = {
 #: The Reader's numeric arguments (checked by :func:`check_reader_options`).
 READER_LIMITS: dict[str, Limit] = {
     "max_tries": Limit("deliveries", 0, MAX_ATTEMPTS, special="0: never give up"),
-    "max_in_flight": Limit("messages", 0, _INT32_MAX, special="0: start paused"),
+    "max_in_flight": Limit("messages", 1, _INT32_MAX),
     "lookupd_poll_interval": _SECONDS_POSITIVE,
     "low_rdy_idle_timeout": _SECONDS_OR_ZERO,
     "max_backoff_duration": Limit("seconds", 0, MAX_SECONDS, special="0: no backoff"),

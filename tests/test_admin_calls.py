@@ -34,32 +34,8 @@ def recorded(name: str) -> bytes:
     return (DATA / name).read_bytes()
 
 
-def test_the_fakes_conform_to_the_transport_ports(tmp_path):
-    """tests/admin_fakes.py passes mypy --strict against the ports; a fake that drifts
-    from them fails (the drifted variant shows the check bites)."""
-    pytest.importorskip("mypy")
-    from test_typing import TESTS_DIR, strict_mypy
-
-    (tmp_path / "drifted.py").write_text(DRIFTED)
-    code, out = strict_mypy(tmp_path, TESTS_DIR, str(TESTS_DIR / "admin_fakes.py"))
-    assert code == 0, out
-    code, out = strict_mypy(tmp_path, TESTS_DIR, "drifted.py")
-    assert code == 1 and "drifted.py:12:" in out and 'expected "Transport"' in out, out
-
-
-DRIFTED = """from admin_fakes import FakeTransport
-from nsq_spark.admin.calls import Answer
-from nsq_spark.admin.transport import Transport
-
-
-class NoTimeout(FakeTransport):
-    def request(self, method: str, url: str) -> Answer:  # type: ignore[override]
-        return self.answer
-
-
-def port(fake: NoTimeout) -> Transport:
-    return fake
-"""
+# tests/admin_fakes.py is checked by mypy --strict against the transport ports, with a
+# drifted fake that must fail: tests/test_typing.py (the suite's one mypy run)
 
 
 # -- parsing recorded answers -----------------------------------------------------------

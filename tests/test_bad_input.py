@@ -206,6 +206,7 @@ CONNECTION_ROWS = [
 
 READER_ROWS = [
     row("Reader", "max_in_flight", max_in_flight=-1),
+    row("Reader", "max_in_flight", max_in_flight=0, named="set_max_in_flight(0)"),
     row("Reader", "max_in_flight", max_in_flight=1.5),
     row("Reader", "max_in_flight", max_in_flight=True),
     row("Reader", "max_in_flight", max_in_flight="5"),
@@ -450,7 +451,7 @@ def test_accepted_special_values_keep_their_meaning():
                            output_buffer_timeout=0, msg_timeout=None, connect_timeout=2)
     assert cfg.identify_payload()["heartbeat_interval"] == -1
     assert cfg.identify_payload()["output_buffer_size"] == -1
-    reader = _reader(max_tries=0, max_in_flight=0, max_backoff_duration=0,
+    reader = _reader(max_tries=0, max_backoff_duration=0,
                      low_rdy_idle_timeout=0, drain_timeout=0)
     assert reader.max_tries == 0 and reader.max_backoff_duration == 0
     producer = _producer(publish_timeout=None, retry_deadline=None, max_tries=1)

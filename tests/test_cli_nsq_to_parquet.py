@@ -43,6 +43,12 @@ def test_nsq_to_parquet_archives_the_backlog(nsq_cluster, tmp_path):
          "--available-now"],
         capture_output=True, timeout=200, env=env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr.decode()[-3000:]
+    out_lines = r.stdout.decode().splitlines()  # it says what it did
+    assert out_lines[0].startswith("archiving topic 'archive' (channel 'nsq_to_parquet')"), \
+        out_lines
+    assert out_lines[-1] == f"archived 300 messages in {len(out_lines) - 2} batches into {out}", \
+        out_lines
+    assert all(line.startswith("batch ") for line in out_lines[1:-1]), out_lines
     table = pq.read_table(str(out))
     assert sorted(table.column("body").to_pylist()) == bodies
     assert set(table.column_names) >= {"id", "body", "timestamp", "topic"}

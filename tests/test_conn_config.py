@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import pytest
 
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.errors import ConfigError
+from nsq_spark.errors import ConfigError, TLSError
 
 pytestmark = pytest.mark.unit
 
@@ -94,8 +94,23 @@ def test_ssl_context_verification_on_by_default_and_switchable() -> None:
     assert no_host.verify_mode == ssl.CERT_REQUIRED and not no_host.check_hostname
     given = ssl.create_default_context()
     assert ConnectionConfig(tls_options=given).ssl_context() is given
-    with pytest.raises(OSError):
+
+
+
+def test_a_missing_or_bad_tls_file_is_told_with_its_option_and_path(tmp_path) -> None:
+    """ssl names no file ("[Errno 2] No such file or directory"): the error does."""
+    with pytest.raises(TLSError, match="tls_ca_file '/nonexistent/ca.pem' cannot be read: "
+                       "No such file or directory"):
         ConnectionConfig(tls_ca_file="/nonexistent/ca.pem").ssl_context()
+    with pytest.raises(TLSError, match="tls_key_file '/nonexistent/key.pem' cannot be read"):
+        ConnectionConfig(tls_cert_file=__file__, tls_key_file="/nonexistent/key.pem"
+                         ).ssl_context()
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate")
+    with pytest.raises(TLSError, match=f"tls_ca_file '{not_pem}' is not a PEM file"):
+        ConnectionConfig(tls_ca_file=str(not_pem)).ssl_context()
+    with pytest.raises(TLSError, match=f"tls_cert_file '{not_pem}' is not a client certificate"):
+        ConnectionConfig(tls_cert_file=str(not_pem)).ssl_context()
 
 
 # -- go-nsq's LocalAddr, TopologyZone, TopologyRegion ----------------------------------------

@@ -366,6 +366,10 @@ def test_blocking_producer_tls_refused(tls_nsqd: NSQCluster, certs: Certs) -> No
     with Producer(tls_nsqd.nsqd_tcp_addresses) as p:  # nsqd requires TLS, none asked
         with pytest.raises(errors.InvalidError, match="tls_v1=True"):
             p.publish(_topic(), b"x")
+    missing = "/nonexistent/nsq-ca.pem"  # told with its option and path (ssl names none)
+    with Producer(tls_nsqd.nsqd_tcp_addresses, tls_v1=True, tls_ca_file=missing) as p:
+        with pytest.raises(errors.TLSError, match=f"tls_ca_file '{missing}' cannot be read"):
+            p.publish(_topic(), b"x")
 
 
 def test_blocking_producer_auth(auth_nsqd: NSQCluster) -> None:

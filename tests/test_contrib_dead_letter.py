@@ -10,10 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Sequence
 
 import pytest
@@ -79,43 +75,8 @@ def _producer_as_port(p: Producer) -> DeadLetterPublisher:
     return p  # and the real Producer
 
 
-DRIFTED_FAKE = """
-from test_contrib_dead_letter import FakePublisher
-from nsq_spark.contrib.dead_letter import DeadLetterPublisher
-
-
-class NoFuture(FakePublisher):
-    def publish_async(self, topic: str, body: bytes, defer_ms: int | None = None) -> bytes:
-        return b"OK"  # the port returns a concurrent.futures.Future
-
-
-def port(p: NoFuture) -> DeadLetterPublisher:
-    return p
-"""
-
-
-@pytest.mark.unit
-@pytest.mark.timeout(180)
-def test_the_fake_and_the_producer_conform_to_the_publisher_port(tmp_path):
-    """mypy checks this module's fake (and the Producer) against DeadLetterPublisher; a
-    drifted fake fails (the check bites)."""
-    pytest.importorskip("mypy")
-    tests_dir = Path(__file__).resolve().parent
-    (tmp_path / "drifted_fake.py").write_text(DRIFTED_FAKE)
-
-    def mypy(*files: str) -> tuple[int, str]:
-        env = {**os.environ, "MYPYPATH": os.pathsep.join(
-            [str(tests_dir.parent), str(tests_dir)])}
-        proc = subprocess.run(
-            [sys.executable, "-m", "mypy", "--config-file", "", "--follow-imports", "silent",
-             "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.11",
-             "--no-error-summary", "--show-error-codes", *files],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
-        return proc.returncode, proc.stdout + proc.stderr
-    code, out = mypy(str(Path(__file__).resolve()))
-    assert code == 0, out
-    code, out = mypy("drifted_fake.py")
-    assert code == 1 and "drifted_fake.py:12:" in out and "DeadLetterPublisher" in out, out
+# mypy checks the fake and the Producer against DeadLetterPublisher above, with a
+# drifted fake that must fail: tests/test_typing.py (the suite's one mypy run)
 
 
 def message(attempts: int = 3, body: bytes = b"payload",

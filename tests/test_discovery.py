@@ -586,7 +586,7 @@ def test_the_pynsq_reader_names_are_reachable_as_programs_reach_them() -> None:
     from nsq_spark.reader import BackoffTimer, Message, Reader, _utf8_params
     assert nsq.reader._utf8_params is _utf8_params and nsq.reader.Reader is Reader
     assert nsq.reader.AsyncConn is AsyncConn and nsq.reader.Message is Message
-    assert BackoffTimer is nsq.BackoffTimer  # type: ignore[attr-defined]
+    assert BackoffTimer is nsq.BackoffTimer
     assert _utf8_params({"topic": "t\u2020", "n": 1, "skip": None, "l": ["a", b"b"]}) == {
         "topic": "t\u2020".encode(), "n": b"1", "l": [b"a", b"b"]}
     with pytest.raises(AssertionError, match="dict"):
@@ -594,29 +594,5 @@ def test_the_pynsq_reader_names_are_reachable_as_programs_reach_them() -> None:
 
 
 # -- the fakes above are checked against the pool's ports --------------------------------------
-
-DRIFTED_POLLER = '''\
-from test_discovery import FakePoller
-from nsq_spark.consumer.pool import Poller
-
-
-class NoTrigger(FakePoller):
-    trigger = None  # the port needs trigger()
-
-
-def port(poller: NoTrigger) -> Poller:
-    return poller
-'''
-
-
-@pytest.mark.timeout(180)
-def test_the_fakes_conform_to_the_pools_ports_by_strict_mypy(tmp_path: Any) -> None:
-    """This file passes ``mypy --strict`` (so ``_conforms`` holds: the fakes are what the
-    ports say); a fake that drifts from the port fails (the drifted variant shows it)."""
-    pytest.importorskip("mypy")
-    from test_typing import TESTS_DIR, strict_mypy
-    code, out = strict_mypy(tmp_path, TESTS_DIR, str(TESTS_DIR / "test_discovery.py"))
-    assert code == 0, out
-    (tmp_path / "drifted_poller.py").write_text(DRIFTED_POLLER)
-    code, out = strict_mypy(tmp_path, TESTS_DIR, "drifted_poller.py")
-    assert code == 1 and "drifted_poller.py:10:" in out and "Poller" in out, out
+# This file passes mypy --strict (so ``_conforms`` holds), and a drifted poller fails:
+# tests/test_typing.py (the suite's one mypy run).

@@ -18,7 +18,15 @@ An HTML comment on the line above a block says how to treat it:
   started, and must then exit 0.
 - ``<!-- runs with Spark -->``: a self-contained Spark program (``local[2]``); it runs
   under the ``spark`` marker, with its ``/tmp/nsq-spool``, ``/tmp/nsq-ckpt`` and
-  ``/tmp/nsq-data`` paths replaced by temporary directories of the test.
+  ``/tmp/nsq-data`` paths replaced by temporary directories of the test, as a user runs
+  it: from a venv that is not activated, ``PYSPARK_PYTHON`` unset and a ``python3`` on the
+  PATH that has no nsq-spark and no pyspark (:func:`unactivated_env`).
+- ``<!-- starts servers -->``: starts nsqd / nsqlookupd in the background (the
+  getting-started page); it runs with the page's other blocks, in their order, in
+  tests/test_getting_started.py.
+
+The pages in :data:`IN_ORDER` run as a whole, their blocks in order, sharing the servers
+they start: tests/test_getting_started.py, not here.
 
 Blocks without a language (the layout tree) are not code, nor are ``text`` / ``json``
 blocks. The Spark connector's blocks that need a session of the reader's or a cluster's
@@ -54,7 +62,10 @@ RUN_TIMEOUT = 60.0       # seconds one block may run
 INTERRUPT_AFTER = 20.0   # a "runs until interrupted" block must print within this
 
 _MARKER = re.compile(r"^\s*<!--\s*(fragment:\s*(?P<reason>.*?)|(?P<interrupt>runs until "
-                     r"interrupted)|(?P<spark>runs with Spark))\s*-->\s*$")
+                     r"interrupted)|(?P<spark>runs with Spark)|(?P<servers>starts servers))"
+                     r"\s*-->\s*$")
+#: pages whose blocks run in order, as a whole (tests/test_getting_started.py)
+IN_ORDER = ("docs/getting-started.md",)
 # a Spark block's paths -> the test's temporary directories of the same names
 SPARK_PATHS = ("/tmp/nsq-spool", "/tmp/nsq-ckpt", "/tmp/nsq-data")
 RUN_TIMEOUT_SPARK = 240.0  # a JVM's start, a query, on 2 cores
@@ -72,6 +83,7 @@ class Block:
     fragment: str | None      # the reason, for fragments
     interrupt: bool
     spark: bool = False       # a local Spark program (the spark marker)
+    servers: bool = False     # starts servers in the background (runs in page order)
 
     @property
     def id(self) -> str:
@@ -106,8 +118,45 @@ def page_blocks(text: str, page: str = "README.md") -> list[Block]:
             fragment=(m.group("reason") or "fragment") if m and m.group("reason") is not None
             else None,
             interrupt=bool(m and m.group("interrupt")),
-            spark=bool(m and m.group("spark"))))
+            spark=bool(m and m.group("spark")), servers=bool(m and m.group("servers"))))
     return blocks
+
+
+def spark_paths(code: str, tmp_path: Path) -> str:
+    """A Spark block's ``/tmp/nsq-*`` paths, made the test's own."""
+    for path in SPARK_PATHS:
+        code = code.replace(path, str(tmp_path / path.rsplit("/", 1)[1]))
+    return code
+
+
+#: the python3 a machine has of its own: the standard library only (``-S``: no
+#: site-packages, so neither nsq-spark nor pyspark), as on a fresh system
+_SYSTEM_PYTHON = """#!/bin/sh
+# python3 from the PATH: a Python without nsq-spark or pyspark (tests/test_docs_blocks.py)
+exec "{python}" -S "$@"
+"""
+
+
+def unactivated_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a user who runs ``venv/bin/python app.py`` without activating
+    the venv: no ``VIRTUAL_ENV``, no ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON``, no
+    ``PYTHONPATH``, the venv's ``bin`` not on the PATH, and first on the PATH a ``python3``
+    (and ``python``) that has neither nsq-spark nor pyspark. The suite's venv runs this
+    checkout's code (compat editable install), so nothing else is needed to test it."""
+    fake = tmp_path / "system-bin"
+    fake.mkdir(exist_ok=True)
+    base = getattr(sys, "_base_executable", None) or os.path.realpath(sys.executable)
+    for name in ("python3", "python"):
+        shim = fake / name
+        shim.write_text(_SYSTEM_PYTHON.format(python=base))
+        shim.chmod(0o755)
+    venv_bin = str(Path(sys.executable).parent)
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYSPARK_PYTHON",
+                        "PYSPARK_DRIVER_PYTHON", "PYTHONHOME")}
+    env.update(PATH=os.pathsep.join([str(fake), *path]), PYTHONUNBUFFERED="1")
+    return env
 
 
 def _page_name(path: Path) -> str:
@@ -125,14 +174,16 @@ def test_the_extractor_finds_blocks_markers_and_list_item_blocks():
         "## One\n\n<!-- fragment: a signature -->\n```python\nf(x) -> int\n```\n\n"
         "- item:\n\n  ```python\n  import os\n  print(os.sep)\n  ```\n\n"
         "## Two\n\n<!-- runs until interrupted -->\n\n```sh\necho hi\n```\n\n"
-        "```\nnot code\n```\n\n<!-- runs with Spark -->\n```python\nspark\n```\n")
+        "```\nnot code\n```\n\n<!-- runs with Spark -->\n```python\nspark\n```\n\n"
+        "<!-- starts servers -->\n```sh\nnsqd &\n```\n")
     blocks = page_blocks(text)
-    assert [(b.line, b.lang, b.section, b.fragment, b.interrupt, b.spark)
+    assert [(b.line, b.lang, b.section, b.fragment, b.interrupt, b.spark, b.servers)
             for b in blocks] == [
-        (4, "python", "One", "a signature", False, False),
-        (10, "python", "One", None, False, False),
-        (19, "sh", "Two", None, True, False),
-        (28, "python", "Two", None, False, True)]
+        (4, "python", "One", "a signature", False, False, False),
+        (10, "python", "One", None, False, False, False),
+        (19, "sh", "Two", None, True, False, False),
+        (28, "python", "Two", None, False, True, False),
+        (33, "sh", "Two", None, False, False, True)]
     assert blocks[1].code == "import os\nprint(os.sep)\n"   # dedented out of the list item
 
 
@@ -157,6 +208,8 @@ def test_every_fragment_says_why_and_most_blocks_run():
     assert any(b.page == "README.md" for b in runnable)
     spark = [b for b in BLOCKS if b.spark]
     assert {b.page for b in spark} >= {"README.md", "docs/getting-started.md"}
+    # servers started in the background only where the page runs as a whole, in order
+    assert {b.page for b in BLOCKS if b.servers} <= set(IN_ORDER)
     for b in spark:  # nothing of the reader's machine: its paths are the test's
         paths = re.findall(r'"(/[^"]*)"', b.code)
         assert not re.search(r'"(hdfs|s3a?)://', b.code) and "lookupd1" not in b.code, b.where
@@ -229,15 +282,13 @@ def _marks(b: Block) -> list[Any]:
 @pytest.mark.nsqd
 @pytest.mark.timeout(300)
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=1)
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BLOCKS])
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BLOCKS
+                                   if b.page not in IN_ORDER])
 def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
     code = _substitute(block.code, _addresses(block, nsq_cluster, request))
-    extra_env: dict[str, str] = {}
     if block.spark:
         pytest.importorskip("pyspark", reason="the spark extra is not installed")
-        for path in SPARK_PATHS:  # the block's paths, made the test's own
-            code = code.replace(path, str(tmp_path / path.rsplit("/", 1)[1]))
-        extra_env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        code = spark_paths(code, tmp_path)
     # something to consume, on every topic the pages' consumers read
     published = [b"readme-%d" % i for i in range(5)]
     for topic in ("events", "orders"):
@@ -245,9 +296,12 @@ def test_docs_block_runs(block: Block, nsq_cluster, request, tmp_path):
                    b"\n".join(published))
     workdir = tmp_path / "cwd"
     workdir.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "PYTHONUNBUFFERED": "1", **extra_env}
+    if block.spark:  # as a user runs it: the venv's python, the venv not activated
+        env = unactivated_env(tmp_path)
+    else:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "PYTHONUNBUFFERED": "1"}
     env.pop("NSQ_AUTH_SECRET", None)
     proc = subprocess.Popen(_command(block, code, workdir), cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -7,17 +7,28 @@ index. A headless Chromium (Debian's ``chromium`` and ``chromedriver``,
 ``scripts/install-docs-browser``) opens every page over a loopback HTTP server: no
 console error (level SEVERE) on any page (a ``console.error`` of its own, made first,
 must be captured, so that the check can fail), Material's search box finds
-``maxMessagesPerTrigger`` on the Spark page, and a screenshot of the Spark page is kept
-under ``test-artifacts/`` (its path is printed). Without Chromium, chromedriver or
-selenium the browser test skips and says which is missing.
+``maxMessagesPerTrigger``, ``spark.speculation``, ``speculation`` and ``speculative`` on
+the Spark page (and a word on no page finds nothing), no element of any page is wider
+than the page's content column and every option table's description column keeps a
+readable width (an element made too wide, and a description column squeezed, on purpose
+must be caught first), and a screenshot of the Spark page is kept under
+``test-artifacts/`` (its path is printed). Without Chromium, chromedriver or selenium the
+browser test skips and says which is missing.
+
+What the build must not show: a reST role of the docstrings as literal text (``:meth:``;
+they become links, or plain names where the target is not on the site), a line of an
+included file that starts with ``#`` but is no heading turned into one (bench/RESULTS.md's
+``#24 removed), ...``). Each check first shows it would catch the fault.
 """
 
 from __future__ import annotations
 
 import functools
+import html as html_lib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +124,101 @@ def test_the_generated_parts_are_rendered(site: Path):
     assert "generated:" not in "".join(p.read_text() for p in site.rglob("*.html"))
 
 
+# -- what the build must not show -------------------------------------------------------------
+
+#: a reST role as mkdocstrings' Markdown prints it: ``:meth:<code>x</code>`` (or with the
+#: backticks left)
+LITERAL_ROLE = re.compile(r":(?:py:)?(?:meth|func|class|mod|attr|data|exc|obj|const):"
+                          r"(?:<code>|`)")
+SOURCE_ROLE = re.compile(r":(?:meth|func|class|mod|attr|data|exc|obj):`")
+
+
+def test_the_role_detector_catches_a_literal_role():
+    """The positive control of the next test: its detector sees what the site printed
+    before (``:meth:<code>set_message_handler</code>``)."""
+    assert LITERAL_ROLE.search("with :meth:<code>set_message_handler</code> (pynsq)")
+    assert LITERAL_ROLE.search("see :class:`Reader`")
+    assert not LITERAL_ROLE.search('<a class="autorefs" href="#x"><code>run()</code></a>')
+
+
+@pytest.mark.timeout(180)
+def test_no_page_prints_a_rest_role_and_the_roles_became_links(site: Path):
+    # the docstrings do use the roles: the check below is not vacuous
+    in_source = sum(len(SOURCE_ROLE.findall(p.read_text()))
+                    for p in (REPO / "nsq_spark").rglob("*.py"))
+    assert in_source > 100, in_source
+    literal = {page.relative_to(site).as_posix(): len(LITERAL_ROLE.findall(page.read_text()))
+               for page in site.rglob("*.html")}
+    assert {page: n for page, n in literal.items() if n} == {}
+    links = sum(page.read_text().count('class="autorefs autorefs-internal"')
+                for page in (site / "reference").rglob("*.html"))
+    assert links > 100, links  # most of them point at the object's own documentation
+
+
+def _headings(page_html: str) -> list[str]:
+    return [html_lib.unescape(re.sub(r"<[^>]+>", "", h)).replace("¶", "").strip()
+            for h in re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", page_html, re.S)]
+
+
+def test_a_hash_line_that_is_no_heading_stays_text():
+    """The positive control of the next test: bench/RESULTS.md has such a line, and the
+    hook keeps it text where Python-Markdown alone would make it a heading."""
+    import markdown
+
+    sys.path.insert(0, str(REPO / "docs" / "hooks"))
+    import generate
+
+    results = (REPO / "bench" / "RESULTS.md").read_text()
+    assert re.search(r"^#[^#\s]", results, re.M), "no such line left to check"
+    text = "## Real\n\n#24 removed), and far\n\n```sh\n#!/bin/sh\n```\n"
+    plain = markdown.markdown(text, extensions=["fenced_code"])
+    assert _headings(plain) == ["Real", "24 removed), and far"]
+    escaped = markdown.markdown(generate.commonmark_headings(text), extensions=["fenced_code"])
+    assert _headings(escaped) == ["Real"] and "#!/bin/sh" in escaped
+
+
+@pytest.mark.timeout(180)
+def test_the_benchmarks_page_has_exactly_the_headings_of_bench_results(site: Path):
+    results = (REPO / "bench" / "RESULTS.md").read_text()
+    expected = [m.group(2).strip() for m in re.finditer(r"^(#{2,6}) (.+)$", results, re.M)]
+    shown = _headings((site / "benchmarks" / "index.html").read_text())
+    assert shown[0] == "Benchmarks"  # the page's own title; RESULTS.md's H1 is dropped
+    assert shown[1:] == expected
+
+
+#: "see "X" above/below": the quoted section or phrase must be on that side of it
+_POINTER = re.compile(r'\bsee "(?P<what>[^"\n]{4,80})"(?P<between>[^".]{0,40}?)'
+                      r'\b(?P<side>above|below)\b')
+
+
+def wrong_pointers(text: str) -> list[str]:
+    wrong = []
+    flat = " ".join(text.split())
+    for m in _POINTER.finditer(flat):
+        quoted = m.start() + len('see "')
+        others = [i for i in (x.start() for x in re.finditer(re.escape(m.group("what")), flat))
+                  if i != quoted]
+        ok = (any(i < m.start() for i in others) if m.group("side") == "above"
+              else any(i > m.end() for i in others))
+        if not ok:
+            wrong.append(m.group(0))
+    return wrong
+
+
+def test_a_see_above_that_points_below_is_caught():
+    text = 'steps (see "Reading the figures" above).\n\nReading the figures: the runs...'
+    assert wrong_pointers(text) == ['see "Reading the figures" above']
+    assert wrong_pointers(text.replace("above", "below")) == []
+
+
+def test_every_see_above_or_below_points_the_right_way():
+    pages = [REPO / "README.md", REPO / "bench" / "RESULTS.md",
+             *(p for p in (REPO / "docs").rglob("*.md") if "hooks" not in p.parts)]
+    wrong = {p.relative_to(REPO).as_posix(): w for p in pages
+             if (w := wrong_pointers(p.read_text()))}
+    assert wrong == {}
+
+
 # -- a real browser ---------------------------------------------------------------------------
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -196,8 +302,8 @@ def test_every_page_loads_in_chromium_without_console_errors(site: Path, served:
     assert len(pages) >= 15
 
 
-@pytest.mark.timeout(120)
-def test_search_finds_max_messages_per_trigger_on_the_spark_page(served: str, browser: Any):
+def _search(browser: Any, served: str, words: str) -> list[str]:
+    """The paths of the pages Material's search box lists for ``words``."""
     browser.get(served)
     query = "input[data-md-component='search-query']"
     if not any(e.is_displayed() for e in browser.find_elements("css selector", query)):
@@ -206,11 +312,79 @@ def test_search_finds_max_messages_per_trigger_on_the_spark_page(served: str, br
     box = _wait(lambda: [e for e in browser.find_elements("css selector", query)
                          if e.is_displayed()], 10, "the search box")[0]
     box.click()
-    box.send_keys("maxMessagesPerTrigger")
-    links = _wait(lambda: [a.get_attribute("href") for a in browser.find_elements(
-        "css selector", ".md-search-result__link")], 15, "search results")
-    # the Spark page itself, not /reference/spark/ or another page that mentions it
-    assert any(urllib.parse.urlsplit(href or "").path == "/spark/" for href in links), links
+    box.send_keys(words)
+    # the search has answered when its meta line says how many documents matched
+    _wait(lambda: "match" in browser.find_element(
+        "css selector", ".md-search-result__meta").text.lower(), 15, f"results for {words!r}")
+    return [urllib.parse.urlsplit(a.get_attribute("href") or "").path
+            for a in browser.find_elements("css selector", ".md-search-result__link")]
+
+
+@pytest.mark.timeout(120)
+def test_search_finds_dotted_camel_case_and_inflected_names_on_the_spark_page(
+        served: str, browser: Any):
+    # the positive control: a word on no page lists nothing, so a listed page is a finding
+    assert _search(browser, served, "zzqxnotaword") == []
+    # the Spark page itself, not /reference/spark/ or another page that mentions it;
+    # "speculation" is inside spark.speculation=true, "speculative" in "Speculative
+    # execution": each was one word of the index before (a dot and = did not split)
+    for words in ("maxMessagesPerTrigger", "spark.speculation", "speculation",
+                  "speculative"):
+        links = _search(browser, served, words)
+        assert "/spark/" in links, (words, links)
+
+
+#: Elements (outside code blocks, which scroll by design) that reach past the page's
+#: content column, and the width of each option table's description column.
+_MEASURE = """
+const article = document.querySelector("article.md-content__inner");
+const column = article.parentElement.getBoundingClientRect().right + 0.5;
+const wide = [];
+for (const el of article.querySelectorAll("*")) {
+  if (el.closest("pre")) continue;
+  const r = el.getBoundingClientRect();
+  if (r.width > 0 && r.right > column)
+    wide.push(el.tagName + "." + el.className + " ends at " + Math.round(r.right) +
+              " > " + Math.round(column) + ": " + (el.textContent || "").trim().slice(0, 40));
+}
+const descriptions = Array.from(article.querySelectorAll(".nsq-options table")).map(
+  t => Math.round(t.rows[0].cells[t.rows[0].cells.length - 1].getBoundingClientRect().width));
+return {wide: wide.slice(0, 5), descriptions: descriptions};
+"""
+#: narrower than this, a description column reads a few words a line (it was ~130 px)
+MIN_DESCRIPTION_PX = 250
+
+
+@pytest.mark.timeout(180)
+def test_no_element_is_wider_than_its_column_and_option_descriptions_are_readable(
+        site: Path, served: str, browser: Any):
+    # the positive control: an element made too wide, and a description column squeezed,
+    # on purpose are caught by the same measurement
+    browser.get(served + "spark/")
+    _wait(lambda: browser.execute_script("return document.readyState") == "complete",
+          10, "the Spark page")
+    browser.execute_script("""
+        const wide = document.createElement("div");
+        wide.style.width = "3000px"; wide.textContent = "too wide";
+        document.querySelector("article.md-content__inner").appendChild(wide);
+        const t = document.querySelector(".nsq-options table");
+        t.style.display = "table"; t.style.tableLayout = "fixed"; t.style.width = "500px";""")
+    control = browser.execute_script(_MEASURE)
+    assert any("too wide" in w for w in control["wide"]), control
+    assert min(control["descriptions"]) < MIN_DESCRIPTION_PX, control
+    problems: dict[str, Any] = {}
+    tables = 0
+    for page in _pages(site):
+        browser.get(served + page)
+        _wait(lambda: browser.execute_script("return document.readyState") == "complete",
+              10, f"{page} to load")
+        found = browser.execute_script(_MEASURE)
+        tables += len(found["descriptions"])
+        narrow = [w for w in found["descriptions"] if w < MIN_DESCRIPTION_PX]
+        if found["wide"] or narrow:
+            problems[page or "/"] = {"wide": found["wide"], "narrow descriptions": narrow}
+    assert problems == {}
+    assert tables >= 6  # the Spark (3), Reader, Producer and connection option tables
 
 
 @pytest.mark.timeout(120)

@@ -268,7 +268,9 @@ def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_
     assert default_bin_dir() == nsq_cache and _default_nsq_bin_dirs() == [nsq_cache]
     assert cache_binary().parent == tmp_path / "nsq-spark" / f"toxiproxy-v{TOXIPROXY_VERSION}" / "bin"
     # the version tier's venvs (scripts/install-pyspark-versions) live under the same root
-    assert _pyspark_versions_script().venv_dir("9.9.9") == tmp_path / "nsq-spark" / "pyspark-9.9.9"
+    # (one directory per requirement list: <name>-<digest>, nsq_spark/testing/_venvs.py)
+    built = _pyspark_versions_script().venv_dir("9.9.9")
+    assert built.parent == tmp_path / "nsq-spark" and built.name.startswith("pyspark-9.9.9-")
     # NSQ_BIN_DIR: where install-nsq builds, and where the harness looks first
     monkeypatch.setenv("NSQ_BIN_DIR", str(tmp_path / "mine"))
     assert default_bin_dir() == tmp_path / "mine"

@@ -392,6 +392,28 @@ def test_set_max_in_flight_zero_pauses_and_resumes(nsq_cluster, running_reader):
     assert sorted(got) == sorted(bodies(100))
 
 
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_a_reader_paused_before_it_connects_receives_nothing_until_resumed(nsq_cluster):
+    """max_in_flight=0 is refused (as by pynsq: it would never receive, silently); pausing
+    at the start is set_max_in_flight(0) right after construction."""
+    with pytest.raises(NSQError, match="set_max_in_flight"):
+        Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=0)
+    nsq_cluster.publish(T, bodies(20))
+    with Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                max_in_flight=5) as reader:
+        reader.set_max_in_flight(0)
+        assert reader.get_batch(max_messages=20, timeout=1.0) == []
+        wait_until(lambda: nsqd_rdy(nsq_cluster, 0) == [(0, 0)], 10, "the subscription, RDY 0")
+        reader.set_max_in_flight(5)
+        got: list[bytes] = []
+        while len(got) < 20:
+            batch = reader.get_batch(max_messages=20, timeout=5)
+            assert batch, f"nothing after resuming; {len(got)} so far"
+            got += [m.body for m in batch]
+            reader.finish(batch)
+    assert sorted(got) == sorted(bodies(20))
+
+
 # -- close hands messages back to nsqd ---------------------------------------------------------
 
 

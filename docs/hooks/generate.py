@@ -82,6 +82,12 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def options_table(header: list[str], rows: list[list[Any]]) -> str:
+    """An option table in a ``nsq-options`` block (md_in_html): its description column
+    keeps a readable width and the rest wraps (docs/stylesheets/extra.css)."""
+    return f'<div class="nsq-options" markdown>\n\n{table(header, rows)}\n</div>\n'
+
+
 def show_default(value: Any) -> str:
     if value is inspect.Parameter.empty or value is dataclasses.MISSING:
         return "required"
@@ -119,7 +125,7 @@ def _spark_table(facts: Mapping[str, Any], names: tuple[str, ...],
         f = facts[name]  # a KeyError here names an option without its facts
         description = f.doc or docs[name]
         rows.append([f"`{name}`", f.default or "", f.unit, f.bounds, description])
-    return table(["option", "default", "unit", "bounds", "description"], rows)
+    return options_table(["option", "default", "unit", "bounds", "description"], rows)
 
 
 def spark_read_options() -> str:
@@ -197,7 +203,7 @@ def connection_options() -> str:
                    else f.default_factory)
         rows.append([f"`{f.name}`", show_default(default),
                      *_limit_cells(CONNECTION_LIMITS, f.name), rst_to_md(comments[f.name])])
-    return table(["option", "default", "unit", "bounds", "description"], rows)
+    return options_table(["option", "default", "unit", "bounds", "description"], rows)
 
 
 def _signature_table(func: Callable[..., Any], doc_of: Any,
@@ -211,7 +217,7 @@ def _signature_table(func: Callable[..., Any], doc_of: Any,
             continue
         rows.append([f"`{p.name}`", show_default(p.default), *_limit_cells(limits, p.name),
                      docs[p.name]])  # a KeyError names an undocumented argument
-    return table(["argument", "default", "unit", "bounds", "description"], rows)
+    return options_table(["argument", "default", "unit", "bounds", "description"], rows)
 
 
 def reader_options() -> str:
@@ -475,5 +481,25 @@ def expand(markdown: str) -> str:
     return MARKER.sub(one, markdown)
 
 
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_NOT_A_HEADING = re.compile(r"^(#{1,6})(?=[^#\s])")
+
+
+def commonmark_headings(markdown: str) -> str:
+    """``markdown`` with a ``#`` that starts a line but no heading escaped (``\\#``): for
+    CommonMark (GitHub, the pages' tests) ``#24 removed`` is text, a heading needs a space
+    after its ``#``s; Python-Markdown would make it a heading. Code blocks are left as
+    they are."""
+    out, fence = [], ""
+    for line in markdown.split("\n"):
+        m = _FENCE.match(line)
+        if m and (not fence or m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)):
+            fence = "" if fence else m.group(1)
+        elif not fence:
+            line = _NOT_A_HEADING.sub(lambda h: "\\" + h.group(1), line)
+        out.append(line)
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    return expand(markdown)
+    return commonmark_headings(expand(markdown))

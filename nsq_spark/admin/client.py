@@ -27,7 +27,7 @@ answers (:class:`HTTPDeadlineError` when no complete answer came within ``timeou
 from __future__ import annotations
 
 import ssl
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from nsq_spark import validate
 from nsq_spark.addresses import http_authorization, strip_userinfo
@@ -140,7 +140,7 @@ class _Sync(_Base):
         if self._own:
             self._transport.close()
 
-    def __enter__(self: Any) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -173,7 +173,7 @@ class _Async(_Base):
         if self._own:
             await self._transport.aclose()
 
-    async def __aenter__(self: Any) -> Any:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -184,9 +184,10 @@ class NsqdClient(_Sync):
     """Blocking client of one nsqd's HTTP API.
 
     Args:
-        address: nsqd's HTTP address, ``host:port`` (4151 by default) or an
-            ``http(s)://`` URL; user info (``http://user:password@host:4151``, for an
-            nsqd behind an authenticating proxy) is sent as ``Authorization: Basic``.
+        address: nsqd's HTTP address, ``host:port`` (the port is required: nsqd's
+            ``--http-address`` opens 4151 unless told otherwise) or an ``http(s)://``
+            URL; user info (``http://user:password@host:4151``, for an nsqd behind an
+            authenticating proxy) is sent as ``Authorization: Basic``.
         timeout: seconds a whole request may take: the connect (the transport's
             ``connect_timeout`` may bound it further), sending, waiting for a pooled
             connection, and the whole answer however slowly it comes

@@ -136,7 +136,8 @@ class Reader:
         max_tries: messages delivered more often than this go to :meth:`giving_up`, then
             are finished (requeued if it raises); 0 means never give up.
         max_in_flight: the most messages in flight over all connections, spread evenly;
-            0 starts paused (see :meth:`set_max_in_flight`).
+            at least 1 (0 is refused, as by pynsq: to start paused, call
+            :meth:`set_max_in_flight` with 0 before :func:`run`).
         lookupd_poll_interval: seconds between lookupd polls.
         low_rdy_idle_timeout: seconds without a message after which a connection gives
             its RDY up, when ``max_in_flight`` is below the number of connections.

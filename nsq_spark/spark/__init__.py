@@ -2,7 +2,9 @@
 
 Spark (pyspark >= 4.0) finds the source on its own through the top-level module
 ``pyspark_nsq`` when this package is installed normally (not as an import-hook editable
-install); :func:`register` does it explicitly::
+install) and Spark's Python workers run a Python that has it; :func:`register` does it
+explicitly, and in local mode also gives the workers this interpreter when
+``PYSPARK_PYTHON`` is not set (a venv run without activating it)::
 
     import nsq_spark.spark
     nsq_spark.spark.register(spark)
@@ -29,9 +31,18 @@ __all__ = ["register", "NSQDataSource", "NSQOptionError", "SourceLag", "SparkVer
 
 
 def register(spark: Any) -> None:
-    """Register the ``nsq`` data source with a SparkSession."""
+    """Register the ``nsq`` data source with a SparkSession, and see that Spark's Python
+    workers can import it.
+
+    Spark's Python workers run ``PYSPARK_PYTHON``, else ``python3`` from the PATH, which
+    is not a venv's unless it is activated. When ``PYSPARK_PYTHON`` (and
+    ``spark.pyspark.python``) is not set and the master is local, the workers are given
+    this interpreter, which has nsq-spark; on any other master one warning names
+    ``PYSPARK_PYTHON`` and the fix (the rule: :mod:`nsq_spark.spark._python`)."""
+    from ._python import choose_worker_python
     from .datasource import NSQDataSource
 
+    choose_worker_python(spark)
     spark.dataSource.register(NSQDataSource)
 
 
