@@ -65,19 +65,37 @@ def raw_bodies(tcp_address: str, topic: str, count: int, channel: str = "check",
 
 
 def depth(cluster: object, i: int, topic: str, channel: str = "check") -> int:
+    """What nsqd ``i`` holds for ``topic/channel``: the channel's messages, and those still
+    in the topic's queue (nsqd copies a topic's messages into its channels
+    asynchronously: just after a publish, a message may be in the topic only)."""
     stats = cluster.nsqds[i].stats(topic)  # type: ignore[attr-defined]
     for t in stats.get("topics") or []:
         if t["topic_name"] == topic:
             for c in t["channels"] or []:
                 if c["channel_name"] == channel:
-                    return int(c["depth"] + c["in_flight_count"] + c["deferred_count"])
+                    return int(t["depth"] + c["depth"] + c["in_flight_count"]
+                               + c["deferred_count"])
             return int(t["depth"])
     return 0
 
 
+def settled_depth(cluster: object, i: int, topic: str, channel: str = "check",
+                  timeout: float = 10.0) -> int:
+    """:func:`depth` once three readings in a row agree (the topic-to-channel copy of
+    the last publish has landed), within ``timeout``."""
+    readings = [depth(cluster, i, topic, channel)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        readings.append(depth(cluster, i, topic, channel))
+        if len(readings) >= 3 and readings[-1] == readings[-2] == readings[-3]:
+            break
+    return readings[-1]
+
+
 def drain(cluster: object, i: int, topic: str, channel: str = "check") -> list[bytes]:
     """Everything nsqd ``i`` holds for ``topic/channel`` (counted first, then read)."""
-    n = depth(cluster, i, topic, channel)
+    n = settled_depth(cluster, i, topic, channel)
     bodies = raw_bodies(cluster.nsqds[i].tcp_address, topic, n, channel)  # type: ignore
     assert len(bodies) == n, f"nsqd{i}: read {len(bodies)} of {n}"
     return bodies
