@@ -76,6 +76,36 @@ _NAME_RE = re.compile(r"^b(\d+)-p(\d+)-n(\d+)-d(\d+)-t(\d+)-[0-9a-f]+(?:-x([0-9a
                       r"\.arrow$")
 
 
+# Publish ids as numpy keys: 16 bytes compared as bytes (:class:`IdSet` with this dtype).
+PID_SIZE = 16
+PID_DTYPE = "V16"
+
+
+def pids_sibling(name: str) -> str:
+    """The file of an index file's publish ids (``x.arrow`` -> ``x.pids.arrow``)."""
+    return name[:-len(".arrow")] + ".pids.arrow"
+
+
+def pid_keys(col: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarray"]:
+    """``(keys, valid)`` of a ``publish_id`` column: each id as a ``V16`` key (zeros where
+    there is none), and whether there is one. A value that is not 16 bytes is no id."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    n = len(col)
+    if n == 0 or col.null_count == n:
+        return np.zeros(n, PID_DTYPE), np.zeros(n, bool)
+    valid = pc.equal(pc.binary_length(col), PID_SIZE)
+    valid = pc.fill_null(valid, False)
+    fixed = pc.if_else(valid, col, pa.scalar(bytes(PID_SIZE), pa.binary())).cast(
+        pa.binary(PID_SIZE))
+    keys = np.frombuffer(fixed.buffers()[1], PID_DTYPE, n, fixed.offset * PID_SIZE).copy()
+    return keys, valid.to_numpy(zero_copy_only=False)
+
+
 def topic_tag(topic: str) -> int:
     """A topic's 64-bit tag (ids are compared within one topic: module doc)."""
     return int.from_bytes(hashlib.blake2b(topic.encode(), digest_size=8).digest(), "big")
@@ -145,23 +175,28 @@ def _decode(raw: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
 
 
 def _sorted_unique(keys: "np.ndarray") -> "np.ndarray":
-    """Sorted, without repeats (np.unique's hash path is several times slower here)."""
+    """Sorted, without repeats (np.unique's hash path is several times slower here).
+    Keys keep their dtype: uint64 (nsqd ids) or ``V16`` (publish ids, compared as bytes)."""
     import numpy as np
 
     # stable: timsort, which merges the two sorted runs of a concatenation in linear time
-    out = np.sort(np.asarray(keys, np.uint64), kind="stable")
+    out = np.sort(np.asarray(keys), kind="stable")
     if len(out) > 1:
         out = out[np.concatenate(([True], out[1:] != out[:-1]))]
     return out
 
 
 class IdSet:
-    """A set of uint64 keys for bulk membership tests: sorted unique runs, each at least
+    """A set of keys for bulk membership tests: sorted unique runs, each at least
     twice as long as the next (a new run is merged into the one before while it is not),
     so there are O(log n) runs and each key is merged O(log n) times. A lookup costs a
-    binary search per run."""
+    binary search per run. ``dtype``: ``uint64`` (nsqd ids), or ``"V16"`` (publish ids:
+    16 bytes compared as bytes, so two keys are equal only if every byte is)."""
 
-    def __init__(self, keys: "np.ndarray | None" = None) -> None:
+    def __init__(self, keys: "np.ndarray | None" = None, dtype: Any = None) -> None:
+        import numpy as np
+
+        self.dtype = np.dtype(np.uint64 if dtype is None else dtype)
         self._runs: list["np.ndarray"] = []
         if keys is not None and len(keys):
             self.add(keys)
@@ -176,7 +211,8 @@ class IdSet:
         if not len(keys):
             return
         runs = self._runs
-        runs.append(np.asarray(keys, np.uint64) if sorted_unique else _sorted_unique(keys))
+        keys = np.asarray(keys, self.dtype)
+        runs.append(keys if sorted_unique else _sorted_unique(keys))
         while len(runs) > 1 and (2 * len(runs[-1]) >= len(runs[-2])
                                  or len(runs) > _MAX_RUNS):
             last = runs.pop()
@@ -186,7 +222,7 @@ class IdSet:
         """A bool mask: which of ``keys`` are in the set."""
         import numpy as np
 
-        keys = np.asarray(keys, np.uint64)
+        keys = np.asarray(keys, self.dtype)
         hit = np.zeros(len(keys), bool)
         for run in self._runs:
             pos = np.searchsorted(run, keys)
@@ -198,7 +234,7 @@ class IdSet:
         import numpy as np
 
         if not self._runs:
-            return np.zeros(0, np.uint64)
+            return np.zeros(0, self.dtype)
         return self._runs[0] if len(self._runs) == 1 else _sorted_unique(
             np.concatenate(self._runs))
 
@@ -276,9 +312,11 @@ class SeenIndex:
         return out
 
     def write(self, batch: int, part: int, keys: "np.ndarray", dropped: int,
-              tag: int | None = None) -> str:
+              tag: int | None = None, pids: "np.ndarray | None" = None) -> str:
         """Durably write the sorted unique ``keys`` of a completed partition (of the
-        topic ``tag``)."""
+        topic ``tag``), and first its publish ids, when it has any (``V16`` keys: the
+        sibling file ``<name>.pids.arrow``, one ``fixed_size_binary(16)`` column), so that
+        an index file's publish ids are there whenever it is."""
         import numpy as np
         import pyarrow as pa
 
@@ -292,6 +330,12 @@ class SeenIndex:
         fs = self.spool.fs
         fs.makedirs(self.dir)
         path = f"{self.dir}/{name}"
+        if pids is not None and len(pids):
+            pids = _sorted_unique(np.asarray(pids, PID_DTYPE))
+            col = pa.Array.from_buffers(pa.binary(PID_SIZE), len(pids),
+                                        [None, pa.py_buffer(pids.tobytes())])
+            fs.create_exclusive(pids_sibling(path), _ipc_bytes(
+                pa.RecordBatch.from_arrays([col], names=["pid"])))
         fs.create_exclusive(path, _ipc_bytes(rb))
         return path
 
@@ -316,13 +360,42 @@ class SeenIndex:
             return IdSet()
         return IdSet(np.concatenate(arrays) if len(arrays) > 1 else arrays[0])
 
+    def load_pids_before(self, batch: int, tag: int | None = None) -> IdSet:
+        """Every publish id remembered from batches below ``batch`` (of the topic ``tag``
+        only, when given): the ``.pids.arrow`` siblings of :meth:`load_before`'s files."""
+        import numpy as np
+        import pyarrow as pa
+
+        names = set(self.spool.fs.listdir(self.dir))
+        arrays = []
+        for name in sorted(names):
+            f = parse_index_name(name)
+            if f is None or f.batch >= batch or (tag is not None and f.topic_tag != tag):
+                continue
+            sibling = pids_sibling(name)
+            if sibling not in names:
+                continue
+            try:
+                data = self.spool.fs.read_bytes(f"{self.dir}/{sibling}")
+            except FileNotFoundError:  # pruned meanwhile: older than the window
+                continue
+            reader = pa.ipc.open_file(pa.py_buffer(data))
+            for i in range(reader.num_record_batches):
+                col = reader.get_batch(i).column(0)
+                arrays.append(np.frombuffer(col.buffers()[1], PID_DTYPE, len(col),
+                                            col.offset * PID_SIZE))
+        if not arrays:
+            return IdSet(dtype=PID_DTYPE)
+        return IdSet(np.concatenate(arrays) if len(arrays) > 1 else arrays[0], PID_DTYPE)
+
     def prune(self, committed: int, window_s: float, max_ids: int) -> tuple[int, int]:
-        """Driver, at commit: delete what :func:`to_prune` says; returns (files deleted,
-        ids remembered after)."""
+        """Driver, at commit: delete what :func:`to_prune` says (an index file's publish
+        ids with it); returns (files deleted, ids remembered after)."""
         files = self.files()
         gone = to_prune(files, committed, int(time.time() * 1000), window_s, max_ids)
         for f in gone:
             self.spool.fs.remove(f"{self.dir}/{f.name}")
+            self.spool.fs.remove(f"{self.dir}/{pids_sibling(f.name)}")
         names = {f.name for f in gone}
         return len(gone), sum(f.ids for f in files if f.name not in names)
 
@@ -335,13 +408,19 @@ class Redeliveries:
     """A fetch task's gate: which rows of a chunk are first copies (see the module doc)."""
 
     def __init__(self, spool: "Spool", batch: int, index: int,
-                 topic: str | None = None) -> None:
+                 topic: str | None = None, pids: bool = False) -> None:
         self.spool = spool
         self.batch = batch
         self.index = index
         self.topic = topic
         self.tag = None if topic is None else topic_tag(topic)
-        self.earlier = SeenIndex(spool).load_before(batch, self.tag)
+        index_files = SeenIndex(spool)
+        self.earlier = index_files.load_before(batch, self.tag)
+        # the publish ids of earlier batches (``pids``: for the copies' order, .copies)
+        self.earlier_pids = (index_files.load_pids_before(batch, self.tag) if pids
+                             else IdSet(dtype=PID_DTYPE))
+        # the publish ids of this partition's rows, for its index file
+        self.my_pids = IdSet(dtype=PID_DTYPE)
         self.mine = IdSet()
         self.peers = IdSet()
         self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
@@ -353,6 +432,17 @@ class Redeliveries:
         """Rows of this partition already spooled (an earlier attempt's chunks)."""
         keys, valid = id_keys(rb.column("id"))
         self.mine.add(keys[valid])
+        self._add_pids(rb)
+
+    def _add_pids(self, rb: "pa.RecordBatch") -> None:
+        """The publish ids of ``rb``'s rows go to the partition's index file."""
+        if "publish_id" not in rb.schema.names:
+            return
+        col = rb.column("publish_id")
+        if col.null_count == len(col):  # a topic without publish ids: nothing to do
+            return
+        keys, valid = pid_keys(col)
+        self.my_pids.add(keys[valid])
 
     def _refresh_peers(self) -> None:
         """Read the id column of the other partitions' chunks not read yet (chunks are
@@ -417,21 +507,26 @@ class Redeliveries:
                                                 or self.peers.contains(keys).any()):
             self.mine.add(in_order, sorted_unique=True)  # the fault-free path
             self.last_keys = in_order
+            self._add_pids(rb)
             return rb
         mask = first_copies(keys, valid, (self.earlier, self.mine, self.peers))
         self.last_keys = _sorted_unique(keys[mask & valid])
         self.mine.add(self.last_keys, sorted_unique=True)
         if mask.all():
+            self._add_pids(rb)
             return rb
         n = int((~mask).sum())
         self.dropped += n
         log.info("batch %d part %d: dropped %d redelivered messages already spooled "
                  "(ids %s)", self.batch, self.index, n,
                  rb.column("id").filter(pa.array(~mask)).to_pylist()[:5])
-        return rb.filter(pa.array(mask))
+        out = rb.filter(pa.array(mask))
+        self._add_pids(out)
+        return out
 
     def finish(self) -> None:
-        """Before the partition's ``_COMPLETE``: its ids go to the index."""
+        """Before the partition's ``_COMPLETE``: its ids (and publish ids) go to the
+        index."""
         SeenIndex(self.spool).write(self.batch, self.index, self.mine.sorted_keys(),
-                                    self.dropped, self.tag)
+                                    self.dropped, self.tag, self.my_pids.sorted_keys())
 

@@ -190,6 +190,7 @@ class Completion:
     newest_timestamp_ns: int | None = None
     redeliveries_dropped: int = 0
     dead_lettered: int = 0  # rows over maxAttempts this attempt wrote to deadLetterPath
+    copies_dropped: int = 0  # rows that were copies of a publish already a row (.copies)
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ class BatchSummary:
     redeliveries_dropped: int = 0
     partitions: int = 0
     dead_lettered: int = 0
+    copies_dropped: int = 0
 
     def add(self, done: Completion) -> "BatchSummary":
         def pick(a: int | None, b: int | None, f: Any) -> int | None:
@@ -216,7 +218,8 @@ class BatchSummary:
             newest_timestamp_ns=pick(self.newest_timestamp_ns, done.newest_timestamp_ns, max),
             redeliveries_dropped=self.redeliveries_dropped + done.redeliveries_dropped,
             partitions=self.partitions + 1,
-            dead_lettered=self.dead_lettered + done.dead_lettered)
+            dead_lettered=self.dead_lettered + done.dead_lettered,
+            copies_dropped=self.copies_dropped + done.copies_dropped)
 
 
 def normalize_spool_path(path: str) -> str:
@@ -316,6 +319,24 @@ class _FS:
             return
         with self.fs.open_output_stream(path) as f:
             f.write(data)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write (or replace) ``path`` so that a reader sees all of it or none of it (a
+        rename on a local disk and on HDFS, an upload on an object store); not fsynced:
+        for files whose loss in an OS crash is accounted for (:mod:`.copies`)."""
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        if self.local:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            return
+        if self.object_store:  # a finished upload is atomic
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        self.fs.move(tmp, path)
 
     def read_bytes(self, path: str) -> bytes:
         if self.local:
@@ -626,7 +647,8 @@ class PartitionSpool:
                               oldest_timestamp_ns=ns("oldest_timestamp_ns"),
                               newest_timestamp_ns=ns("newest_timestamp_ns"),
                               redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)),
-                              dead_lettered=int(doc.get("dead_lettered", 0)))
+                              dead_lettered=int(doc.get("dead_lettered", 0)),
+                              copies_dropped=int(doc.get("copies_dropped", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: torn completion marker (crash while writing it); removed", path)
             self.fs.remove(path)
@@ -754,12 +776,13 @@ class PartitionSpool:
     def complete(self, chunks: int, rows: int, *, bytes: int = 0,
                  oldest_timestamp_ns: int | None = None,
                  newest_timestamp_ns: int | None = None,
-                 redeliveries_dropped: int = 0, dead_lettered: int = 0) -> Completion:
+                 redeliveries_dropped: int = 0, dead_lettered: int = 0,
+                 copies_dropped: int = 0) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
         self.check_marker()
         mine = Completion(chunks, rows, bytes, oldest_timestamp_ns, newest_timestamp_ns,
-                          redeliveries_dropped, dead_lettered)
+                          redeliveries_dropped, dead_lettered, copies_dropped)
         doc = json.dumps(dataclasses.asdict(mine)).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
             return mine
