@@ -9,7 +9,7 @@ Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
     <spoolPath>/<query token>/_QUERY                           (the query marker)
     <spoolPath>/<query token>/batch-<000000000042>/_DRIVER     (the batch's marker)
     <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
-                                                               c000000.keys (ids, .seen)
+                                                               c000000.nkeys (ids, .seen)
                                                                c000001.arrow ...
                                                                _SEAL
                                                                _COMPLETE      (JSON)
@@ -151,7 +151,7 @@ log = get_logger(__name__)
 FLUSH_INTERVAL = 2.0
 
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
-_KEYS_RE = re.compile(r"^c(\d{6,})\.keys$")
+_KEYS_RE = re.compile(r"^c(\d{6,})\.n?keys$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 _BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
@@ -699,43 +699,50 @@ class PartitionSpool:
 
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
-    def write_chunk_keys(self, k: int, keys: "Any", tag: int | None = None) -> None:
-        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first
-        (with :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), so that
-        the other tasks of the batch need not parse the chunk. Not fsynced: a missing or
-        short file only sends them to the chunk itself."""
+    def write_chunk_keys(self, k: int, keys: "tuple[Any, Any]", tag: int | None = None
+                         ) -> None:
+        """After chunk ``k`` is durable: its id keys with their nsqds' tags (:mod:`.seen`,
+        ``(nsqds, keys)`` sorted by both), in ``c<k>.nkeys``: the count first (with
+        :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), the nsqd
+        tags, the keys; so that the other tasks of the batch need not parse the chunk.
+        Not fsynced: a missing or short file only sends them to the chunk itself."""
         import numpy as np
 
         if self.fence is not None and not self.fs.exists(self.fence):
             return  # committed meanwhile: nothing more under the batch (no FIN follows)
-        head = [len(keys)] if tag is None else [len(keys) | TAGGED, tag]
-        data = np.concatenate((np.array(head, np.uint64), keys)).astype("<u8")
-        self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
+        nsqds, ids = keys
+        head = [len(ids)] if tag is None else [len(ids) | TAGGED, tag]
+        data = np.concatenate((np.array(head, np.uint64), nsqds, ids)).astype("<u8")
+        self.fs.write_plain(f"{self.path}/c{k:06d}.nkeys", data.tobytes())
 
-    def read_chunk_keys(self, k: int) -> "Any":
-        """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+    def read_chunk_keys(self, k: int) -> "tuple[Any, Any] | None":
+        """``(nsqds, keys)`` written by :meth:`write_chunk_keys`; None if absent or short."""
         tagged = self.read_chunk_keys_tagged(k)
         return None if tagged is None else tagged[0]
 
-    def read_chunk_keys_tagged(self, k: int) -> "tuple[Any, int | None] | None":
-        """(sorted keys, topic tag or None) of chunk ``k``; None if absent or short."""
+    def read_chunk_keys_tagged(self, k: int) -> "tuple[tuple[Any, Any], int | None] | None":
+        """``((nsqds, keys), topic tag or None)`` of chunk ``k``; None if absent or short
+        (a ``.keys`` file of an older version, without the nsqds, is not read)."""
         import numpy as np
 
         try:
-            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.keys")
+            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.nkeys")
         except OSError:
             return None
         if len(data) < 8 or len(data) % 8:
             return None
         words = np.frombuffer(data, "<u8")
         head = int(words[0])
+        tag = None
         if head & TAGGED:
-            if len(words) < 2 or head & ~TAGGED != len(words) - 2:
+            if len(words) < 2:
                 return None
-            return words[2:].astype(np.uint64), int(words[1])
-        if head != len(words) - 1:
+            head, tag, words = head & ~TAGGED, int(words[1]), words[2:]
+        else:
+            words = words[1:]
+        if 2 * head != len(words):
             return None
-        return words[1:].astype(np.uint64), None
+        return ((words[:head].astype(np.uint64), words[head:].astype(np.uint64)), tag)
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):
