@@ -279,9 +279,9 @@ DAMAGED_LOG_INTERVAL = 60.0
 
 def _publish_kinds(bodies: "pa.Array", published: "pa.Array") -> "np.ndarray":
     """Per row: not (or a damaged) publish envelope, one with no extension, one with a
-    traceparent alone, one with any other extension. Each candidate's checks run in
-    Python on the Arrow buffer (:func:`nsq_spark.envelope.publish_extension`: length,
-    extension, CRC-32), without copying its body; rows without the magic pay nothing."""
+    traceparent alone, one with any other extension. The checks of
+    :func:`nsq_spark.envelope.publish_extensions` (length, extension, CRC-32) run on the
+    Arrow buffer, without copying a body; rows without the magic pay nothing."""
     import numpy as np
 
     from nsq_spark import envelope
@@ -289,23 +289,22 @@ def _publish_kinds(bodies: "pa.Array", published: "pa.Array") -> "np.ndarray":
     n = len(bodies)
     kinds = np.zeros(n, np.int8)
     offsets = np.frombuffer(bodies.buffers()[1], np.int32, count=n + 1,
-                            offset=bodies.offset * 4).tolist()
-    data = memoryview(bodies.buffers()[2]).cast("B")
-    check = envelope.publish_extension
-    # the head holds the extension's length: matching it says "a traceparent alone"
-    head, head_at = envelope.TRACEPARENT_ONLY_HEAD, envelope.PUBLISH_EXT_AT
-    damaged = 0
-    for i in np.flatnonzero(published.to_numpy(zero_copy_only=False)).tolist():
-        start = offsets[i]
-        ext = check(data, start, offsets[i + 1])
-        if ext < 0:
-            damaged += 1
-        elif ext == 0:
-            kinds[i] = _PLAIN
-        elif data[start + head_at:start + head_at + len(head)] == head:
-            kinds[i] = _TRACEPARENT_ONLY
-        else:
-            kinds[i] = _OTHER_EXTENSION
+                            offset=bodies.offset * 4)
+    data = bodies.buffers()[2]
+    rows = np.flatnonzero(published.to_numpy(zero_copy_only=False))
+    ext = envelope.publish_extensions(data, offsets[rows], offsets[rows + 1])
+    damaged = int((ext < 0).sum())
+    kinds[rows[ext == 0]] = _PLAIN
+    others = rows[ext > 0]
+    if len(others):
+        # the head holds the extension's length: matching it says "a traceparent alone"
+        head, at = envelope.TRACEPARENT_ONLY_HEAD, envelope.PUBLISH_EXT_AT
+        raw = np.frombuffer(data, np.uint8)
+        starts = offsets[others].astype(np.int64) + at
+        heads = raw[starts[:, None] + np.arange(len(head))]
+        alone = (heads == np.frombuffer(head, np.uint8)).all(axis=1)
+        kinds[others[alone]] = _TRACEPARENT_ONLY
+        kinds[others[~alone]] = _OTHER_EXTENSION
     if damaged:
         _log_damaged(damaged)
     return kinds

@@ -13,6 +13,7 @@ Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
                                                                c000001.arrow ...
                                                                _SEAL
                                                                _COMPLETE      (JSON)
+    <spoolPath>/<query token>/batch-<000000000042>/_copies/... (the order of copies)
     <spoolPath>/<query token>/_seen/...                        (the redelivery index)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
@@ -38,7 +39,11 @@ attempt finds the same directory:
    its FIN. Each chunk is an Arrow IPC file created *only if absent* (O_EXCL on a
    local disk), written, fsynced, and its directory fsynced.
    Only after the chunk is durable, and the *fence* holds (below), are its messages
-   FINished; then its rows are handed to Spark. (The writing happens in a writer thread
+   FINished; then its rows are handed to Spark. A chunk holding publish ids first takes
+   its place in the batch's order of chunks (:mod:`.copies`: after it and every chunk
+   before it are durable and the fence held), and its rows that are copies of a
+   publish already a row are FINished with it, not handed over; a replay decides them
+   again, the same way. (The writing happens in a writer thread
    while the next chunk's messages arrive; chunks are FINished in order, each as soon as
    it is durable, and handed over in order, several settled chunks as one record batch.)
 4. If the chunk's name is taken (another attempt of the same partition is running), the
