@@ -235,6 +235,7 @@ class CopyOrder:
         self._absorbed: set[str] = set()
         self._upto: Ticket | None = None
         self._abandoned: set[str] = set()  # markers waited for in vain
+        self._names: dict[str, Ticket | None] = {}  # names listed, parsed once
         self.dropped = 0  # rows this task found to be copies
         self.waited = 0.0  # seconds spent waiting for other tasks' markers
 
@@ -285,8 +286,7 @@ class CopyOrder:
         yield 0.0
         names = fs.listdir(d)
         self._remove_stale_markers(names)
-        number = 1 + max((t.number for t in map(parse_ticket, names) if t is not None),
-                         default=-1)
+        number = 1 + max((t.number for t in self._tickets(names)), default=-1)
         yield 0.0
         pids = _sorted_unique(keys[valid])
         ticket = Ticket(number, self.index, chunk, self.nonce)
@@ -357,10 +357,22 @@ class CopyOrder:
         yield 0.0
         return self._decide(mine, names, keys, valid)
 
+    def _tickets(self, names: list[str]) -> list[Ticket]:
+        """The tickets among ``names`` (each name parsed once per task)."""
+        parsed = self._names
+        out = []
+        for name in names:
+            if name not in parsed:
+                parsed[name] = parse_ticket(name)
+            t = parsed[name]
+            if t is not None:
+                out.append(t)
+        return out
+
     def _ticket_of(self, chunk: int, names: list[str]) -> Ticket | None:
         """The lowest intact ticket of (this partition, ``chunk``), or None."""
-        found = sorted(t for t in map(parse_ticket, names)
-                       if t is not None and t.part == self.index and t.chunk == chunk)
+        found = sorted(t for t in self._tickets(names)
+                       if t.part == self.index and t.chunk == chunk)
         for t in found:
             if self._read(t) is not None:
                 return t
@@ -392,10 +404,8 @@ class CopyOrder:
             # an older chunk than the last decided (a replay out of order): start over
             self._lower, self._absorbed, self._upto = IdSet(dtype=PID_DTYPE), set(), None
         own = (ticket.part, ticket.chunk)
-        for t in sorted(t for t in map(parse_ticket, names) if t is not None):
-            if not t < ticket:
-                break
-            if t.name in self._absorbed or (t.part, t.chunk) == own:
+        for t in self._tickets(names):
+            if not t < ticket or t.name in self._absorbed or (t.part, t.chunk) == own:
                 continue
             ids = self._read(t)
             self._absorbed.add(t.name)

@@ -558,8 +558,8 @@ class Redeliveries:
         # the publish ids of earlier batches (``pids``: for the copies' order, .copies)
         self.earlier_pids = (index_files.load_pids_before(batch, self.tag) if pids
                              else IdSet(dtype=PID_DTYPE))
-        # the publish ids of this partition's rows, for its index file
-        self.my_pids = IdSet(dtype=PID_DTYPE)
+        # the publish ids of this partition's rows, for its index file (sorted there)
+        self.my_pids: "list[np.ndarray]" = []
         self.mine = KeySet()
         self.peers = KeySet()
         self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
@@ -582,7 +582,7 @@ class Redeliveries:
         if col.null_count == len(col):  # a topic without publish ids: nothing to do
             return
         keys, valid = pid_keys(col)
-        self.my_pids.add(keys[valid])
+        self.my_pids.append(keys[valid])
 
     def _refresh_peers(self) -> None:
         """Read the keys of the other partitions' chunks not read yet (chunks are
@@ -664,5 +664,8 @@ class Redeliveries:
     def finish(self) -> None:
         """Before the partition's ``_COMPLETE``: its ids (and publish ids) go to the
         index."""
+        import numpy as np
+
+        pids = np.concatenate(self.my_pids) if self.my_pids else None
         SeenIndex(self.spool).write(self.batch, self.index, *self.mine.pairs(),
-                                    self.dropped, self.tag, self.my_pids.sorted_keys())
+                                    self.dropped, self.tag, pids)
