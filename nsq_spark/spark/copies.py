@@ -411,6 +411,7 @@ class CopyOrder:
             self._absorbed.add(t.name)
             if ids is not None and len(ids):
                 self._lower.add(ids, sorted_unique=True)
+                del self._contents[t.name]  # in _lower now (read again after a reset)
         self._upto = ticket
         keep = keep_mask(keys, valid, (self.earlier, self._lower))
         dropped = int(len(keep) - keep.sum())
