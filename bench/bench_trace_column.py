@@ -1,5 +1,7 @@
 """The Spark source's Arrow conversion of fetched blocks (``blocks_to_batch``), per
-message: what the ``trace_parent`` column costs when no body is traced, and when all are.
+message: what the ``trace_parent`` and ``publish_id`` columns cost when no body has an
+envelope, and when all have one (traced: version 2; published: version 3, a publish id
+and its CRC-32; published+traced: version 3 with a traceparent).
 
     python -m bench.bench_trace_column            # or through bench.ab, before vs after
 
@@ -39,11 +41,20 @@ def main() -> None:
     traced = plain
     if hasattr(envelope, "TRACED_ENVELOPE_MAGIC"):
         traced = envelope.wrap_envelope(plain, parent)
-    for label, body in (("plain", plain), ("traced", traced)):
+    published = published_traced = plain
+    try:  # the publish envelope (nsq_spark.envelope, issue 32)
+        from nsq_spark import envelope as v3
+
+        published = v3.stamp(plain, bytes(range(16)))
+        published_traced = v3.stamp(plain, bytes(range(16)), parent)
+    except (ImportError, AttributeError):
+        pass
+    for label, body in (("plain", plain), ("traced", traced), ("published", published),
+                        ("published+traced", published_traced)):
         data = b"".join(encode_message_frame(b"%016d" % i, body, 1_700_000_000_000_000_000, 1)
                         for i in range(1250))
         blocks, _ = FrameDecoder(Responder()).feed_blocks(data)
-        print(f"blocks_to_batch {label:<7} {best_ns_per_message(blocks):7.1f} ns/message",
+        print(f"blocks_to_batch {label:<16} {best_ns_per_message(blocks):7.1f} ns/message",
               flush=True)
 
 

@@ -47,6 +47,8 @@ __all__ = [
     "stamp_many", "with_trace", "wrap_envelope", "open_envelope", "open_traced_envelope",
     "by_envelope_digest", "PublishIds", "publish_id_for", "TRACEPARENT_ONLY_AT",
     "TRACEPARENT_ONLY_HEAD", "TRACEPARENT_AT", "TRACEPARENT_ONLY_BODY_AT",
+    "PUBLISH_ID_AT", "PUBLISH_EXT_AT", "PUBLISH_BODY_AT", "PUBLISH_TRACED_BODY_AT", "PUBLISH_TRACEPARENT_AT",
+    "publish_extension", "publish_extensions",
 ]
 
 ENVELOPE_MAGIC = b"\x00NID\x01"
@@ -78,6 +80,17 @@ TRACEPARENT_ONLY_HEAD = _EXT_LEN.pack(_TRACEPARENT_ONLY) + bytes((_TAG_TRACEPARE
 TRACEPARENT_AT = _EXT_AT + len(TRACEPARENT_ONLY_HEAD)
 TRACEPARENT_ONLY_BODY_AT = TRACEPARENT_AT + _TRACEPARENT_SIZE
 _NO_EXT = _EXT_LEN.pack(0)
+#: The layout of version 3 for readers that open whole columns at once (the Spark
+#: source): the publish id from ``PUBLISH_ID_AT`` (16 bytes); with no extension the body
+#: from ``PUBLISH_BODY_AT``; with the extension a Producer writes for a traceparent alone
+#: (``TRACEPARENT_ONLY_HEAD`` at the extension length), the traceparent from
+#: ``PUBLISH_TRACEPARENT_AT`` and the body from ``PUBLISH_TRACED_BODY_AT``. Which layout a
+#: body has, and whether it is intact, only :func:`publish_extension` says.
+PUBLISH_ID_AT = _MAGIC_SIZE
+PUBLISH_EXT_AT = _V3_EXT_AT
+PUBLISH_BODY_AT = _V3_HEAD
+PUBLISH_TRACEPARENT_AT = _V3_EXT_AT + len(TRACEPARENT_ONLY_HEAD)
+PUBLISH_TRACED_BODY_AT = PUBLISH_TRACEPARENT_AT + _TRACEPARENT_SIZE
 
 
 def _digest(body: bytes) -> bytes:
@@ -123,6 +136,64 @@ def _fields(body: bytes, start: int, stop: int) -> dict[int, str]:
         fields[tag] = bytes(body[pos + 2:value_end]).decode("ascii", "replace")
         pos = value_end
     return fields
+
+
+def publish_extension(data: Any, start: int, end: int) -> int:
+    """The checks of :func:`open_body` on a version-3 envelope at ``data[start:end]`` (a
+    ``bytes`` or ``memoryview`` holding many bodies: the columnar readers pass an Arrow
+    buffer and each row's span), without copying the body: its extension's length when
+    the envelope is intact (0: none; the extension starts at ``start + PUBLISH_EXT_AT``
+    with its length, so a traceparent alone shows ``TRACEPARENT_ONLY_HEAD`` there);
+    -1 when it is cut short, its extension runs past the end or
+    its CRC-32 does not match (a damaged one: the whole body, no id). The caller has seen
+    the magic."""
+    n = end - start
+    if n < _V3_HEAD:
+        return -1
+    ext_len: int = (data[start + _V3_EXT_AT] << 8) | data[start + _V3_EXT_AT + 1]
+    if _V3_HEAD + ext_len > n:
+        return -1
+    crc = zlib.crc32(data[start + _V3_EXT_AT:end],
+                     zlib.crc32(data[start + _MAGIC_SIZE:start + _V3_CRC_AT]))
+    if crc.to_bytes(4, "big") != bytes(data[start + _V3_CRC_AT:start + _V3_EXT_AT]):
+        return -1
+    return ext_len
+
+
+def publish_extensions(data: Any, starts: Any, ends: Any) -> Any:
+    """:func:`publish_extension` for many bodies at once (the columnar readers): ``data``
+    a buffer holding them, ``starts``/``ends`` numpy arrays of their spans (each seen to
+    start with the magic); returns a numpy ``int64`` array, each the extension length or
+    -1. The lengths and the stored CRC-32 are gathered with numpy; the CRC-32 of each
+    body is zlib's, on the buffer, no copy. (numpy is imported here: only the Spark
+    source, which has it, calls this.)"""
+    import numpy as np
+
+    n = len(starts)
+    out = np.full(n, -1, np.int64)
+    if n == 0:
+        return out
+    raw = np.frombuffer(data, np.uint8)
+    starts = np.asarray(starts, np.int64)
+    ends = np.asarray(ends, np.int64)
+    ok = ends - starts >= _V3_HEAD
+    at = starts[ok]
+    ext = (raw[at + _V3_EXT_AT].astype(np.int64) << 8) | raw[at + _V3_EXT_AT + 1]
+    fits = _V3_HEAD + ext <= ends[ok] - at
+    idx = np.flatnonzero(ok)[fits]
+    at, ext = at[fits], ext[fits]
+    stored = ((raw[at + _V3_CRC_AT].astype(np.uint32) << 24)
+              | (raw[at + _V3_CRC_AT + 1].astype(np.uint32) << 16)
+              | (raw[at + _V3_CRC_AT + 2].astype(np.uint32) << 8)
+              | raw[at + _V3_CRC_AT + 3])
+    view = memoryview(data).cast("B")
+    crc32 = zlib.crc32
+    computed = np.fromiter(
+        (crc32(view[s + _V3_EXT_AT:e], crc32(view[s + _MAGIC_SIZE:s + _V3_CRC_AT]))
+         for s, e in zip(at.tolist(), ends[idx].tolist())), np.uint32, len(at))
+    good = computed == stored
+    out[idx[good]] = ext[good]
+    return out
 
 
 def open_body(body: bytes) -> Envelope:

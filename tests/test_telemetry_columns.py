@@ -38,10 +38,12 @@ def blocks(bodies: list[bytes]):
     return got
 
 
-def test_the_schema_ends_with_a_nullable_trace_parent_string():
-    assert SCHEMA_DDL.endswith(", trace_parent string")
+def test_the_schema_ends_with_a_nullable_trace_parent_string_and_publish_id():
+    assert SCHEMA_DDL.endswith(", trace_parent string, publish_id binary")
     field = arrow_schema().field("trace_parent")
     assert field.type == pa.string() and field.nullable
+    field = arrow_schema().field("publish_id")
+    assert field.type == pa.binary() and field.nullable
 
 
 def test_traced_bodies_are_opened_and_their_traceparent_is_a_column_from_blocks_and_messages():
@@ -62,10 +64,11 @@ def test_a_batch_without_traced_bodies_gets_a_null_column_and_its_bodies_untouch
     assert rb.column("body").to_pylist() == [b"a", b"b" * 100, wrap_envelope(b"c")]
 
 
-def test_a_chunk_spooled_before_the_column_existed_gets_it_null():
+def test_a_chunk_spooled_before_the_columns_existed_gets_them_null():
     rb = blocks_to_batch(blocks([b"x", b"y"]), "t", "c")
-    old = rb.drop_columns(["trace_parent"])
-    assert conform(old).equals(rb)
+    for old in (rb.drop_columns(["trace_parent", "publish_id"]),
+                rb.drop_columns(["publish_id"])):
+        assert conform(old).equals(rb)
     assert conform(rb) is rb
 
 

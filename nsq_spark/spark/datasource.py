@@ -351,7 +351,9 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             self._an_counted.add(batch)
             # (Spark calls this before commit(start): the batch's spool is still there)
             summary = self._spool(start["query"]).batch_summary(batch)
-            rows = summary.rows if summary.partitions else 0
+            # messages taken: rows, and copies of publishes already rows (the backlog
+            # counts every copy)
+            rows = summary.rows + summary.copies_dropped if summary.partitions else 0
             self._an_fetched += rows
             self._an_empty = 0 if rows else self._an_empty + 1
         # Spark asks for the next batch only after the sink committed this one: its

@@ -60,9 +60,10 @@ from .fetch_task import (FIRST_WAIT, FetchTask, PartitionTally, ReaderFactory, R
 from .filters import DeadLetterSplit, Dedup, check_dedup_spec, dedup_store_error, split_held
 from .options import ReadOptions
 from .reader_cache import CachedReaders, readers
+from .copies import CopyOrder, chunk_keep
 from .schema import blocks_to_batch
-from .seen import Redeliveries
-from .spool import Spool
+from .seen import PID_DTYPE, IdSet, Redeliveries, SeenIndex, topic_tag
+from .spool import PartitionSpool, Spool
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -138,17 +139,21 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     if done is not None:
         log.info("batch %d part %d: replaying %d spooled chunks (%d rows)",
                  batch, index, done.chunks, done.rows)
-        for rb in part.replay(done.chunks):
-            timings.replayed += rb.num_rows
-            yield rb
+        # the copies are decided again, as they were (.copies): the same rows
+        order = copy_order(opts, spool, part, batch, index, None)
+        for k in range(done.chunks):
+            for rb in chunk_keep(order, k, part.read_chunk(k), replay=True):
+                timings.replayed += rb.num_rows
+                yield rb
         timings.publish()
         return
     # nsqd's redeliveries of what is spooled are dropped (see .seen); loaded only when
     # this task fetches
     t = time.perf_counter()
-    gate = (Redeliveries(spool, batch, index, opts.topic) if opts.redelivery_window > 0
-            else None)
+    gate = (Redeliveries(spool, batch, index, opts.topic, pids=opts.drop_copies)
+            if opts.redelivery_window > 0 else None)
     timings.seen += time.perf_counter() - t
+    order = copy_order(opts, spool, part, batch, index, gate)
     # an earlier attempt may have died part-way: its chunks are FINished, so they are
     # part of this partition's result; continue after them
     have = part.chunk_count()
@@ -162,9 +167,13 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
             have = k
             break
         for rb in batches:
-            tally.add(rb)
+            tally.spooled += rb.num_rows
             if gate is not None:
                 gate.remember(rb)
+        # its copies as decided when it was spooled; or, if that attempt died before
+        # the chunk took its ticket, now (chunks before it are durable: they are here)
+        for rb in chunk_keep(order, k, batches, replay=True):
+            tally.add(rb)
             yield rb
     # a torn chunk, or chunks after a gap (several writers), were never FINished
     part.discard_from(have)
@@ -172,11 +181,12 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     if have:
         log.info("batch %d part %d: resumed after %d chunks (%d rows) of an earlier attempt",
                  batch, index, have, tally.rows)
-    if (share is not None and tally.rows >= share) \
+    if (share is not None and tally.spooled >= share) \
             or (max_bytes is not None and tally.bytes >= max_bytes) or part.sealed():
         # the share is reached, or another attempt sealed the partition and died
         # before completing it: what is spooled is the result, nothing more is fetched
-        yield from seal_and_complete(part, batch, index, have, tally, gate, timings)
+        yield from seal_and_complete(part, batch, index, have, tally, gate, timings,
+                                     order=order)
         timings.publish()
         return
     if reader_factory is None:
@@ -189,10 +199,31 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
             and reader_factory is default_reader_factory:
         cache = readers()
     task = FetchTask(opts, part, batch, index, have, tally,
-                     None if share is None else share - tally.rows,
+                     None if share is None else share - tally.spooled,
                      None if max_bytes is None else max_bytes - tally.bytes,
-                     ReaderLease(opts, reader_factory, cache), timings, gate)
+                     ReaderLease(opts, reader_factory, cache), timings, gate, order)
     yield from task.run()
+
+
+def copy_order(opts: ReadOptions, spool: Spool, part: PartitionSpool, batch: int,
+               index: int, gate: Redeliveries | None) -> CopyOrder | None:
+    """The copies' order of this partition (None with ``dropCopies`` off). The earlier
+    batches' publish ids are the redelivery index's (the gate's, or read at the first
+    chunk holding publish ids when replaying; none with ``redeliveryWindow`` 0): the
+    same set whenever the batch runs (it is pruned only at commits)."""
+    if not opts.drop_copies:
+        return None
+    tag = topic_tag(opts.topic)
+
+    def earlier() -> IdSet:
+        if gate is not None:
+            return gate.earlier_pids
+        if opts.redelivery_window > 0:
+            return SeenIndex(spool).load_pids_before(batch, tag)
+        return IdSet(dtype=PID_DTYPE)
+
+    return CopyOrder(spool.fs, spool.batch_dir(batch), index, tag, earlier,
+                     check_fence=part.check_fence, check_marker=part.check_marker)
 
 
 def fetch_batch_partition(opts: ReadOptions, share: int,

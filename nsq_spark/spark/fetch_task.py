@@ -16,6 +16,11 @@ from and given back to this worker's cache (:mod:`.reader_cache`). The end of a 
 RDY 0 and what the Reader already holds (:mod:`.chunking` says why there is no timed
 drain); a task that fails closes its Reader, which requeues what it holds.
 
+Copies of one publish (:mod:`.copies`): a chunk holding publish ids takes its ticket in
+the batch's order once it and every chunk before it are durable and the fence holds, and
+before its FIN, in a thread of its own (the tickets of one task are taken in chunk
+order); the rows that are copies are FINished with the chunk and not handed over.
+
 Timings (seconds fetching, writing, handing over; rows) go to whoever observes them
 (:func:`observe_timings`: the benchmark does); they are logged at INFO per task too.
 """
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, S
 
 from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
+from .copies import CopyOrder, chunk_keep
 from .filters import DeadLetterSplit, Dedup, split_held
 from .options import NSQD_MSG_TIMEOUT, ReadOptions
 from .reader_cache import CachedReaders, cache_key
@@ -137,16 +143,19 @@ class TaskTimings:
     shared-store round trips; open/close: the parts of fetch spent getting the Reader
     and releasing it (a close requeues the rest; the cache only pauses it); seen:
     loading the redelivery index and checking ids; redelivered: rows dropped; reused: 1
-    if the Reader came from the cache."""
+    if the Reader came from the cache; copies: the order of copies (taking tickets, in
+    their thread, and deciding; overlaps fetching), copies_wait: the part of it spent
+    waiting for other tasks choosing, copies_dropped: rows that were copies."""
 
     __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
-                 "close", "seen", "rows", "replayed", "redelivered", "reused", "_started",
-                 "_cpu")
+                 "close", "seen", "copies", "copies_wait", "rows", "replayed",
+                 "redelivered", "copies_dropped", "reused", "_started", "_cpu")
 
     def __init__(self) -> None:
         self.fetch = self.convert = self.spool = self.spool_write = 0.0
         self.handover = self.dedup = self.open = self.close = self.seen = 0.0
-        self.rows = self.replayed = self.redelivered = self.reused = 0
+        self.copies = self.copies_wait = 0.0
+        self.rows = self.replayed = self.redelivered = self.copies_dropped = self.reused = 0
         self._started = time.time()
         self._cpu = time.process_time()  # a Python worker runs one task at a time
 
@@ -220,9 +229,12 @@ class ReaderLease:
 @dataclasses.dataclass
 class PartitionTally:
     """What the partition's completion record says of its rows: count, body bytes, the
-    nsqd timestamps of the oldest and newest (ns; None without rows)."""
+    nsqd timestamps of the oldest and newest (ns; None without rows); and ``spooled``,
+    the rows in its chunks, copies included (what counts against its share: each was a
+    message fetched)."""
 
     rows: int = 0
+    spooled: int = 0
     bytes: int = 0
     oldest_timestamp_ns: int | None = None
     newest_timestamp_ns: int | None = None
@@ -264,9 +276,11 @@ def blocks_body_bytes(blocks: list["MessageBlock"]) -> int:
 
 @dataclasses.dataclass
 class _Chunk:
-    """A chunk in a writer thread: the blocks to FIN once it is durable, its rows."""
+    """A chunk in a writer thread: the blocks to FIN once it is durable, its rows.
+    ``future``: done when it is durable, or, for a chunk with publish ids, when it has
+    its ticket too (its result: which rows are not copies)."""
 
-    future: "Future[None]"
+    future: "Future[Any]"
     blocks: list["MessageBlock"]
     n: int
     keep: list["Message"]
@@ -283,7 +297,7 @@ class FetchTask:
     def __init__(self, opts: ReadOptions, part: PartitionSpool, batch: int, index: int,
                  chunk_no: int, tally: PartitionTally, share: int | None,
                  byte_share: int | None, lease: ReaderLease, timings: TaskTimings,
-                 gate: Redeliveries | None = None) -> None:
+                 gate: Redeliveries | None = None, order: CopyOrder | None = None) -> None:
         self.opts = opts
         self.part = part
         self.batch = batch
@@ -295,6 +309,7 @@ class FetchTask:
         self.lease = lease
         self.timings = timings
         self.gate = gate
+        self.order = order
         self.label = f"batch {batch} part {index}"
         self.dedup = Dedup(opts.dedup, dedup_lease_ms(opts)) if opts.dedup else None
         self.dead_letters = DeadLetterSplit(opts, f"batch{batch}-part{index}")
@@ -319,24 +334,28 @@ class FetchTask:
         self.timings.fetch += self.timings.open
         self.timings.reused = int(self.lease.reused)
         writer = ThreadPoolExecutor(max_workers=self.max_jobs, thread_name_prefix="nsq-spool")
+        # the tickets of the copies' order: one thread, so that they are taken in order
+        self.orderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsq-copies")
         ok = False
         try:
             yield from self._loop(reader, writer)
             ok = True
         finally:
             writer.shutdown(wait=True)
+            self.orderer.shutdown(wait=True)
             t = perf()
             self.lease.release(ok)
             self.timings.close = perf() - t
             self.timings.fetch += self.timings.close
             self.timings.publish()
             tm = self.timings
-            log.info("%s: %d rows (%d replayed), %d redeliveries dropped, Reader %s; fetch "
-                     "%.3fs convert %.3fs spool wait %.3fs (write %.3fs in the background) "
-                     "handover %.3fs dedup %.3fs seen %.3fs", self.label,
-                     tm.rows + tm.replayed, tm.replayed, tm.redelivered,
-                     "reused" if tm.reused else "new", tm.fetch, tm.convert, tm.spool,
-                     tm.spool_write, tm.handover, tm.dedup, tm.seen)
+            log.info("%s: %d rows (%d replayed), %d redeliveries dropped, %d copies "
+                     "dropped, Reader %s; fetch %.3fs convert %.3fs spool wait %.3fs (write "
+                     "%.3fs in the background) handover %.3fs dedup %.3fs seen %.3fs "
+                     "copies %.3fs", self.label, tm.rows + tm.replayed, tm.replayed,
+                     tm.redelivered, tm.copies_dropped, "reused" if tm.reused else "new",
+                     tm.fetch, tm.convert, tm.spool, tm.spool_write, tm.handover, tm.dedup,
+                     tm.seen, tm.copies)
 
     def _loop(self, reader: ReaderPort, writer: ThreadPoolExecutor
               ) -> Iterator["pa.RecordBatch"]:
@@ -381,7 +400,7 @@ class FetchTask:
                                 time.monotonic())
             elif step.action is Action.CUT:
                 planner.cut()
-                jobs.append(self._cut(reader, pending, writer))
+                jobs.append(self._cut(reader, pending, writer, jobs))
                 pending = []
             elif step.action is Action.SETTLE:
                 yield from self._settle(reader, jobs.popleft(), planner)
@@ -390,12 +409,12 @@ class FetchTask:
         yield from self._hand_over()
         yield from seal_and_complete(self.part, self.batch, self.index, self.chunk_no,
                                      self.tally, self.gate, tm,
-                                     dead_lettered=self.dead_letters.count)
+                                     dead_lettered=self.dead_letters.count, order=self.order)
 
     # -- the steps ------------------------------------------------------------------------
 
     def _cut(self, reader: ReaderPort, blocks: list["MessageBlock"],
-             writer: ThreadPoolExecutor) -> _Chunk:
+             writer: ThreadPoolExecutor, jobs: "Iterable[_Chunk]" = ()) -> _Chunk:
         """Convert, filter (duplicates, redeliveries, dead letters) and submit one chunk."""
         tm, perf, gate = self.timings, time.perf_counter, self.gate
         t = perf()
@@ -415,10 +434,28 @@ class FetchTask:
         rb, dead = self.dead_letters.split(rb)
         tm.convert += perf() - t
         keys = gate.last_keys if gate is not None and dead is None else None
-        future = writer.submit(self._write, self.chunk_no, rb, dead, keys)
+        future: "Future[Any]" = writer.submit(self._write, self.chunk_no, rb, dead, keys)
+        if self.order is not None and _has_publish_ids(rb):
+            # its ticket once it and every chunk before it are durable (a chunk with a
+            # ticket is never one a retry discards: .copies)
+            before = [job.future for job in jobs]
+            future = self.orderer.submit(self._take_ticket, self.chunk_no, rb,
+                                         [*before, future])
         self.chunk_no += 1
-        self.tally.add(rb)
         return _Chunk(future, blocks, sum(map(len, blocks)), keep, drop, rb)
+
+    def _take_ticket(self, k: int, rb: "pa.RecordBatch", durable: list["Future[Any]"]
+                     ) -> "pa.RecordBatch":
+        """In the copies' thread: chunk ``k``'s ticket and its rows without the copies."""
+        for future in durable:
+            future.result()
+        assert self.order is not None
+        t = time.perf_counter()
+        waited = self.order.waited
+        (out,) = chunk_keep(self.order, k, [rb], replay=False)
+        self.timings.copies += time.perf_counter() - t
+        self.timings.copies_wait += self.order.waited - waited
+        return out
 
     def _write(self, k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None",
                keys: Any) -> None:
@@ -437,7 +474,7 @@ class FetchTask:
         tm, perf = self.timings, time.perf_counter
         t = perf()
         try:
-            job.future.result()
+            rows = job.future.result()  # with a ticket: the rows that are not copies
             # the fence, after the chunk is durable and before its FIN: a batch already
             # committed, or a partition sealed by another attempt, gets no FIN from here
             reason = self.part.fenced()
@@ -463,10 +500,13 @@ class FetchTask:
             tm.dedup += perf() - t
             if job.drop:
                 log.info("%s: dropped %d redelivered duplicates", self.label, len(job.drop))
+        rb = job.rb if rows is None else rows
+        self.tally.add(rb)
+        self.tally.spooled += job.rb.num_rows
         tm.rows += job.n
-        self.held.append(job.rb)
-        self.held_rows += job.rb.num_rows
-        self.held_bytes += job.rb.nbytes
+        self.held.append(rb)
+        self.held_rows += rb.num_rows
+        self.held_bytes += rb.nbytes
         if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES:
             yield from self._hand_over()
 
@@ -502,31 +542,43 @@ def concat_batches(batches: list["pa.RecordBatch"]) -> "pa.RecordBatch":
     return (table.to_batches() or [batches[0].slice(0, 0)])[0]
 
 
+def _has_publish_ids(rb: "pa.RecordBatch") -> bool:
+    col = rb.column("publish_id")
+    return bool(col.null_count < len(col))
+
+
 def seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
                       tally: PartitionTally, gate: Redeliveries | None,
-                      timings: TaskTimings, dead_lettered: int = 0) -> Iterator["pa.RecordBatch"]:
+                      timings: TaskTimings, dead_lettered: int = 0,
+                      order: CopyOrder | None = None) -> Iterator["pa.RecordBatch"]:
     """Seal the partition, take in the chunks another attempt wrote before the seal (it
-    may have FINished them: they must be rows), then the index, then ``_COMPLETE``
-    (with ``dead_lettered``: the rows this attempt wrote to the dead letters)."""
+    may have FINished them: they must be rows, less their copies), then the index, then
+    ``_COMPLETE`` (with ``dead_lettered``: the rows this attempt wrote to the dead
+    letters, and the copies ``order`` found in the partition)."""
     part.seal()
     for k, batches in part.chunks_from(chunks):
         log.warning("batch %d part %d: chunk %d was written by another attempt of this "
                     "task before the seal; its rows are taken in", batch, index, k)
         for rb in batches:
-            tally.add(rb)
-            timings.replayed += rb.num_rows
+            tally.spooled += rb.num_rows
             if gate is not None:
                 gate.remember(rb)
+        for rb in chunk_keep(order, k, batches, replay=True):
+            tally.add(rb)
+            timings.replayed += rb.num_rows
             yield rb
         chunks = k + 1
     if gate is not None:
         timings.redelivered = gate.dropped
         gate.finish()  # before _COMPLETE: a complete partition always has its index
+    if order is not None:
+        timings.copies_dropped = order.dropped
     final = part.complete(chunks, tally.rows, bytes=tally.bytes,
                           oldest_timestamp_ns=tally.oldest_timestamp_ns,
                           newest_timestamp_ns=tally.newest_timestamp_ns,
                           redeliveries_dropped=timings.redelivered,
-                          dead_lettered=dead_lettered)
+                          dead_lettered=dead_lettered,
+                          copies_dropped=timings.copies_dropped)
     if final.chunks != chunks:  # pragma: no cover - needs two racing attempts
         raise SpoolConflict(f"batch {batch} part {index}: another attempt completed "
                             f"the partition with {final.chunks} chunks")

@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from .._log import get_logger
+from ..envelope import PUBLISH_ENVELOPE_MAGIC, open_body
 from .options import ReadOptions
 from .schema import messages_to_batch
 
@@ -64,6 +65,11 @@ class Dedup:
     A task that dies between 1 and 3 loses nothing: its claims end with their lease, and
     the redelivery, held until then, is spooled by another task. A crash between the FIN
     and the commit lets a later copy through (a duplicate row).
+
+    Keys are taken from the message as a Reader's handler sees it: a body in a publish
+    envelope is looked at opened (``key=publish_id`` is its publish id, ``key=body`` the
+    digest of the published body), so a Reader and a query sharing a store agree; the
+    rows still come from the bodies as delivered (:mod:`.schema` opens them).
     """
 
     def __init__(self, spec: str, lease_ms: int) -> None:
@@ -94,7 +100,7 @@ class Dedup:
         key = self.key
         keyed = []
         for m in messages:
-            k = key(m)
+            k = key(_as_handled(m))
             if k is not None:  # no key (no publish id): never a duplicate, never claimed
                 m.dedup_key = k
                 keyed.append(m)
@@ -136,6 +142,33 @@ class Dedup:
 
     # the name of step 3 before claims existed
     mark = commit
+
+
+class _Published:
+    """A message as a handler sees it once its publish envelope is opened: the published
+    body; every other attribute the message's own."""
+
+    __slots__ = ("_message", "body")
+
+    def __init__(self, message: "Message", body: bytes) -> None:
+        self._message, self.body = message, body
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._message, name)
+
+
+def _as_handled(m: "Message") -> Any:
+    """``m``, or for a body in an intact publish envelope a view with the published body
+    (and ``m.publish_id`` set): what the key functions look at. The one envelope rule
+    (:func:`nsq_spark.envelope.open_body`): a damaged one is a plain body, no id."""
+    body = m.body
+    if not body or body[0] or body[:5] != PUBLISH_ENVELOPE_MAGIC:
+        return m
+    e = open_body(body)
+    if e.version != 3:
+        return m
+    m.publish_id = e.publish_id
+    return _Published(m, e.body)
 
 
 def _keys(messages: list["Message"]) -> list[Any]:

@@ -94,7 +94,17 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            this window is FINished and counted, not made a second row.
                            Kept under ``<spoolPath>/<query>/_seen``, 8 bytes per id.
 ``redeliveryWindowMaxIds`` cap on the ids remembered (default 5000000, 40 MB in each fetch
-                           task's memory): beyond it the oldest batches are forgotten first.
+                           task's memory, and 16 bytes more per id for the rows that
+                           carry a publish id): beyond it the oldest batches are
+                           forgotten first.
+``dropCopies``             streaming: rows that are copies of one publish -- the same
+                           ``publish_id``, from a Producer with ``replicas`` or
+                           ``publish_ids`` -- become one row, whichever nsqds, fetch tasks
+                           and micro-batches they arrive in (default true; across
+                           batches within ``redeliveryWindow``). The copies are FINished,
+                           counted and logged, not rows (:mod:`.copies`). Rows without a
+                           publish id are never copies: a topic without publish envelopes
+                           pays one byte check per row. false: every copy is a row.
 ``logLevel``               the connector's log level in Spark's Python workers (executors'
                            stderr, and the driver's in local mode): ``DEBUG``, ``INFO``,
                            ``WARN`` (default) or ``ERROR``; also for writing. Without it, the
@@ -198,7 +208,7 @@ READ_OPTIONS = ("topic", "topics", "topicPattern", "channel", "nsqdTcpAddresses"
                 "backlogPollInterval",
                 "maxFetchPeriod", "idleTimeout", "spoolPath", "spoolChunkSize", "maxAttempts",
                 "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
-                "redeliveryWindowMaxIds", "logLevel") + CONNECTION_OPTIONS
+                "redeliveryWindowMaxIds", "logLevel", "dropCopies") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
                  "maxBatchBytes", "retries", "publishTimeout", "logLevel") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
@@ -506,6 +516,8 @@ class ReadOptions:
     # the executor's Reader cache (see READER_CACHE_OPTIONS)
     reader_cache: bool = True
     reader_cache_idle_timeout: float = 5.0
+    # copies of one publish are one row (see COPIES_OPTIONS)
+    drop_copies: bool = True
 
     __repr__ = _redacted_repr
 
@@ -644,6 +656,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool) -> ReadOp
         or DEFAULT_MAX_IDS,
         log_level=_log_level(opts),
         **_reader_cache_options(opts, connection),
+        **_copies_options(opts, streaming),
     )
 
 
@@ -721,6 +734,24 @@ def _reader_cache_options(opts: _Opts, connection: Mapping[str, Any]) -> dict[st
             f"{limit:g}, or raise msgTimeout (ms) within your nsqd's --max-msg-timeout")
     return {"reader_cache": opts.bool("readerCache", True),
             "reader_cache_idle_timeout": idle}
+
+
+# -- copies of one publish (spark/copies.py) --------------------------------------------
+
+
+def _copies_options(opts: _Opts, streaming: bool) -> dict[str, Any]:
+    """``dropCopies``: on by default for streaming reads. A batch read returns every
+    copy (it has no spool to order its chunks in): asking it to drop them is refused
+    rather than ignored."""
+    drop = opts.bool("dropCopies", streaming)
+    if drop and not streaming:
+        raise NSQOptionError(
+            "option 'dropCopies' applies to streaming reads (spark.readStream): a batch "
+            "read returns every copy of a publish, each with its 'publish_id' column; "
+            "remove the option, or drop the copies in the query, e.g. rows with a null "
+            "publish_id plus df.where(\"publish_id IS NOT NULL\")"
+            ".dropDuplicates([\"publish_id\"])")
+    return {"drop_copies": drop}
 
 
 def _log_level(opts: _Opts) -> str | None:
@@ -884,6 +915,7 @@ READ_OPTION_FACTS: dict[str, OptionFacts] = {
     "redeliveryWindowMaxIds": _read("redeliveryWindowMaxIds", DEFAULT_MAX_IDS),
     "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR"),
     "readerCache": OptionFacts("true", "boolean"),
+    "dropCopies": OptionFacts("true (streaming)", "boolean"),
     "readerCacheIdleTimeout": _read("readerCacheIdleTimeout", DEFAULT_READER_CACHE_IDLE,
                                     ", and at most half of msgTimeout"),
 }

@@ -2,21 +2,38 @@
 fetched messages into one Arrow record batch: from MessageBlocks (the fetch path: no Python
 object per row) or from Message objects (the dedup path and hand-made messages).
 
+Envelopes (:mod:`nsq_spark.envelope`) are opened here, column-wise, by the one rule of
+:func:`nsq_spark.envelope.open_body`: a damaged envelope is never opened, never cut and
+never a key -- the row keeps the whole body, and no id.
+
+``publish_id`` (nullable ``binary``, 16 bytes): the publish id of a body in a publish
+envelope (version 3: ``Producer(publish_ids=True)`` or ``replicas``); ``body`` is then the
+published body. The copies of one publish (replicas on several nsqds, a publisher's
+retries) carry the same one; the streaming source keeps one row of them
+(:mod:`.copies`). Each such row's CRC-32 is checked in Python (``zlib``, on the Arrow
+buffer, no copy): only rows whose body starts with the magic pay it.
+
 ``trace_parent`` (nullable): the W3C traceparent a producer put into the body with
 ``Telemetry(trace_context=True)`` (the message-id envelope's version 2, see
-:mod:`nsq_spark.spool.format`); for those rows ``body`` is the inner body. A batch
-without such a body pays one numpy gather of its bodies' first bytes (+4.5 ns a row,
-bench/RESULTS.md) and gets a cached null column; the envelope a Producer writes is opened
-column-wide (+140 ns a row). Version-1 envelopes (``message_id_digest`` alone) stay in
-``body`` as before."""
+:mod:`nsq_spark.spool.format`, or a publish envelope's extension); for those rows ``body``
+is the inner body. Version-1 envelopes (``message_id_digest`` alone) stay in ``body`` as
+before.
+
+A batch without any envelope pays one numpy gather of its bodies' first bytes (+4.5 ns a
+row, bench/RESULTS.md) and gets cached null columns; the envelopes a Producer writes are
+opened column-wide (``binary_slice``/``if_else``), plus the check of each one (a BLAKE2b
+digest for version 2, a CRC-32 for version 3; figures in bench/RESULTS.md)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from nsq_spark.envelope import PUBLISH_ENVELOPE_MAGIC as _PUBLISH_MAGIC
 from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC as _TRACED_MAGIC
+from .._log import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
@@ -26,10 +43,13 @@ if TYPE_CHECKING:  # pragma: no cover
 # Spark DDL of the source's rows. ``id`` is nsqd's 16-character message id: the same
 # message redelivered keeps it, so it is the dedup key.
 SCHEMA_DDL = ("id string, body binary, timestamp timestamp, attempts int, "
-              "nsqd_address string, topic string, channel string, trace_parent string")
+              "nsqd_address string, topic string, channel string, trace_parent string, "
+              "publish_id binary")
 
 COLUMNS = ("id", "body", "timestamp", "attempts", "nsqd_address", "topic", "channel",
-           "trace_parent")
+           "trace_parent", "publish_id")
+
+log = get_logger(__name__)
 
 _ARROW_SCHEMA = None
 
@@ -50,6 +70,8 @@ def arrow_schema() -> "pa.Schema":
             pa.field("topic", pa.string()),
             pa.field("channel", pa.string()),
             pa.field("trace_parent", pa.string()),
+            # 16 bytes, or null: Spark's BinaryType is Arrow's variable-size binary
+            pa.field("publish_id", pa.binary()),
         ])
     return _ARROW_SCHEMA
 
@@ -67,6 +89,7 @@ def spark_schema() -> "StructType":
         StructField("topic", StringType()),
         StructField("channel", StringType()),
         StructField("trace_parent", StringType()),
+        StructField("publish_id", BinaryType()),
     ])
 
 
@@ -144,11 +167,12 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
     else:
         address_col = pa.concat_arrays([pa.repeat(pa.scalar(b.nsqd_address, pa.string()),
                                                   len(b)) for b in blocks])
-    bodies, parents = _open_traced(bodies)
+    bodies, parents, pids = open_envelopes(bodies)
     return pa.RecordBatch.from_arrays(
         [ids, bodies, ts, attempts, address_col,
          pa.repeat(pa.scalar(topic, pa.string()), n),
-         pa.repeat(pa.scalar(channel, pa.string()), n), parents], schema=arrow_schema())
+         pa.repeat(pa.scalar(channel, pa.string()), n), parents, pids],
+        schema=arrow_schema())
 
 
 def messages_to_batch(messages: Sequence["Message"], topic: str,
@@ -179,35 +203,44 @@ def messages_to_batch(messages: Sequence["Message"], topic: str,
     addresses = pa.array([m.nsqd_address for m in messages], pa.string())
     topics = pa.repeat(pa.scalar(topic, pa.string()), n)
     channels = pa.repeat(pa.scalar(channel, pa.string()), n)
-    body_col, parents = _open_traced(body_col)
+    body_col, parents, pids = open_envelopes(body_col)
     return pa.RecordBatch.from_arrays(
-        [ids, body_col, ts, attempts, addresses, topics, channels, parents],
+        [ids, body_col, ts, attempts, addresses, topics, channels, parents, pids],
         schema=arrow_schema())
 
 
 
 
-_NULL_PARENTS: dict[int, "pa.Array"] = {}
+_NULLS: dict[tuple[str, int], "pa.Array"] = {}
 
 
-def _null_parents(n: int) -> "pa.Array":
-    """An all-null ``trace_parent`` column of ``n`` rows (cached per chunk size)."""
-    col = _NULL_PARENTS.get(n)
+def _nulls(kind: str, n: int) -> "pa.Array":
+    """An all-null ``trace_parent`` (``kind`` "string") or ``publish_id`` ("binary")
+    column of ``n`` rows (cached per chunk size)."""
+    col = _NULLS.get((kind, n))
     if col is None:
         import pyarrow as pa
 
-        col = pa.nulls(n, pa.string())
-        if len(_NULL_PARENTS) < 64:
-            _NULL_PARENTS[n] = col
+        col = pa.nulls(n, pa.string() if kind == "string" else pa.binary())
+        if len(_NULLS) < 128:
+            _NULLS[(kind, n)] = col
     return col
 
 
+def _null_parents(n: int) -> "pa.Array":
+    return _nulls("string", n)
+
+
+def _null_pids(n: int) -> "pa.Array":
+    return _nulls("binary", n)
+
+
 def _may_be_traced(bodies: "pa.Array") -> bool:
-    """Whether a body of ``bodies`` (a binary array) may start with a traced envelope:
-    one numpy gather of the first bytes, searched as bytes (about 2 µs for a chunk of
-    1,250; pyarrow's starts_with costs 50). False is certain; True (also for an empty
-    body at the end of the data, whose start is clipped to the last byte) is checked
-    exactly by the caller."""
+    """Whether a body of ``bodies`` (a binary array) may start with an envelope (any
+    version: they all start with a zero byte): one numpy gather of the first bytes,
+    searched as bytes (about 2 µs for a chunk of 1,250; pyarrow's starts_with costs 50).
+    False is certain; True (also for an empty body at the end of the data, whose start
+    is clipped to the last byte) is checked exactly by the caller."""
     import numpy as np
 
     n = len(bodies)
@@ -217,6 +250,158 @@ def _may_be_traced(bodies: "pa.Array") -> bool:
     starts = np.frombuffer(buffers[1], np.int32, count=n, offset=bodies.offset * 4)
     first = np.frombuffer(buffers[2], np.uint8).take(starts, mode="clip")
     return _TRACED_MAGIC[:1] in first.tobytes()
+
+
+def open_envelopes(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array, pa.Array]":
+    """``(body, trace_parent, publish_id)`` columns of a binary column of bodies as nsqd
+    delivered them: publish envelopes (version 3) and traced ones (version 2) opened,
+    checked; null columns when there are none (found without a Python object per row).
+    A body that only starts like an envelope stays whole, with null columns."""
+    n = len(bodies)
+    if not _may_be_traced(bodies):
+        return bodies, _null_parents(n), _null_pids(n)
+    import pyarrow.compute as pc
+
+    published = pc.starts_with(bodies, pattern=_PUBLISH_MAGIC.decode("ascii"))
+    if not pc.any(published).as_py():
+        opened, parents = _open_traced(bodies)
+        return opened, parents, _null_pids(n)
+    return _open_published(bodies, published)
+
+
+# what _publish_kinds says of a row
+_NOT_PUBLISHED, _PLAIN, _TRACEPARENT_ONLY, _OTHER_EXTENSION = 0, 1, 2, 3
+_damaged_logged_at = 0.0
+_damaged_since = 0
+# seconds between two WARNINGs about damaged publish envelopes (the count is in each)
+DAMAGED_LOG_INTERVAL = 60.0
+
+
+def _publish_kinds(bodies: "pa.Array", published: "pa.Array") -> "np.ndarray":
+    """Per row: not (or a damaged) publish envelope, one with no extension, one with a
+    traceparent alone, one with any other extension. The checks of
+    :func:`nsq_spark.envelope.publish_extensions` (length, extension, CRC-32) run on the
+    Arrow buffer, without copying a body; rows without the magic pay nothing."""
+    import numpy as np
+
+    from nsq_spark import envelope
+
+    n = len(bodies)
+    kinds = np.zeros(n, np.int8)
+    offsets = np.frombuffer(bodies.buffers()[1], np.int32, count=n + 1,
+                            offset=bodies.offset * 4)
+    data = bodies.buffers()[2]
+    rows = np.flatnonzero(published.to_numpy(zero_copy_only=False))
+    ext = envelope.publish_extensions(data, offsets[rows], offsets[rows + 1])
+    damaged = int((ext < 0).sum())
+    kinds[rows[ext == 0]] = _PLAIN
+    others = rows[ext > 0]
+    if len(others):
+        # the head holds the extension's length: matching it says "a traceparent alone"
+        head, at = envelope.TRACEPARENT_ONLY_HEAD, envelope.PUBLISH_EXT_AT
+        raw = np.frombuffer(data, np.uint8)
+        starts = offsets[others].astype(np.int64) + at
+        heads = raw[starts[:, None] + np.arange(len(head))]
+        alone = (heads == np.frombuffer(head, np.uint8)).all(axis=1)
+        kinds[others[alone]] = _TRACEPARENT_ONLY
+        kinds[others[~alone]] = _OTHER_EXTENSION
+    if damaged:
+        _log_damaged(damaged)
+    return kinds
+
+
+def _log_damaged(count: int) -> None:
+    """A WARNING at most every DAMAGED_LOG_INTERVAL seconds, with the count since the
+    last one (a damaged envelope is a row with its whole body, never dropped)."""
+    import time
+
+    global _damaged_logged_at, _damaged_since
+    _damaged_since += count
+    now = time.monotonic()
+    if now - _damaged_logged_at >= DAMAGED_LOG_INTERVAL:
+        log.warning("%d bodies started like a publish envelope but failed its checks "
+                    "(cut short, or a CRC-32 that does not match): their rows hold the "
+                    "whole body and no publish_id", _damaged_since)
+        _damaged_logged_at, _damaged_since = now, 0
+
+
+def _open_published(bodies: "pa.Array", published: "pa.Array"
+                    ) -> "tuple[pa.Array, pa.Array, pa.Array]":
+    """:func:`open_envelopes` for a column with publish envelopes: the two layouts a
+    Producer writes (no extension; a traceparent alone) are cut column-wide, any other
+    extension row by row by :func:`nsq_spark.envelope.open_body`; traced (version 2)
+    rows as :func:`_open_traced` does."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from nsq_spark import envelope
+
+    n = len(bodies)
+    kinds = _publish_kinds(bodies, published)
+    opened = kinds != _NOT_PUBLISHED
+    if not opened.any():
+        body, parents = _open_traced(bodies)
+        return body, parents, _null_pids(n)
+    if (kinds == _OTHER_EXTENSION).any():
+        return _open_row_by_row(bodies)
+    plain, traced = kinds == _PLAIN, kinds == _TRACEPARENT_ONLY
+    pid_at = envelope.PUBLISH_ID_AT
+    ids = pc.binary_slice(bodies, pid_at, pid_at + envelope.PUBLISH_ID_SIZE)
+    null_pid = pa.scalar(None, pa.binary())
+    if plain.all():  # a topic of a Producer with publish ids, no trace context
+        return (pc.binary_slice(bodies, envelope.PUBLISH_BODY_AT, _PAST_ANY_BODY),
+                _null_parents(n), ids)
+    parents3: "pa.Array" = _null_parents(n)
+    if traced.any():
+        try:
+            parents3 = pc.if_else(pa.array(traced), pc.binary_slice(
+                bodies, envelope.PUBLISH_TRACEPARENT_AT,
+                envelope.PUBLISH_TRACED_BODY_AT).cast(pa.string()),
+                pa.scalar(None, pa.string()))
+        except pa.ArrowInvalid:  # not UTF-8: not one of ours; the row-wise rule decides
+            return _open_row_by_row(bodies)
+    # the rows not opened here: traced (version 2) rows opened as before, others whole
+    rest, parents = _open_traced(bodies)
+    body = rest
+    if plain.any():
+        body = pc.if_else(pa.array(plain), pc.binary_slice(
+            bodies, envelope.PUBLISH_BODY_AT, _PAST_ANY_BODY), body)
+    if traced.any():
+        body = pc.if_else(pa.array(traced), pc.binary_slice(
+            bodies, envelope.PUBLISH_TRACED_BODY_AT, _PAST_ANY_BODY), body)
+        parents = pc.if_else(pa.array(traced), parents3, parents)
+    return body, parents, pc.if_else(pa.array(opened), ids, null_pid)
+
+
+def _open_row_by_row(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array, pa.Array]":
+    """The general case: each body that starts with an envelope's magic through
+    :func:`nsq_spark.envelope.open_body` (versions 2 and 3 opened; version 1, damaged
+    and later versions whole)."""
+    import pyarrow as pa
+
+    from nsq_spark.envelope import open_body
+
+    out: list[bytes | None] = []
+    parents: list[str | None] = []
+    pids: list[bytes | None] = []
+    damaged = 0
+    for body in bodies.to_pylist():
+        if body is not None and body[:1] == b"\x00":
+            e = open_body(body)
+            if e.version in (2, 3):
+                out.append(e.body)
+                parents.append(e.traceparent)
+                pids.append(e.publish_id)
+                continue
+            damaged += e.damaged is not None and body[:5] == _PUBLISH_MAGIC
+        out.append(body)
+        parents.append(None)
+        pids.append(None)
+    if damaged:
+        _log_damaged(damaged)
+    return pa.array(out, pa.binary()), pa.array(parents, pa.string()), pa.array(pids,
+                                                                                  pa.binary())
 
 
 def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
@@ -288,14 +473,19 @@ def _digest_matches(usual: "pa.Array", inner: "pa.Array", bodies: "pa.Array") ->
 
 
 def conform(batch: "pa.RecordBatch") -> "pa.RecordBatch":
-    """A batch of an older spool file (written before ``trace_parent`` existed) with the
-    column added, null; a batch of today's schema as it is."""
+    """A batch of an older spool file (written before ``trace_parent`` or ``publish_id``
+    existed) with the columns added, null; a batch of today's schema as it is."""
     import pyarrow as pa
 
-    if "trace_parent" in batch.schema.names:
+    schema = arrow_schema()
+    if batch.schema.names == schema.names:
         return batch
-    return batch.append_column(arrow_schema().field("trace_parent"),
-                               pa.nulls(batch.num_rows, pa.string()))
+    have = set(batch.schema.names)
+    columns = [batch.column(f.name) if f.name in have
+               else _nulls("string" if f.name == "trace_parent" else "binary",
+                           batch.num_rows)
+               for f in schema]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _TS_TYPE() -> "pa.DataType":

@@ -11,12 +11,12 @@ Where a first copy can be, and how a fetch task of (batch ``n``, partition ``p``
 
 * an earlier batch (committed or not): the *index*, one file per completed partition,
   ``<spoolPath>/<query>/_seen/b<batch>-p<part>-n<ids>-d<dropped>-t<ms>-<rand>.arrow``
-  (Arrow IPC, one sorted ``uint64`` column), written before the partition's
-  ``_COMPLETE``; every file of a batch below ``n`` is loaded once per task;
+  (Arrow IPC: the ``uint64`` ids and their nsqds' tags, sorted), written before the
+  partition's ``_COMPLETE``; every file of a batch below ``n`` is loaded once per task;
 * the same batch, another partition: that partition's spool chunks, looked at again each
-  time this task cuts a chunk, through the chunk's keys file (its sorted keys, written
-  once the chunk is durable, not fsynced), or the chunk's ``id`` column when the keys
-  file is missing or short;
+  time this task cuts a chunk, through the chunk's keys file (``c<k>.nkeys``: its sorted
+  keys, written once the chunk is durable, not fsynced), or the chunk's ``id`` and
+  ``nsqd_address`` columns when the keys file is missing or short;
 * the same partition (this attempt or an earlier one that died part-way): kept in memory.
 
 That last listing is enough because nsqd sends the second copy of a message only after
@@ -28,15 +28,31 @@ Retention: the driver deletes index files at commit once they are older than
 ``redeliveryWindow`` seconds (default 300: nsqd's ``msg_timeout`` of 60 s, the batches
 before a driver restart, an nsqd restarted within minutes), and the oldest beyond
 ``redeliveryWindowMaxIds`` ids (default 5,000,000). A redelivery older than the window
-passes as a row. Costs: 8 bytes per id on disk (plus ~400 bytes per file) and in each
-fetch task's memory (the cap: 40 MB; the sort of the loaded files takes as much again for
-a moment). Per chunk of the fault-free path: a hex decode, sorts and binary searches of
+passes as a row. Costs: 16 bytes per id on disk (the id and its nsqd's tag; plus ~400
+bytes per file) and 8 in each fetch task's memory (the cap: 40 MB; the sort of the
+loaded files takes as much again for a moment). The publish ids of the rows that carry
+one (:mod:`.copies`) are kept beside, in ``<name>.pids.arrow``, for the same window: 16
+bytes each. Per chunk of the fault-free path: a hex decode, sorts and binary searches of
 numpy arrays, a listing of the batch directory, a keys file written and the other tasks'
 read (bench/RESULTS.md, "Redelivery index", has the measured cost).
 
 Keys: nsqd's ids are 16 hex digits, i.e. exactly 64 bits, so each is kept as the
 ``uint64`` it spells (exact: two ids collide only if they are equal). An id that is not
 16 hex digits (not from nsqd) is never taken for a duplicate.
+
+Nsqds: an id names a message on one nsqd only. nsqd makes it from the time in ms, its
+node id (``--node-id``, by default a hash of the host name into 10 bits: the same for
+every nsqd of a host, and for two hosts in 1,024) and a sequence that restarts every ms,
+so two nsqds that share a node id give messages published in the same millisecond the
+same ids -- a replicated publish, which lands on two nsqds within microseconds, almost
+always. A redelivery comes from the nsqd that delivered the first copy, so ids are
+compared within one nsqd (the row's ``nsqd_address``, as a 64-bit tag: :func:`nsqd_tags`)
+and nothing else: :class:`KeySet` holds one :class:`IdSet` per nsqd. (Measured: three
+nsqds on one host, replicated publishing, 4,260 of 8,000 copies taken for
+"redeliveries" when ids were compared across nsqds; since, none.) Copies of one publish
+on two nsqds are the business of :mod:`.copies`, by publish id. Index and keys files
+written before the nsqd was kept are not read: a redelivery of what they name passes as
+a row, never the other way round.
 
 Topics: nsqd numbers each topic's messages itself (time in ms, node id, a sequence that
 restarts every ms), so two topics of one query routinely hold messages with the same id.
@@ -76,9 +92,72 @@ _NAME_RE = re.compile(r"^b(\d+)-p(\d+)-n(\d+)-d(\d+)-t(\d+)-[0-9a-f]+(?:-x([0-9a
                       r"\.arrow$")
 
 
+# Publish ids as numpy keys: 16 bytes compared as bytes (:class:`IdSet` with this dtype).
+PID_SIZE = 16
+PID_DTYPE = "V16"
+
+
+def pids_sibling(name: str) -> str:
+    """The file of an index file's publish ids (``x.arrow`` -> ``x.pids.arrow``)."""
+    return name[:-len(".arrow")] + ".pids.arrow"
+
+
+def pid_keys(col: "pa.Array | pa.ChunkedArray") -> tuple["np.ndarray", "np.ndarray"]:
+    """``(keys, valid)`` of a ``publish_id`` column: each id as a ``V16`` key (zeros where
+    there is none), and whether there is one. A value that is not 16 bytes is no id."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    n = len(col)
+    if n == 0 or col.null_count == n:
+        return np.zeros(n, PID_DTYPE), np.zeros(n, bool)
+    valid = pc.equal(pc.binary_length(col), PID_SIZE)
+    valid = pc.fill_null(valid, False)
+    fixed = pc.if_else(valid, col, pa.scalar(bytes(PID_SIZE), pa.binary())).cast(
+        pa.binary(PID_SIZE))
+    keys = np.frombuffer(fixed.buffers()[1], PID_DTYPE, n, fixed.offset * PID_SIZE).copy()
+    return keys, valid.to_numpy(zero_copy_only=False)
+
+
 def topic_tag(topic: str) -> int:
     """A topic's 64-bit tag (ids are compared within one topic: module doc)."""
     return int.from_bytes(hashlib.blake2b(topic.encode(), digest_size=8).digest(), "big")
+
+def nsqd_tags(addresses: "pa.Array | pa.ChunkedArray") -> "np.ndarray":
+    """Each row's nsqd (its ``nsqd_address``) as a 64-bit tag: ids are compared within one
+    nsqd (module doc). One hash per distinct address, not per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(addresses, pa.ChunkedArray):
+        addresses = addresses.combine_chunks()
+    n = len(addresses)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    encoded = pc.dictionary_encode(addresses)
+    values = encoded.dictionary.to_pylist()
+    tags = np.array([_address_tag(a) for a in values], np.uint64)
+    if len(tags) == 1 and not encoded.indices.null_count:
+        return np.full(n, tags[0], np.uint64)
+    indices = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
+    out: "np.ndarray" = tags[indices] if len(tags) else np.zeros(n, np.uint64)
+    return out
+
+
+def _address_tag(address: str | None) -> int:
+    return 0 if address is None else topic_tag("nsqd\0" + address)
+
+
+def row_keys(rb: "pa.RecordBatch") -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """``(nsqds, keys, valid)`` of a batch's rows: their nsqd's tag, their id as a key
+    (:func:`id_keys`), and whether it is one."""
+    keys, valid = id_keys(rb.column("id"))
+    return nsqd_tags(rb.column("nsqd_address")), keys, valid
+
 
 _HEX_LUT: Any = None
 
@@ -145,23 +224,28 @@ def _decode(raw: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
 
 
 def _sorted_unique(keys: "np.ndarray") -> "np.ndarray":
-    """Sorted, without repeats (np.unique's hash path is several times slower here)."""
+    """Sorted, without repeats (np.unique's hash path is several times slower here).
+    Keys keep their dtype: uint64 (nsqd ids) or ``V16`` (publish ids, compared as bytes)."""
     import numpy as np
 
     # stable: timsort, which merges the two sorted runs of a concatenation in linear time
-    out = np.sort(np.asarray(keys, np.uint64), kind="stable")
+    out = np.sort(np.asarray(keys), kind="stable")
     if len(out) > 1:
         out = out[np.concatenate(([True], out[1:] != out[:-1]))]
     return out
 
 
 class IdSet:
-    """A set of uint64 keys for bulk membership tests: sorted unique runs, each at least
+    """A set of keys for bulk membership tests: sorted unique runs, each at least
     twice as long as the next (a new run is merged into the one before while it is not),
     so there are O(log n) runs and each key is merged O(log n) times. A lookup costs a
-    binary search per run."""
+    binary search per run. ``dtype``: ``uint64`` (nsqd ids), or ``"V16"`` (publish ids:
+    16 bytes compared as bytes, so two keys are equal only if every byte is)."""
 
-    def __init__(self, keys: "np.ndarray | None" = None) -> None:
+    def __init__(self, keys: "np.ndarray | None" = None, dtype: Any = None) -> None:
+        import numpy as np
+
+        self.dtype = np.dtype(np.uint64 if dtype is None else dtype)
         self._runs: list["np.ndarray"] = []
         if keys is not None and len(keys):
             self.add(keys)
@@ -176,7 +260,8 @@ class IdSet:
         if not len(keys):
             return
         runs = self._runs
-        runs.append(np.asarray(keys, np.uint64) if sorted_unique else _sorted_unique(keys))
+        keys = np.asarray(keys, self.dtype)
+        runs.append(keys if sorted_unique else _sorted_unique(keys))
         while len(runs) > 1 and (2 * len(runs[-1]) >= len(runs[-2])
                                  or len(runs) > _MAX_RUNS):
             last = runs.pop()
@@ -186,7 +271,7 @@ class IdSet:
         """A bool mask: which of ``keys`` are in the set."""
         import numpy as np
 
-        keys = np.asarray(keys, np.uint64)
+        keys = np.asarray(keys, self.dtype)
         hit = np.zeros(len(keys), bool)
         for run in self._runs:
             pos = np.searchsorted(run, keys)
@@ -198,7 +283,7 @@ class IdSet:
         import numpy as np
 
         if not self._runs:
-            return np.zeros(0, np.uint64)
+            return np.zeros(0, self.dtype)
         return self._runs[0] if len(self._runs) == 1 else _sorted_unique(
             np.concatenate(self._runs))
 
@@ -215,6 +300,86 @@ def first_copies(keys: "np.ndarray", valid: "np.ndarray", seen: Iterable[IdSet]
     order = np.argsort(keys, kind="stable")  # equal keys stay in arrival order
     in_order = keys[order]
     drop[order[1:][in_order[1:] == in_order[:-1]]] = True  # all but the first of each
+    keep: "np.ndarray" = ~(drop & valid)
+    return keep
+
+
+def _groups(nsqds: "np.ndarray") -> "list[tuple[int, Any]]":
+    """``(tag, rows)`` per distinct nsqd tag (``rows``: a slice of all when one)."""
+    import numpy as np
+
+    if not len(nsqds):
+        return []
+    first = nsqds[0]
+    if bool((nsqds == first).all()):
+        return [(int(first), slice(None))]
+    return [(int(t), np.flatnonzero(nsqds == t)) for t in np.unique(nsqds)]
+
+
+class KeySet:
+    """nsqd ids per nsqd (module doc: an id names a message on one nsqd only): an
+    :class:`IdSet` per nsqd tag, so that a lookup costs what one set's does."""
+
+    def __init__(self) -> None:
+        self._by: dict[int, IdSet] = {}
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._by.values())
+
+    def add(self, nsqds: "np.ndarray", keys: "np.ndarray", sorted_unique: bool = False
+            ) -> None:
+        """Add ``keys`` (``nsqds[i]`` is the nsqd of ``keys[i]``); ``sorted_unique``:
+        sorted by (nsqd, key) without repeats, as :meth:`pairs` gives them."""
+        for tag, rows in _groups(nsqds):
+            self._by.setdefault(tag, IdSet()).add(keys[rows], sorted_unique)
+
+    def contains(self, nsqds: "np.ndarray", keys: "np.ndarray") -> "np.ndarray":
+        import numpy as np
+
+        hit = np.zeros(len(keys), bool)
+        for tag, rows in _groups(nsqds):
+            s = self._by.get(tag)
+            if s is not None:
+                hit[rows] = s.contains(keys[rows])
+        return hit
+
+    def pairs(self) -> tuple["np.ndarray", "np.ndarray"]:
+        """``(nsqds, keys)``: every key with its nsqd, sorted by (nsqd, key)."""
+        import numpy as np
+
+        tags = sorted(self._by)
+        keys = [self._by[t].sorted_keys() for t in tags]
+        if not keys:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+        return (np.concatenate([np.full(len(k), t, np.uint64) for t, k in zip(tags, keys)]),
+                np.concatenate(keys))
+
+
+def sorted_pairs(nsqds: "np.ndarray", keys: "np.ndarray"
+                 ) -> tuple["np.ndarray", "np.ndarray"]:
+    """``(nsqds, keys)`` sorted by (nsqd, key), without repeated pairs."""
+    import numpy as np
+
+    order = np.lexsort((keys, nsqds))
+    t, k = nsqds[order], keys[order]
+    if len(k) > 1:
+        new = np.concatenate(([True], (t[1:] != t[:-1]) | (k[1:] != k[:-1])))
+        t, k = t[new], k[new]
+    return t, k
+
+
+def first_copies_by(nsqds: "np.ndarray", keys: "np.ndarray", valid: "np.ndarray",
+                    seen: "Iterable[KeySet]") -> "np.ndarray":
+    """:func:`first_copies` with the keys of each nsqd apart: a row is dropped when its
+    (nsqd, id) is in one of ``seen`` or repeats an earlier row of the chunk."""
+    import numpy as np
+
+    drop = np.zeros(len(keys), bool)
+    for s in seen:
+        drop |= s.contains(nsqds, keys)
+    order = np.lexsort((keys, nsqds))  # stable: equal pairs stay in arrival order
+    t, k = nsqds[order], keys[order]
+    drop[order[1:][(t[1:] == t[:-1]) & (k[1:] == k[:-1])]] = True
     keep: "np.ndarray" = ~(drop & valid)
     return keep
 
@@ -275,33 +440,45 @@ class SeenIndex:
                 out.append(f)
         return out
 
-    def write(self, batch: int, part: int, keys: "np.ndarray", dropped: int,
-              tag: int | None = None) -> str:
-        """Durably write the sorted unique ``keys`` of a completed partition (of the
-        topic ``tag``)."""
+    def write(self, batch: int, part: int, nsqds: "np.ndarray", keys: "np.ndarray",
+              dropped: int, tag: int | None = None, pids: "np.ndarray | None" = None) -> str:
+        """Durably write the ids ``keys`` of a completed partition (of the topic ``tag``;
+        ``nsqds[i]`` the tag of ``keys[i]``'s nsqd), sorted by (nsqd, id): the columns
+        ``id64`` and ``nsqd``. And first its publish ids, when it has any (``V16`` keys:
+        the sibling file ``<name>.pids.arrow``, one ``fixed_size_binary(16)`` column), so
+        that an index file's publish ids are there whenever it is."""
         import numpy as np
         import pyarrow as pa
 
         from .spool import _ipc_bytes
 
-        keys = np.unique(np.asarray(keys, np.uint64))
-        rb = pa.RecordBatch.from_arrays([pa.array(keys, pa.uint64())], names=["id64"])
+        nsqds, keys = sorted_pairs(np.asarray(nsqds, np.uint64), np.asarray(keys, np.uint64))
+        rb = pa.RecordBatch.from_arrays([pa.array(keys, pa.uint64()),
+                                         pa.array(nsqds, pa.uint64())],
+                                        names=["id64", "nsqd"])
         name = (f"b{batch:012d}-p{part:05d}-n{len(keys)}-d{dropped}"
                 f"-t{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
                 f"{'' if tag is None else f'-x{tag:016x}'}.arrow")
         fs = self.spool.fs
         fs.makedirs(self.dir)
         path = f"{self.dir}/{name}"
+        if pids is not None and len(pids):
+            pids = _sorted_unique(np.asarray(pids, PID_DTYPE))
+            col = pa.Array.from_buffers(pa.binary(PID_SIZE), len(pids),
+                                        [None, pa.py_buffer(pids.tobytes())])
+            fs.create_exclusive(pids_sibling(path), _ipc_bytes(
+                pa.RecordBatch.from_arrays([col], names=["pid"])))
         fs.create_exclusive(path, _ipc_bytes(rb))
         return path
 
-    def load_before(self, batch: int, tag: int | None = None) -> IdSet:
+    def load_before(self, batch: int, tag: int | None = None) -> KeySet:
         """Every id remembered from batches below ``batch`` (of the topic ``tag`` only,
-        when given), as one sorted run."""
+        when given), with its nsqd. Files written before the nsqd was kept (no ``nsqd``
+        column) are not read (module doc)."""
         import numpy as np
         import pyarrow as pa
 
-        arrays = []
+        nsqds, keys = [], []
         for f in self.files():
             if f.batch >= batch or (tag is not None and f.topic_tag != tag):
                 continue
@@ -310,19 +487,54 @@ class SeenIndex:
             except FileNotFoundError:  # pruned meanwhile: older than the window
                 continue
             reader = pa.ipc.open_file(pa.py_buffer(data))
+            if "nsqd" not in reader.schema.names:
+                continue
             for i in range(reader.num_record_batches):
-                arrays.append(reader.get_batch(i).column(0).to_numpy())
+                rb = reader.get_batch(i)
+                keys.append(rb.column("id64").to_numpy())
+                nsqds.append(rb.column("nsqd").to_numpy())
+        out = KeySet()
+        if keys:
+            out.add(*sorted_pairs(np.concatenate(nsqds), np.concatenate(keys)),
+                    sorted_unique=True)
+        return out
+
+    def load_pids_before(self, batch: int, tag: int | None = None) -> IdSet:
+        """Every publish id remembered from batches below ``batch`` (of the topic ``tag``
+        only, when given): the ``.pids.arrow`` siblings of :meth:`load_before`'s files."""
+        import numpy as np
+        import pyarrow as pa
+
+        names = set(self.spool.fs.listdir(self.dir))
+        arrays = []
+        for name in sorted(names):
+            f = parse_index_name(name)
+            if f is None or f.batch >= batch or (tag is not None and f.topic_tag != tag):
+                continue
+            sibling = pids_sibling(name)
+            if sibling not in names:
+                continue
+            try:
+                data = self.spool.fs.read_bytes(f"{self.dir}/{sibling}")
+            except FileNotFoundError:  # pruned meanwhile: older than the window
+                continue
+            reader = pa.ipc.open_file(pa.py_buffer(data))
+            for i in range(reader.num_record_batches):
+                col = reader.get_batch(i).column(0)
+                arrays.append(np.frombuffer(col.buffers()[1], PID_DTYPE, len(col),
+                                            col.offset * PID_SIZE))
         if not arrays:
-            return IdSet()
-        return IdSet(np.concatenate(arrays) if len(arrays) > 1 else arrays[0])
+            return IdSet(dtype=PID_DTYPE)
+        return IdSet(np.concatenate(arrays) if len(arrays) > 1 else arrays[0], PID_DTYPE)
 
     def prune(self, committed: int, window_s: float, max_ids: int) -> tuple[int, int]:
-        """Driver, at commit: delete what :func:`to_prune` says; returns (files deleted,
-        ids remembered after)."""
+        """Driver, at commit: delete what :func:`to_prune` says (an index file's publish
+        ids with it); returns (files deleted, ids remembered after)."""
         files = self.files()
         gone = to_prune(files, committed, int(time.time() * 1000), window_s, max_ids)
         for f in gone:
             self.spool.fs.remove(f"{self.dir}/{f.name}")
+            self.spool.fs.remove(f"{self.dir}/{pids_sibling(f.name)}")
         names = {f.name for f in gone}
         return len(gone), sum(f.ids for f in files if f.name not in names)
 
@@ -335,27 +547,45 @@ class Redeliveries:
     """A fetch task's gate: which rows of a chunk are first copies (see the module doc)."""
 
     def __init__(self, spool: "Spool", batch: int, index: int,
-                 topic: str | None = None) -> None:
+                 topic: str | None = None, pids: bool = False) -> None:
         self.spool = spool
         self.batch = batch
         self.index = index
         self.topic = topic
         self.tag = None if topic is None else topic_tag(topic)
-        self.earlier = SeenIndex(spool).load_before(batch, self.tag)
-        self.mine = IdSet()
-        self.peers = IdSet()
+        index_files = SeenIndex(spool)
+        self.earlier = index_files.load_before(batch, self.tag)
+        # the publish ids of earlier batches (``pids``: for the copies' order, .copies)
+        self.earlier_pids = (index_files.load_pids_before(batch, self.tag) if pids
+                             else IdSet(dtype=PID_DTYPE))
+        # the publish ids of this partition's rows, for its index file (sorted there)
+        self.my_pids: "list[np.ndarray]" = []
+        self.mine = KeySet()
+        self.peers = KeySet()
         self._peer_next: dict[str, int] = {}  # partition dir -> its first chunk not read
         self.dropped = 0
-        # sorted keys of the rows the last keep() let through (for the chunk's keys file)
-        self.last_keys: Any = None
+        # (nsqds, keys) of the rows the last keep() let through, sorted (for the chunk's
+        # keys file)
+        self.last_keys: "tuple[np.ndarray, np.ndarray] | None" = None
 
     def remember(self, rb: "pa.RecordBatch") -> None:
         """Rows of this partition already spooled (an earlier attempt's chunks)."""
-        keys, valid = id_keys(rb.column("id"))
-        self.mine.add(keys[valid])
+        nsqds, keys, valid = row_keys(rb)
+        self.mine.add(nsqds[valid], keys[valid])
+        self._add_pids(rb)
+
+    def _add_pids(self, rb: "pa.RecordBatch") -> None:
+        """The publish ids of ``rb``'s rows go to the partition's index file."""
+        if "publish_id" not in rb.schema.names:
+            return
+        col = rb.column("publish_id")
+        if col.null_count == len(col):  # a topic without publish ids: nothing to do
+            return
+        keys, valid = pid_keys(col)
+        self.my_pids.append(keys[valid])
 
     def _refresh_peers(self) -> None:
-        """Read the id column of the other partitions' chunks not read yet (chunks are
+        """Read the keys of the other partitions' chunks not read yet (chunks are
         numbered without gaps, so one existence check per partition finds none new)."""
         from .spool import _BATCH_PART_RE, PartitionSpool
 
@@ -372,66 +602,70 @@ class Redeliveries:
                 # this contiguous walk (a durable chunk after a torn one has one too,
                 # but the walk stops at the torn one, and a retry deletes both)
                 tagged = peer.read_chunk_keys_tagged(k)
-                if tagged is not None and (self.tag is None or tagged[1] is not None):
-                    if self.tag is None or tagged[1] == self.tag:  # else another topic's
-                        self.peers.add(tagged[0], sorted_unique=True)
+                if tagged is not None:
+                    (nsqds, keys), tag = tagged
+                    if self.tag is None or tag == self.tag:  # else another topic's
+                        self.peers.add(nsqds, keys, sorted_unique=True)
                     k += 1
                     continue
                 if not fs.exists(peer.chunk_path(k)):
                     break
                 try:
-                    ids = self._chunk_ids(peer, k)
+                    rows = self._chunk_rows(peer, k)
                 except (OSError, ValueError):  # being written: its messages are not
                     break  # FINished yet, so no second copy of them exists yet
-                keys, valid = id_keys(ids)
-                self.peers.add(keys[valid])
+                for rb in rows:
+                    nsqds, keys, valid = row_keys(rb)
+                    self.peers.add(nsqds[valid], keys[valid])
                 k += 1
             self._peer_next[name] = k
 
-    def _chunk_ids(self, peer: "PartitionSpool", k: int) -> "pa.ChunkedArray":
-        """The ids of a peer's chunk k, of this gate's topic only (when it has one)."""
-        if self.topic is None:
-            return peer.read_chunk_ids(k)
-        import pyarrow as pa
+    def _chunk_rows(self, peer: "PartitionSpool", k: int) -> "list[pa.RecordBatch]":
+        """A peer's chunk k, of this gate's topic only (when it has one)."""
         import pyarrow.compute as pc
 
-        ids = [rb.column("id").filter(pc.equal(rb.column("topic"), self.topic))
-               for rb in peer.read_chunk(k)]
-        return pa.chunked_array(ids, pa.string())
+        batches = peer.read_chunk(k)
+        if self.topic is None:
+            return batches
+        return [rb.filter(pc.equal(rb.column("topic"), self.topic)) for rb in batches]
 
     def keep(self, rb: "pa.RecordBatch") -> "pa.RecordBatch":
         """``rb`` without the rows whose id was spooled before (or repeats an earlier row
         of ``rb``); the ids kept are remembered. The caller FINishes all of them."""
-        import numpy as np
         import pyarrow as pa
 
         self.last_keys = None
         if rb.num_rows == 0:
             return rb
         self._refresh_peers()
-        keys, valid = id_keys(rb.column("id"))
-        in_order = np.sort(keys, kind="stable")
-        repeats = len(keys) > 1 and bool((in_order[1:] == in_order[:-1]).any())
-        if valid.all() and not repeats and not (self.earlier.contains(keys).any()
-                                                or self.mine.contains(keys).any()
-                                                or self.peers.contains(keys).any()):
-            self.mine.add(in_order, sorted_unique=True)  # the fault-free path
-            self.last_keys = in_order
+        nsqds, keys, valid = row_keys(rb)
+        sets = (self.earlier, self.mine, self.peers)
+        mask = first_copies_by(nsqds, keys, valid, sets)
+        if mask.all() and valid.all():  # the fault-free path
+            self.last_keys = sorted_pairs(nsqds, keys)
+            self.mine.add(*self.last_keys, sorted_unique=True)
+            self._add_pids(rb)
             return rb
-        mask = first_copies(keys, valid, (self.earlier, self.mine, self.peers))
-        self.last_keys = _sorted_unique(keys[mask & valid])
-        self.mine.add(self.last_keys, sorted_unique=True)
+        kept = mask & valid
+        self.last_keys = sorted_pairs(nsqds[kept], keys[kept])
+        self.mine.add(*self.last_keys, sorted_unique=True)
         if mask.all():
+            self._add_pids(rb)
             return rb
         n = int((~mask).sum())
         self.dropped += n
         log.info("batch %d part %d: dropped %d redelivered messages already spooled "
                  "(ids %s)", self.batch, self.index, n,
                  rb.column("id").filter(pa.array(~mask)).to_pylist()[:5])
-        return rb.filter(pa.array(mask))
+        out = rb.filter(pa.array(mask))
+        self._add_pids(out)
+        return out
 
     def finish(self) -> None:
-        """Before the partition's ``_COMPLETE``: its ids go to the index."""
-        SeenIndex(self.spool).write(self.batch, self.index, self.mine.sorted_keys(),
-                                    self.dropped, self.tag)
+        """Before the partition's ``_COMPLETE``: its ids (and publish ids) go to the
+        index."""
+        import numpy as np
 
+        pids = np.concatenate(self.my_pids) if self.my_pids else None
+        SeenIndex(self.spool).write(self.batch, self.index, *self.mine.pairs(),
+                                    self.dropped, self.tag, pids)

@@ -9,10 +9,11 @@ Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
     <spoolPath>/<query token>/_QUERY                           (the query marker)
     <spoolPath>/<query token>/batch-<000000000042>/_DRIVER     (the batch's marker)
     <spoolPath>/<query token>/batch-<000000000042>/part-<00001>/c000000.arrow
-                                                               c000000.keys (ids, .seen)
+                                                               c000000.nkeys (ids, .seen)
                                                                c000001.arrow ...
                                                                _SEAL
                                                                _COMPLETE      (JSON)
+    <spoolPath>/<query token>/batch-<000000000042>/_copies/... (the order of copies)
     <spoolPath>/<query token>/_seen/...                        (the redelivery index)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
@@ -38,7 +39,11 @@ attempt finds the same directory:
    its FIN. Each chunk is an Arrow IPC file created *only if absent* (O_EXCL on a
    local disk), written, fsynced, and its directory fsynced.
    Only after the chunk is durable, and the *fence* holds (below), are its messages
-   FINished; then its rows are handed to Spark. (The writing happens in a writer thread
+   FINished; then its rows are handed to Spark. A chunk holding publish ids first takes
+   its place in the batch's order of chunks (:mod:`.copies`: after it and every chunk
+   before it are durable and the fence held), and its rows that are copies of a
+   publish already a row are FINished with it, not handed over; a replay decides them
+   again, the same way. (The writing happens in a writer thread
    while the next chunk's messages arrive; chunks are FINished in order, each as soon as
    it is durable, and handed over in order, several settled chunks as one record batch.)
 4. If the chunk's name is taken (another attempt of the same partition is running), the
@@ -151,7 +156,7 @@ log = get_logger(__name__)
 FLUSH_INTERVAL = 2.0
 
 _CHUNK_RE = re.compile(r"^c(\d{6,})\.arrow$")
-_KEYS_RE = re.compile(r"^c(\d{6,})\.keys$")
+_KEYS_RE = re.compile(r"^c(\d{6,})\.n?keys$")
 _BATCH_RE = re.compile(r"^batch-(\d+)$")
 _BATCH_PART_RE = re.compile(r"^part-(\d+)$")
 COMPLETE = "_COMPLETE"
@@ -190,6 +195,7 @@ class Completion:
     newest_timestamp_ns: int | None = None
     redeliveries_dropped: int = 0
     dead_lettered: int = 0  # rows over maxAttempts this attempt wrote to deadLetterPath
+    copies_dropped: int = 0  # rows that were copies of a publish already a row (.copies)
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,7 @@ class BatchSummary:
     redeliveries_dropped: int = 0
     partitions: int = 0
     dead_lettered: int = 0
+    copies_dropped: int = 0
 
     def add(self, done: Completion) -> "BatchSummary":
         def pick(a: int | None, b: int | None, f: Any) -> int | None:
@@ -216,7 +223,8 @@ class BatchSummary:
             newest_timestamp_ns=pick(self.newest_timestamp_ns, done.newest_timestamp_ns, max),
             redeliveries_dropped=self.redeliveries_dropped + done.redeliveries_dropped,
             partitions=self.partitions + 1,
-            dead_lettered=self.dead_lettered + done.dead_lettered)
+            dead_lettered=self.dead_lettered + done.dead_lettered,
+            copies_dropped=self.copies_dropped + done.copies_dropped)
 
 
 def normalize_spool_path(path: str) -> str:
@@ -316,6 +324,24 @@ class _FS:
             return
         with self.fs.open_output_stream(path) as f:
             f.write(data)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write (or replace) ``path`` so that a reader sees all of it or none of it (a
+        rename on a local disk and on HDFS, an upload on an object store); not fsynced:
+        for files whose loss in an OS crash is accounted for (:mod:`.copies`)."""
+        tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex}.tmp"
+        if self.local:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            return
+        if self.object_store:  # a finished upload is atomic
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        self.fs.move(tmp, path)
 
     def read_bytes(self, path: str) -> bytes:
         if self.local:
@@ -626,7 +652,8 @@ class PartitionSpool:
                               oldest_timestamp_ns=ns("oldest_timestamp_ns"),
                               newest_timestamp_ns=ns("newest_timestamp_ns"),
                               redeliveries_dropped=int(doc.get("redeliveries_dropped", 0)),
-                              dead_lettered=int(doc.get("dead_lettered", 0)))
+                              dead_lettered=int(doc.get("dead_lettered", 0)),
+                              copies_dropped=int(doc.get("copies_dropped", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: torn completion marker (crash while writing it); removed", path)
             self.fs.remove(path)
@@ -677,43 +704,50 @@ class PartitionSpool:
 
         return pa.chunked_array([rb.column("id") for rb in self.read_chunk(k)], pa.string())
 
-    def write_chunk_keys(self, k: int, keys: "Any", tag: int | None = None) -> None:
-        """After chunk ``k`` is durable: its sorted id keys (:mod:`.seen`), count first
-        (with :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), so that
-        the other tasks of the batch need not parse the chunk. Not fsynced: a missing or
-        short file only sends them to the chunk itself."""
+    def write_chunk_keys(self, k: int, keys: "tuple[Any, Any]", tag: int | None = None
+                         ) -> None:
+        """After chunk ``k`` is durable: its id keys with their nsqds' tags (:mod:`.seen`,
+        ``(nsqds, keys)`` sorted by both), in ``c<k>.nkeys``: the count first (with
+        :data:`TAGGED` set and the topic's tag next, when ``tag`` is given), the nsqd
+        tags, the keys; so that the other tasks of the batch need not parse the chunk.
+        Not fsynced: a missing or short file only sends them to the chunk itself."""
         import numpy as np
 
         if self.fence is not None and not self.fs.exists(self.fence):
             return  # committed meanwhile: nothing more under the batch (no FIN follows)
-        head = [len(keys)] if tag is None else [len(keys) | TAGGED, tag]
-        data = np.concatenate((np.array(head, np.uint64), keys)).astype("<u8")
-        self.fs.write_plain(f"{self.path}/c{k:06d}.keys", data.tobytes())
+        nsqds, ids = keys
+        head = [len(ids)] if tag is None else [len(ids) | TAGGED, tag]
+        data = np.concatenate((np.array(head, np.uint64), nsqds, ids)).astype("<u8")
+        self.fs.write_plain(f"{self.path}/c{k:06d}.nkeys", data.tobytes())
 
-    def read_chunk_keys(self, k: int) -> "Any":
-        """The sorted keys written by :meth:`write_chunk_keys`; None if absent or short."""
+    def read_chunk_keys(self, k: int) -> "tuple[Any, Any] | None":
+        """``(nsqds, keys)`` written by :meth:`write_chunk_keys`; None if absent or short."""
         tagged = self.read_chunk_keys_tagged(k)
         return None if tagged is None else tagged[0]
 
-    def read_chunk_keys_tagged(self, k: int) -> "tuple[Any, int | None] | None":
-        """(sorted keys, topic tag or None) of chunk ``k``; None if absent or short."""
+    def read_chunk_keys_tagged(self, k: int) -> "tuple[tuple[Any, Any], int | None] | None":
+        """``((nsqds, keys), topic tag or None)`` of chunk ``k``; None if absent or short
+        (a ``.keys`` file of an older version, without the nsqds, is not read)."""
         import numpy as np
 
         try:
-            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.keys")
+            data = self.fs.read_bytes(f"{self.path}/c{k:06d}.nkeys")
         except OSError:
             return None
         if len(data) < 8 or len(data) % 8:
             return None
         words = np.frombuffer(data, "<u8")
         head = int(words[0])
+        tag = None
         if head & TAGGED:
-            if len(words) < 2 or head & ~TAGGED != len(words) - 2:
+            if len(words) < 2:
                 return None
-            return words[2:].astype(np.uint64), int(words[1])
-        if head != len(words) - 1:
+            head, tag, words = head & ~TAGGED, int(words[1]), words[2:]
+        else:
+            words = words[1:]
+        if 2 * head != len(words):
             return None
-        return words[1:].astype(np.uint64), None
+        return ((words[:head].astype(np.uint64), words[head:].astype(np.uint64)), tag)
 
     def replay(self, chunks: int) -> Iterator["pa.RecordBatch"]:
         for k in range(chunks):
@@ -754,12 +788,13 @@ class PartitionSpool:
     def complete(self, chunks: int, rows: int, *, bytes: int = 0,
                  oldest_timestamp_ns: int | None = None,
                  newest_timestamp_ns: int | None = None,
-                 redeliveries_dropped: int = 0, dead_lettered: int = 0) -> Completion:
+                 redeliveries_dropped: int = 0, dead_lettered: int = 0,
+                 copies_dropped: int = 0) -> Completion:
         """Mark the partition decided; returns the marker that won (maybe another's)."""
         self._ensure_dir()
         self.check_marker()
         mine = Completion(chunks, rows, bytes, oldest_timestamp_ns, newest_timestamp_ns,
-                          redeliveries_dropped, dead_lettered)
+                          redeliveries_dropped, dead_lettered, copies_dropped)
         doc = json.dumps(dataclasses.asdict(mine)).encode()
         if self.fs.create_exclusive(f"{self.path}/{COMPLETE}", doc):
             return mine

@@ -249,8 +249,9 @@ def test_peers_read_the_keys_file_and_fall_back_to_the_chunk(tmp_path):
     log: list = []
     fetch(o, spool, 8, 1, make_messages(6), log)  # chunks of 2, each with its keys file
     peer = spool.partition(8, 1)
-    assert peer.read_chunk_keys(1).tolist() == [2, 3]
-    with open(f"{peer.path}/c000002.keys", "wb") as f:
+    nsqds, keys = peer.read_chunk_keys(1)
+    assert keys.tolist() == [2, 3] and len(set(nsqds.tolist())) == 1
+    with open(f"{peer.path}/c000002.nkeys", "wb") as f:
         f.write(b"\x05\0\0")  # short: the chunk itself is read instead
     assert peer.read_chunk_keys(2) is None
     gate = Redeliveries(spool, 8, 0)
@@ -282,7 +283,7 @@ def test_ids_are_compared_within_one_topic_only(tmp_path):
     fetch(b, spool, 3, 1, make_messages(4, 30), [])
     peer = spool.partition(3, 1)
     assert peer.read_chunk_keys_tagged(0)[1] == topic_tag("b")
-    os.unlink(f"{peer.path}/c000001.keys")
+    os.unlink(f"{peer.path}/c000001.nkeys")
     gate = Redeliveries(spool, 3, 0, "t")
     fresh = messages_to_batch(make_messages(3, 30) + make_messages(1, 3), "t", "c")
     assert gate.keep(fresh).column("id").to_pylist() == ["%016d" % i for i in (30, 31, 32)]
@@ -298,9 +299,62 @@ def test_index_files_without_a_topic_tag_are_taken_for_no_topic(tmp_path):
 
     spool = Spool(str(tmp_path), "q")
     index = SeenIndex(spool)
-    old = os.path.basename(index.write(1, 0, np.array([5, 6], np.uint64), 0))
-    new = os.path.basename(index.write(1, 1, np.array([7], np.uint64), 0, topic_tag("t")))
+    n = np.array([9, 9], np.uint64)
+    old = os.path.basename(index.write(1, 0, n, np.array([5, 6], np.uint64), 0))
+    new = os.path.basename(index.write(1, 1, n[:1], np.array([7], np.uint64), 0,
+                                       topic_tag("t")))
     assert parse_index_name(old).topic_tag is None
     assert parse_index_name(new).topic_tag == topic_tag("t")
-    assert index.load_before(2, topic_tag("t")).sorted_keys().tolist() == [7]
-    assert index.load_before(2).sorted_keys().tolist() == [5, 6, 7]  # no topic: all
+    assert index.load_before(2, topic_tag("t")).pairs()[1].tolist() == [7]
+    assert index.load_before(2).pairs()[1].tolist() == [5, 6, 7]  # no topic: all
+
+
+def test_ids_are_compared_within_one_nsqd_only(tmp_path):
+    """nsqd makes ids from the time, its node id and a sequence: two nsqds with the same
+    node id (every nsqd of a host, by default) give messages of the same millisecond the
+    same ids. Only the nsqd that delivered a message redelivers it."""
+    import pyarrow as pa
+
+    from nsq_spark.message import Message
+    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark.seen import Redeliveries, SeenIndex
+    from nsq_spark.spark.spool import _ipc_bytes
+
+    class At:
+        def __init__(self, address):
+            self.address = address
+
+    def rows(*parts):
+        return messages_to_batch([Message(b"%016d" % i, b"%s-%d" % (a.encode(), i),
+                                          1_700_000_000_000_000_000, 1, At(a))
+                                  for a, ids in parts for i in ids], "t", "c")
+
+    def kept(gate, rb):
+        return gate.keep(rb).column("body").to_pylist()
+
+    spool = Spool(str(tmp_path), "q")
+    a, b = "10.0.0.1:4150", "10.0.0.2:4150"
+    gate = Redeliveries(spool, 1, 0, "t")  # batch 1, partition 0: ids 0..3 of nsqd a
+    assert len(kept(gate, rows((a, range(4))))) == 4
+    gate.finish()
+    # partition 1 of batch 1: the same ids from nsqd b are other messages; a's 2 is not
+    peer = spool.partition(1, 0)
+    peer.write_chunk(0, rows((a, range(4))))
+    peer.write_chunk_keys(0, gate.last_keys, gate.tag)
+    other = Redeliveries(spool, 1, 1, "t")
+    assert kept(other, rows((b, range(4)), (a, [2]), (b, [1]))) == [
+        b"%s-%d" % (b.encode(), i) for i in range(4)]
+    assert other.dropped == 2  # a's 2 (a peer's), b's 1 (twice in one chunk)
+    other.finish()
+    # batch 2: a's 0 and b's 1 are redeliveries; a's 8 and b's 9 are not
+    later = Redeliveries(spool, 2, 0, "t")
+    assert kept(later, rows((a, [0, 8]), (b, [1, 9]))) == [b"10.0.0.1:4150-8",
+                                                          b"10.0.0.2:4150-9"]
+    # an index file of before the nsqd was kept (the ids alone) is not read: what it
+    # names may pass as a row, never the other way round
+    index = SeenIndex(spool)
+    f = index.files()[0]
+    old = pa.RecordBatch.from_arrays([pa.array([8, 9], pa.uint64())], names=["id64"])
+    spool.fs.create_exclusive(f"{index.dir}/" + f.name.replace("-p0000", "-p0009"),
+                              _ipc_bytes(old))
+    assert len(index.load_before(2, f.topic_tag)) == 8

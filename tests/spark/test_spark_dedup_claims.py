@@ -88,3 +88,31 @@ def test_a_task_that_fails_before_its_fin_commits_nothing_and_its_claims_end(
     # not committed: once the lease ends, the redelivery is someone's to handle
     wait_until(lambda: other.claim_many(ids, 60_000) == [NEW, NEW], 10,
                "the dead task's claims to end", interval=0.1)
+
+
+def test_the_publish_id_key_is_the_id_inside_the_envelope_and_rows_hold_the_body(
+        tmp_path, redis_server):
+    """``key=publish_id``: copies of one publish (other nsqd ids, first deliveries) are
+    claimed by their publish id, as a Reader's handler would see them."""
+    from nsq_spark import envelope
+    from nsq_spark.message import Message
+    from stand_in_reader import Addr
+
+    prefix = "spark-claims-" + uuid.uuid4().hex[:8]
+    o = read_opts(tmp_path, dedup=f"{redis_server.url}?ttl=600&prefix={prefix}"
+                                  "&key=publish_id")
+    other = RedisDeduplicator(redis_server.url, ttl=600, prefix=prefix)
+    pids = [bytes([i]) * 16 for i in range(3)]
+    queue = [Message(b"%016d" % i, envelope.stamp(b"body-%d" % i, pids[i]),
+                     1_700_000_000_000_000_000, 1, Addr()) for i in range(3)]
+    other.commit_many([pids[0]])   # a copy of publish 0 was handled elsewhere
+    assert other.claim_many([pids[1]], 60_000) == [NEW]  # publish 1 is being handled
+    log: list = []
+    held = queue[1].id
+    reader = StandInReader(queue, log)
+    rows = list(fetch_stream_partition(o, Spool(str(tmp_path), "dc4"), 1, 0, None,
+                                       lambda _: reader))
+    assert bodies(rows) == [b"body-2"]
+    assert [r for rb in rows for r in rb.column("publish_id").to_pylist()] == [pids[2]]
+    assert [m.id for m in reader.deferred] == [held]  # held: requeued
+    assert [c.state for c in other.claim_many([pids[2]], 60_000)] == [ClaimState.DONE]
