@@ -29,10 +29,37 @@ __all__ = ["register", "NSQDataSource", "NSQOptionError", "SourceLag", "SparkVer
 
 
 def register(spark: Any) -> None:
-    """Register the ``nsq`` data source with a SparkSession."""
+    """Register the ``nsq`` data source with a SparkSession; calling it again, or after
+    pyspark's discovery registered it (``pyspark_nsq``), changes nothing.
+
+    pyspark 4.1 and later replace a registered source of the same name; pyspark 4.0
+    refuses with ``DATA_SOURCE_ALREADY_EXISTS``, which here means the source is there
+    already (discovery registers this same class), so it is not an error."""
     from .datasource import NSQDataSource
 
-    spark.dataSource.register(NSQDataSource)
+    try:
+        spark.dataSource.register(NSQDataSource)
+    except Exception as exc:
+        if _error_condition(exc) != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+
+
+def _error_condition(exc: BaseException) -> str | None:
+    """A pyspark error's condition (``getCondition``; ``getErrorClass`` before 4.0's
+    rename), else None."""
+    for name in ("getCondition", "getErrorClass"):
+        get = getattr(exc, name, None)
+        if callable(get):
+            try:
+                import warnings
+
+                with warnings.catch_warnings():  # 4.0 warns that getErrorClass is renamed
+                    warnings.simplefilter("ignore", FutureWarning)
+                    value = get()
+            except Exception:  # pragma: no cover - a pyspark error without one
+                continue
+            return str(value) if value is not None else None
+    return None
 
 
 def __getattr__(name: str) -> Any:
