@@ -41,13 +41,6 @@ marker stayed (``rm -rf <spool>/*/batch-*``) is caught by the batch's record, wh
 ``partitions`` writes before it returns the batch's tasks (:mod:`.spool`, step 8): a
 :class:`~.spool.SpoolError` naming the batch and the spool, never a batch fetched anew.
 
-When the query stops (or fails), :meth:`NSQStreamReader.stop` removes the ``_DRIVER``
-marker of every batch it handed out and Spark did not commit: a fetch task still running
-is *fenced* (:mod:`.spool`): it requeues at once what it holds and fails, instead of
-holding it until Spark kills its Python worker (a SIGKILL: nsqd would keep those
-messages in flight until its ``msg_timeout``). The batch's spool stays for the restart,
-which writes the marker again.
-
 At query start the driver checks that an nsqd can be reached (:mod:`.backlog`; a
 ``ConnectError`` naming every address tried otherwise) and creates the channel on every
 nsqd it knows, and on every nsqd that appears later, so that a new channel gets what is
@@ -275,7 +268,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._last_summary: tuple[int, Any] | None = None
         self._summarized = -1
         self._ran: set[int] = set()  # batches whose partitions this driver handed out
-        self._uncommitted: dict[int, str] = {}  # of those, not committed: batch -> query
         self._started = False
         self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
         self._available_now = False
@@ -529,7 +521,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         # after the batch's directory and marker, before any task can FINish into them
         spool.record_started(batch)
         self._ran.add(batch)
-        self._uncommitted[batch] = query
         return tasks
 
     def _plans(self, spool: Any, end: Offset) -> list[TopicPlan]:
@@ -638,8 +629,6 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     def commit(self, end: Offset) -> None:
         spool = self._spool(end["query"])
         batch = int(end["batch"])
-        for b in [b for b in self._uncommitted if b <= batch]:
-            del self._uncommitted[b]
         try:
             deleted = spool.delete_upto(batch)
             self._log.debug("commit %s: deleted the spool of %d batches", end, deleted)
@@ -679,24 +668,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                               self.spool_path, exc)
 
     def stop(self) -> None:
-        """The query stopped or failed: fence the fetch tasks of every batch this driver
-        handed out and Spark did not commit (their batch marker goes; see the module
-        doc). A task that is still running (Spark gives a task it cancels a few seconds
-        before it kills its Python worker) requeues what it holds at once, instead of
-        leaving it in flight on nsqd until ``msg_timeout``. The spool stays: a restart
-        replays the batch and writes the marker again."""
-        from nsq_spark.validate import redact_url
-
-        pending, self._uncommitted = self._uncommitted, {}
-        for batch, query in sorted(pending.items()):
-            try:
-                self._spool(query).remove_marker(batch)
-            except Exception as exc:  # its tasks then hold theirs until Spark kills them
-                self._log.warning("stop: could not fence batch %d under %s: %s", batch,
-                                  redact_url(self.spool_path), exc)
-            else:
-                self._log.info("stop: batch %d fenced (not committed; a restart replays "
-                               "it)", batch)
+        pass
 
     # -- executors -----------------------------------------------------------------------
 

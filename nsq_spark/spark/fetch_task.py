@@ -29,14 +29,15 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Protocol,
+                    Sequence)
 
 from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
 from .filters import DeadLetterSplit, Dedup, split_held
 from .options import NSQD_MSG_TIMEOUT, READER_CACHE_SHARE_OF_MSG_TIMEOUT, ReadOptions
 from .reader_cache import CachedReaders, cache_key, idle_timeout_within
-from .schema import blocks_to_batch
+from .schema import arrow_schema, blocks_to_batch
 from .seen import Redeliveries
 from .spool import FLUSH_INTERVAL, PartitionSpool, SpoolConflict, SpoolFenced
 
@@ -89,13 +90,16 @@ HANDOVER_BYTES = 8 << 20
 WRITER_POLL = 0.002
 # The drain at the end takes everything the Reader holds, however many.
 DRAIN_ALL = 1_000_000
-# Seconds a fetch task waits for messages at most between two looks at its batch's
-# marker: the driver removes it when the query stops (datasource.NSQStreamReader.stop),
-# and the task then requeues what it holds at once -- Spark kills the Python worker of a
-# task it cancelled after about 2-4 s (its monitor's poll plus
-# spark.python.task.killTimeout), and a killed worker's messages stay in flight on nsqd
-# until its msg_timeout. One stat per look (a HEAD request on an object store).
-FENCE_POLL = 0.5
+# Seconds a fetch task goes at most without handing Spark something: the settled rows it
+# holds (else every HANDOVER_ROWS), or while it waits with none, an empty record batch.
+# Spark's reading thread notices that a task was cancelled (query.stop(), a failed stage)
+# only when rows come; it then closes the worker's socket, the task's next hand-over (the
+# empty batch, at the latest) fails, and closing its Reader requeues what it holds. A task
+# that hands nothing over is killed with its Python worker (a SIGKILL) 2-4 s after the
+# cancel (Spark's monitor polls every 2 s, then waits spark.python.task.killTimeout), and
+# nsqd keeps what a killed worker held in flight until its msg_timeout: seen here, 3,600
+# messages after query.stop() during a batch.
+HEARTBEAT = 0.5
 
 
 # -- timings -------------------------------------------------------------------------------
@@ -340,6 +344,7 @@ class FetchTask:
         self.rdy = self.max_in_flight  # the max_in_flight the Reader has now
         self.held: list["pa.RecordBatch"] = []  # settled chunks not yet handed over
         self.held_rows = self.held_bytes = 0
+        self.handed_at = time.monotonic()  # the last hand-over to Spark (HEARTBEAT)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -393,7 +398,7 @@ class FetchTask:
             step = planner.next(time.monotonic())
             if step.action is Action.FETCH:
                 t = perf()
-                got = self._take(reader, step, planner.bytes_wanted())
+                got = yield from self._take(reader, step, planner.bytes_wanted())
                 tm.fetch += perf() - t
                 if step.first and not got and step.timeout >= planner.idle_wait():
                     check_subscribed(reader, opts, self.label, step.timeout)
@@ -444,23 +449,24 @@ class FetchTask:
         return max(1, len(reader.stats().get("connections") or ()))
 
     def _take(self, reader: ReaderPort, step: Any, max_bytes: int | None
-              ) -> list["MessageBlock"]:
+              ) -> Generator["pa.RecordBatch", None, list["MessageBlock"]]:
         """A FETCH: up to ``step.want`` messages (and ``max_bytes`` of bodies) within
-        ``step.timeout``, waiting in slices of at most FENCE_POLL with a look at the
-        batch's marker between them (SpoolFenced when the driver removed it: the query
-        stopped, or the batch is committed)."""
+        ``step.timeout``, waiting in slices of at most HEARTBEAT with a hand-over to
+        Spark between them (the rows held, else an empty batch: see HEARTBEAT)."""
         more: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max(1, max_bytes)}
         deadline = time.monotonic() + step.timeout
         while True:
             left = max(0.0, deadline - time.monotonic())
-            wait = min(left, FENCE_POLL) if self.part.fence is not None else left
+            wait = min(left, HEARTBEAT)
+            if wait > WRITER_POLL and self.held:  # a wait: what is settled goes first
+                yield from self._hand_over()
             if step.first:  # fails at once if every nsqd refused
                 got = first_blocks(reader, step.want, wait, self.opts, self.label, **more)
             else:
                 got = reader.get_blocks(max_messages=step.want, timeout=wait, **more)
             if got or wait >= left:
                 return got
-            self.part.check_marker()
+            yield empty_batch()
 
     def _follow(self, reader: ReaderPort, cap: int | None) -> None:
         """Set max_in_flight to ``cap``: lowered at once, raised only to double or more
@@ -544,7 +550,8 @@ class FetchTask:
         self.held.append(job.rb)
         self.held_rows += job.rb.num_rows
         self.held_bytes += job.rb.nbytes
-        if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES:
+        if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES or \
+                time.monotonic() - self.handed_at >= HEARTBEAT:
             yield from self._hand_over()
 
     def _hand_over(self) -> Iterator["pa.RecordBatch"]:
@@ -560,7 +567,16 @@ class FetchTask:
         self.timings.convert += perf() - t
         t = perf()
         yield out
+        self.handed_at = time.monotonic()
         self.timings.handover += perf() - t
+
+
+def empty_batch() -> "pa.RecordBatch":
+    """No rows, the source's schema: what a waiting task with no rows hands Spark
+    (HEARTBEAT)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pylist([], schema=arrow_schema())
 
 
 def dedup_lease_ms(opts: ReadOptions) -> int:

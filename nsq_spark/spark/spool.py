@@ -477,12 +477,6 @@ class Spool:
         self.fs.create_exclusive(f"{self.batch_dir(batch)}/{MARKER}", b"nsq-spark driver")
         return MARKER
 
-    def remove_marker(self, batch: int) -> None:
-        """Driver, when the query stops with ``batch`` not committed: fence its attempts
-        still running (they requeue what they hold and fail); the batch's spool stays,
-        and :meth:`write_marker` writes the marker again when the batch runs again."""
-        self.fs.remove(f"{self.batch_dir(batch)}/{MARKER}")
-
     def check_marker(self, batch: int, name: str = "") -> None:
         """Executor: the driver's marker must be visible here, or the spool is not shared."""
         path = f"{self.batch_dir(batch)}/{name or MARKER}"
@@ -496,9 +490,8 @@ class Spool:
         if not seen and self.has_query_marker():
             # the query's marker is visible, the batch's is not: the driver deleted the
             # batch after its commit (this attempt outlived it), or it was never planned
-            raise SpoolFenced(f"batch {batch} of this query is committed, or the query "
-                              f"stopped (the driver's marker {path!r} is gone): this "
-                              "attempt fetches nothing")
+            raise SpoolFenced(f"batch {batch} of this query is committed (the driver's "
+                              f"marker {path!r} is gone): this attempt fetches nothing")
         if not seen:
             raise SpoolError(
                 f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
@@ -611,8 +604,7 @@ class PartitionSpool:
         """Fenced partitions: the driver's batch marker must still be there."""
         if self.fence is not None and not self.fs.exists(self.fence):
             raise SpoolFenced(f"the driver's marker {self.fence} is gone: the batch was "
-                              "committed and its spool deleted, or the query stopped, "
-                              "while this attempt still ran")
+                              "committed and its spool deleted while this attempt still ran")
 
     def _make_own_dir(self) -> None:
         """The partition's directory only: its parent must exist (the driver made it)."""
@@ -652,7 +644,7 @@ class PartitionSpool:
                     "of the same task")
         if self.fence is not None and not self.fs.exists(self.fence):
             return (f"the driver's marker {self.fence} is gone: the batch was committed and "
-                    "its spool deleted, or the query stopped, while this attempt still ran")
+                    "its spool deleted while this attempt still ran")
         return None
 
     def check_fence(self) -> None:
