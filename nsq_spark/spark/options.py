@@ -52,14 +52,17 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            unless ``maxTriggerDelay`` has passed since the last batch.
                            Needs a measurable backlog (lookupd or ``nsqdHttpAddresses``);
                            ignored under ``Trigger.AvailableNow``.
-``maxTriggerDelay``        seconds a batch may be held back by ``minMessagesPerTrigger``
-                           (default 900, Kafka's 15 minutes), counted by the source from
-                           its last batch (or from its start).
+``maxTriggerDelay``        how long a batch may be held back by ``minMessagesPerTrigger``
+                           (default 900 s, Kafka's 15 minutes), counted by the source from
+                           its last batch (or from its start): seconds, or Kafka's
+                           duration strings (``"5s"``, ``"1m"``, ``"500ms"``, ``"15m"``).
 ``maxBytesPerTrigger``     cap on message body bytes per micro-batch (Spark's
                            ``ReadMaxBytes``), split over the batch's fetch tasks, each of
                            which stops at its share (nsqd's ``/stats`` counts messages,
-                           not bytes, so the fetch task enforces it; a task takes at least
-                           one message, so a batch may exceed it by one message per task).
+                           not bytes, so the fetch task enforces it: it takes no message
+                           past the one whose body reaches its share, and nsqd's RDY
+                           follows the bytes left; a task takes at least one message, so
+                           a batch may exceed the cap by one message per task).
 ``backlogPollInterval``    seconds between two measurements of the backlog (nsqd
                            ``/stats``) while the query is idle (default 0.1; 0: at every
                            trigger). Spark asks every ~10 ms with the default trigger; a
@@ -113,7 +116,10 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            so this must stay well below the connection's msg_timeout:
                            at most half of ``msgTimeout`` (or ``nsq.msg_timeout``; without
                            them nsqd's ``--msg-timeout``, 60 s by default, so at most 30),
-                           and at most 300; the default is lowered to that half.
+                           and at most 300; the default is lowered to that half. Each
+                           cached Reader is also closed after at most half the msg_timeout
+                           its nsqds actually negotiated (an nsqd started with
+                           ``--msg-timeout=4s``: 2 s).
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
