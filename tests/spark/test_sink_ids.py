@@ -158,11 +158,12 @@ def test_outside_a_spark_task_the_scope_is_the_write_id():
 # -- against real nsqds ------------------------------------------------------------------
 
 
-def read_each_once(runner: Any, cluster: Any, topic: str, expect: int
+def read_each_once(runner: Any, cluster: Any, topic: str, expect: int, redis_url: str
                    ) -> tuple[list[bytes], int]:
-    """A Reader deduplicating by publish id (in process): the bodies its handler got,
-    and the copies it dropped."""
-    from nsq_spark.dedup import OppositeBloomFilter
+    """A Reader deduplicating by publish id in Redis (an exact store: the in-process
+    filter may forget a key another overwrote, and let a copy through): the bodies its
+    handler got, and the copies it dropped."""
+    from nsq_spark.dedup import RedisDeduplicator
 
     handled: list[bytes] = []
 
@@ -173,7 +174,7 @@ def read_each_once(runner: Any, cluster: Any, topic: str, expect: int
 
     reader = runner.start(topic, "check", handle,
                           nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
-                          dedup=OppositeBloomFilter(1 << 16), dedup_key="publish_id",
+                          dedup=RedisDeduplicator(redis_url, ttl=600), dedup_key="publish_id",
                           msg_timeout=5)
     try:
         def left() -> int:
@@ -192,7 +193,8 @@ def read_each_once(runner: Any, cluster: Any, topic: str, expect: int
 
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=0)
-def test_a_rerun_and_the_replicas_are_one_message_downstream(nsq_cluster, running_reader):
+def test_a_rerun_and_the_replicas_are_one_message_downstream(nsq_cluster, running_reader,
+                                                           redis_server):
     addrs = ",".join(nsq_cluster.nsqd_tcp_addresses)
     opts = parse_write_options({"topic": "ids_out", "nsqdTcpAddresses": addrs,
                                 "replicas": "2"})
@@ -202,7 +204,8 @@ def test_a_rerun_and_the_replicas_are_one_message_downstream(nsq_cluster, runnin
     published = sum(n.stats("ids_out")["topics"][0]["message_count"]
                     for n in nsq_cluster.nsqds)
     assert published == 2 * 2 * len(rows)  # two runs, two replicas each
-    handled, dropped = read_each_once(running_reader, nsq_cluster, "ids_out", len(rows))
+    handled, dropped = read_each_once(running_reader, nsq_cluster, "ids_out", len(rows),
+                                      redis_server.url)
     assert sorted(handled) == sorted(rows)  # "same" twice: two rows, two messages
     assert dropped == 3 * len(rows)
     # the body a consumer sees is the row's: the envelope is opened, not in the body
