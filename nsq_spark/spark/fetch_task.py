@@ -7,8 +7,11 @@ planner what happened. A full chunk goes to a writer thread (Arrow IPC, write, f
 while the next chunk's messages arrive -- that is why a chunk is by default half of
 ``maxInFlight`` --; as soon as it is durable, and the fence holds, it is FINished (nsqd
 then refills the window). Settled chunks go to Spark in order, joined into record
-batches of about ``HANDOVER_ROWS`` rows (a crash before that loses nothing: they are in
-the spool).
+batches of about ``HANDOVER_ROWS`` rows, and at least every ``HEARTBEAT`` seconds: Spark
+sees that it cancelled a task only when rows come, and kills the worker of a task that
+sends none, leaving what it held in flight on nsqd; while the task waits with no rows,
+an empty record batch finds out whether Spark has closed its socket already (a crash
+before a hand-over loses nothing: the chunks are in the spool).
 
 What the task needs of a Reader is :class:`ReaderPort` (the Reader's public block API);
 where it gets one is a :class:`ReaderLease`: a new Reader closed at the end, or one taken
@@ -93,12 +96,13 @@ DRAIN_ALL = 1_000_000
 # Seconds a fetch task goes at most without handing Spark something: the settled rows it
 # holds (else every HANDOVER_ROWS), or while it waits with none, an empty record batch.
 # Spark's reading thread notices that a task was cancelled (query.stop(), a failed stage)
-# only when rows come; it then closes the worker's socket, the task's next hand-over (the
-# empty batch, at the latest) fails, and closing its Reader requeues what it holds. A task
-# that hands nothing over is killed with its Python worker (a SIGKILL) 2-4 s after the
-# cancel (Spark's monitor polls every 2 s, then waits spark.python.task.killTimeout), and
-# nsqd keeps what a killed worker held in flight until its msg_timeout: seen here, 3,600
-# messages after query.stop() during a batch.
+# only when rows come (an empty batch does not get it there: seen with pyspark 4.3); it
+# then closes the worker's socket, the task's next hand-over (the empty batch, at the
+# latest) fails, and closing its Reader requeues what it holds. A task that hands nothing
+# over is killed with its Python worker (a SIGKILL) 2-4 s after the cancel (Spark's
+# monitor polls every 2 s, then waits spark.python.task.killTimeout), and nsqd keeps what
+# a killed worker held in flight until its msg_timeout: seen here, 3,600 messages after
+# query.stop() during a batch.
 HEARTBEAT = 0.5
 
 

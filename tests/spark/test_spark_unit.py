@@ -778,3 +778,47 @@ def test_old_completion_records_stay_readable_and_a_batch_sums_its_partitions(tm
         redeliveries_dropped=3, partitions=3)
     assert spool.batch_rows(1) == 12
     assert spool.batch_summary(2) == BatchSummary() and spool.batch_rows(2) is None
+
+
+# -- register() -----------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A pyspark error as 4.0 raises it (getCondition; getErrorClass before the rename)."""
+
+    def __init__(self, condition: str) -> None:
+        super().__init__(f"[{condition}] ...")
+        self.condition = condition
+
+    def getCondition(self) -> str:
+        return self.condition
+
+
+class _Registry:
+    def __init__(self, refuse: str | None) -> None:
+        self.refuse, self.registered = refuse, []
+
+    def register(self, source) -> None:
+        if self.refuse:
+            raise _Refused(self.refuse)
+        self.registered.append(source)
+
+
+class _Session:
+    def __init__(self, refuse: str | None = None) -> None:
+        self.dataSource = _Registry(refuse)
+
+
+def test_register_is_idempotent_where_pyspark_refuses_a_second_registration():
+    """pyspark 4.0 refuses a second registration of "nsq" (discovery registered it) with
+    DATA_SOURCE_ALREADY_EXISTS: the source is there, not an error. Any other refusal is
+    raised. The version tier runs this against the real pyspark 4.0."""
+    import nsq_spark.spark
+    from nsq_spark.spark.datasource import NSQDataSource
+
+    ok = _Session()
+    nsq_spark.spark.register(ok)
+    assert ok.dataSource.registered == [NSQDataSource]
+    nsq_spark.spark.register(_Session("DATA_SOURCE_ALREADY_EXISTS"))
+    with pytest.raises(_Refused, match="SOMETHING_ELSE"):
+        nsq_spark.spark.register(_Session("SOMETHING_ELSE"))
