@@ -81,6 +81,7 @@ def main() -> None:
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.python.worker.reuse", "true").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
