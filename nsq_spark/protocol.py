@@ -543,6 +543,28 @@ class MessageBlock:
         return (MessageBlock(self.data, off[:k + 1], self.max_attempts, self.responder),
                 MessageBlock(self.data, off[k:], self.max_attempts, self.responder))
 
+    def body_bytes(self, k: int | None = None) -> int:
+        """Bytes of the bodies of the first ``k`` messages (None: all), from the offsets
+        alone."""
+        off = self.offsets
+        k = len(self) if k is None else k
+        return int(off[k] - off[0]) - k * BODY_AT
+
+    def count_to_reach(self, nbytes: int) -> int:
+        """How many leading messages it takes for their bodies to reach ``nbytes`` bytes:
+        at least 1 (a message is taken whole), all of them when they never do."""
+        n = len(self)
+        if n == 0 or self.body_bytes(n) < nbytes:
+            return n
+        lo, hi = 1, n  # body_bytes(k) grows with k: the first k that reaches nbytes
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.body_bytes(mid) >= nbytes:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def ids(self) -> list[bytes]:
         """The message ids, in order."""
         d = self.data

@@ -102,6 +102,22 @@ def test_split_every_position_keeps_order_and_shares_bytes() -> None:
             b.split(k)
 
 
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=30), st.integers(1, 5000))
+@settings(max_examples=200, deadline=None)
+def test_body_bytes_and_count_to_reach_follow_the_bodies(sizes: list[int], nbytes: int
+                                                         ) -> None:
+    data = b"".join(encode_message_frame(mid(i), b"b" * n, 1, 1) for i, n in enumerate(sizes))
+    b = decode_one(data)
+    assert [b.body_bytes(k) for k in range(len(sizes) + 1)] == \
+        [sum(sizes[:k]) for k in range(len(sizes) + 1)]
+    assert b.body_bytes() == sum(sizes)
+    k = b.count_to_reach(nbytes)
+    if sum(sizes) < nbytes:
+        assert k == len(sizes)  # they never reach it: all of them
+    else:  # the first k that reaches it: at least one, none past it
+        assert k >= 1 and sum(sizes[:k]) >= nbytes and sum(sizes[:k - 1]) < nbytes
+
+
 @given(st.lists(st.booleans(), min_size=1, max_size=40))
 @settings(max_examples=200, deadline=None)
 def test_select_keeps_flagged_messages_as_runs(keep: list[bool]) -> None:

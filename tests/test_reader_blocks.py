@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsq_spark.errors import AlreadyRespondedError, NSQError
+from nsq_spark.errors import AlreadyRespondedError, ConfigError, NSQError
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
 from nsq_spark.reader import Reader
 from reader_helpers import assert_drained, channel_stats, mpub, wait_for
@@ -336,3 +336,37 @@ def test_requeue_blocks_default_delay_follows_the_requeue_policy(nsq_cluster):
     c = channel_stats(nsq_cluster, 0, topic, C)
     assert c["deferred_count"] == 25 and c["in_flight_count"] == 0 and c["depth"] == 0
     assert c["requeue_count"] == 25
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_get_blocks_stops_at_the_message_that_reaches_max_bytes(nsq_cluster):
+    """A byte share (the Spark source's maxBytesPerTrigger): the body that reaches
+    ``max_bytes`` is the last one taken, the rest stay queued in order."""
+    topic = "bt_bytes"
+    sent = [b"%03d" % i + b"x" * 97 for i in range(50)]  # 100 bytes each
+    mpub(nsq_cluster.nsqd_http_addresses[0], topic, sent)
+    with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
+                max_in_flight=50) as r:
+        start = r.get_blocks(max_messages=1, timeout=5)  # starts the Reader
+        assert [m.body for m in msgs(start)] == sent[:1]
+        wait_for(lambda: r.stats()["pull_queued"] == 49, 10, "the other 49 queued")
+        first = r.get_blocks(max_messages=1000, timeout=1, max_bytes=250)
+        assert [m.body for m in msgs(first)] == sent[1:4]  # 200 < 250 <= 300
+        one = r.get_blocks(max_messages=1000, timeout=1, max_bytes=1)
+        assert [m.body for m in msgs(one)] == sent[4:5]  # at least one message
+        rest = r.get_blocks(max_messages=1000, timeout=1)
+        assert [m.body for m in msgs(rest)] == sent[5:]
+        r.finish_blocks(start + first + one + rest)
+        with pytest.raises(ConfigError, match="max_bytes"):
+            r.get_blocks(max_messages=10, timeout=0, max_bytes=0)
+        wait_client_finished(nsq_cluster, topic, 50)
+    assert_drained(nsq_cluster, topic, C)
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0, msg_timeout="4s")
+def test_stats_show_the_msg_timeout_nsqd_negotiated(nsq_cluster):
+    with Reader("bt_timeout", C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses) as r:
+        assert r.get_blocks(timeout=0.5) == []  # starts the Reader
+        wait_for(lambda: r.stats()["connections"] and all(
+            c["msg_timeout"] for c in r.stats()["connections"].values()), 10, "subscribed")
+        assert [c["msg_timeout"] for c in r.stats()["connections"].values()] == [4000]

@@ -679,6 +679,9 @@ class Pool:
                 "requeued": st.requeued if st else 0,
                 "messages": c.messages_received if c is not None else 0,
                 "max_rdy_count": st.max_rdy_count if st else None,
+                # ms, from nsqd's IDENTIFY answer (None before it): how long nsqd keeps a
+                # message delivered here in flight before it sends it elsewhere
+                "msg_timeout": c.msg_timeout if c is not None and st else None,
                 # backoff is reader-wide (as in go-nsq/pynsq); shown per connection too
                 "backoff": self.policy.mode,
                 "last_message_age": (round(now - st.last_msg_at, 3)

@@ -249,26 +249,36 @@ class PullQueue:
         self.queued -= 1
         return m
 
-    def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
+    def get_blocks(self, max_messages: int, timeout: float,
+                   max_bytes: int | None = None) -> list["MessageBlock"]:
+        """Up to ``max_messages`` messages as blocks; with ``max_bytes``, no more once
+        their bodies reach it (the message that reaches it is the last one taken: at
+        least one when any is queued). What is left stays queued, in order."""
         with self.cond:
             if not self._wait(timeout):
                 return []
             q = self._q
             out: list[MessageBlock] = []
             room = max_messages
-            while q and room:
+            budget = max_bytes
+            while q and room and (budget is None or budget > 0):
                 b = q[0]
-                if len(b) <= room:
+                take = min(len(b), room)
+                if budget is not None:
+                    take = min(take, b.count_to_reach(budget))
+                if take == len(b):
                     out.append(q.popleft())
-                    room -= len(b)
+                    head = b
                 else:
-                    head, tail = b.split(room)
+                    head, tail = b.split(take)
                     if b in self._blocks_out:  # else its connection closed meanwhile
                         self._blocks_out.discard(b)
                         self._blocks_out.update((head, tail))
                     q[0] = tail
                     out.append(head)
-                    room = 0
+                room -= take
+                if budget is not None:
+                    budget -= head.body_bytes()
             self.queued -= max_messages - room
             return out
 
@@ -310,9 +320,10 @@ class ReceivedPullQueue(PullQueue):
             _log.exception("telemetry failed on a pulled hand-out; the messages are "
                            "handed out all the same")
 
-    def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]:
+    def get_blocks(self, max_messages: int, timeout: float,
+                   max_bytes: int | None = None) -> list["MessageBlock"]:
         start = time.perf_counter()
-        out = super().get_blocks(max_messages, timeout)
+        out = super().get_blocks(max_messages, timeout, max_bytes)
         if out:
             self._report(self._received_blocks, out, start)
         return out

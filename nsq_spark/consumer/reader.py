@@ -738,14 +738,18 @@ class Reader:
         self._ensure_pull()
         return self._pull.get_messages(max_messages, timeout)
 
-    def get_blocks(self, max_messages: int = 10000, timeout: float = 1.0
-                   ) -> list[MessageBlock]:
+    def get_blocks(self, max_messages: int = 10000, timeout: float = 1.0, *,
+                   max_bytes: int | None = None) -> list[MessageBlock]:
         """Like :meth:`get_batch`, but the messages come as MessageBlocks (no object per
         message), ``max_messages`` in all at most; ``[]`` if none came within ``timeout``
-        seconds. Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
+        seconds. ``max_bytes``: no more messages once their bodies reach this many bytes
+        (the one that reaches it is the last taken; the rest stay queued for the next
+        call). Answer them with :meth:`finish_blocks` / :meth:`requeue_blocks`."""
         pull.check_max_messages(max_messages)
+        if max_bytes is not None:
+            validate.integer(max_bytes, "max_bytes", lo=1, none="no byte limit")
         self._ensure_pull(blocks=True)
-        return self._pull.get_blocks(max_messages, timeout)
+        return self._pull.get_blocks(max_messages, timeout, max_bytes)
 
     def iter_batches(self, max_messages: int = 1000, timeout: float = 1.0
                      ) -> Iterator[list[Message]]:

@@ -237,7 +237,15 @@ class Backlog:
                 "nsqdsAnswered": self.answered,
                 "paused": [p.as_progress() for p in self.paused],
                 "nsqdsUnreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
-                "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))}
+                "measuredAt": iso_millis(self.at)}
+
+
+def iso_millis(at: float) -> str:
+    """``at`` (epoch seconds) as Spark writes its progress timestamps: UTC, ISO 8601,
+    milliseconds (``2026-11-23T00:01:02.345Z``)."""
+    whole = int(at)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + \
+        f".{int((at - whole) * 1000):03d}Z"
 
 
 def nsqd_stats(http_address: str, topic: str, channel: str) -> NsqdStats:

@@ -14,10 +14,10 @@ asks :meth:`~ChunkPlanner.next` what to do; it gets a :class:`Step`:
             it is subscribed when nothing came);
 ``CUT``     the pending messages become a chunk and go to a writer;
 ``SETTLE``  wait for the oldest chunk in the writers to be durable, then FIN it (before
-            the FIN, :meth:`~ChunkPlanner.rdy_cap_before_fin` says how far to lower
+            the FIN, :meth:`~ChunkPlanner.in_flight_cap` says how far to lower
             max_in_flight so that nsqd sends nothing beyond the share);
 ``DRAIN``   the end is decided: set RDY 0 and take only what the Reader already holds
-            (no wait: see below);
+            (no wait: see below), and with a byte share none once it is reached;
 ``FINISH``  every chunk is settled and nothing is pending: seal and complete.
 
 Why no timed wait at the end (the old ``DRAIN_WAIT`` of 100 ms per task): the end of a
@@ -29,6 +29,17 @@ Reader and are the first thing the next task of the partition takes; a Reader cl
 (no cache, an idle cache entry, a failed task) requeues them; an executor that dies
 leaves them to nsqd's ``msg_timeout`` (redelivered, never lost). Waiting for them
 would cost every task 100 ms to save a redelivery that the cache makes rare.
+
+The byte share (``maxBytesPerTrigger``) is held like the message share, and tighter:
+the task takes messages (``FETCH`` and ``DRAIN`` pass :meth:`~ChunkPlanner.bytes_wanted`
+to the Reader's ``get_blocks(max_bytes=...)``) only until their bodies reach the share,
+so the message that reaches it is the last one -- at most one message over per task,
+whatever the sizes. What nsqd sent beyond it stays un-FINished in the Reader (the cached
+Reader hands it to the next task first; a Reader closed requeues it). So that little is
+sent beyond it, RDY follows the byte share as it follows the message share
+(:meth:`~ChunkPlanner.in_flight_cap`): what is taken and not FINished, plus the bytes
+left over the mean body size seen so far -- 1 before the first body is seen (one round
+trip per task to learn the size: a byte-capped query pays it, no other).
 
 Invariants (property-tested in tests/spark/test_chunking.py): a chunk never holds more
 than ``chunk_size`` messages, except for what the drain adds to the last one; at most
@@ -82,7 +93,8 @@ class ChunkPlanner:
     def __init__(self, *, now: float, chunk_size: int, max_jobs: int,
                  share: int | None, byte_share: int | None, idle_timeout: float,
                  max_fetch_period: float, flush_interval: float, first_wait: float,
-                 writer_poll: float, expecting: bool, max_in_flight: int) -> None:
+                 writer_poll: float, expecting: bool, max_in_flight: int,
+                 connections: int = 1) -> None:
         if chunk_size < 1 or max_jobs < 1:
             raise ValueError(f"chunk_size ({chunk_size}) and max_jobs ({max_jobs}) must "
                              "be >= 1")
@@ -95,6 +107,9 @@ class ChunkPlanner:
         self.first_wait = first_wait
         self.writer_poll = writer_poll
         self.max_in_flight = max_in_flight
+        # nsqd connections of the Reader: a byte share's RDY is at least one each while
+        # it takes more (the Reader gives a connection nothing below one RDY each)
+        self.connections = max(1, connections)
         self.deadline = now + max_fetch_period
         self.expecting = expecting
         # messages and body bytes waiting to be cut; when the oldest of them arrived
@@ -160,12 +175,50 @@ class ChunkPlanner:
 
     def rdy_cap_before_fin(self, n: int) -> int | None:
         """Before FINishing the oldest chunk's ``n`` messages: the max_in_flight to set so
-        that nsqd may send no more than what is left of the share (None: leave it).
-        After the drain RDY stays 0."""
-        if self.share is None or self.paused:
+        that nsqd may send no more than what is left of the shares (None: leave it as
+        it is, at ``max_in_flight``). After the drain RDY stays 0."""
+        cap = self.in_flight_cap(n)
+        return cap if cap is not None and cap < self.max_in_flight else None
+
+    def in_flight_cap(self, finishing: int = 0) -> int | None:
+        """The max_in_flight that lets nsqd send no more than what is left of the shares
+        (at most ``max_in_flight``), once ``finishing`` more messages are FINished; None
+        without a share, and after the drain (RDY stays 0).
+
+        Message share: every message not FINished yet counts, taken or still to come
+        (``share - finished``). Byte share: those taken and not FINished, plus the bytes
+        left over the mean body size seen (1 message before any is seen; at least one
+        per connection while the share takes more; 0 once it is reached): nsqd sends
+        about what the share still takes."""
+        if self.paused:
             return None
-        left = max(0, self.share - self.finished - n)
-        return left if left < self.max_in_flight else None
+        caps = []
+        if self.share is not None:
+            caps.append(max(0, self.share - self.finished - finishing))
+        if self.byte_share is not None:
+            unfinished = max(0, self.taken + self.pending - self.finished - finishing)
+            more = self.messages_for_bytes()
+            caps.append(unfinished + (max(more, self.connections) if more else 0))
+        return min(min(caps), self.max_in_flight) if caps else None
+
+    def bytes_wanted(self) -> int | None:
+        """Body bytes the task may still take (a message is taken whole: the one that
+        reaches this is the last); None without a byte share."""
+        if self.byte_share is None:
+            return None
+        return max(0, self.byte_share - self.taken_bytes - self.pending_bytes)
+
+    def messages_for_bytes(self) -> int:
+        """About how many more messages the byte share takes: the bytes left over the
+        mean body size seen (rounded up; 1 before any body is seen)."""
+        left = self.bytes_wanted()
+        if not left:
+            return 0
+        seen = self.taken + self.pending
+        if not seen:
+            return 1
+        mean = max(1, (self.taken_bytes + self.pending_bytes) // seen)
+        return -(-left // mean)
 
     # -- what to do next ----------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 Driver side of the source. Offsets are micro-batch numbers chosen here::
 
-    {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2}
-    {"query": "<token>", "batch": 43, "size": 900, "parts": 3, "v": 2,
+    {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2,
+     "spool": "/mnt/spool"}
+    {"query": "<token>", "batch": 43, "size": 900, "parts": 3, "v": 2, "spool": ...,
      "plan": [["orders", 2, 800, null], ["refunds", 1, 100, null]]}
 
 ``query`` is a token drawn by ``initialOffset`` (it names this query's spool directory),
@@ -32,7 +33,13 @@ the query's life. When a batch from the checkpoint is run again and the marker i
 the spool was deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
 went with it, and the query fails with a :class:`~.spool.SpoolError` naming the spool and
 the batch instead of running on with the loss. A batch planned but never started has no
-batch directory, and is no false alarm: the query marker tells the two apart.
+batch directory, and is no false alarm: the query marker tells the two apart. ``spool``
+(the ``spoolPath`` the batch was planned with, its password redacted): when the marker is
+missing and ``spoolPath`` is not that any more, the error says the option changed rather
+than that the spool was deleted. A batch whose directories were deleted while the query
+marker stayed (``rm -rf <spool>/*/batch-*``) is caught by the batch's record, which
+``partitions`` writes before it returns the batch's tasks (:mod:`.spool`, step 8): a
+:class:`~.spool.SpoolError` naming the batch and the spool, never a batch fetched anew.
 
 At query start the driver checks that an nsqd can be reached (:mod:`.backlog`; a
 ``ConnectError`` naming every address tried otherwise) and creates the channel on every
@@ -61,7 +68,7 @@ does not, and ``reportLatestOffset`` puts it in the query's progress,
                  "paused": [{"nsqd": "10.0.0.7:4151", "paused": "channel", "depth": 500}],
                  "nsqdsUnreachable": [{"nsqd": "10.0.0.9:4151",
                                        "error": "URLError: ... Connection refused"}],
-                 "measuredAt": "2026-11-23T00:01:02Z"},
+                 "measuredAt": "2026-11-23T00:01:02.345Z"},
      "redeliveriesDropped": 17,
      "backlogMessages": 700, "lagSeconds": 1.25, "lastBatch": 41, "lastBatchRows": 5000,
      "lastBatchBytes": 512000, "lastBatchRedeliveriesDropped": 0,
@@ -237,7 +244,11 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
+        from nsq_spark.validate import redact_url
+
         self.spool_path = normalize_spool_path(self.opts.spool_path)
+        # in each offset planned: a restart with another spoolPath is named as such
+        self._spool_shown = redact_url(self.spool_path)
         self._subscription = _subscription(self.opts)
         self._clock: Callable[[], float] = time.monotonic  # trigger delay, poll interval
         self._wall: Callable[[], float] = time.time  # ages of messages (nsqd's clock)
@@ -385,7 +396,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return start
         end = {"query": start["query"], "batch": batch + 1,
                "size": sum(p.size for p in plan), "parts": sum(p.parts for p in plan),
-               "v": self._marked(start)}
+               "v": self._marked(start), "spool": self._spool_shown}
         if self._single_topic is None or any(p.max_bytes is not None for p in plan):
             end["plan"] = [p.as_offset() for p in plan]
         self._planned.add(batch + 1)
@@ -506,8 +517,11 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         spool = self._spool(query)
         if int(end.get("v", 0)) >= OFFSET_VERSION:
             self._check_spool_kept(spool, end)
+        self._check_batch_kept(spool, end)
         marker = spool.write_marker(batch)
         tasks = partitions_of(query, batch, self._plans(spool, end), marker)
+        # after the batch's directory and marker, before any task can FINish into them
+        spool.record_started(batch)
         self._ran.add(batch)
         return tasks
 
@@ -558,6 +572,17 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return
         batch = int(end["batch"])
         where = redact_url(self.spool_path)
+        was = end.get("spool")
+        if was is not None and was != where:
+            raise SpoolError(
+                f"option 'spoolPath' changed: micro-batch {batch} of this query was planned "
+                f"with spoolPath {was!r} (offset {json.dumps(end, sort_keys=True)} in the "
+                f"checkpoint's offsets log) and the query now has {where!r}, where its "
+                f"spool ({spool.query}) is not. That batch's messages were fetched into the "
+                f"old spool and FINished on nsqd: restart with .option(\"spoolPath\", "
+                f"{was!r}) (or move {was}/{spool.query} to the new place) until the "
+                "checkpoint's batches are committed; a new spoolPath for this query needs a "
+                "new checkpointLocation")
         if batch in self._planned:
             self._log.warning("the spool of this query under %s was deleted while it ran; the "
                               "redelivery index went with it (a redelivery of a message read "
@@ -566,13 +591,42 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return
         raise SpoolError(
             f"the spool of this query ({where}/{spool.query}) was deleted while the query "
-            f"was stopped: the checkpoint still owes micro-batch {batch} of this source "
+            f"was stopped (or option 'spoolPath' names another place than when the batch "
+            f"was planned): the checkpoint still owes micro-batch {batch} of this source "
             f"(offset {json.dumps(end, sort_keys=True)} in the checkpoint's offsets log), "
             "whose messages the fetch tasks had written there and FINished on nsqd, so "
             "they cannot be read again. Restore the spool directory if you have a copy; "
             "otherwise start the query on a new checkpointLocation and accept that "
             "batch's loss (nsqd does not have them any more). Never delete spoolPath "
             "while a query that uses it is stopped with a checkpoint")
+
+    def _check_batch_kept(self, spool: Any, end: Offset) -> None:
+        """A batch whose tasks were handed out (its record, :meth:`.Spool.record_started`)
+        must still have its directory: else it was deleted after the tasks could have
+        FINished messages into it, and running the batch again would fetch new messages
+        in their place (:mod:`.spool`, step 8). A SpoolError naming the batch and the
+        spool, as for a deleted spool."""
+        import json
+
+        from nsq_spark.validate import redact_url
+
+        from .spool import SpoolError
+
+        batch = int(end["batch"])
+        if spool.batch_exists(batch) or not spool.was_started(batch):
+            return
+        where = redact_url(self.spool_path)
+        raise SpoolError(
+            f"the spool directory of micro-batch {batch} of this query "
+            f"({where}/{spool.query}/batch-{batch:012d}) is gone, but its fetch tasks had "
+            f"been handed out (record {redact_url(spool.started_record(batch))}): the "
+            "messages they fetched were written there and FINished on nsqd, so they cannot "
+            "be read again, and running the batch anew would put new messages in their "
+            f"place. The checkpoint still owes that batch (offset "
+            f"{json.dumps(end, sort_keys=True)} in the checkpoint's offsets log). Restore "
+            "the batch directory if you have a copy; otherwise start the query on a new "
+            "checkpointLocation and accept that batch's loss. Never delete anything under "
+            "spoolPath while a query that uses it is stopped with a checkpoint")
 
     def commit(self, end: Offset) -> None:
         spool = self._spool(end["query"])
@@ -718,25 +772,32 @@ class _PublishCommitMessage(WriterCommitMessage):
         self.mpubs = mpubs
 
 
-def _publish(options: Any, iterator: Iterator[Any]) -> _PublishCommitMessage:
-    from .sink import publish_batches
+def _publish(options: Any, iterator: Iterator[Any], write_id: str | None
+             ) -> _PublishCommitMessage:
+    from .sink import publish_batches, task_scope
 
     opts = parse_write_options(options)
     configure_logging(opts.log_level)
-    c = publish_batches(opts, iterator)
+    c = publish_batches(opts, iterator, scope=task_scope(write_id))
     return _PublishCommitMessage(c.messages, c.deferred, c.mpubs)
 
 
 class NSQWriter(DataSourceArrowWriter):
     """``df.write.format("nsq")``: publish the ``body`` column (see :mod:`.sink`)."""
 
+    # a writer pickled before write ids existed reads this from the class
+    write_id: str | None = None
+
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         # fail at job start on bad options
         configure_logging(parse_write_options(self.options).log_level)
+        # names this write's rows when no micro-batch does (.sink.WriteScope): drawn
+        # once on the driver, so a retried task publishes the same publish ids again
+        self.write_id = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
-        return _publish(self.options, iterator)
+        return _publish(self.options, iterator, self.write_id)
 
     def commit(self, messages: list[Any]) -> None:
         total = sum(m.messages for m in messages if m is not None)
@@ -744,14 +805,16 @@ class NSQWriter(DataSourceArrowWriter):
 
 
 class NSQStreamWriter(StreamArrowWriterBase):
-    """``df.writeStream.format("nsq")``: publish each micro-batch (at-least-once)."""
+    """``df.writeStream.format("nsq")``: publish each micro-batch (at-least-once; with
+    ``publishIds`` a re-run batch republishes the same publish ids: :mod:`.sink`)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         configure_logging(parse_write_options(self.options).log_level)
 
     def write(self, iterator: Iterator[Any]) -> _PublishCommitMessage:
-        return _publish(self.options, iterator)
+        # the micro-batch names the rows (the tasks' local properties): no write id
+        return _publish(self.options, iterator, None)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         total = sum(m.messages for m in messages if m is not None)

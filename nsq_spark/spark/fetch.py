@@ -31,8 +31,8 @@ handing batches to Spark) are logged at INFO per task and go to the observers of
 :func:`~.fetch_task.observe_timings` (the benchmark installs one).
 
 ``topic`` (default the ``topic`` option) is the topic a partition fetches: its rows carry
-it and the Reader cache keys on it; ``max_bytes`` caps the body bytes a partition takes
-(a target like the message share: the last chunk may end a little above).
+it and the Reader cache keys on it; ``max_bytes`` caps the body bytes a partition takes:
+no message is taken past the one whose body reaches it (:mod:`.chunking`).
 
 Causes reach the driver: Spark shows the driver a task's error, not the executor's log,
 so a task that subscribed nowhere fails with each nsqd's last answer in its message
@@ -121,8 +121,9 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     """Rows of micro-batch ``batch``, partition ``index``: replayed or fetched.
 
     ``share`` is this partition's target in messages, ``max_bytes`` in body bytes (None:
-    until idle or maxFetchPeriod); what the task holds when it reaches one is spooled
-    too, so it may end a little above. ``topic``: the topic this partition fetches
+    until idle or maxFetchPeriod); what the task holds when it reaches its message share
+    is spooled too, so it may end a little above; it takes nothing past the message that
+    reaches its byte share (:mod:`.chunking`). ``topic``: the topic this partition fetches
     (default ``opts.topic``). ``marker`` is the driver's shared-spool marker: a task that
     cannot see it fails (SpoolError). ``reader_cache``: True (default) uses this
     worker's cache when ``opts.reader_cache`` is on and the factory is the default one;
@@ -263,8 +264,12 @@ def fetch_batch_partition(opts: ReadOptions, share: int,
                 wait = max(wait, FIRST_WAIT)
             wait = min(wait, max(0.0, deadline - time.monotonic()))
             want = min(opts.spool_chunk_size, remaining)
+            # a byte share: no message past the one that reaches it
             if first:  # fails at once if every nsqd refused
-                got = first_blocks(reader, want, wait, opts, "the batch read")
+                got = first_blocks(reader, want, wait, opts, "the batch read", bytes_left)
+            elif bytes_left is not None:
+                got = reader.get_blocks(max_messages=want, timeout=wait,
+                                        max_bytes=bytes_left)
             else:
                 got = reader.get_blocks(max_messages=want, timeout=wait)
             if first and not got:

@@ -7,8 +7,11 @@ planner what happened. A full chunk goes to a writer thread (Arrow IPC, write, f
 while the next chunk's messages arrive -- that is why a chunk is by default half of
 ``maxInFlight`` --; as soon as it is durable, and the fence holds, it is FINished (nsqd
 then refills the window). Settled chunks go to Spark in order, joined into record
-batches of about ``HANDOVER_ROWS`` rows (a crash before that loses nothing: they are in
-the spool).
+batches of about ``HANDOVER_ROWS`` rows, and at least every ``HEARTBEAT`` seconds: Spark
+sees that it cancelled a task only when rows come, and kills the worker of a task that
+sends none, leaving what it held in flight on nsqd; while the task waits with no rows,
+an empty record batch finds out whether Spark has closed its socket already (a crash
+before a hand-over loses nothing: the chunks are in the spool).
 
 What the task needs of a Reader is :class:`ReaderPort` (the Reader's public block API);
 where it gets one is a :class:`ReaderLease`: a new Reader closed at the end, or one taken
@@ -34,15 +37,16 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Protocol,
+                    Sequence)
 
 from .._log import get_logger
 from .chunking import Action, ChunkPlanner, body_bytes
 from .copies import CopyOrder, chunk_keep
 from .filters import DeadLetterSplit, Dedup, split_held
-from .options import NSQD_MSG_TIMEOUT, ReadOptions
-from .reader_cache import CachedReaders, cache_key
-from .schema import blocks_to_batch
+from .options import NSQD_MSG_TIMEOUT, READER_CACHE_SHARE_OF_MSG_TIMEOUT, ReadOptions
+from .reader_cache import CachedReaders, cache_key, idle_timeout_within
+from .schema import arrow_schema, blocks_to_batch
 from .seen import Redeliveries
 from .spool import FLUSH_INTERVAL, PartitionSpool, SpoolConflict, SpoolFenced
 
@@ -60,7 +64,8 @@ log = get_logger("nsq_spark.spark.fetch")
 class ReaderPort(Protocol):
     """What a fetch task uses of ``nsq_spark.Reader`` (its public block API)."""
 
-    def get_blocks(self, max_messages: int, timeout: float) -> list["MessageBlock"]: ...
+    def get_blocks(self, max_messages: int, timeout: float, *,
+                   max_bytes: int | None = None) -> list["MessageBlock"]: ...
 
     def finish_blocks(self, blocks: Iterable["MessageBlock"]) -> None: ...
 
@@ -94,6 +99,17 @@ HANDOVER_BYTES = 8 << 20
 WRITER_POLL = 0.002
 # The drain at the end takes everything the Reader holds, however many.
 DRAIN_ALL = 1_000_000
+# Seconds a fetch task goes at most without handing Spark something: the settled rows it
+# holds (else every HANDOVER_ROWS), or while it waits with none, an empty record batch.
+# Spark's reading thread notices that a task was cancelled (query.stop(), a failed stage)
+# only when rows come (an empty batch does not get it there: seen with pyspark 4.3); it
+# then closes the worker's socket, the task's next hand-over (the empty batch, at the
+# latest) fails, and closing its Reader requeues what it holds. A task that hands nothing
+# over is killed with its Python worker (a SIGKILL) 2-4 s after the cancel (Spark's
+# monitor polls every 2 s, then waits spark.python.task.killTimeout), and nsqd keeps what
+# a killed worker held in flight until its msg_timeout: seen here, 3,600 messages after
+# query.stop() during a batch.
+HEARTBEAT = 0.5
 
 
 # -- timings -------------------------------------------------------------------------------
@@ -217,10 +233,32 @@ class ReaderLease:
         if self.cache is None:
             reader.close()  # requeues whatever was pulled and not FINished
         elif ok:
-            # bounded by the connection's msg_timeout where the options are parsed
-            self.cache.give_back(self.key, reader, self.opts.reader_cache_idle_timeout)
+            self.cache.give_back(self.key, reader, self._idle_timeout(reader))
         else:
             self.cache.discard(reader)
+
+    def _idle_timeout(self, reader: ReaderPort) -> float:
+        """``readerCacheIdleTimeout`` (bounded where the options are parsed by the
+        msg_timeout they ask for), and at most half the msg_timeout nsqd negotiated with
+        the Reader's connections, which an nsqd's ``--msg-timeout`` decides when the
+        options ask for none (:mod:`.reader_cache`)."""
+        configured = self.opts.reader_cache_idle_timeout
+        try:
+            conns = reader.stats().get("connections") or {}
+        except Exception as exc:  # the configured bound still holds
+            log.debug("no stats from the Reader to bound its idle timeout: %s", exc)
+            return configured
+        idle = idle_timeout_within(configured, (c.get("msg_timeout") for c in conns.values()),
+                                   READER_CACHE_SHARE_OF_MSG_TIMEOUT)
+        if idle < configured and (configured, idle) not in _lowered:
+            _lowered.add((configured, idle))
+            log.info("readerCacheIdleTimeout %g s lowered to %g s for this Reader: half the "
+                     "msg_timeout its nsqd negotiated", configured, idle)
+        return idle
+
+
+# (configured, lowered) idle timeouts already logged by this worker
+_lowered: set[tuple[float, float]] = set()
 
 
 # -- the task ------------------------------------------------------------------------------
@@ -322,14 +360,20 @@ class FetchTask:
             self.chunk_size = min(self.chunk_size, share)
         # chunks of the in-flight window that may wait in the writers while the next fills
         self.max_jobs = max(1, self.max_in_flight // self.chunk_size - 1)
+        self.rdy = self.max_in_flight  # the max_in_flight the Reader has now
         self.held: list["pa.RecordBatch"] = []  # settled chunks not yet handed over
         self.held_rows = self.held_bytes = 0
+        self.handed_at = time.monotonic()  # the last hand-over to Spark (HEARTBEAT)
 
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> Iterator["pa.RecordBatch"]:
         perf, t = time.perf_counter, time.perf_counter()
-        reader = self.lease.open(self.max_in_flight)
+        # a byte share starts at RDY 1 per nsqd: the bodies' size is not known yet
+        # (chunking: RDY follows the byte share), the message share at its cap
+        self.rdy = self.max_in_flight if self.byte_share is None else \
+            min(self.max_in_flight, max(1, len(self.opts.nsqd_tcp_addresses)))
+        reader = self.lease.open(self.rdy)
         self.timings.open = perf() - t
         self.timings.fetch += self.timings.open
         self.timings.reused = int(self.lease.reused)
@@ -367,7 +411,8 @@ class FetchTask:
             first_wait=FIRST_WAIT, writer_poll=WRITER_POLL,
             # a capped share means the driver saw a backlog: the first message may take
             # a lookupd round and a connect to arrive
-            expecting=self.share is not None, max_in_flight=self.max_in_flight)
+            expecting=self.share is not None, max_in_flight=self.max_in_flight,
+            connections=self._connections(reader))
         pending: list[MessageBlock] = []
         jobs: deque[_Chunk] = deque()
         while True:
@@ -376,10 +421,7 @@ class FetchTask:
             step = planner.next(time.monotonic())
             if step.action is Action.FETCH:
                 t = perf()
-                if step.first:  # fails at once if every nsqd refused
-                    got = first_blocks(reader, step.want, step.timeout, opts, self.label)
-                else:
-                    got = reader.get_blocks(max_messages=step.want, timeout=step.timeout)
+                got = yield from self._take(reader, step, planner.bytes_wanted())
                 tm.fetch += perf() - t
                 if step.first and not got and step.timeout >= planner.idle_wait():
                     check_subscribed(reader, opts, self.label, step.timeout)
@@ -388,12 +430,19 @@ class FetchTask:
                 pending.extend(got)
                 planner.fetched(n, blocks_body_bytes(got) if n else 0, time.monotonic(),
                                 step.timeout, starved)
+                if n and self.byte_share is not None:  # RDY follows the byte share
+                    self._follow(reader, planner.in_flight_cap())
             elif step.action is Action.DRAIN:
                 # the end is decided: RDY 0, and what the Reader already holds goes into
                 # the last chunk (the share is a target; a requeue would be a redelivery)
+                # -- but no message past a byte share reached: it stays in the Reader
                 t = perf()
                 reader.set_max_in_flight(0)
-                got = reader.get_blocks(max_messages=DRAIN_ALL, timeout=0)
+                self.rdy = 0
+                left = planner.bytes_wanted()
+                got = [] if left == 0 else reader.get_blocks(
+                    max_messages=DRAIN_ALL, timeout=0,
+                    **({} if left is None else {"max_bytes": left}))
                 tm.fetch += perf() - t
                 pending.extend(got)
                 planner.drained(sum(map(len, got)), blocks_body_bytes(got) if got else 0,
@@ -412,6 +461,45 @@ class FetchTask:
                                      dead_lettered=self.dead_letters.count, order=self.order)
 
     # -- the steps ------------------------------------------------------------------------
+
+    def _connections(self, reader: ReaderPort) -> int:
+        """nsqd connections a byte share's RDY must reach: the addresses given, else the
+        Reader's (a cached one knows them; a new one, none yet: 1)."""
+        if self.byte_share is None:
+            return 1
+        if self.opts.nsqd_tcp_addresses:
+            return len(self.opts.nsqd_tcp_addresses)
+        return max(1, len(reader.stats().get("connections") or ()))
+
+    def _take(self, reader: ReaderPort, step: Any, max_bytes: int | None
+              ) -> Generator["pa.RecordBatch", None, list["MessageBlock"]]:
+        """A FETCH: up to ``step.want`` messages (and ``max_bytes`` of bodies) within
+        ``step.timeout``, waiting in slices of at most HEARTBEAT with a hand-over to
+        Spark between them (the rows held, else an empty batch: see HEARTBEAT)."""
+        more: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max(1, max_bytes)}
+        deadline = time.monotonic() + step.timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            wait = min(left, HEARTBEAT)
+            if wait > WRITER_POLL and self.held:  # a wait: what is settled goes first
+                yield from self._hand_over()
+            if step.first:  # fails at once if every nsqd refused
+                got = first_blocks(reader, step.want, wait, self.opts, self.label, **more)
+            else:
+                got = reader.get_blocks(max_messages=step.want, timeout=wait, **more)
+            if got or wait >= left:
+                return got
+            yield empty_batch()
+
+    def _follow(self, reader: ReaderPort, cap: int | None) -> None:
+        """Set max_in_flight to ``cap``: lowered at once, raised only to double or more
+        (or to the top), so that a growing byte share sends few RDY commands."""
+        if cap is None or cap == self.rdy:
+            return
+        if self.rdy < cap < 2 * self.rdy and cap < self.max_in_flight:
+            return
+        reader.set_max_in_flight(cap)
+        self.rdy = cap
 
     def _cut(self, reader: ReaderPort, blocks: list["MessageBlock"],
              writer: ThreadPoolExecutor, jobs: "Iterable[_Chunk]" = ()) -> _Chunk:
@@ -488,9 +576,8 @@ class FetchTask:
             raise
         tm.spool += perf() - t
         t = perf()
-        cap = planner.rdy_cap_before_fin(job.n)
-        if cap is not None:  # nothing beyond the share arrives to be requeued at the end
-            reader.set_max_in_flight(cap)
+        # nothing beyond the share arrives to be requeued at the end
+        self._follow(reader, planner.in_flight_cap(job.n))
         reader.finish_blocks(job.blocks)
         planner.settled()
         tm.fetch += perf() - t
@@ -507,7 +594,8 @@ class FetchTask:
         self.held.append(rb)
         self.held_rows += rb.num_rows
         self.held_bytes += rb.nbytes
-        if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES:
+        if self.held_rows >= HANDOVER_ROWS or self.held_bytes >= HANDOVER_BYTES or \
+                time.monotonic() - self.handed_at >= HEARTBEAT:
             yield from self._hand_over()
 
     def _hand_over(self) -> Iterator["pa.RecordBatch"]:
@@ -523,7 +611,16 @@ class FetchTask:
         self.timings.convert += perf() - t
         t = perf()
         yield out
+        self.handed_at = time.monotonic()
         self.timings.handover += perf() - t
+
+
+def empty_batch() -> "pa.RecordBatch":
+    """No rows, the source's schema: what a waiting task with no rows hands Spark
+    (HEARTBEAT)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pylist([], schema=arrow_schema())
 
 
 def dedup_lease_ms(opts: ReadOptions) -> int:
@@ -615,17 +712,18 @@ def not_subscribed(reader: ReaderPort) -> dict[str, dict[str, Any]] | None:
 
 
 def first_blocks(reader: ReaderPort, want: int, wait: float, opts: ReadOptions,
-                 what: str) -> list["MessageBlock"]:
+                 what: str, max_bytes: int | None = None) -> list["MessageBlock"]:
     """``reader.get_blocks`` for up to ``wait`` seconds, in slices; raises
     :func:`not_subscribed_error` for ``what`` as soon as no connection is up or connecting
     and an nsqd refused for a reason no retry fixes (AUTH, TLS): no point waiting out the
-    rest."""
+    rest. ``max_bytes``: passed on (a byte share)."""
     started = time.monotonic()
     deadline = started + wait
+    more: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
     while True:
         left = deadline - time.monotonic()
         got = reader.get_blocks(max_messages=want,
-                                timeout=max(0.0, min(FIRST_WAIT_SLICE, left)))
+                                timeout=max(0.0, min(FIRST_WAIT_SLICE, left)), **more)
         if got or left <= FIRST_WAIT_SLICE:
             return list(got)
         st = reader.stats()

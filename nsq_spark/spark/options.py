@@ -52,14 +52,17 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            unless ``maxTriggerDelay`` has passed since the last batch.
                            Needs a measurable backlog (lookupd or ``nsqdHttpAddresses``);
                            ignored under ``Trigger.AvailableNow``.
-``maxTriggerDelay``        seconds a batch may be held back by ``minMessagesPerTrigger``
-                           (default 900, Kafka's 15 minutes), counted by the source from
-                           its last batch (or from its start).
+``maxTriggerDelay``        how long a batch may be held back by ``minMessagesPerTrigger``
+                           (default 900 s, Kafka's 15 minutes), counted by the source from
+                           its last batch (or from its start): seconds, or Kafka's
+                           duration strings (``"5s"``, ``"1m"``, ``"500ms"``, ``"15m"``).
 ``maxBytesPerTrigger``     cap on message body bytes per micro-batch (Spark's
                            ``ReadMaxBytes``), split over the batch's fetch tasks, each of
                            which stops at its share (nsqd's ``/stats`` counts messages,
-                           not bytes, so the fetch task enforces it; a task takes at least
-                           one message, so a batch may exceed it by one message per task).
+                           not bytes, so the fetch task enforces it: it takes no message
+                           past the one whose body reaches its share, and nsqd's RDY
+                           follows the bytes left; a task takes at least one message, so
+                           a batch may exceed the cap by one message per task).
 ``backlogPollInterval``    seconds between two measurements of the backlog (nsqd
                            ``/stats``) while the query is idle (default 0.1; 0: at every
                            trigger). Spark asks every ~10 ms with the default trigger; a
@@ -123,7 +126,10 @@ Reading (``spark.readStream.format("nsq")`` and ``spark.read.format("nsq")``):
                            so this must stay well below the connection's msg_timeout:
                            at most half of ``msgTimeout`` (or ``nsq.msg_timeout``; without
                            them nsqd's ``--msg-timeout``, 60 s by default, so at most 30),
-                           and at most 300; the default is lowered to that half.
+                           and at most 300; the default is lowered to that half. Each
+                           cached Reader is also closed after at most half the msg_timeout
+                           its nsqds actually negotiated (an nsqd started with
+                           ``--msg-timeout=4s``: 2 s).
 =========================  =================================================================
 
 Connection options (both directions): ``tlsV1`` (bool), ``tlsCaFile``, ``tlsCertFile``,
@@ -146,7 +152,16 @@ Writing (``df.write.format("nsq")`` / ``df.writeStream.format("nsq")``): ``topic
 ``maxBatchBytes`` (bytes per MPUB, default 4 MiB, under nsqd's 5 MiB ``--max-body-size``),
 ``retries`` (attempts per MPUB, default 5), ``publishTimeout`` (seconds to wait for
 nsqd's acknowledgements of one Arrow batch, default 60), ``logLevel``, plus the connection
-options.
+options. Publish identifiers (:mod:`.sink` says how they are derived): ``publishIds``
+(stamp each message with a publish id a re-run reproduces; default: on exactly when
+``replicas`` or ``idempotencyKeyColumn`` is given, as the Producer's ``publish_ids``),
+``idempotencyKeyColumn`` (a column whose value is each row's idempotency key),
+``replicas`` (each message on this many nsqds, as ``Producer(replicas=N)``) and
+``writeQuorum`` (acknowledgements a publish needs, default a majority of ``replicas``).
+
+Durations (every option in seconds): a number of seconds, or a number with a unit as
+Spark's Kafka source takes them (``"500ms"``, ``"5s"``, ``"1m"``, ``"2 minutes"``,
+``"1h"``, ``"1d"``; :func:`parse_duration`).
 """
 
 from __future__ import annotations
@@ -210,7 +225,8 @@ READ_OPTIONS = ("topic", "topics", "topicPattern", "channel", "nsqdTcpAddresses"
                 "deadLetterPath", "maxMessages", "dedup", "redeliveryWindow",
                 "redeliveryWindowMaxIds", "logLevel", "dropCopies") + CONNECTION_OPTIONS
 WRITE_OPTIONS = ("topic", "nsqdTcpAddresses", "lookupdHttpAddresses", "batchSize",
-                 "maxBatchBytes", "retries", "publishTimeout", "logLevel") + CONNECTION_OPTIONS
+                 "maxBatchBytes", "retries", "publishTimeout", "logLevel", "publishIds",
+                 "idempotencyKeyColumn", "replicas", "writeQuorum") + CONNECTION_OPTIONS
 # Keys Spark itself puts into the option map: ``path`` (from ``.load(path)`` /
 # ``.save(path)``, refused with its own message when reading) and ``checkpointLocation``
 # (a writeStream's ``.option("checkpointLocation", ...)`` reaches the sink's options too).
@@ -304,11 +320,11 @@ class _Opts:
         raw = self.get(name)
         if raw is None:
             return default
-        try:
-            value = float(raw)
-        except ValueError:
+        value = parse_duration(raw)
+        if value is None:
             raise NSQOptionError(f"option '{name}' must be a number of seconds, "
-                                 f"{limit.bounds()}, not {raw!r}") from None
+                                 f"{limit.bounds()}, or a duration with a unit such as "
+                                 f"'500ms', '5s', '1m', not {raw!r}") from None
         return validate.seconds(  # type: ignore[no-any-return]
             value, f"option '{name}'", lo=limit.lo or 0, lo_open=limit.lo_open,
             hi=limit.hi if limit.hi is not None else MAX_SECONDS, hint=hint,
@@ -324,6 +340,37 @@ class _Opts:
         if low in ("false", "0", "no", "off"):
             return False
         raise NSQOptionError(f"option '{name}' must be true or false, not {raw!r}")
+
+
+# Units of a duration, in seconds: Spark's (JavaUtils.timeStringAs, what the Kafka source
+# reads its maxTriggerDelay with: us, ms, s, m, min, h, d) and their words.
+_DURATION_UNITS = {
+    **dict.fromkeys(("us", "micro", "micros", "microsecond", "microseconds"), 1e-6),
+    **dict.fromkeys(("ms", "milli", "millis", "millisecond", "milliseconds"), 1e-3),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
+    **dict.fromkeys(("d", "day", "days"), 86400.0),
+}
+
+
+def parse_duration(raw: str) -> float | None:
+    """Seconds of a duration option: a plain number is seconds (as these options always
+    took them; Kafka's plain number is milliseconds), a number with a unit is converted
+    (``"500ms"``, ``"5s"``, ``"1m"``, ``"2 minutes"``, ``"1h"``; case-insensitive). None
+    when it is neither (the caller names the option). Range checks are the caller's."""
+    import re
+
+    m = re.fullmatch(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)\s*",
+                     raw)
+    if m is None:
+        try:  # "inf", "nan": refused by the range check with the option's bounds
+            return float(raw)
+        except ValueError:
+            return None
+    number, unit = m.groups()
+    scale = _DURATION_UNITS.get(unit.lower()) if unit else 1.0
+    return None if scale is None else float(number) * scale
 
 
 def _addresses(opts: _Opts, name: str, http: bool = False) -> list[str]:
@@ -792,6 +839,12 @@ class WriteOptions:
     publish_timeout: float
     connection: dict[str, Any] = field(default_factory=dict)
     log_level: str | None = None
+    # publish identifiers (see .sink): stamped or not; the column holding each row's
+    # idempotency key (None: derived from the query, batch, partition and row)
+    publish_ids: bool = False
+    idempotency_key_column: str | None = None
+    replicas: int | None = None  # nsqds per message (Producer(replicas=N))
+    write_quorum: int | None = None  # acknowledgements per publish (None: a majority)
 
     __repr__ = _redacted_repr
 
@@ -807,6 +860,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     nsqd, lookupd = _address_pair(opts)
     return WriteOptions(
         topic=topic, nsqd_tcp_addresses=nsqd, lookupd_http_addresses=lookupd,
+        **_publish_id_options(opts, nsqd),
         batch_size=opts.limited("batchSize", DEFAULT_BATCH_SIZE, WRITE_OPTION_LIMITS)
         or DEFAULT_BATCH_SIZE,
         max_batch_bytes=opts.limited("maxBatchBytes", DEFAULT_MAX_BATCH_BYTES,
@@ -818,6 +872,37 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         connection=_connection_options(opts),
         log_level=_log_level(opts),
     )
+
+
+def _publish_id_options(opts: _Opts, nsqd: list[str]) -> dict[str, Any]:
+    """``publishIds``, ``idempotencyKeyColumn``, ``replicas``, ``writeQuorum``: the
+    Producer's rules (``publish_ids`` on by default exactly with replicas; here with a key
+    column too, which means nothing without them), checked on the driver."""
+    replicas = opts.limited("replicas", None, WRITE_OPTION_LIMITS)
+    if replicas is not None and nsqd and replicas > len(nsqd):
+        raise NSQOptionError(f"option 'replicas' ({replicas}) is more than the "
+                             f"{len(nsqd)} nsqds of 'nsqdTcpAddresses': each copy of a "
+                             "message goes to a different nsqd; give more addresses or "
+                             f"replicas 1 .. {len(nsqd)}")
+    quorum = opts.int("writeQuorum", None, minimum=1)
+    if quorum is not None and replicas is None:
+        raise NSQOptionError("option 'writeQuorum' only takes effect with 'replicas' (the "
+                             "nsqds each message goes to); set replicas or remove "
+                             "writeQuorum")
+    if quorum is not None and replicas is not None and quorum > replicas:
+        raise NSQOptionError(f"option 'writeQuorum' ({quorum}) is more than 'replicas' "
+                             f"({replicas}): a publish cannot be acknowledged by more nsqds "
+                             f"than it goes to; give writeQuorum 1 .. {replicas}")
+    column = opts.get("idempotencyKeyColumn")
+    given = opts.get("publishIds")
+    ids = opts.bool("publishIds") if given is not None else (
+        replicas is not None or column is not None)
+    if column is not None and not ids:
+        raise NSQOptionError("option 'idempotencyKeyColumn' needs publish ids: the key "
+                             "names each row's publish id; remove publishIds=false (or the "
+                             "key column)")
+    return {"publish_ids": ids, "idempotency_key_column": column, "replicas": replicas,
+            "write_quorum": quorum}
 
 
 # -- machine-readable facts of each option (for the generated options tables) --------------
@@ -863,6 +948,7 @@ WRITE_OPTION_LIMITS: dict[str, Limit] = {
     "maxBatchBytes": Limit("bytes per MPUB", 9, MAX_INT32),
     "retries": Limit("attempts per MPUB", 1),
     "publishTimeout": SECONDS_POSITIVE,
+    "replicas": Limit("nsqds per message", 1),  # and at most the nsqds given (checked)
 }
 
 CONNECTION_OPTION_LIMITS: dict[str, Limit] = {
@@ -964,4 +1050,22 @@ WRITE_OPTION_FACTS: dict[str, OptionFacts] = {
                              "Arrow batch"),
     "logLevel": OptionFacts("WARN", "DEBUG, INFO, WARN or ERROR",
                             doc="the connector's log level in Spark's Python workers"),
+    "publishIds": OptionFacts(
+        "true with replicas or idempotencyKeyColumn, else false", "boolean",
+        doc="stamp each message with a publish id (the version-3 envelope, 27 bytes) "
+        "that a re-run of the same micro-batch reproduces, so that a consumer "
+        "deduplicating by publish id (a Reader with dedup_key=\"publish_id\", the nsq "
+        "source) drops the copies; a consumer that is not nsq-spark sees the envelope in "
+        "the body"),
+    "idempotencyKeyColumn": OptionFacts(
+        "none (derived from the query, batch, partition, row and body)", "column name",
+        doc="a column (string or binary, no nulls) whose value is each row's idempotency "
+        "key: rows with the same key are one message to a consumer deduplicating by "
+        "publish id, whichever write publishes them"),
+    "replicas": _write("replicas", "none (one copy)", ", at most the nsqds given",
+                       doc="put each message on this many nsqds (Producer(replicas=N)); "
+                       "turns publishIds on"),
+    "writeQuorum": OptionFacts("a majority of replicas", "acknowledgements",
+                               "at least 1, at most replicas",
+                               doc="nsqds that must acknowledge a publish; needs replicas"),
 }

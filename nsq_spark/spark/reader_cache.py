@@ -20,12 +20,17 @@ The rules:
 * **Held messages cannot outlive nsqd's msg_timeout unnoticed.** A paused Reader may
   hold messages nsqd sent before it saw RDY 0 (un-FINished, in flight on nsqd): the
   next task takes them first. A Reader idle in the cache longer than its idle timeout
-  (``readerCacheIdleTimeout``: the options refuse more than half the connection's
-  msg_timeout, nsqd's 60 s unless ``msgTimeout`` says otherwise; the default, 5 s, is
-  lowered to that half) is closed -- by a daemon thread, and again at
-  :meth:`take` -- and close requeues them. An executor that dies closes its sockets with
-  it (nsqd requeues at once) or, if the host is gone, leaves them to ``msg_timeout``:
-  redelivered, never lost, and never FINished without being spooled first.
+  is closed -- by a daemon thread, and again at :meth:`take` -- and close requeues them.
+  The idle timeout is ``readerCacheIdleTimeout`` (the options refuse more than half the
+  msg_timeout the options ask for, nsqd's default 60 s unless ``msgTimeout`` says
+  otherwise; the default, 5 s, is lowered to that half), and at most half the shortest
+  msg_timeout the Reader's connections actually negotiated with nsqd
+  (:func:`idle_timeout_within`: an nsqd started with ``--msg-timeout=4s`` answers
+  IDENTIFY with 4 s whatever was assumed; a 20 s idle timeout there let nsqd time out
+  14,351 held messages in a tester's run). An executor that dies closes its sockets
+  with it, but nsqd does not requeue what a closed connection held (seen here: 50 of 50
+  stayed in flight after a SIGKILL): they are redelivered after ``msg_timeout``, never
+  lost, and never FINished without being spooled first.
 * **Closed at worker exit** (``atexit``; a worker killed outright closes its sockets by
   dying, with the same effect). A forked child never uses its parent's Readers (their
   IO threads did not survive the fork): the cache notices the pid change and forgets
@@ -44,7 +49,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Hashable, Protocol, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterable, Protocol, TypeVar
 from .._log import get_logger
 
 log = get_logger(__name__)
@@ -183,6 +188,16 @@ class CachedReaders(Generic[R]):
                 self.sweep()
             except Exception:  # pragma: no cover - keep sweeping
                 log.exception("reader cache sweep failed")
+
+
+def idle_timeout_within(configured: float, negotiated_ms: Iterable[Any], share: float
+                        ) -> float:
+    """How long a cached Reader may stay idle: ``configured``, at most ``share`` of the
+    shortest msg_timeout its connections negotiated (``negotiated_ms``: nsqd's IDENTIFY
+    answers in ms; None for a connection without one yet is skipped). ``share``: the
+    options' (``READER_CACHE_SHARE_OF_MSG_TIMEOUT``), the one rule for both bounds."""
+    known = [float(ms) / 1000.0 for ms in negotiated_ms if ms]
+    return min([configured, *(t * share for t in known)])
 
 
 def cache_key(opts: Any, topic: str) -> tuple[Any, ...]:

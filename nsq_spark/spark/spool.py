@@ -15,6 +15,7 @@ Layout under ``spoolPath`` (any pyarrow filesystem URI, or a local path)::
                                                                _COMPLETE      (JSON)
     <spoolPath>/<query token>/batch-<000000000042>/_copies/... (the order of copies)
     <spoolPath>/<query token>/_seen/...                        (the redelivery index)
+    <spoolPath>/<query token>/_started/batch-<000000000042>    (handed out: step 7)
 
 The query token is chosen by ``initialOffset`` and carried in every offset, so a new
 query (fresh checkpoint) never reads another query's spool, even on the same spoolPath.
@@ -73,6 +74,20 @@ attempt finds the same directory:
    still owes (:class:`SpoolError`) instead of running on over the loss. A batch planned
    but never started (a crash between Spark's offsets log and ``partitions``) has no
    batch directory, and is told apart by the query marker still being there.
+8. Every batch whose tasks the driver handed out is accounted for: ``partitions`` makes
+   the batch's directory and marker, then writes the batch's record
+   ``<query>/_started/batch-<n>`` (:meth:`Spool.record_started`, outside the batch's
+   directory), and only then returns the tasks. So a batch directory that is missing
+   at a restart while its record is there was deleted after its tasks could have
+   FINished messages into it (``rm -rf <spool>/*/batch-*``): the driver fails naming the
+   batch and the spool (:class:`SpoolError`), where it would otherwise take the batch
+   for one planned and never started and fetch anew, losing what the deleted spool
+   held. No record and no directory: never started (the crash between Spark's offsets
+   log and ``partitions``), fetched anew. A record with its directory: the usual
+   replay. The commit deletes the record after the directory (a crash between the two
+   leaves a record of a committed batch, which Spark never runs again; the next commit
+   removes it). A batch planned before records existed has none: for it a missing
+   directory still reads as never started.
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
 ``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
@@ -163,6 +178,7 @@ COMPLETE = "_COMPLETE"
 SEAL = "_SEAL"
 MARKER = "_DRIVER"
 QUERY_MARKER = "_QUERY"
+STARTED = "_started"  # <query>/_started/batch-<n>: the driver handed the batch's tasks out
 # In a chunk's keys file, the count's top bit: the topic's tag follows (.seen).
 TAGGED = 1 << 63
 
@@ -537,7 +553,36 @@ class Spool:
                 self.fs.remove(f"{self.batch_dir(b)}/{MARKER}")
                 self.fs.rmtree(self.batch_dir(b))
                 n += 1
+        # the records after the directories (step 8): also those a crash left behind
+        records = self.fs.join(self.query, STARTED)
+        names = self.fs.listdir(records)
+        gone = 0
+        for name in names:
+            m = _BATCH_RE.match(name)
+            if m and int(m.group(1)) <= batch:
+                self.fs.remove(self.started_record(int(m.group(1))))
+                gone += 1
+        if names and gone == len(names):  # the driver alone writes here, one call at a time
+            self.fs.rmtree(records)
         return n
+
+    # -- the batches handed out (step 8) -------------------------------------------------
+
+    def started_record(self, batch: int) -> str:
+        return self.fs.join(self.query, STARTED, f"batch-{batch:012d}")
+
+    def record_started(self, batch: int) -> None:
+        """Driver, after the batch's directory and marker exist and before it returns
+        the batch's tasks: the durable record that they were handed out."""
+        self.fs.makedirs(self.fs.join(self.query, STARTED))
+        # False: already there (the batch run again after a restart); fine either way
+        self.fs.create_exclusive(self.started_record(batch), b"nsq-spark batch")
+
+    def was_started(self, batch: int) -> bool:
+        return self.fs.exists(self.started_record(batch))
+
+    def batch_exists(self, batch: int) -> bool:
+        return self.fs.exists(self.batch_dir(batch))
 
     def batch_rows(self, batch: int) -> int | None:
         """Rows the completed partitions of ``batch`` hold; None if nothing completed."""

@@ -35,13 +35,20 @@ class StandInReader:
         self.log.append(("MIF", max_in_flight))
         self.max_in_flight = max_in_flight
 
-    def get_blocks(self, max_messages: int = 1000, timeout: float = 1.0
-                   ) -> list[MessageBlock]:
+    def get_blocks(self, max_messages: int = 1000, timeout: float = 1.0, *,
+                   max_bytes: int | None = None) -> list[MessageBlock]:
         if self.fail_after_gets is not None and self.gets >= self.fail_after_gets:
             raise ConnectionError("stand-in: task dies here")
         self.gets += 1
         if self.max_in_flight is not None:
             max_messages = min(max_messages, max(0, self.max_in_flight - self.outstanding))
+        if max_bytes is not None:  # the Reader's rule: the body that reaches it is last
+            taken = 0
+            for k, m in enumerate(self.queue[:max_messages]):
+                taken += len(m.body)
+                if taken >= max_bytes:
+                    max_messages = k + 1
+                    break
         out, self.queue[:] = self.queue[:max_messages], self.queue[max_messages:]
         self.outstanding += len(out)
         if not out:

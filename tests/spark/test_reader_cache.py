@@ -111,7 +111,7 @@ def test_cache_options_are_bounded_below_msg_timeout():
     with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*at most 300"):
         parse_read_options(opts(readerCacheIdleTimeout="301"), streaming=True)
     # its own bounds (READ_OPTION_LIMITS), not every duration's "> 0 .. 31,536,000"
-    with pytest.raises(NSQOptionError, match=r"seconds, > 0 \.\. 300, not 'x'"):
+    with pytest.raises(NSQOptionError, match=r"seconds, > 0 \.\. 300, or a duration .*not 'x'"):
         parse_read_options(opts(readerCacheIdleTimeout="x"), streaming=True)
     with pytest.raises(NSQOptionError, match="<= 300; at most 300 s: a paused Reader may "
                        "hold messages in flight"):
@@ -236,11 +236,12 @@ def test_a_partition_stops_at_its_byte_share_and_completes_with_lag_figures(tmp_
     got = bodies(fetch_stream_partition(o, spool, 1, 0, None,
                                         lambda _: StandInReader(queue, []), max_bytes=13,
                                         topic="other"))
-    assert got == [b"body-%d" % i for i in range(4)]  # 12 < 13 after two chunks of 2
+    # 12 < 13 after two bodies: the third reaches the share and is the last one taken
+    assert got == [b"body-%d" % i for i in range(3)]
     done = spool.partition(1, 0).completion()
-    assert done is not None and (done.rows, done.bytes) == (4, 24)
+    assert done is not None and (done.rows, done.bytes) == (3, 18)
     assert done.oldest_timestamp_ns == 1_700_000_000_000_000_000
-    assert done.newest_timestamp_ns == 1_700_000_000_000_003_000  # microsecond precision
+    assert done.newest_timestamp_ns == 1_700_000_000_000_002_000  # microsecond precision
     rows = list(fetch_stream_partition(o, spool, 1, 0, None, None))  # replay
     assert {t for rb in rows for t in rb.column("topic").to_pylist()} == {"other"}
 
@@ -290,6 +291,7 @@ def test_a_batch_read_takes_the_topic_and_stops_at_its_byte_share(tmp_path):
     queue, log = make_messages(10), []
     reader = StandInReader(queue, log)
     rows = list(fetch_batch_partition(o, 10, lambda _: reader, topic="other", max_bytes=13))
-    assert bodies(rows) == [b"body-%d" % i for i in range(4)]  # 2 chunks of 12 bytes each
+    # a chunk of 12 bytes, then the body that reaches 13 and nothing past it
+    assert bodies(rows) == [b"body-%d" % i for i in range(3)]
     assert {t for rb in rows for t in rb.column("topic").to_pylist()} == {"other"}
-    assert reader.closed and len(queue) == 6
+    assert reader.closed and len(queue) == 7

@@ -48,3 +48,35 @@ def test_the_next_batch_reuses_the_connected_reader(nsq_cluster, tmp_path):
     readers().close_all()
     wait_for(lambda: not channel_stats(nsq_cluster, 0, T, C)["clients"], 10,
              "the cached Reader closed")
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0, msg_timeout="4s")
+def test_the_idle_timeout_is_bounded_by_the_msg_timeout_nsqd_negotiated(nsq_cluster,
+                                                                       tmp_path):
+    """An nsqd started with --msg-timeout=4s answers IDENTIFY with 4 s, whatever the options
+    assumed (nsqd's default 60 s, so readerCacheIdleTimeout=20 is accepted): the Reader is
+    kept idle for at most 2 s, half of what nsqd negotiated, and its held messages go back
+    before nsqd would time them out."""
+    mpub(nsq_cluster.nsqd_http_addresses[0], "short_t", [b"s-%d" % i for i in range(5)])
+    opts = parse_read_options({
+        "topic": "short_t", "channel": C, "nsqdTcpAddresses":
+        nsq_cluster.nsqd_tcp_addresses[0], "spoolPath": str(tmp_path), "idleTimeout": "1",
+        "readerCacheIdleTimeout": "20"}, streaming=True)
+    assert opts.reader_cache_idle_timeout == 20.0
+    got = [b for rb in fetch_stream_partition(opts, Spool(str(tmp_path), "q"), 1, 0, 5)
+           for b in rb.column("body").to_pylist()]
+    assert sorted(got) == sorted(b"s-%d" % i for i in range(5))
+    cache = readers()
+    try:
+        (entry,) = cache._idle.values()
+        conns = entry.reader.stats()["connections"]
+        assert [c["msg_timeout"] for c in conns.values()] == [4000]
+        assert entry.idle_timeout == 2.0
+        # closed by the sweeper (not at 20 s): nsqd sees the client go
+        wait_for(lambda: not channel_stats(nsq_cluster, 0, "short_t", C)["clients"], 10,
+                 "the Reader closed after 2 s idle")
+        assert not len(cache)
+    finally:
+        cache.close_all()
+    c = channel_stats(nsq_cluster, 0, "short_t", C)
+    assert c["timeout_count"] == 0 and c["in_flight_count"] == 0

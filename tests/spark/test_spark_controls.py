@@ -164,6 +164,24 @@ def test_bad_controls_fail_naming_the_option(extra, needle):
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("given, seconds", [
+    ("5", 5.0), ("5s", 5.0), ("500ms", 0.5), ("1m", 60.0), ("15m", 900.0),
+    ("2 minutes", 120.0), ("1h", 3600.0), ("1d", 86400.0), ("1.5 S", 1.5), ("250us", 250e-6),
+])
+def test_max_trigger_delay_takes_kafkas_duration_strings(given, seconds):
+    o = parse_read_options({**BASE, "topic": "t", "minMessagesPerTrigger": "5",
+                            "maxTriggerDelay": given}, streaming=True)
+    assert o.max_trigger_delay == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("given", ["5 parsecs", "s", "five seconds", "-1s", "0ms", "2y"])
+def test_a_duration_that_is_not_one_is_refused_naming_the_option(given):
+    with pytest.raises(NSQOptionError, match="maxTriggerDelay") as err:
+        parse_read_options({**BASE, "topic": "t", "minMessagesPerTrigger": "5",
+                            "maxTriggerDelay": given}, streaming=True)
+    assert repr(given) in str(err.value) or "> 0" in str(err.value)
+
+
 def test_the_minimum_needs_a_measurable_backlog():
     tcp_only = {k: v for k, v in BASE.items() if k != "nsqdHttpAddresses"}
     with pytest.raises(NSQOptionError, match="needs the backlog measured"):

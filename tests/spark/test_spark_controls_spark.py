@@ -193,7 +193,7 @@ def fetch_takes_max_bytes() -> bool:
 def test_max_bytes_per_trigger_splits_the_backlog_into_batches(spark, nsq_cluster, tmp_path):
     """The fetch tasks stop at their byte share; the batches of a backlog follow."""
     node = nsq_cluster.nsqds[0]
-    bodies = [b"%099d" % i for i in range(1000)]  # 100 bytes each
+    bodies = [b"%099d" % i for i in range(1000)]  # 99 bytes each
     http_mpub(node.http_address, "ctl_bytes", bodies)
     df = reader(spark, nsq_cluster, str(tmp_path / "spool"), topic="ctl_bytes",
                 maxBytesPerTrigger=20_000, maxInFlight=20)
@@ -204,6 +204,48 @@ def test_max_bytes_per_trigger_splits_the_backlog_into_batches(spark, nsq_cluste
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert collections.Counter(bytes(r["body"]) for r in rows) == collections.Counter(bodies)
-    # 20,000 bytes a batch = 200 messages; a task may spool what nsqd had sent already
-    # (up to maxInFlight) rather than requeue it
-    assert len(sizes) >= 4 and all(n <= 200 + 2 * 20 for n in sizes), sizes
+    # 20,000 bytes a batch (202 bodies of 99 bytes), and at most one message over per
+    # fetch task (2): what nsqd sent beyond a task's share stays in its Reader for the
+    # next batch
+    size = len(bodies[0])
+    assert len(sizes) >= 4 and all(n * size <= 20_000 + 2 * size for n in sizes), sizes
+
+
+def test_max_bytes_per_trigger_holds_for_bodies_larger_than_the_cap(spark, nsq_cluster,
+                                                                    tmp_path):
+    """The issue's case: 2,000 bodies of 5,000 bytes, a cap of 1,000 bytes, 2 partitions.
+    Each task's share (500 bytes) is reached by its first message: every batch is at
+    most 2 messages (cap + one message per task), where it was 57, 1,513 and 430 before
+    RDY followed the byte share. The query runs a few batches and stops; what it did not
+    read is back on nsqd, nothing in flight."""
+    from sparkutil import channel_counts
+
+    node = nsq_cluster.nsqds[0]
+    topic = "ctl_big"
+    bodies = [b"%05d" % i + b"x" * 4995 for i in range(2000)]
+    for at in range(0, 2000, 500):  # an MPUB within nsqd's 5 MiB --max-body-size
+        http_mpub(node.http_address, topic, bodies[at:at + 500])
+    df = reader(spark, nsq_cluster, str(tmp_path / "spool"), topic=topic,
+                maxBytesPerTrigger=1000, numPartitions=2)
+    rows: list[bytes] = []
+    sizes: list[int] = []
+
+    def keep(batch, batch_id: int) -> None:
+        got = [bytes(r["body"]) for r in batch.select("body").collect()]
+        sizes.append(len(got))
+        rows.extend(got)
+
+    q = (df.writeStream.foreachBatch(keep).option("checkpointLocation",
+                                                  str(tmp_path / "ckpt")).start())
+    try:
+        wait_for(lambda: len([n for n in sizes if n]) >= 6 or any(n > 2 for n in sizes),
+                 120, "six batches with rows")
+    finally:
+        q.stop()
+    assert all(n <= 2 for n in sizes), sizes
+    assert len(rows) == len(set(rows)) == sum(sizes)
+    # nothing lost: the rest is queued again on nsqd (a cached Reader held none, or gave
+    # it back when it was closed)
+    wait_for(lambda: channel_counts(node, topic, "ctl")["in_flight"] == 0, 30,
+             "nothing in flight after the stop")
+    assert channel_counts(node, topic, "ctl")["depth"] == 2000 - len(rows)

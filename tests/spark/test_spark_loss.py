@@ -5,7 +5,9 @@ settings and operations opened, one end-to-end query each where a query is neede
 * a micro-batch that failed in the sink is run again on restart with the partition
   count it was planned with, even when ``numPartitions`` changed (2 -> 1), and
   ``Trigger.AvailableNow`` after that failed batch still drains everything;
-* ``spark.speculation=true`` fails the query before anything is read.
+* ``spark.speculation=true`` fails the query before anything is read;
+* a spool, or only its batch directories, deleted while the query was stopped fails
+  the restart naming the batch and the spool.
 """
 
 from __future__ import annotations
@@ -123,3 +125,41 @@ def test_a_spool_deleted_while_the_query_was_stopped_fails_the_restart(
     # nothing recreated (Spark asks the source for an initial offset even on a restart;
     # its probe of spoolPath may make the root directory again, and leaves nothing in it)
     assert not os.path.exists(spool) or os.listdir(spool) == []
+
+
+def test_deleted_batch_directories_fail_the_restart(spark, nsq_cluster, tmp_path):
+    """``rm -rf <spool>/*/batch-*`` after a failed batch, the query's marker kept: the
+    restart fails naming the batch and the spool, where it used to take the missing
+    directory for a batch that never started, fetch new messages and lose the batch's."""
+    import glob
+    import shutil
+
+    node = nsq_cluster.nsqds[0]
+    topic = "spark_rm_batches"
+    http_mpub(node.http_address, topic, [b"b-%04d" % i for i in range(600)])
+    ckpt, spool = str(tmp_path / "ckpt"), str(tmp_path / "spool")
+
+    def fail(df, batch_id):
+        df.select("body").collect()
+        raise RuntimeError("the sink fails batch %d" % batch_id)
+
+    q = (source(spark, node, topic, spool, maxMessagesPerTrigger=400).writeStream
+         .foreachBatch(fail).option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="the sink fails batch"):
+        q.awaitTermination(120)
+    depth = channel_counts(node, topic, "c")["depth"]
+    assert depth == 200  # batch 1's 400 were FINished into its spool
+    deleted = glob.glob(os.path.join(spool, "*", "batch-*"))
+    assert deleted
+    for d in deleted:
+        shutil.rmtree(d)
+    q = (source(spark, node, topic, spool).writeStream.format("noop")
+         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    with pytest.raises(Exception) as err:
+        q.awaitTermination(120)
+    msg = str(err.value)
+    assert "SpoolError" in msg and "micro-batch 1 of this query" in msg and spool in msg
+    assert "batch-000000000001" in msg and "is gone" in msg
+    c = channel_counts(node, topic, "c")
+    assert c["depth"] == depth and c["in_flight"] == 0  # nothing fetched in their place

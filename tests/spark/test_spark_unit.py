@@ -568,6 +568,51 @@ def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_
     assert not os.path.exists(tmp_path / "spool")  # nothing recreated
 
 
+def test_deleted_batch_directories_fail_the_restart_naming_the_batch(tmp_path):
+    """``rm -rf <spool>/*/batch-*`` while the query is stopped after a failed batch: the
+    query marker stays, the batch's record says its tasks were handed out, so the restart
+    fails (it used to fetch new messages in place of the FINished ones: 10,000 lost)."""
+    import glob
+    import shutil
+
+    from nsq_spark.spark.spool import SpoolError
+
+    first = driver(tmp_path, depth=100)
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)
+    run_tasks(first, first.partitions(start, end), 50)  # FINished, then the driver dies
+    for d in glob.glob(str(tmp_path / "spool" / "*" / "batch-*")):
+        shutil.rmtree(d)
+    spool = first._spool(start["query"])
+    assert spool.has_query_marker() and spool.was_started(1)
+    with pytest.raises(SpoolError) as err:
+        driver(tmp_path).partitions(start, end)
+    msg = str(err.value)
+    assert "micro-batch 1" in msg and str(tmp_path / "spool") in msg
+    assert "batch-000000000001" in msg and "new checkpointLocation" in msg
+    assert not os.path.exists(spool.batch_dir(1))  # nothing recreated
+    # the batch committed (a restart after the commit never runs it again): its record goes
+    first.commit(end)
+    assert not spool.was_started(1)
+
+
+def test_a_restart_with_another_spool_path_is_named_as_such(tmp_path):
+    from nsq_spark.spark.spool import SpoolError
+
+    first = driver(tmp_path, depth=100)
+    start = first.initialOffset()
+    end = first.latestOffset(start, None)
+    assert end["spool"] == str(tmp_path / "spool")
+    run_tasks(first, first.partitions(start, end), 50)
+    moved = driver(tmp_path / "x")  # spoolPath <tmp>/x/spool: another place
+    with pytest.raises(SpoolError) as err:
+        moved.partitions(start, end)
+    msg = str(err.value)
+    assert "option 'spoolPath' changed" in msg and "micro-batch 1" in msg
+    assert str(tmp_path / "spool") in msg and str(tmp_path / "x" / "spool") in msg
+    assert "was deleted" not in msg
+
+
 def test_a_batch_planned_but_never_started_is_no_false_alarm(tmp_path):
     first = driver(tmp_path, depth=100)
     start = first.initialOffset()
@@ -733,3 +778,47 @@ def test_old_completion_records_stay_readable_and_a_batch_sums_its_partitions(tm
         redeliveries_dropped=3, partitions=3)
     assert spool.batch_rows(1) == 12
     assert spool.batch_summary(2) == BatchSummary() and spool.batch_rows(2) is None
+
+
+# -- register() -----------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A pyspark error as 4.0 raises it (getCondition; getErrorClass before the rename)."""
+
+    def __init__(self, condition: str) -> None:
+        super().__init__(f"[{condition}] ...")
+        self.condition = condition
+
+    def getCondition(self) -> str:
+        return self.condition
+
+
+class _Registry:
+    def __init__(self, refuse: str | None) -> None:
+        self.refuse, self.registered = refuse, []
+
+    def register(self, source) -> None:
+        if self.refuse:
+            raise _Refused(self.refuse)
+        self.registered.append(source)
+
+
+class _Session:
+    def __init__(self, refuse: str | None = None) -> None:
+        self.dataSource = _Registry(refuse)
+
+
+def test_register_is_idempotent_where_pyspark_refuses_a_second_registration():
+    """pyspark 4.0 refuses a second registration of "nsq" (discovery registered it) with
+    DATA_SOURCE_ALREADY_EXISTS: the source is there, not an error. Any other refusal is
+    raised. The version tier runs this against the real pyspark 4.0."""
+    import nsq_spark.spark
+    from nsq_spark.spark.datasource import NSQDataSource
+
+    ok = _Session()
+    nsq_spark.spark.register(ok)
+    assert ok.dataSource.registered == [NSQDataSource]
+    nsq_spark.spark.register(_Session("DATA_SOURCE_ALREADY_EXISTS"))
+    with pytest.raises(_Refused, match="SOMETHING_ELSE"):
+        nsq_spark.spark.register(_Session("SOMETHING_ELSE"))

@@ -6,7 +6,8 @@ version other than the main venv's), ``version_driver.py`` runs in one subproces
 that version's cached venv python (``scripts/install-pyspark-versions``, called by ``make
 setup``), the checkout under test first on PYTHONPATH: a batch read and write found by
 discovery, a streaming read that fails a batch after it was spooled and restarts twice
-(every body exactly once), ``Trigger.AvailableNow``, and the streaming write, or its
+(every body exactly once), ``Trigger.AvailableNow``, ``register()`` called after
+discovery registered the source (idempotent), and the streaming write, or its
 refusal naming the pyspark it needs. What each version supports:
 :mod:`nsq_spark.spark._compat`.
 
@@ -68,7 +69,7 @@ def test_the_source_on_pyspark(version, nsq_cluster):
     assert run.returncode == 0 and "DONE" in out, (out, run.stderr[-4000:])
     assert f"PYSPARK {version} " in out, out
     assert f"NSQ_SPARK {REPO / 'nsq_spark'}" in out, out  # the checkout, not a stale copy
-    for name in ("batch_read", "batch_write", "stream_failed_batch", "stream_restart_replays",
-                 "stream_available_now"):
+    for name in ("batch_read", "batch_write", "register_idempotent", "stream_failed_batch",
+                 "stream_restart_replays", "stream_available_now"):
         assert f"CHECK {name} " in out, out
     assert ("CHECK stream_write " in out) or ("CHECK stream_write_refused " in out), out

@@ -1,6 +1,7 @@
 """A Spark driver for one pyspark version: run by tests/versions with that version's venv
 python, the checkout under test first on PYTHONPATH (so Spark's Python workers see
-``pyspark_nsq`` too: no register call anywhere here).
+``pyspark_nsq`` too: the source is found by discovery; ``register()`` is called once
+discovery has registered it, to check that it changes nothing).
 
 argv[1]: JSON ``{"nsqd_tcp", "nsqd_http", "workdir"}``. Prints one ``CHECK <name> ...``
 line per check passed and ``DONE`` at the end; any failure raises (non-zero exit).
@@ -65,6 +66,17 @@ spark.createDataFrame(rows, "body binary").write.format("nsq").mode("append") \
 got = batch_read(spark, "v_write", 50)
 assert sorted(got) == sorted(r[0] for r in rows), f"batch write: read back {len(got)}"
 check("batch_write", f"{len(got)} rows")
+
+# register() after discovery registered the source, and again: nothing changes (pyspark
+# 4.0 refuses a second registration with DATA_SOURCE_ALREADY_EXISTS)
+import nsq_spark.spark  # noqa: E402
+
+nsq_spark.spark.register(spark)
+nsq_spark.spark.register(spark)
+sent = publish("v_register", "r", 20)
+got = batch_read(spark, "v_register", 20)
+assert sorted(got) == sorted(sent), f"after register(): {len(got)} rows"
+check("register_idempotent", f"{len(got)} rows")
 
 # -- streaming read: exactly once across a failed batch and two restarts --------------
 topic, ckpt = "v_stream", os.path.join(WORK, "ckpt")
