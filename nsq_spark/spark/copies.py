@@ -56,7 +56,10 @@ facts: its rows, the tickets lower than its own (never changed nor removed while
 batch lives) and the earlier batches' index (pruned only when a batch is committed, never
 while one is running). A re-executed task, a restarted query, a retry that finds a chunk
 without a ticket (its task died before taking one: it takes one now) all compute the same
-rows. Tickets are not fsynced: a ticket an OS crash loses (or tears) was, for every
+rows. A retry that finds its chunk's ticket still does step 4 before it decides: the
+attempt that wrote the ticket may have died before its own step 4, while another task,
+choosing then, takes a number at or below it (hypothesis found that schedule: both copies
+kept). Tickets are not fsynced: a ticket an OS crash loses (or tears) was, for every
 reader after the crash, never taken; the chunk takes another and every decision, made
 again from the tickets that are left, is again "the lowest copy is the row".
 
@@ -296,10 +299,18 @@ class CopyOrder:
         yield 0.0
         fs.remove(f"{d}/{marker}")
         yield 0.0
+        names = yield from self._after_choosers(marker)
+        return self._decide(ticket, names, keys, valid)
+
+    def _after_choosers(self, mine: str | None) -> Generator[float, None, list[str]]:
+        """Step 4: list until no other task's marker is listed (those choosing now may
+        take a number at or below ours), then once more: every lower ticket is there.
+        ``mine``: this task's own marker, not waited for."""
+        fs, d = self.fs, self.dir
         started = self.wall()
         while True:
             names = fs.listdir(d)
-            busy = self._busy_markers(names, marker)
+            busy = self._busy_markers(names, mine)
             if not busy:
                 break
             if self.wall() - started >= CHOOSING_TIMEOUT:
@@ -313,9 +324,9 @@ class CopyOrder:
         self.waited += self.wall() - started
         names = fs.listdir(d)  # after the markers are gone: every lower ticket is here
         yield 0.0
-        return self._decide(ticket, names, keys, valid)
+        return names
 
-    def _busy_markers(self, names: list[str], mine: str) -> set[str]:
+    def _busy_markers(self, names: list[str], mine: str | None) -> set[str]:
         now_ms = self.wall() * 1000
         out = set()
         for name in names:
@@ -355,6 +366,9 @@ class CopyOrder:
         if mine is None:
             return (yield from self.claim_steps(chunk, keys, valid, replayed=True))
         yield 0.0
+        # the attempt that took the ticket may have died before its step 4: a task that
+        # was choosing meanwhile may hold a lower ticket not written yet
+        names = yield from self._after_choosers(None)
         return self._decide(mine, names, keys, valid)
 
     def _tickets(self, names: list[str]) -> list[Ticket]:

@@ -170,6 +170,32 @@ def test_a_marker_left_by_a_dead_task_is_waited_for_at_most_the_timeout(tmp_path
     assert not [n for n in os.listdir(os.path.join(d, COPIES_DIR)) if n.startswith("w-")]
 
 
+def test_a_replayed_ticket_waits_for_a_task_still_choosing(tmp_path):
+    """The schedule hypothesis found: partition 1 takes number 0 while partition 0 is
+    choosing (its listing also gave 0, its ticket not written yet), then dies; its retry
+    finds its ticket and must wait for partition 0's marker before it decides, since
+    partition 0's ticket (0, p0) is lower than (0, p1)."""
+    fs, d = _FS(str(tmp_path)), batch_dir(str(tmp_path))
+    clock = Clock()
+    first = CopyOrder(fs, d, 0, TAG, wall=clock).claim_steps(0, *keys_of([1]))
+    next(first)   # marker written
+    next(first)   # listed: number 0; ticket not written yet
+    dying = CopyOrder(fs, d, 1, TAG, wall=clock).claim_steps(0, *keys_of([1]))
+    for _ in range(3):   # marker, listing (number 0), ticket written; then it dies
+        next(dying)
+    retry = CopyOrder(fs, d, 1, TAG, wall=clock).replay_steps(0, *keys_of([1]))
+    assert next(retry) == 0.0          # found its ticket
+    assert next(retry) > 0             # and waits: partition 0 is choosing
+    decided = {}
+    for name, steps in (("p0", first), ("p1", retry)):
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            decided[name] = done.value.tolist()
+    assert decided == {"p0": [True], "p1": [False]}
+
+
 # -- any interleaving --------------------------------------------------------------------
 
 
