@@ -438,8 +438,11 @@ def test_close_waits_for_async_handlers_and_requeues_the_rest(nsq_cluster, runni
     took = time.monotonic() - t0
     assert finished_late == [b"m0"]
     assert 0.9 <= took < 5
-    c = nsq_cluster.nsqds[0].channel_stats(T, C)
-    assert c["in_flight_count"] == 0 and c["timeout_count"] == 0
+    # nsqd reads the REQs and the CLS after close() returned: wait for it (well inside its
+    # 60 s msg_timeout, so nothing here can have timed out instead)
+    c = wait_until(lambda: (lambda c: c if c["in_flight_count"] == 0 else None)(
+        nsq_cluster.nsqds[0].channel_stats(T, C)), 10, "nsqd to take the answers")
+    assert c["timeout_count"] == 0
     assert c["depth"] == 9 and c["requeue_count"] == 9  # handed back at once, not timed out
     assert c["client_count"] == 0
 
@@ -464,8 +467,9 @@ def test_pull_close_requeues_unanswered_and_restarts_cheaply(nsq_cluster):
         assert r.closed
         with pytest.raises(NSQError):
             leave[0].finish()
-        c = nsq_cluster.nsqds[0].channel_stats(T, C)
-        assert c["in_flight_count"] == 0 and c["client_count"] == 0
+        # nsqd reads the last FINs, REQs and the CLS after close() returned
+        wait_until(lambda: (lambda c: c["in_flight_count"] == 0 and c["client_count"] == 0)(
+            nsq_cluster.nsqds[0].channel_stats(T, C)), 10, "nsqd to take the answers")
     assert len(handled) == len(set(handled)) == 300
     assert threading.active_count() <= threads_before
     c = nsq_cluster.nsqds[0].channel_stats(T, C)
