@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No hypothesis deadline: a property holds or not whatever the machine's speed (a loaded
+# machine made one example take 252 ms against the default 200 ms deadline: a failure
+# that said nothing about the code).
+settings.register_profile("nsq-spark", deadline=None)
+settings.load_profile("nsq-spark")
 
 # The helper modules beside the tests (conn_helpers, reader_helpers, ...) import by their
 # plain names from any directory and in any pytest import mode: from a checkout, from an
