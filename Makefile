@@ -36,14 +36,17 @@ setup: $(VENV)/.installed
 # mypy --strict checks the package's types first (py.typed is shipped, so users' checkers
 # read them). The suite also builds the sdist and the wheel, twine-checks them and runs a
 # smoke test from the wheel in a clean venv (tests/test_release.py), and runs the unit
-# tier and a live smoke on Python 3.12 and 3.13 (tests/pythons). with-docker runs pytest with a private Docker engine for the docker tier
-# (tests/docker), stopped and removed afterwards; without one the tier is skipped with the
-# reason. Two pytest-xdist workers, a test file each at a time: the suite mostly waits on
-# servers and JVMs (4.7 CPU-minutes in 11.3 minutes serially), so two run in 8.4 minutes.
-PYTEST_WORKERS ?= 2
+# tier and a live smoke on Python 3.12 and 3.13 (tests/pythons). with-docker runs pytest
+# with a private Docker engine for the docker tier (tests/docker), stopped and removed
+# afterwards; without one the tier is skipped with the reason. Four pytest-xdist workers,
+# a test file each at a time, the JVM tiers' files first (tests/conftest.py): the suite
+# mostly waits on servers and JVMs (7.2 CPU-minutes of a 15-minute run with two workers
+# on an idle 2-core machine; four took 12 minutes, the crash test's file last).
+PYTEST_WORKERS ?= 4
 test: setup
 	$(PY) -m mypy --strict -p nsq_spark
-	scripts/with-docker $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	scripts/with-docker $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The documentation site (docs/, mkdocs.yml) into site/: strict, so a broken link, a missing
 # page or reference fails it. The option tables, CLI reference, charts and changelog are
