@@ -93,10 +93,15 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _tuples(self, partition):
         import datetime
 
+        from nsq_spark.spark.schema import COLUMNS
+
         body = b"x" * partition.body_size
         now = datetime.datetime.now(datetime.timezone.utc)
+        # the columns after the seven first ones (trace_parent, publish_id, ...) are null,
+        # as for messages published without an envelope: whatever the schema has now
+        tail = (None,) * (len(COLUMNS) - 7)
         for i in range(partition.rows):
-            yield (f"{i:016x}", body, now, 1, "127.0.0.1:4150", "bench", "spark")
+            yield (f"{i:016x}", body, now, 1, "127.0.0.1:4150", "bench", "spark", *tail)
 
     def _arrow(self, partition):
         import pyarrow as pa
@@ -105,15 +110,22 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def make(n: int) -> pa.RecordBatch:
             now_us = int(time.time() * 1e6)
-            return pa.RecordBatch.from_arrays([
-                pa.array([f"{i:016x}" for i in range(n)], pa.string()),
-                pa.array([b"x" * partition.body_size] * n, pa.binary()),
-                pa.array([now_us] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                pa.array([1] * n, pa.int32()),
-                pa.repeat(pa.scalar("127.0.0.1:4150"), n),
-                pa.repeat(pa.scalar("bench"), n),
-                pa.repeat(pa.scalar("spark"), n),
-            ], schema=arrow_schema())
+            known = {
+                "id": pa.array([f"{i:016x}" for i in range(n)], pa.string()),
+                "body": pa.array([b"x" * partition.body_size] * n, pa.binary()),
+                "timestamp": pa.array([now_us] * n, pa.int64()).cast(
+                    pa.timestamp("us", tz="UTC")),
+                "attempts": pa.array([1] * n, pa.int32()),
+                "nsqd_address": pa.repeat(pa.scalar("127.0.0.1:4150"), n),
+                "topic": pa.repeat(pa.scalar("bench"), n),
+                "channel": pa.repeat(pa.scalar("spark"), n),
+            }
+            schema = arrow_schema()
+            # a column the source gained since (trace_parent, publish_id, ...): null, as
+            # for messages without an envelope -- the ceiling follows the schema it is
+            # compared with
+            return pa.RecordBatch.from_arrays(
+                [known.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
 
         full = make(self.chunk)
         left = partition.rows
