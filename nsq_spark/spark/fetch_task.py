@@ -621,9 +621,6 @@ class FetchTask:
             if job.drop:
                 log.info("%s: dropped %d redelivered duplicates", self.label, len(job.drop))
         rb = job.rb if rows is None else rows
-        span = tm.start()
-        self.tally.add(rb)
-        tm.stop("convert", span)
         self.tally.spooled += job.rb.num_rows
         tm.rows += job.n
         self.held.append(rb)
@@ -643,6 +640,9 @@ class FetchTask:
         out = self.held[0] if len(self.held) == 1 else concat_batches(self.held)
         self.held = []
         self.held_rows = self.held_bytes = 0
+        # the partition's counts and timestamps once per hand-over, not per chunk: every
+        # settled chunk is handed over before the seal
+        self.tally.add(out)
         tm.stop("convert", span)
         span = tm.start()
         yield out
