@@ -45,6 +45,7 @@ GO_DIR = ROOT / "bench" / "go_latency"
 GO_BIN = ROOT / "bench" / "out" / "go_latency"
 MAX_IN_FLIGHT = 2500
 KINDS = ("ours", "go-nsq", "pynsq")
+DEFAULT_OBT = "each client's default: nsqd's 250"
 
 
 def make_body(seq: int, published_at: float, size: int) -> bytes:
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(results))
     print(f"\n(python {sys.version.split()[0]}, {os.cpu_count()} CPUs, nsqd v1.3.0 loopback, "
           f"max_in_flight {MAX_IN_FLIGHT}, output_buffer_timeout "
-          f"{args.output_buffer_timeout or "each client's default: nsqd's 250"} ms, "
+          f"{args.output_buffer_timeout or DEFAULT_OBT} ms, "
           f"{args.size}-byte bodies; load average at the end: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     if args.json:
