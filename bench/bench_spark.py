@@ -226,6 +226,7 @@ def _run_available_now(df, checkpoint: str, cpu_pids: dict[str, int] | None = No
         # against 2 x elapsed says how CPU-bound the query was
         into[f"{label}_cpu_s"] = {k: round(after[k] - before.get(k, 0.0), 2) for k in after}
         into[f"{label}_microbatches"] = sum(1 for p in q.recentProgress if _rows(p) > 0)
+        into[f"{label}_rows"] = sum(_rows(p) for p in q.recentProgress)
     return elapsed
 
 
@@ -303,6 +304,7 @@ def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict
                 o, Spool(f"{work}/spool-{mode}", "q"), 1, 0, n))
         el = time.perf_counter() - t0
         out[f"nospark_{mode}_msgs_per_s"] = round(got / el)
+        out[f"nospark_{mode}_messages"] = got
     return out
 
 
@@ -478,7 +480,10 @@ def _load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spark: Any = None) -> int:
+    """``spark``: a session to run in (the smoke test's; its Python workers may not
+    report the fetch tasks' timings then, see :mod:`bench.timings`), else one of its own,
+    stopped at the end."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
@@ -502,9 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-reader-blocks", dest="reader_blocks", action="store_false",
                     help="skip the Reader's block path on the same backlog after each "
                          "nsq query (the fetch tasks' CPU per message is compared with it)")
+    ap.add_argument("--json", dest="json_path", default=None,
+                    help="also write the figures as JSON to this file")
     ap.add_argument("--reader-child", nargs=5, help=argparse.SUPPRESS,
                     metavar=("ADDR", "TOPIC", "CHANNEL", "N", "MAX_IN_FLIGHT"))
     args = ap.parse_args(argv)
+    json_out: dict[str, Any] | None = None
+    if args.json_path:
+        json_out = {}
     if args.reader_child:
         addr, topic, channel, n, mif = args.reader_child
         print(json.dumps(reader_blocks_child(addr, topic, channel, int(n), int(mif))))
@@ -521,7 +531,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["NSQ_SPARK_TIMINGS_DIR"] = timings_dir
     else:
         timings.install(timings_dir)
-    spark = _session()
+    own = spark is None
+    if own:
+        spark = _session()
     spark.dataSource.register(CeilingDataSource)
     import nsq_spark.spark
 
@@ -552,8 +564,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_spark_messages:
             results.update(_no_spark(cluster, work, args.no_spark_messages, args.size,
                                      args.max_in_flight))
-    spark.stop()
+    if own:
+        spark.stop()
     print(json.dumps(results, indent=2))
+    if json_out is not None:
+        json_out.update(results)
+        with open(args.json_path, "w") as f:
+            json.dump(json_out, f, indent=2)
     return 0
 
 
