@@ -78,10 +78,13 @@ demo:
 	$(PY) examples/demo.py
 
 # Every benchmark, one after the other; each prints its figures (bench/RESULTS.md has
-# the recorded ones with their commands).
-BENCHES := decode publish publish_spool consume dedup spark
+# the recorded ones with their commands). Each also runs in its smallest form in the
+# suite (tests/test_bench_runs.py, which checks that this list names every one).
+BENCHES := backlog_poll consume copies decode dedup fetch_stages fetch_task latency \
+	nsqd_raw publish publish_spool sink spark spark_latency trace_column
 bench: setup
 	set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(PY) -m bench.bench_$$b; done
+	echo "== cpu_publish_spool"; $(PY) bench/cpu_publish_spool.py .
 
 clean:
 	rm -rf $(VENV) build *.egg-info site test-artifacts

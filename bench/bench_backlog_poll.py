@@ -85,12 +85,20 @@ def run(cluster: NSQCluster, interval: float, idle_seconds: float = 5.0,
             f"p95 {1000 * delays[int(len(delays) * 0.95)]:4.0f} ms")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--intervals", default="0,0.05,0.1,0.25",
+                    help="backlogPollInterval values, comma-separated (default 0,0.05,0.1,0.25)")
+    ap.add_argument("--idle-seconds", type=float, default=5.0)
+    ap.add_argument("--samples", type=int, default=20, help="detections per interval")
+    args = ap.parse_args(argv)
     with NSQCluster(nsqd=1, lookupd=1) as cluster:
         create_channel(cluster.nsqds[0].http_address, "poll", "c")
         time.sleep(0.5)  # nsqd registers the topic with lookupd
-        for interval in (0.0, 0.05, 0.1, 0.25):
-            print(run(cluster, interval), flush=True)
+        for interval in (float(x) for x in args.intervals.split(",")):
+            print(run(cluster, interval, args.idle_seconds, args.samples), flush=True)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,14 @@ M = 1_000_000
 BATCH = 1000
 REPEAT = 3  # server speed figures: best of this many repetitions (the Redis/memcached
             # batch figure runs once: it is also the memory measurement)
-LOCAL_REPEAT = 5  # in-process speed figures: best of this many
+LOCAL_REPEAT = 5
+# the opposite-of-Bloom error rates: (rate, window s, share caught) streams, keys tracked
+# in each, and the buckets of the false-positive table (every bucket occupied)
+OPPOSITE_CASES = ((1000, 60, 0.9), (1000, 60, 0.5), (1000, 3600, 0.1))
+TRACKED = 40_000
+# keys of the one-at-a-time rates (in process, servers) and of the Redis Bloom probes
+SINGLE_LOCAL, SINGLE_SERVER, PROBES_SERVER = 300_000, 50_000, 200_000
+FP_BUCKETS = 1 << 16  # in-process speed figures: best of this many
 
 
 def ids(n: int, start: int = 0, tag: str = "0") -> list[bytes]:
@@ -92,7 +99,7 @@ def mib(b: float) -> str:
 # ---------------------------------------------------------------------------------------
 
 def bench_in_process(out: dict[str, Any]) -> None:
-    single_keys = ids(300_000, tag="s")
+    single_keys = ids(SINGLE_LOCAL, tag="s")
     batch_keys = ids(M, tag="b")
     makers = [
         (f"OppositeBloomFilter({mm()}, digest_size=16)", lambda: OppositeBloomFilter(M, 16)),
@@ -161,13 +168,13 @@ def bench_rates(out: dict[str, Any]) -> None:
 
     # opposite filter sized for "catch 90% of duplicates arriving 60 s later at 1,000/s"
     opp = []
-    for rate, window, p in ((1000, 60, 0.9), (1000, 60, 0.5), (1000, 3600, 0.1)):
+    for rate, window, p in OPPOSITE_CASES:
         n = OppositeBloomFilter.size_for(rate, window, p)
         lag = rate * window
         f = OppositeBloomFilter(n, 8)
         every, chunk = 20, 1000
         tracked_total = caught = 0
-        total = lag + 40_000 * every
+        total = lag + TRACKED * every
         stream_pos = 0
         # stream new keys in chunks; after each chunk, check every `every`-th key inserted
         # between lag and lag + chunk - 1 inserts ago (without inserting it)
@@ -186,8 +193,8 @@ def bench_rates(out: dict[str, Any]) -> None:
 
     fpr = []
     for ds in (1, 2, 16):
-        f = OppositeBloomFilter(1 << 16, ds)
-        f.check_and_set_many(ids(1 << 20, tag="h"))  # every bucket occupied
+        f = OppositeBloomFilter(FP_BUCKETS, ds)
+        f.check_and_set_many(ids(FP_BUCKETS << 4, tag="h"))  # every bucket occupied
         probes = ids(M, tag="i")
         fp = sum(k in f for k in probes)
         fpr.append((ds, 2.0 ** (-8 * ds), fp / len(probes), len(probes)))
@@ -201,7 +208,7 @@ def redis_used(client: Any) -> int:
 def bench_servers(out: dict[str, Any]) -> None:
     import redis
     speed, mem = [], []
-    single = ids(50_000, tag="r")
+    single = ids(SINGLE_SERVER, tag="r")
     with RedisServer() as rs, MemcachedServer(memory_mb=1024) as ms:
         client = redis.Redis.from_url(rs.url)
         for label, make in [
@@ -225,7 +232,7 @@ def bench_servers(out: dict[str, Any]) -> None:
             speed.append((label, s_new, s_dup, b_new))
             mem.append((label, used, M, M))
             if isinstance(d, RedisBloomFilter):
-                probes = ids(200_000, tag="Q")
+                probes = ids(PROBES_SERVER, tag="Q")
                 fp = sum(d.contains_many(probes))
                 out["rates_redis_bloom"] = [(f"RedisBloomFilter capacity {mm()}, error_rate 0.01 "
                                              "(bit-array script): unique keys reported seen",
@@ -379,8 +386,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="update the section in bench/RESULTS.md")
     ap.add_argument("--keys", type=int, default=M, help="keys for the 1M measurements (for trials)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="every measurement once on a few thousand keys (tests/"
+                         "test_bench_smoke.py: the code paths run; the figures mean nothing)")
     args = ap.parse_args()
     globals()["M"] = args.keys
+    if args.smoke:
+        globals().update(M=min(args.keys, 2000), REPEAT=1, LOCAL_REPEAT=1, FP_BUCKETS=1 << 8,
+                         TRACKED=200, OPPOSITE_CASES=((10, 6, 0.9), (10, 6, 0.5)),
+                         SINGLE_LOCAL=2000, SINGLE_SERVER=500, PROBES_SERVER=2000)
     out: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}",

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import urllib.request
-from typing import Callable
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -68,23 +68,26 @@ def producer_case(addr: str, items: list[bytes], topic: str, ids: bool) -> Calla
     return run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, spark: Any = None) -> dict[str, list[float]]:
+    """``spark``: a session to run in (the smoke test's), else one of its own, stopped at
+    the end. Returns rows/s per case and round."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.messages
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    own = spark is None
+    if own:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.python.worker.reuse", "true").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+        spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.python.worker.reuse", "true").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
     import nsq_spark.spark
 
     nsq_spark.spark.register(spark)
@@ -136,7 +139,9 @@ def main() -> None:
                 results.setdefault(name, []).append(n / seconds)
                 _delete(http_addr, topic)
             loads.append(os.getloadavg()[0])
-    spark.stop()
+    df.unpersist()
+    if own:
+        spark.stop()
 
     base = max(results["Producer.mpublish (1 thread)"])
     print(f"{n:,} bodies of 100 bytes; load average {min(loads):.1f}-{max(loads):.1f}")
@@ -144,6 +149,7 @@ def main() -> None:
     for name, rates in results.items():
         print(f"{name:42s} {max(rates):12,.0f} {max(rates) / base:10.2f}   "
               f"{', '.join(f'{x:,.0f}' for x in rates)}")
+    return results
 
 
 if __name__ == "__main__":

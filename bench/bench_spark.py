@@ -93,10 +93,15 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _tuples(self, partition):
         import datetime
 
+        from nsq_spark.spark.schema import COLUMNS
+
         body = b"x" * partition.body_size
         now = datetime.datetime.now(datetime.timezone.utc)
+        # the columns after the seven first ones (trace_parent, publish_id, ...) are null,
+        # as for messages published without an envelope: whatever the schema has now
+        tail = (None,) * (len(COLUMNS) - 7)
         for i in range(partition.rows):
-            yield (f"{i:016x}", body, now, 1, "127.0.0.1:4150", "bench", "spark")
+            yield (f"{i:016x}", body, now, 1, "127.0.0.1:4150", "bench", "spark", *tail)
 
     def _arrow(self, partition):
         import pyarrow as pa
@@ -105,15 +110,22 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def make(n: int) -> pa.RecordBatch:
             now_us = int(time.time() * 1e6)
-            return pa.RecordBatch.from_arrays([
-                pa.array([f"{i:016x}" for i in range(n)], pa.string()),
-                pa.array([b"x" * partition.body_size] * n, pa.binary()),
-                pa.array([now_us] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                pa.array([1] * n, pa.int32()),
-                pa.repeat(pa.scalar("127.0.0.1:4150"), n),
-                pa.repeat(pa.scalar("bench"), n),
-                pa.repeat(pa.scalar("spark"), n),
-            ], schema=arrow_schema())
+            known = {
+                "id": pa.array([f"{i:016x}" for i in range(n)], pa.string()),
+                "body": pa.array([b"x" * partition.body_size] * n, pa.binary()),
+                "timestamp": pa.array([now_us] * n, pa.int64()).cast(
+                    pa.timestamp("us", tz="UTC")),
+                "attempts": pa.array([1] * n, pa.int32()),
+                "nsqd_address": pa.repeat(pa.scalar("127.0.0.1:4150"), n),
+                "topic": pa.repeat(pa.scalar("bench"), n),
+                "channel": pa.repeat(pa.scalar("spark"), n),
+            }
+            schema = arrow_schema()
+            # a column the source gained since (trace_parent, publish_id, ...): null, as
+            # for messages without an envelope -- the ceiling follows the schema it is
+            # compared with
+            return pa.RecordBatch.from_arrays(
+                [known.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
 
         full = make(self.chunk)
         left = partition.rows
@@ -214,6 +226,7 @@ def _run_available_now(df, checkpoint: str, cpu_pids: dict[str, int] | None = No
         # against 2 x elapsed says how CPU-bound the query was
         into[f"{label}_cpu_s"] = {k: round(after[k] - before.get(k, 0.0), 2) for k in after}
         into[f"{label}_microbatches"] = sum(1 for p in q.recentProgress if _rows(p) > 0)
+        into[f"{label}_rows"] = sum(_rows(p) for p in q.recentProgress)
     return elapsed
 
 
@@ -291,6 +304,81 @@ def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict
                 o, Spool(f"{work}/spool-{mode}", "q"), 1, 0, n))
         el = time.perf_counter() - t0
         out[f"nospark_{mode}_msgs_per_s"] = round(got / el)
+        out[f"nospark_{mode}_messages"] = got
+    return out
+
+
+def reader_blocks_child(addr: str, topic: str, channel: str, n: int,
+                        max_in_flight: int) -> dict[str, float]:
+    """The Reader's block path alone (what a fetch task is compared with): ``get_blocks``
+    and ``finish_blocks`` until ``n`` messages, in this process; CPU of every thread of
+    it (the Reader's IO thread and this one), from before the connect to the n-th
+    message."""
+    from nsq_spark.consumer.reader import Reader
+
+    import pyarrow  # noqa: F401 -- imported by a fetch task's worker before it starts too
+
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    reader = Reader(topic, channel, nsqd_tcp_addresses=[addr], max_in_flight=max_in_flight)
+    got = 0
+    try:
+        while got < n:
+            blocks = reader.get_blocks(max_messages=max_in_flight, timeout=10.0)
+            if not blocks:
+                break
+            got += sum(map(len, blocks))
+            reader.finish_blocks(blocks)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        reader.close()
+    return {"messages": got, "seconds": seconds, "cpu_s": cpu,
+            "cpu_us_per_msg": 1e6 * cpu / max(1, got)}
+
+
+def _reader_blocks(cluster: Any, args: Any, r: int) -> dict[str, Any]:
+    """The Reader's block path on the same nsqd and the same kind of backlog (queued in
+    the channel first), in a process of its own like a fetch task's worker."""
+    import subprocess
+
+    topic = f"reader{r}"
+    _publish(cluster.nsqd_http_addresses[0], topic, args.messages, args.size, "spark")
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_spark", "--reader-child",
+         cluster.nsqd_tcp_addresses[0], topic, "spark", str(args.messages),
+         str(args.max_in_flight)], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)})
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the Reader's block path failed: {(out.stderr or out.stdout)[-2000:]}")
+    doc = json.loads(lines[-1])
+    return {"reader_blocks_messages": doc["messages"],
+            "reader_blocks_s": round(doc["seconds"], 3),
+            "reader_blocks_cpu_us_per_msg": round(doc["cpu_us_per_msg"], 3)}
+
+
+# The fetch task's stages, as TaskTimings names them, in the order of the profile: the
+# Reader (the task's calls, then its IO thread), Arrow building, the spool (the task's
+# fence checks and submits, then the writer threads), the redelivery index and the
+# copies' order, the hand-over to Spark, and the loop around them.
+STAGES = ("fetch", "io", "convert", "spool", "spool_write", "seen", "copies", "dedup",
+          "handover", "loop")
+
+
+def stage_profile(tasks: list[dict[str, float]]) -> dict[str, float]:
+    """CPU microseconds per message fetched, by stage, over the fetch tasks' timings
+    (``loop``: the task's thread outside every timed stage)."""
+    messages = max(1, sum(int(t.get("rows", 0)) for t in tasks))
+
+    def total(key: str) -> float:
+        return sum(float(t.get(key, 0.0)) for t in tasks)
+
+    timed_main = sum(total(f"{s}_cpu") for s in ("fetch", "convert", "spool", "seen",
+                                                  "dedup", "handover"))
+    out = {s: total(f"{s}_cpu") for s in STAGES if s not in ("loop",)}
+    out["loop"] = max(0.0, total("main_cpu") - timed_main)
+    out = {s: round(1e6 * v / messages, 3) for s, v in out.items()}
+    out["all"] = round(1e6 * total("cpu") / messages, 3)
     return out
 
 
@@ -354,6 +442,13 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
                 "dedup", "seen", "cpu"):
         results[f"task_{key}_s_sum"] = round(sum(t.get(key, 0.0) for t in tasks), 3)
     results["task_rows"] = sum(t.get("rows", 0) for t in tasks)
+    # CPU per message fetched, by stage (absent before the stages were timed: 0)
+    results["task_cpu_us_per_msg"] = stage_profile(tasks)
+    if args.reader_blocks:
+        results.update(_reader_blocks(cluster, args, r))
+        results["task_cpu_ratio_to_reader"] = round(
+            results["task_cpu_us_per_msg"]["all"]
+            / max(1e-9, results["reader_blocks_cpu_us_per_msg"]), 3)
     results["task_redelivered"] = sum(t.get("redelivered", 0) for t in tasks)
     if tasks:  # the query's time outside the fetch tasks: start and planning, and the end
         results["before_first_task_s"] = round(min(t["t_start"] for t in tasks) - q_start, 3)
@@ -369,11 +464,26 @@ def _round(spark: Any, cluster: Any, work: str, args: Any, timings_dir: str,
         max((t["spool_write"] for t in tasks), default=0.0), 3)
     results["spool_write_share_of_query"] = round(
         results["spool_write_s_per_task_max"] / nsq_s, 3)
+    results["load_after"] = _load()
     print(json.dumps(results), file=sys.stderr, flush=True)
+    prof = results["task_cpu_us_per_msg"]
+    line = ", ".join(f"{k} {v:.2f}" for k, v in prof.items() if k != "all")
+    print(f"round {r + 1}: fetch tasks' CPU {prof['all']:.2f} us per message ({line})"
+          + (f"; the Reader's block path {results['reader_blocks_cpu_us_per_msg']:.2f} us, "
+             f"ratio {results['task_cpu_ratio_to_reader']:.2f}" if args.reader_blocks else "")
+          + f"; load average {results['load_after']}", file=sys.stderr, flush=True)
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main(argv: list[str] | None = None, spark: Any = None) -> int:
+    """``spark``: a session to run in (the smoke test's; its Python workers may not
+    report the fetch tasks' timings then, see :mod:`bench.timings`), else one of its own,
+    stopped at the end."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
@@ -394,7 +504,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spool", default=None, help="spool dir (default: a temp dir on /tmp)")
     ap.add_argument("--no-spark-messages", type=int, default=500_000,
                     help="messages for the runs without Spark (0: skip them)")
+    ap.add_argument("--no-reader-blocks", dest="reader_blocks", action="store_false",
+                    help="skip the Reader's block path on the same backlog after each "
+                         "nsq query (the fetch tasks' CPU per message is compared with it)")
+    ap.add_argument("--json", dest="json_path", default=None,
+                    help="also write the figures as JSON to this file")
+    ap.add_argument("--reader-child", nargs=5, help=argparse.SUPPRESS,
+                    metavar=("ADDR", "TOPIC", "CHANNEL", "N", "MAX_IN_FLIGHT"))
     args = ap.parse_args(argv)
+    json_out: dict[str, Any] | None = None
+    if args.json_path:
+        json_out = {}
+    if args.reader_child:
+        addr, topic, channel, n, mif = args.reader_child
+        print(json.dumps(reader_blocks_child(addr, topic, channel, int(n), int(mif))))
+        return 0
 
     from nsq_spark.testing import NSQCluster
 
@@ -407,7 +531,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["NSQ_SPARK_TIMINGS_DIR"] = timings_dir
     else:
         timings.install(timings_dir)
-    spark = _session()
+    own = spark is None
+    if own:
+        spark = _session()
     spark.dataSource.register(CeilingDataSource)
     import nsq_spark.spark
 
@@ -438,8 +564,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_spark_messages:
             results.update(_no_spark(cluster, work, args.no_spark_messages, args.size,
                                      args.max_in_flight))
-    spark.stop()
+    if own:
+        spark.stop()
     print(json.dumps(results, indent=2))
+    if json_out is not None:
+        json_out.update(results)
+        with open(args.json_path, "w") as f:
+            json.dump(json_out, f, indent=2)
     return 0
 
 

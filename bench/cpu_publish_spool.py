@@ -5,7 +5,7 @@ wall-clock rates on a shared machine. ``Producer(spool_dir=...)`` against one re
 best of 3 runs each. Give the tree whose library to measure (compare two revisions by
 running it from each, alternately)::
 
-    python bench/cpu_publish_spool.py /path/to/tree
+    python bench/cpu_publish_spool.py /path/to/tree [publishes per case]
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else ".")
 from nsq_spark.producer import Producer  # noqa: E402
 from nsq_spark.testing import NSQCluster  # noqa: E402
 
-N = 20_000
+# publishes per case (a second argument sets it: the smoke test's small form)
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
 BODY = b"x" * 100
 
 
@@ -29,7 +30,7 @@ def main() -> None:
         for fsync, per in (("never", 1), (10, 1), ("never", 1000)):
             calls = N if per == 1 else N // 100
             best = float("inf")
-            for _ in range(3):
+            for _ in range(3 if N >= 1000 else 1):
                 with tempfile.TemporaryDirectory() as d:
                     p = Producer(cluster.nsqd_tcp_addresses[0], spool_dir=d,
                                  spool_fsync=fsync)

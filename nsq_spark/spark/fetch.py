@@ -150,10 +150,10 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
         return
     # nsqd's redeliveries of what is spooled are dropped (see .seen); loaded only when
     # this task fetches
-    t = time.perf_counter()
+    span = timings.start()
     gate = (Redeliveries(spool, batch, index, opts.topic, pids=opts.drop_copies)
             if opts.redelivery_window > 0 else None)
-    timings.seen += time.perf_counter() - t
+    timings.stop("seen", span)
     order = copy_order(opts, spool, part, batch, index, gate)
     # an earlier attempt may have died part-way: its chunks are FINished, so they are
     # part of this partition's result; continue after them

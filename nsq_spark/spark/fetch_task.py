@@ -161,25 +161,56 @@ class TaskTimings:
     loading the redelivery index and checking ids; redelivered: rows dropped; reused: 1
     if the Reader came from the cache; copies: the order of copies (taking tickets, in
     their thread, and deciding; overlaps fetching), copies_wait: the part of it spent
-    waiting for other tasks choosing, copies_dropped: rows that were copies."""
+    waiting for other tasks choosing, copies_dropped: rows that were copies.
 
+    Each timed stage has its CPU seconds too (``<stage>_cpu``: the CPU of the thread
+    that ran it, :func:`time.thread_time`), so that the task's CPU splits by stage
+    (bench/RESULTS.md has the profile): ``main_cpu`` is the task's thread in all (the
+    stages it runs, and the loop around them), ``cpu`` the whole process; what is
+    neither the task's thread nor the writer and copies threads is the Reader's IO
+    thread (``io_cpu``, in :meth:`as_dict`)."""
+
+    STAGES = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "seen",
+              "copies")
     __slots__ = ("fetch", "convert", "spool", "spool_write", "handover", "dedup", "open",
                  "close", "seen", "copies", "copies_wait", "rows", "replayed",
-                 "redelivered", "copies_dropped", "reused", "_started", "_cpu")
+                 "redelivered", "copies_dropped", "reused", "fetch_cpu", "convert_cpu",
+                 "spool_cpu", "spool_write_cpu", "handover_cpu", "dedup_cpu", "seen_cpu",
+                 "copies_cpu", "_started", "_cpu", "_main_cpu")
 
     def __init__(self) -> None:
         self.fetch = self.convert = self.spool = self.spool_write = 0.0
         self.handover = self.dedup = self.open = self.close = self.seen = 0.0
         self.copies = self.copies_wait = 0.0
+        self.fetch_cpu = self.convert_cpu = self.spool_cpu = self.spool_write_cpu = 0.0
+        self.handover_cpu = self.dedup_cpu = self.seen_cpu = self.copies_cpu = 0.0
         self.rows = self.replayed = self.redelivered = self.copies_dropped = self.reused = 0
         self._started = time.time()
         self._cpu = time.process_time()  # a Python worker runs one task at a time
+        self._main_cpu = time.thread_time()  # the task's own thread
+
+    @staticmethod
+    def start() -> tuple[float, float]:
+        """A span's start in the calling thread: (wall, thread CPU)."""
+        return time.perf_counter(), time.thread_time()
+
+    def stop(self, stage: str, span: tuple[float, float]) -> float:
+        """Add the span since ``span`` (from :meth:`start`, same thread) to ``stage``
+        and its CPU; returns the wall seconds."""
+        wall = time.perf_counter() - span[0]
+        setattr(self, stage, getattr(self, stage) + wall)
+        setattr(self, f"{stage}_cpu", getattr(self, f"{stage}_cpu")
+                + time.thread_time() - span[1])
+        return wall
 
     def as_dict(self) -> dict[str, float]:
+        """Every figure; called in the task's thread (``main_cpu``)."""
         out: dict[str, float] = {k: getattr(self, k) for k in self.__slots__
                                  if not k.startswith("_")}
-        out.update(t_start=self._started, t_end=time.time(),
-                   cpu=time.process_time() - self._cpu)
+        cpu = time.process_time() - self._cpu
+        main = time.thread_time() - self._main_cpu
+        out.update(t_start=self._started, t_end=time.time(), cpu=cpu, main_cpu=main,
+                   io_cpu=max(0.0, cpu - main - self.spool_write_cpu - self.copies_cpu))
         return out
 
     def publish(self) -> None:
@@ -368,14 +399,14 @@ class FetchTask:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> Iterator["pa.RecordBatch"]:
-        perf, t = time.perf_counter, time.perf_counter()
+        tm = self.timings
+        span = tm.start()
         # a byte share starts at RDY 1 per nsqd: the bodies' size is not known yet
         # (chunking: RDY follows the byte share), the message share at its cap
         self.rdy = self.max_in_flight if self.byte_share is None else \
             min(self.max_in_flight, max(1, len(self.opts.nsqd_tcp_addresses)))
         reader = self.lease.open(self.rdy)
-        self.timings.open = perf() - t
-        self.timings.fetch += self.timings.open
+        tm.open = tm.stop("fetch", span)
         self.timings.reused = int(self.lease.reused)
         writer = ThreadPoolExecutor(max_workers=self.max_jobs, thread_name_prefix="nsq-spool")
         # the tickets of the copies' order: one thread, so that they are taken in order
@@ -387,12 +418,10 @@ class FetchTask:
         finally:
             writer.shutdown(wait=True)
             self.orderer.shutdown(wait=True)
-            t = perf()
+            span = tm.start()
             self.lease.release(ok)
-            self.timings.close = perf() - t
-            self.timings.fetch += self.timings.close
-            self.timings.publish()
-            tm = self.timings
+            tm.close = tm.stop("fetch", span)
+            tm.publish()
             log.info("%s: %d rows (%d replayed), %d redeliveries dropped, %d copies "
                      "dropped, Reader %s; fetch %.3fs convert %.3fs spool wait %.3fs (write "
                      "%.3fs in the background) handover %.3fs dedup %.3fs seen %.3fs "
@@ -403,7 +432,7 @@ class FetchTask:
 
     def _loop(self, reader: ReaderPort, writer: ThreadPoolExecutor
               ) -> Iterator["pa.RecordBatch"]:
-        opts, tm, perf = self.opts, self.timings, time.perf_counter
+        opts, tm = self.opts, self.timings
         planner = ChunkPlanner(
             now=time.monotonic(), chunk_size=self.chunk_size, max_jobs=self.max_jobs,
             share=self.share, byte_share=self.byte_share, idle_timeout=opts.idle_timeout,
@@ -420,9 +449,7 @@ class FetchTask:
                 planner.oldest_durable = True
             step = planner.next(time.monotonic())
             if step.action is Action.FETCH:
-                t = perf()
                 got = yield from self._take(reader, step, planner.bytes_wanted())
-                tm.fetch += perf() - t
                 if step.first and not got and step.timeout >= planner.idle_wait():
                     check_subscribed(reader, opts, self.label, step.timeout)
                 n = sum(map(len, got))
@@ -436,14 +463,14 @@ class FetchTask:
                 # the end is decided: RDY 0, and what the Reader already holds goes into
                 # the last chunk (the share is a target; a requeue would be a redelivery)
                 # -- but no message past a byte share reached: it stays in the Reader
-                t = perf()
+                span = tm.start()
                 reader.set_max_in_flight(0)
                 self.rdy = 0
                 left = planner.bytes_wanted()
                 got = [] if left == 0 else reader.get_blocks(
                     max_messages=DRAIN_ALL, timeout=0,
                     **({} if left is None else {"max_bytes": left}))
-                tm.fetch += perf() - t
+                tm.stop("fetch", span)
                 pending.extend(got)
                 planner.drained(sum(map(len, got)), blocks_body_bytes(got) if got else 0,
                                 time.monotonic())
@@ -483,13 +510,17 @@ class FetchTask:
             wait = min(left, HEARTBEAT)
             if wait > WRITER_POLL and self.held:  # a wait: what is settled goes first
                 yield from self._hand_over()
+            span = self.timings.start()
             if step.first:  # fails at once if every nsqd refused
                 got = first_blocks(reader, step.want, wait, self.opts, self.label, **more)
             else:
                 got = reader.get_blocks(max_messages=step.want, timeout=wait, **more)
+            self.timings.stop("fetch", span)
             if got or wait >= left:
                 return got
+            span = self.timings.start()
             yield empty_batch()
+            self.timings.stop("handover", span)
 
     def _follow(self, reader: ReaderPort, cap: int | None) -> None:
         """Set max_in_flight to ``cap``: lowered at once, raised only to double or more
@@ -504,8 +535,8 @@ class FetchTask:
     def _cut(self, reader: ReaderPort, blocks: list["MessageBlock"],
              writer: ThreadPoolExecutor, jobs: "Iterable[_Chunk]" = ()) -> _Chunk:
         """Convert, filter (duplicates, redeliveries, dead letters) and submit one chunk."""
-        tm, perf, gate = self.timings, time.perf_counter, self.gate
-        t = perf()
+        tm, gate = self.timings, self.gate
+        span = tm.start()
         if self.dedup is not None:
             d = self.dedup.batch(blocks, self.opts.topic, self.opts.channel)
             rb, keep, drop = d.rb, d.keep, d.drop
@@ -513,14 +544,15 @@ class FetchTask:
             blocks = split_held(reader, blocks, d)
         else:
             rb, keep, drop = blocks_to_batch(blocks, self.opts.topic, self.opts.channel), [], []
-        tm.convert += perf() - t
+        tm.stop("convert", span)
         if gate is not None:  # redeliveries of spooled messages: FINished, not rows
-            t = perf()
+            span = tm.start()
             rb = gate.keep(rb)
-            tm.seen += perf() - t
-        t = perf()
+            tm.stop("seen", span)
+        span = tm.start()
         rb, dead = self.dead_letters.split(rb)
-        tm.convert += perf() - t
+        tm.stop("convert", span)
+        span = tm.start()
         keys = gate.last_keys if gate is not None and dead is None else None
         future: "Future[Any]" = writer.submit(self._write, self.chunk_no, rb, dead, keys)
         if self.order is not None and _has_publish_ids(rb):
@@ -530,6 +562,7 @@ class FetchTask:
             future = self.orderer.submit(self._take_ticket, self.chunk_no, rb,
                                          [*before, future])
         self.chunk_no += 1
+        tm.stop("spool", span)
         return _Chunk(future, blocks, sum(map(len, blocks)), keep, drop, rb)
 
     def _take_ticket(self, k: int, rb: "pa.RecordBatch", durable: list["Future[Any]"]
@@ -538,29 +571,29 @@ class FetchTask:
         for future in durable:
             future.result()
         assert self.order is not None
-        t = time.perf_counter()
+        span = self.timings.start()
         waited = self.order.waited
         (out,) = chunk_keep(self.order, k, [rb], replay=False)
-        self.timings.copies += time.perf_counter() - t
+        self.timings.stop("copies", span)
         self.timings.copies_wait += self.order.waited - waited
         return out
 
     def _write(self, k: int, rb: "pa.RecordBatch", dead: "pa.RecordBatch | None",
                keys: Any) -> None:
         """In a writer thread: dead letters, the chunk, its id keys."""
-        t = time.perf_counter()
+        span = self.timings.start()
         if dead is not None:
             self.dead_letters.write(dead)
         self.part.write_chunk(k, rb)
         if keys is not None:  # the other tasks of the batch check against these
             self.part.write_chunk_keys(k, keys, self.gate.tag if self.gate else None)
-        self.timings.spool_write += time.perf_counter() - t
+        self.timings.stop("spool_write", span)
 
     def _settle(self, reader: ReaderPort, job: _Chunk, planner: ChunkPlanner
                 ) -> Iterator["pa.RecordBatch"]:
         """Chunk durable -> fence -> FIN -> hand over."""
-        tm, perf = self.timings, time.perf_counter
-        t = perf()
+        tm = self.timings
+        span = tm.start()
         try:
             rows = job.future.result()  # with a ticket: the rows that are not copies
             # the fence, after the chunk is durable and before its FIN: a batch already
@@ -574,21 +607,20 @@ class FetchTask:
             if self.dedup is not None:
                 self.dedup.release(job.keep)
             raise
-        tm.spool += perf() - t
-        t = perf()
+        tm.stop("spool", span)
+        span = tm.start()
         # nothing beyond the share arrives to be requeued at the end
         self._follow(reader, planner.in_flight_cap(job.n))
         reader.finish_blocks(job.blocks)
         planner.settled()
-        tm.fetch += perf() - t
+        tm.stop("fetch", span)
         if self.dedup is not None:
-            t = perf()
+            span = tm.start()
             self.dedup.commit(job.keep)
-            tm.dedup += perf() - t
+            tm.stop("dedup", span)
             if job.drop:
                 log.info("%s: dropped %d redelivered duplicates", self.label, len(job.drop))
         rb = job.rb if rows is None else rows
-        self.tally.add(rb)
         self.tally.spooled += job.rb.num_rows
         tm.rows += job.n
         self.held.append(rb)
@@ -603,16 +635,19 @@ class FetchTask:
         batches cost Spark less per row than many small ones)."""
         if not self.held:
             return
-        perf = time.perf_counter
-        t = perf()
+        tm = self.timings
+        span = tm.start()
         out = self.held[0] if len(self.held) == 1 else concat_batches(self.held)
         self.held = []
         self.held_rows = self.held_bytes = 0
-        self.timings.convert += perf() - t
-        t = perf()
+        # the partition's counts and timestamps once per hand-over, not per chunk: every
+        # settled chunk is handed over before the seal
+        self.tally.add(out)
+        tm.stop("convert", span)
+        span = tm.start()
         yield out
         self.handed_at = time.monotonic()
-        self.timings.handover += perf() - t
+        tm.stop("handover", span)
 
 
 def empty_batch() -> "pa.RecordBatch":
@@ -667,7 +702,9 @@ def seal_and_complete(part: PartitionSpool, batch: int, index: int, chunks: int,
         chunks = k + 1
     if gate is not None:
         timings.redelivered = gate.dropped
+        span = timings.start()
         gate.finish()  # before _COMPLETE: a complete partition always has its index
+        timings.stop("seen", span)
     if order is not None:
         timings.copies_dropped = order.dropped
     final = part.complete(chunks, tally.rows, bytes=tally.bytes,

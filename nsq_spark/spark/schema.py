@@ -160,19 +160,33 @@ def blocks_to_batch(blocks: Sequence["MessageBlock"], topic: str,
     # Spark's TimestampType is microseconds; nsqd's timestamp is nanoseconds
     ts = pa.Array.from_buffers(_TS_TYPE(), n, [None, pa.py_buffer(
         (fields["ts"] // 1000).astype("<i8"))])
-    attempts = pa.array(fields["attempts"].astype(np.int32))
+    attempts = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(
+        fields["attempts"].astype("<i4"))])
     addresses = {b.nsqd_address for b in blocks}
     if len(addresses) == 1:
-        address_col = pa.repeat(pa.scalar(addresses.pop(), pa.string()), n)
+        address_col = _repeated(addresses.pop(), n)
     else:
-        address_col = pa.concat_arrays([pa.repeat(pa.scalar(b.nsqd_address, pa.string()),
-                                                  len(b)) for b in blocks])
+        address_col = pa.concat_arrays([_repeated(b.nsqd_address, len(b)) for b in blocks])
     bodies, parents, pids = open_envelopes(bodies)
     return pa.RecordBatch.from_arrays(
-        [ids, bodies, ts, attempts, address_col,
-         pa.repeat(pa.scalar(topic, pa.string()), n),
-         pa.repeat(pa.scalar(channel, pa.string()), n), parents, pids],
-        schema=arrow_schema())
+        [ids, bodies, ts, attempts, address_col, _repeated(topic, n),
+         _repeated(channel, n), parents, pids], schema=arrow_schema())
+
+
+_REPEATED: dict[tuple[str | None, int], "pa.Array"] = {}
+
+
+def _repeated(value: str | None, n: int) -> "pa.Array":
+    """A string column of ``n`` rows all ``value`` (topic, channel, nsqd address), built
+    once per (value, chunk size): Arrow arrays are immutable, so chunks share it."""
+    col = _REPEATED.get((value, n))
+    if col is None:
+        import pyarrow as pa
+
+        col = pa.repeat(pa.scalar(value, pa.string()), n)
+        if len(_REPEATED) < 256:
+            _REPEATED[(value, n)] = col
+    return col
 
 
 def messages_to_batch(messages: Sequence["Message"], topic: str,

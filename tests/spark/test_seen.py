@@ -55,6 +55,65 @@ def test_keys_of_a_slice_and_of_a_filtered_batch_are_those_rows():
     assert keys.tolist() == [0, 1, 8, 9]
 
 
+@settings(deadline=None)
+@given(st.lists(st.text("0123456789abcdefABCDEF g\t", min_size=14, max_size=18), max_size=30))
+def test_the_fast_decoding_of_a_chunk_s_ids_agrees_with_the_digit_by_digit_one(ids):
+    """bytes.fromhex over the whole column, or the rows one by one: the same keys, and an
+    id with a space or a letter past f is no key either way (fromhex skips spaces)."""
+    from nsq_spark.spark.seen import _decode
+
+    keys, valid = id_keys(pa.array(ids, pa.string()))
+    for i, one in enumerate(ids):
+        ok = len(one) == 16 and all(c in "0123456789abcdefABCDEF" for c in one)
+        assert bool(valid[i]) is ok, one
+        if ok:
+            want, _ = _decode(np.frombuffer(one.encode(), np.uint8).reshape(1, 16))
+            assert int(keys[i]) == int(want[0])
+
+
+@given(st.lists(st.sampled_from(["127.0.0.1:4150", "127.0.0.1:4151", "", None]),
+                min_size=1, max_size=20))
+def test_a_column_of_one_nsqd_is_told_apart_from_one_of_several(addresses):
+    """The nsqd tags of a chunk: one tag for a column of one address (no hash table),
+    else a tag per row -- the same tags either way."""
+    from nsq_spark.spark.seen import _address_tag, _one_value, nsqd_tags
+
+    col = pa.array(addresses, pa.string())
+    one = _one_value(col)
+    assert one == (addresses[0] if len(set(addresses)) == 1 and None not in addresses
+                   else None)
+    if None not in addresses:  # (a row without an address: the dictionary path's rule)
+        assert nsqd_tags(col).tolist() == [_address_tag(a) for a in addresses]
+        assert nsqd_tags(col.slice(1)).tolist() == [_address_tag(a) for a in addresses[1:]]
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12)), max_size=10))
+def test_one_sort_gives_the_first_copies_and_the_sorted_pairs_of_a_chunk(rows, seen):
+    """The gate's one sort per chunk: the keep mask of first_copies_by and the (nsqd, id)
+    pairs sorted, whether the chunk comes from one nsqd or several."""
+    from nsq_spark.spark.seen import KeySet, _first_copies_sorted, sorted_pairs
+
+    nsqds = np.array([t for t, _ in rows], np.uint64)
+    keys = np.array([k for _, k in rows], np.uint64)
+    known = KeySet()
+    if seen:
+        known.add(np.array([t for t, _ in seen], np.uint64),
+                  np.array([k for _, k in seen], np.uint64))
+    keep, t, k = _first_copies_sorted(nsqds, keys, np.ones(len(rows), bool), [known])
+    met, expect = set(seen), []
+    for row in rows:
+        expect.append(row not in met)
+        met.add(row)
+    assert keep.tolist() == expect
+    assert sorted(zip(t.tolist(), k.tolist())) == sorted(rows)
+    assert list(zip(t.tolist(), k.tolist())) == sorted(rows)
+    if keep.all():
+        st_, sk = sorted_pairs(nsqds, keys)
+        assert (t.tolist(), k.tolist()) == (st_.tolist(), sk.tolist())
+
+
 # -- the set -----------------------------------------------------------------------------
 
 
