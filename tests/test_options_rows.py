@@ -248,3 +248,13 @@ def test_a_facade_documented_by_its_rows_lists_them_in_its_args():
     args = doc.split("Args:")[1]
     assert args.index("first:") < args.index("retries: attempts") < args.index("**rest:")
     assert "    token: a token" in args
+
+
+def test_the_options_benchmark_runs_every_case():
+    from bench import bench_options
+
+    figures = bench_options.measure(calls=1, repeat=1)
+    assert set(figures) == {"parse_write_options", "parse_read_options", "ConnectionConfig()",
+                            "ConnectionConfig.from_options(5 options)",
+                            "ReaderOptions(3 options)", "ProducerOptions(3 options)"}
+    assert all(us > 0 for us in figures.values())

@@ -7,7 +7,8 @@ Every option is one row (:mod:`nsq_spark._options`) in one of three tables:
 unit and a range, a rule, or a parser), its default, its documentation and what it needs
 or excludes; the parser below, the generated option tables of the docs site
 (``docs/spark.md``) and their tests read the rows, so adding an option is one row and the
-code that uses it.
+code that uses it. In Python: ``for row in READ: print(row.name, row.default_text,
+row.bounds_text, row.doc)``.
 
 Spark hands data source options over case-insensitively (a plain dict whose keys may
 arrive lower-cased), so every lookup here ignores case. Options use camelCase like
