@@ -38,7 +38,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``cli``            the ``nsq-spark`` command
 
 Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``,
-``_strict_argparse``, ``_version``; ``__version__`` is here).
+``_strict_argparse``, ``_options``, ``_version``; ``__version__`` is here).
 The old paths ``reader``, ``writer``, ``producer``, ``rdy``, ``backoff``, ``install`` and
 ``testing_chaos`` are re-exports
 kept for users; the project itself never imports them.

@@ -44,9 +44,8 @@ MAX_MEMORY_BYTES = 4 << 30
 
 
 # -- machine-readable units and bounds ----------------------------------------------------
-# Here, beside the checks, so that the Spark options' parser (nsq_spark.spark.options) can
-# take its bounds from the same Limit values the docs site prints; nsq_spark.config has
-# the tables of the Reader, the Producer and ConnectionConfig.
+# Here, beside the checks: each option's row (nsq_spark._options) holds the Limit its
+# values are checked by and the docs site prints.
 
 class Limit(NamedTuple):
     """The unit and the accepted range of one numeric option."""

@@ -142,7 +142,7 @@ def _fake_stat_run(monkeypatch, listed):
                                        TopicStats)
 
     clock = _Clock()
-    monkeypatch.setattr(cli, "time", clock)
+    monkeypatch.setattr(cli.stat, "time", clock)
     monkeypatch.setattr(LookupdClient, "lookup", lambda self, topic: Lookup(producers=tuple(
         LookupdProducer("127.0.0.1", 4150, 4151) for _ in range(listed[clock.views]))))
     monkeypatch.setattr(NsqdClient, "stats", lambda self, *a, **k: NsqdStats(

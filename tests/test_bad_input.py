@@ -555,13 +555,14 @@ def test_no_secret_in_the_spark_read_and_write_options():
 
 
 def test_no_secret_in_the_cli_arguments(monkeypatch, tmp_path):
-    from nsq_spark.cli import _connection_options, build_parser
+    from nsq_spark.cli import build_parser
+    from nsq_spark.cli._common import connection_options
 
     monkeypatch.setenv("NSQ_AUTH_SECRET", SECRET)
     args = build_parser().parse_args(
         ["tail", "--topic", "t", "--nsqd-tcp-address", NOWHERE])
     assert SECRET not in repr(args)
-    assert _connection_options(args)["auth_secret"] == SECRET
+    assert connection_options(args)["auth_secret"] == SECRET
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")
     args = build_parser().parse_args(["publish", "--topic", "t", "--nsqd-tcp-address",

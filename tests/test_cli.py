@@ -9,6 +9,7 @@ import io
 import pytest
 
 from nsq_spark import cli
+from nsq_spark.cli import _common, publish
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +33,7 @@ def test_publish_sends_to_every_address_as_to_nsq_unless_replicas_say_fewer():
         argv = ["publish", "--topic", "t", *extra]
         for a in addrs:
             argv += ["--nsqd-tcp-address", a]
-        return cli._replication(cli.build_parser().parse_args(argv))
+        return publish._replication(cli.build_parser().parse_args(argv))
 
     # a repeated address counts once, as to_nsq's map of producers does
     assert replication() == {"replicas": 2, "write_quorum": None, "publish_ids": False}
@@ -60,7 +61,7 @@ def test_bad_usage_exits_2(argv, capsys):
 
 
 def _batches(data: bytes, delim=b"\n", size=2, skip=False):
-    return list(cli._batches([("in", io.BytesIO(data))], delim, size, skip))
+    return list(publish._batches([("in", io.BytesIO(data))], delim, size, skip))
 
 
 def test_lines_become_batches_with_their_input_bytes():
@@ -133,7 +134,7 @@ def test_version_is_printed_and_exits_0(capsys):
 def _conn_opts(argv: list[str]) -> dict:
     args = cli.build_parser().parse_args(
         ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", *argv])
-    return cli._connection_options(args)
+    return _common.connection_options(args)
 
 
 def test_tls_flags_become_connection_options(tmp_path):
@@ -174,17 +175,17 @@ def test_spool_summary_never_claims_more_than_nsqd_acknowledged():
     args = cli.build_parser().parse_args(
         ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--spool-dir", "/sp",
          "--flush-timeout", "0.5"])
-    text = cli._spool_summary(args, 100, {"acked": 0, "pending_bytes": 1234,
+    text = publish._spool_summary(args, 100, {"acked": 0, "pending_bytes": 1234,
                                           "last_error": "connection refused"}, False)
     assert text.startswith("spooled 100 messages for t in /sp; nsqd acknowledged 0;")
     assert "1,234 bytes were NOT acknowledged within --flush-timeout=0.5s" in text
     assert "connection refused" in text and "published" not in text
-    text = cli._spool_summary(args, 1, {"acked": 101, "orphans_claimed": 1}, True)
+    text = publish._spool_summary(args, 1, {"acked": 101, "orphans_claimed": 1}, True)
     assert "acknowledged 101 (leftovers of earlier runs included)" in text
     assert text.endswith("nothing left in the spool\n")
     args.quiet = True
-    assert cli._spool_summary(args, 1, {"acked": 1}, True) == ""
-    assert "NOT acknowledged" in cli._spool_summary(args, 1, {"acked": 0}, False)
+    assert publish._spool_summary(args, 1, {"acked": 1}, True) == ""
+    assert "NOT acknowledged" in publish._spool_summary(args, 1, {"acked": 0}, False)
 
 
 def test_a_missing_nsq_binary_names_the_command_that_provides_it(monkeypatch, tmp_path):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge, TaskGroup
 from nsq_spark.addresses import parse_address
-from nsq_spark.config import ConnectionConfig
+from nsq_spark.config import ConnectionConfig, ReaderOptions
 from nsq_spark.consumer.answers import Answers, Link
 from nsq_spark.consumer.discovery import (DiscoveryFilterError, apply_filter,
                                           check_discovery_filter, choose_producers,
@@ -258,7 +258,8 @@ class Rig:
     """A pool on the running loop with fake nsqds, a fake poller and recording hooks."""
 
     def __init__(self, *, direct: tuple[str, ...] = (), lookupd: tuple[str, ...] = ("l1:4161",),
-                 refuse: str = "", **pool_kw: Any) -> None:
+                 refuse: str = "", topology_zone: str | None = None,
+                 **pool_kw: Any) -> None:
         self.bridge = LoopBridge("closed")
         self.bridge.bind()
         self.nsqd = FakeConnections()
@@ -267,11 +268,13 @@ class Rig:
         self.query_lookupd = CountingQuery(lambda: self.pool)
         self.lifecycle = Lifecycle()
         self.pool = Pool(
-            topic="t", channel="c", config=ConnectionConfig(close_timeout=0.2),
+            topic="t", channel="c",
+            config=ConnectionConfig(close_timeout=0.2, topology_zone=topology_zone),
             policy=RdyPolicy(10), answers=Answers(self.bridge, "t", 0, 60_000),
             lifecycle=self.lifecycle, bridge=self.bridge, tasks=TaskGroup("t"), name="t",
             direct=[parse_address(a) for a in direct], make_poller=self.pollers,
-            rdy_redistribute_interval=5, reconnect_initial=0.05, reconnect_max=0.1,
+            options=ReaderOptions(rdy_redistribute_interval=5, reconnect_initial=0.05,
+                                  reconnect_max=0.1),
             deliveries=NoDeliveries(), pulled=NothingPulled(), connect=self.nsqd,
             lookupd=lookupd, query_lookupd=self.query_lookupd,
             connect_to_nsqd=self.connect_to_nsqd, **pool_kw)

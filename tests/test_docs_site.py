@@ -86,15 +86,15 @@ def test_the_site_builds_strict_with_every_page(site: Path):
 
 @pytest.mark.timeout(180)
 def test_every_spark_and_reader_option_is_on_its_page_and_in_the_search_index(site: Path):
-    from nsq_spark.config import READER_LIMITS
-    from nsq_spark.spark.options import READ_OPTIONS, READER_CACHE_OPTIONS, WRITE_OPTIONS
+    from nsq_spark.config import READER
+    from nsq_spark.spark.options import CONNECTION, READ, WRITE
 
     spark_page = (site / "spark" / "index.html").read_text()
-    for name in READ_OPTIONS + READER_CACHE_OPTIONS + WRITE_OPTIONS:
-        assert f"<code>{name}</code>" in spark_page, f"Spark option {name} not on the page"
+    for row in [*READ, *WRITE, *CONNECTION]:
+        assert f"<code>{row.name}</code>" in spark_page, f"Spark option {row.name} not on the page"
     consuming = (site / "consuming" / "index.html").read_text()
-    for name in READER_LIMITS:
-        assert f"<code>{name}</code>" in consuming, f"Reader argument {name} not on the page"
+    for row in READER:
+        assert f"<code>{row.name}</code>" in consuming, f"Reader argument {row.name} not on the page"
     index = json.loads((site / "search" / "search_index.json").read_text())
     found = {doc["location"].split("#")[0] for doc in index["docs"]
              if "maxMessagesPerTrigger" in doc["text"]}

@@ -312,11 +312,11 @@ def test_the_spooling_producer_accepts_exactly_what_the_direct_one_does(tmp_path
 
 
 def test_the_publish_summary_says_how_to_send_the_refused_messages_again():
-    from nsq_spark import cli
+    from nsq_spark.cli import publish
 
     args = cli.build_parser().parse_args(
         ["publish", "--topic", "t", "--nsqd-tcp-address", "h:1", "--spool-dir", "/sp"])
-    text = cli._spool_summary(args, 3, {"acked": 2, "rejected": 1, "pending_bytes": 0},
+    text = publish._spool_summary(args, 3, {"acked": 2, "rejected": 1, "pending_bytes": 0},
                               False)
     assert "nsqd acknowledged 2; nsqd refused 1 for good" in text
     assert "nsq-spark spool redrive /sp" in text

@@ -8,12 +8,12 @@ and :func:`on_page_markdown` replaces the marker with Markdown made from the cod
 definitions, so that the documentation cannot disagree with them (one source of truth):
 
 - ``spark-read-options``, ``spark-write-options``, ``spark-connection-options``: the
-  Spark options, from :mod:`nsq_spark.spark.options` (the table of its module docstring
-  for the descriptions; ``READ_OPTION_FACTS`` and friends for default, unit and bounds);
-- ``connection-options``, ``reader-options``, ``producer-options``: from
-  :class:`~nsq_spark.config.ConnectionConfig` (its fields, their ``#:`` comments) and the
-  Reader's / Producer's signatures and ``Args:`` docstrings, with units and bounds from
-  ``nsq_spark.config``'s ``*_LIMITS`` tables;
+  Spark options, one line per row of :mod:`nsq_spark.spark.options`' ``READ``, ``WRITE``
+  and ``CONNECTION`` tables (name, default, unit, bounds, description);
+- ``connection-options``, ``reader-options``, ``producer-options``: one line per row of
+  ``nsq_spark.config``'s ``CONNECTION`` (the fields of ``ConnectionConfig``), and one per
+  argument of the Reader's / Producer's signatures: an option from its row of ``READER``
+  / ``PRODUCER``, any other argument from the ``Args:`` of the class's docstring;
 - ``cli-reference``: every subcommand's ``--help`` from :func:`nsq_spark.cli.build_parser`;
 - ``dedup-chart``: the catch probability of an opposite-of-Bloom filter against buckets
   and delay, an SVG drawn from ``OppositeBloomFilter.probability_remembered`` and a table
@@ -29,7 +29,6 @@ Nothing here is a copy: an unknown marker fails the build.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import html
 import inspect
@@ -37,9 +36,8 @@ import math
 import os
 import re
 import sys
-import textwrap
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 # the checkout's code, whichever way mkdocs was started (an installed or editable
@@ -100,71 +98,35 @@ def show_default(value: Any) -> str:
 
 # -- Spark options --------------------------------------------------------------------------
 
-def spark_option_docs() -> dict[str, str]:
-    """option -> description, from the table in nsq_spark.spark.options' docstring."""
-    from nsq_spark.spark import options
-
-    doc = options.__doc__ or ""
-    body = doc.split("=" * 10, 1)[1].split("\n", 1)[1].split("=" * 10, 1)[0]
-    docs: dict[str, str] = {}
-    name = ""
-    for line in body.splitlines():
-        m = re.match(r"^``(\w+)``\s+(.*)$", line)
-        if m:
-            name = m.group(1)
-            docs[name] = m.group(2)
-        elif name and line.strip():
-            docs[name] += " " + line.strip()
-    return {k: rst_to_md(v) for k, v in docs.items()}
+HEADER = ["option", "default", "unit", "bounds", "description"]
 
 
-def _spark_table(facts: Mapping[str, Any], names: tuple[str, ...],
-                 docs: Mapping[str, str]) -> str:
-    rows = []
-    for name in names:
-        f = facts[name]  # a KeyError here names an option without its facts
-        description = f.doc or docs[name]
-        rows.append([f"`{name}`", f.default or "", f.unit, f.bounds, description])
-    return options_table(["option", "default", "unit", "bounds", "description"], rows)
+def _spark_table(table: Any) -> str:
+    """One line per row: its name, the default as a user writes it, unit, bounds, doc."""
+    rows = [[f"`{row.name}`", row.default_text, row.unit_text, row.bounds_text,
+             rst_to_md(row.doc)] for row in table]
+    return options_table(HEADER, rows)
 
 
 def spark_read_options() -> str:
-    from nsq_spark.spark import options as o
+    from nsq_spark.spark.options import READ
 
-    names = tuple(n for n in o.READ_OPTIONS + o.READER_CACHE_OPTIONS
-                  if n not in o.CONNECTION_OPTIONS)
-    return _spark_table(o.READ_OPTION_FACTS, names, spark_option_docs())
+    return _spark_table(READ)
 
 
 def spark_write_options() -> str:
-    from nsq_spark.spark import options as o
+    from nsq_spark.spark.options import WRITE
 
-    names = tuple(n for n in o.WRITE_OPTIONS if n not in o.CONNECTION_OPTIONS)
-    return _spark_table(o.WRITE_OPTION_FACTS, names, {})
+    return _spark_table(WRITE)
 
 
 def spark_connection_options() -> str:
-    from nsq_spark.spark import options as o
+    from nsq_spark.spark.options import CONNECTION
 
-    return _spark_table(o.CONNECTION_OPTION_FACTS, o.CONNECTION_OPTIONS, {})
+    return _spark_table(CONNECTION)
 
 
 # -- ConnectionConfig, Reader, Producer -----------------------------------------------------
-
-def field_comments(cls: type) -> dict[str, str]:
-    """field -> the ``#:`` comment lines right above it in the class body."""
-    source = textwrap.dedent(inspect.getsource(cls))
-    lines = source.splitlines()
-    comments: dict[str, str] = {}
-    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            above: list[str] = []
-            i = node.lineno - 2
-            while i >= 0 and lines[i].strip().startswith("#:"):
-                above.insert(0, lines[i].strip()[2:].strip())
-                i -= 1
-            comments[node.target.id] = " ".join(above)
-    return comments
 
 
 def docstring_args(obj: Any) -> dict[str, str]:
@@ -188,26 +150,17 @@ def docstring_args(obj: Any) -> dict[str, str]:
     return {k: rst_to_md(v) for k, v in args.items()}
 
 
-def _limit_cells(limits: Mapping[str, Any], name: str) -> list[str]:
-    limit = limits.get(name)
-    return [limit.unit, limit.bounds()] if limit is not None else ["", ""]
-
-
 def connection_options() -> str:
-    from nsq_spark.config import CONNECTION_LIMITS, ConnectionConfig
+    from nsq_spark.config import CONNECTION
 
-    comments = field_comments(ConnectionConfig)
-    rows = []
-    for f in dataclasses.fields(ConnectionConfig):
-        default = (f.default if f.default is not dataclasses.MISSING
-                   else f.default_factory)
-        rows.append([f"`{f.name}`", show_default(default),
-                     *_limit_cells(CONNECTION_LIMITS, f.name), rst_to_md(comments[f.name])])
-    return options_table(["option", "default", "unit", "bounds", "description"], rows)
+    rows = [[f"`{row.name}`", show_default(row.default), row.unit_text, row.bounds_text,
+             rst_to_md(row.doc)] for row in CONNECTION]
+    return options_table(HEADER, rows)
 
 
-def _signature_table(func: Callable[..., Any], doc_of: Any,
-                     limits: Mapping[str, Any]) -> str:
+def _signature_table(func: Callable[..., Any], doc_of: Any, table: Any) -> str:
+    """One line per argument of ``func``: an option from its row of ``table``, any other
+    argument from the ``Args:`` of ``doc_of``'s docstring."""
     docs = docstring_args(doc_of)
     rows = []
     for p in list(inspect.signature(func).parameters.values())[1:]:  # past self
@@ -215,23 +168,27 @@ def _signature_table(func: Callable[..., Any], doc_of: Any,
             rows.append([f"`**{p.name}`", "", "", "", docs.get(p.name, "") +
                          " (see [Connection options](connection-options.md))"])
             continue
-        rows.append([f"`{p.name}`", show_default(p.default), *_limit_cells(limits, p.name),
-                     docs[p.name]])  # a KeyError names an undocumented argument
-    return options_table(["argument", "default", "unit", "bounds", "description"], rows)
+        row = table.find(p.name)
+        if row is not None:
+            rows.append([f"`{p.name}`", show_default(row.default), row.unit_text,
+                         row.bounds_text, rst_to_md(row.doc)])
+        else:   # a KeyError names an undocumented argument
+            rows.append([f"`{p.name}`", show_default(p.default), "", "", docs[p.name]])
+    return options_table(["argument", *HEADER[1:]], rows)
 
 
 def reader_options() -> str:
-    from nsq_spark.config import READER_LIMITS
+    from nsq_spark.config import READER
     from nsq_spark.consumer.reader import Reader
 
-    return _signature_table(Reader.__init__, Reader, READER_LIMITS)
+    return _signature_table(Reader.__init__, Reader, READER)
 
 
 def producer_options() -> str:
-    from nsq_spark.config import PRODUCER_LIMITS
+    from nsq_spark.config import PRODUCER
     from nsq_spark.publish.producer import Producer
 
-    return _signature_table(Producer.__init__, Producer, PRODUCER_LIMITS)
+    return _signature_table(Producer.__init__, Producer, PRODUCER)
 
 
 # -- the command line -------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 if TYPE_CHECKING:
     from .._loop import LoopBridge, TaskGroup
     from ..addresses import Address
-    from ..config import ConnectionConfig
+    from ..config import ConnectionConfig, ReaderOptions
     from ..message import Message
     from ..protocol import MessageBlock
     from .answers import Answers, Link
@@ -185,28 +185,27 @@ class Pool:
             can be polled.
         query_lookupd, connect_to_nsqd: the owner's discovery path (see the module doc);
             default: :meth:`poll_lookupd` and :meth:`connect_to`.
-        topology_zone, topology_region, discovery_filter: how each poll's producers are
-            chosen (:mod:`~nsq_spark.consumer.discovery`).
-        max_producers: the most producers of one poll connected to (see the module doc).
+        options: the Reader's options (:class:`~nsq_spark.config.ReaderOptions`): the
+            RDY redistribution interval, the reconnect backoff of direct addresses and
+            ``lookupd_max_producers``, the most producers of one poll connected to (see
+            the module doc). ``config``'s ``topology_zone`` and ``topology_region`` and
+            ``discovery_filter`` choose each poll's producers
+            (:mod:`~nsq_spark.consumer.discovery`).
     """
 
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",
                  policy: "RdyPolicy[Link]", answers: "Answers", lifecycle: "Lifecycle",
                  bridge: "LoopBridge", tasks: "TaskGroup", name: str,
                  direct: Sequence["Address"],
-                 make_poller: MakePoller | None,
-                 rdy_redistribute_interval: float, reconnect_initial: float,
-                 reconnect_max: float, deliveries: Deliveries,
-                 pulled: Pulled,
+                 make_poller: MakePoller | None, options: "ReaderOptions",
+                 deliveries: Deliveries, pulled: Pulled,
                  connect: ConnectNsqd = connect_nsqd,
                  on_heartbeat: Callable[[Any], Any] | None = None,
                  disabled: Callable[[], bool] | None = None,
                  lookupd: Sequence[str] = (),
                  query_lookupd: QueryLookupd | None = None,
                  connect_to_nsqd: ConnectToNsqd | None = None,
-                 topology_zone: str | None = None, topology_region: str | None = None,
-                 discovery_filter: DiscoveryFilter | None = None,
-                 max_producers: int = 1000) -> None:
+                 discovery_filter: DiscoveryFilter | None = None) -> None:
         self.topic = topic
         self.channel = channel
         self.config = config
@@ -220,9 +219,9 @@ class Pool:
         self.direct = [(a.host, a.port) for a in direct]
         self._direct_keys = {producer_address(hp) for hp in self.direct}
         self.make_poller = make_poller
-        self.rdy_redistribute_interval = rdy_redistribute_interval
-        self.reconnect_initial = reconnect_initial
-        self.reconnect_max = reconnect_max
+        self.rdy_redistribute_interval = options.rdy_redistribute_interval
+        self.reconnect_initial = options.reconnect_initial
+        self.reconnect_max = options.reconnect_max
         self.deliveries = deliveries
         self.connect = connect
         self.pulled = pulled
@@ -238,10 +237,10 @@ class Pool:
         self._lookupd = list(lookupd)
         self.query_lookupd: QueryLookupd = query_lookupd or self.poll_lookupd
         self.connect_to_nsqd: ConnectToNsqd = connect_to_nsqd or self.connect_to
-        self.topology_zone = topology_zone
-        self.topology_region = topology_region
+        self.topology_zone = config.topology_zone
+        self.topology_region = config.topology_region
         self.discovery_filter = discovery_filter
-        self.max_producers = max_producers
+        self.max_producers = options.lookupd_max_producers
         self._skipped: tuple[str, ...] = ()  # what the cap left out, as last warned
         self.poller: Poller | None = None
         self._started = False

@@ -84,7 +84,8 @@ from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
 from .. import validate
 from ..addresses import (parse_address, parse_address_list, parse_http_address,
                          parse_http_address_list, redact_userinfo)
-from ..config import ConnectionConfig, check_reader_options
+from .._options import documented
+from ..config import READER, ConnectionConfig, ReaderOptions
 from ..errors import ConfigError, NSQError
 from ..lookupd import LookupdPoller, ProducerInfo, producer_address
 from ..message import Message
@@ -120,10 +121,19 @@ CONTROL_TIMEOUT = 10.0
 MessageHandler = Callable[[Message], Any]
 BatchHandler = Callable[[list[Message]], Any]
 
+#: the options' defaults: each is its row's (nsq_spark.config.ReaderOptions)
+_R = ReaderOptions()
 
+
+@documented(READER, before=r"\*\*connection_options")
 class Reader:
     r"""Consumes ``topic``/``channel`` from nsqd instances given directly and/or found
     through nsqlookupd. Accepts pynsq 0.9's arguments with their meanings.
+
+    The arguments that are values (``max_tries``, ``max_in_flight``, the lookupd, RDY,
+    backoff and reconnect timings, ...) are the rows of
+    :class:`~nsq_spark.config.ReaderOptions`, which bound and document each one; their
+    descriptions follow the other arguments' below.
 
     Args:
         topic, channel: what to subscribe to (validated like nsqd does).
@@ -133,20 +143,6 @@ class Reader:
         nsqd_tcp_addresses: ``host:port`` strings (a list, or one comma-separated string)
             to connect to directly; reconnected with exponential backoff and jitter.
         lookupd_http_addresses: nsqlookupd HTTP addresses (``host:port`` or URLs) to poll.
-        max_tries: messages delivered more often than this go to :meth:`giving_up`, then
-            are finished (requeued if it raises); 0 means never give up.
-        max_in_flight: the most messages in flight over all connections, spread evenly;
-            at least 1 (0 is refused, as by pynsq: to start paused, call
-            :meth:`set_max_in_flight` with 0 before :func:`run`).
-        lookupd_poll_interval: seconds between lookupd polls.
-        low_rdy_idle_timeout: seconds without a message after which a connection gives
-            its RDY up, when ``max_in_flight`` is below the number of connections.
-        max_backoff_duration: the longest backoff window in seconds; 0 turns backoff off.
-        lookupd_poll_jitter: fraction (0..1) of the poll interval added at random.
-        lookupd_connect_timeout, lookupd_request_timeout: seconds, per lookupd request:
-            the connect, and the whole request however slowly a lookupd answers (a
-            slow lookupd never holds back what the others answered: see
-            :mod:`nsq_spark.lookupd`).
         batch_handler: ``g(messages)`` per read chunk instead of ``message_handler``.
         dedup: a deduplicator (:mod:`nsq_spark.dedup`), used as claim, then commit: each
             message's key is claimed (a lease of the connection's ``msg_timeout``) before
@@ -163,46 +159,9 @@ class Reader:
             :func:`nsq_spark.dedup.by_message_id`. ``"publish_id"`` is the key for a
             replicated topic (``Producer(replicas=N)``): the copies of one publish on
             several nsqds are one message.
-        open_envelopes: open publish envelopes (default True): a body stamped by a
-            ``Producer(publish_ids=True)`` or ``replicas`` reaches the handler as it was
-            published, with ``message.publish_id`` set; a damaged envelope is handed over
-            whole, with no ``publish_id`` (``stats()["damaged_envelopes"]``, a WARNING).
-            False: bodies as nsqd delivered them (open them with
-            :func:`nsq_spark.envelope.open_body`). Costs about 17 ns a message on a topic
-            without envelopes.
-        max_requeue_delay: cap, in seconds, of the default requeue delay.
-        backoff_multiplier: seconds of the first backoff window (doubling per level); go-nsq's
-            first window is twice its ``BackoffMultiplier`` (see ``backoff_strategy``).
-        rdy_redistribute_interval: seconds between RDY redistribution rounds.
-        reconnect_initial, reconnect_max: seconds, the exponential reconnect backoff of
-            direct nsqd addresses (plus up to ``reconnect_initial`` of jitter).
-        drain_timeout: seconds :meth:`close` lets in-flight handlers finish before it
-            requeues what is still unanswered.
         connection_factory: makes each nsqd connection
             (:class:`~nsq_spark.consumer.connection_port.ConnectNsqd`); default: a real
             :class:`~nsq_spark.conn.Connection`. For tests and instrumentation.
-        backoff_strategy: how long backoff windows last (go-nsq's ``BackoffStrategy``):
-            ``"exponential"`` (default: ``backoff_multiplier * 2 ** (level - 1)`` seconds,
-            at most ``max_backoff_duration``) or ``"full_jitter"`` (a uniformly random
-            duration from 0 up to that, so that many consumers do not resume together).
-            Deliberately one level below go-nsq's numbers, whose ``ExponentialStrategy``
-            is ``BackoffMultiplier * 2^level`` (first window 2 s by default, ours 1 s;
-            ``backoff_multiplier=2`` gives go-nsq's), and its full jitter draws below that
-            uncapped bound (ours below the capped one); pynsq's linear timer is neither
-            (see :mod:`~nsq_spark.consumer.backoff`).
-        low_rdy_timeout: SECONDS (> 0, at most a year) a connection may hold RDY, busy or
-            not, when ``max_in_flight`` is below the number of connections (go-nsq's
-            ``LowRdyTimeout``, 30 s there): then it gives its RDY to one that waits.
-            None (default): instead, at each redistribution round
-            (``rdy_redistribute_interval``) one random holder gives its RDY up while
-            others wait. Idle holders give RDY up after ``low_rdy_idle_timeout`` either way.
-        concurrency: THREADS (1..1024, default 1) running a blocking ``message_handler``
-            (go-nsq's ``AddConcurrentHandlers``). 1: on the loop thread, as before. N > 1:
-            a bounded pool of N threads; messages are handled in no particular order; a
-            message counts in flight from the moment it is queued for the pool until it is
-            answered, so ``max_in_flight`` bounds queued and running messages together
-            (give ``max_in_flight >= concurrency`` to keep every thread busy). Not for
-            ``batch_handler`` nor ``async def`` handlers (ConfigError).
         discovery_filter: ``f(records) -> records``, go-nsq's ``DiscoveryFilter``: called
             at the end of each lookupd poll with the producers found, and before that
             each time a lookupd's answer adds some while others have not answered
@@ -212,20 +171,6 @@ class Reader:
             :class:`~nsq_spark.consumer.discovery.DiscoveryFilterError` and that poll
             connects to none; connections already open stay. See
             :mod:`~nsq_spark.consumer.discovery`.
-        lookupd_max_producers: NSQDS (1..1,000,000, default 1000): the most nsqds this
-            Reader dials from one lookupd poll (after the topology preference and the
-            ``discovery_filter``, in their order), so a lookupd that lists thousands of
-            nsqds (broken or hostile) cannot make it open thousands of connections; the
-            rest are skipped with one WARNING naming how many and the first of them
-            (again only when the set skipped changes). Raise it for a topic carried by
-            more nsqds.
-        lookupd_authorization: send the ``auth_secret`` connection option to every
-            lookupd whose address has no user info, as ``Authorization: Bearer
-            <auth_secret>`` (default True, as go-nsq's ``LookupdAuthorization``; no
-            header without an ``auth_secret``). A lookupd address with user info
-            (``http://user:password@host:4161``) sends that as ``Authorization: Basic``
-            instead. Secrets are never shown: ``lookupd_http_addresses`` and every log
-            line and error show the addresses without user info.
         topology_zone, topology_region: (connection options, see
             :class:`~nsq_spark.config.ConnectionConfig`; default None: no preference) this
             consumer's zone and region, sent in IDENTIFY; discovery also orders the
@@ -260,33 +205,33 @@ class Reader:
             name: str | None = None,
             nsqd_tcp_addresses: Sequence[str] | str | None = None,
             lookupd_http_addresses: Sequence[str] | str | None = None,
-            max_tries: int = 5,
-            max_in_flight: int = 1,
-            lookupd_poll_interval: float = 60,
-            low_rdy_idle_timeout: float = 10,
-            max_backoff_duration: float = 128,
-            lookupd_poll_jitter: float = 0.3,
-            lookupd_connect_timeout: float = 1,
-            lookupd_request_timeout: float = 2,
+            max_tries: int = _R.max_tries,
+            max_in_flight: int = _R.max_in_flight,
+            lookupd_poll_interval: float = _R.lookupd_poll_interval,
+            low_rdy_idle_timeout: float = _R.low_rdy_idle_timeout,
+            max_backoff_duration: float = _R.max_backoff_duration,
+            lookupd_poll_jitter: float = _R.lookupd_poll_jitter,
+            lookupd_connect_timeout: float = _R.lookupd_connect_timeout,
+            lookupd_request_timeout: float = _R.lookupd_request_timeout,
             *,
             batch_handler: BatchHandler | None = None,
             dedup: "ClaimingDeduplicator | Deduplicator | None" = None,
             dedup_key: KeyFunc | str | None = None,
-            max_requeue_delay: float = 15 * 60,
-            backoff_multiplier: float = 1.0,
-            rdy_redistribute_interval: float = 5.0,
-            reconnect_initial: float = 1.0,
-            reconnect_max: float = 60.0,
-            drain_timeout: float = 5.0,
+            max_requeue_delay: float = _R.max_requeue_delay,
+            backoff_multiplier: float = _R.backoff_multiplier,
+            rdy_redistribute_interval: float = _R.rdy_redistribute_interval,
+            reconnect_initial: float = _R.reconnect_initial,
+            reconnect_max: float = _R.reconnect_max,
+            drain_timeout: float = _R.drain_timeout,
             connection_factory: ConnectNsqd | None = None,
-            backoff_strategy: str = "exponential",
-            low_rdy_timeout: float | None = None,
-            concurrency: int = 1,
+            backoff_strategy: str = _R.backoff_strategy,
+            low_rdy_timeout: float | None = _R.low_rdy_timeout,
+            concurrency: int = _R.concurrency,
             discovery_filter: DiscoveryFilter | None = None,
             telemetry: "Telemetry | None" = None,
-            open_envelopes: bool = True,
-            lookupd_max_producers: int = 1000,
-            lookupd_authorization: bool = True,
+            open_envelopes: bool = _R.open_envelopes,
+            lookupd_max_producers: int = _R.lookupd_max_producers,
+            lookupd_authorization: bool = _R.lookupd_authorization,
             **connection_options: Any) -> None:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
@@ -298,38 +243,38 @@ class Reader:
         if not direct and not lookupd:
             raise ConfigError("Reader needs nsqd_tcp_addresses or lookupd_http_addresses "
                              "(e.g. nsqd_tcp_addresses=['127.0.0.1:4150'])")
-        check_reader_options(locals())  # every number argument, by the one rule
-        self.max_tries = max_tries
-        self.lookupd_poll_interval, self.lookupd_poll_jitter = lookupd_poll_interval, lookupd_poll_jitter
+        # every option, by its row (the one rule); the parts are handed these
+        self._options = options = ReaderOptions.of(locals())
+        self.max_tries = options.max_tries
+        self.lookupd_poll_interval = options.lookupd_poll_interval
+        self.lookupd_poll_jitter = options.lookupd_poll_jitter
         # pynsq's round-robin index of the lookupd to query next: we query all of them at
         # each poll; an override of query_lookupd that polls one at a time uses it
         self.lookupd_query_index = 0
-        self.lookupd_connect_timeout = lookupd_connect_timeout
-        self.lookupd_request_timeout = lookupd_request_timeout
-        self.rdy_redistribute_interval = rdy_redistribute_interval
-        self.reconnect_initial, self.reconnect_max = reconnect_initial, reconnect_max
-        self.low_rdy_idle_timeout = low_rdy_idle_timeout
-        self.max_backoff_duration = max_backoff_duration
-        self.max_requeue_delay_ms = round(max_requeue_delay * 1000)
-        self.drain_timeout = drain_timeout
+        self.lookupd_connect_timeout = options.lookupd_connect_timeout
+        self.lookupd_request_timeout = options.lookupd_request_timeout
+        self.rdy_redistribute_interval = options.rdy_redistribute_interval
+        self.reconnect_initial = options.reconnect_initial
+        self.reconnect_max = options.reconnect_max
+        self.low_rdy_idle_timeout = options.low_rdy_idle_timeout
+        self.max_backoff_duration = options.max_backoff_duration
+        self.max_requeue_delay_ms = round(options.max_requeue_delay * 1000)
+        self.drain_timeout = options.drain_timeout
         self.config = ConnectionConfig.from_options(**connection_options)
         self.requeue_delay_ms = round(self.config.requeue_delay * 1000)
 
-        self.lookupd_max_producers = lookupd_max_producers
-        self.lookupd_authorization = validate.flag(lookupd_authorization,
-                                                   "lookupd_authorization")
+        self.lookupd_max_producers = options.lookupd_max_producers
+        self.lookupd_authorization = options.lookupd_authorization
         # go-nsq's LookupdAuthorization: the AUTH secret as a bearer to lookupd
         lookupd_secret = self.config.auth_secret if self.lookupd_authorization else None
 
         def make_poller(addresses: list[str], on_records: Callable[[list[ProducerInfo]], Any],
                         poll: Callable[[], Any]) -> LookupdPoller:
             return LookupdPoller(
-                addresses, self.topic, lambda producers: None, lookupd_poll_interval,
-                lookupd_poll_jitter, lookupd_connect_timeout, lookupd_request_timeout,
-                name=self.name, on_records=on_records, poll=poll,
-                auth_secret=lookupd_secret)
-        if lookupd:  # validates poll/jitter/timeouts now, not on the loop
-            make_poller(lookupd, lambda records: None, lambda: None)
+                addresses, self.topic, lambda producers: None, options.lookupd_poll_interval,
+                options.lookupd_poll_jitter, options.lookupd_connect_timeout,
+                options.lookupd_request_timeout, name=self.name, on_records=on_records,
+                poll=poll, auth_secret=lookupd_secret)
         check_discovery_filter(discovery_filter)
 
         # chosen once: an instrument, or nothing on the delivery path
@@ -353,12 +298,14 @@ class Reader:
         self._bridge = LoopBridge(f"[{self.name}] the Reader is closed; these messages will "
                                   "be redelivered by nsqd after their timeout")
         self._tasks = TaskGroup(self.name)
-        self._policy: RdyPolicy[Link] = RdyPolicy(max_in_flight, low_rdy_idle_timeout,
-                                                  low_rdy_timeout=low_rdy_timeout)
-        self._backoff = Backoff(max_backoff_duration, backoff_multiplier, backoff_strategy)
-        self.concurrency = concurrency
+        self._policy: RdyPolicy[Link] = RdyPolicy(options.max_in_flight,
+                                                  options.low_rdy_idle_timeout,
+                                                  low_rdy_timeout=options.low_rdy_timeout)
+        self._backoff = Backoff(options.max_backoff_duration, options.backoff_multiplier,
+                                options.backoff_strategy)
+        self.concurrency = options.concurrency
         # the handler the threads would call: a subclass's process_message override too
-        handlers.check_concurrency(concurrency, message_handler=message_handler,
+        handlers.check_concurrency(self.concurrency, message_handler=message_handler,
                                    batch_handler=batch_handler,
                                    process=_overridden(self, "process_message"))
         for hook in handlers.SYNC_HOOKS:   # a subclass's override (instance ones: below)
@@ -367,9 +314,9 @@ class Reader:
         self._retired_strategies: list[handlers.Strategy] = []
         self._answers = Answers(self._bridge, self.name, self.requeue_delay_ms,
                                 self.max_requeue_delay_ms, dedup=dedup_gate)
-        self._intake = Intake(self._answers, lifecycle, max_tries,
+        self._intake = Intake(self._answers, lifecycle, options.max_tries,
                               lambda m: self.giving_up(m), self.name, dedup_gate,
-                              validate.flag(open_envelopes, "open_envelopes"))
+                              options.open_envelopes)
         # instrumented: the queue reports what it hands out (receive spans, counts); else
         # the plain queue, nothing of telemetry on the pull path
         self._pull = PullQueue(self._answers, lifecycle) if self._instrument is None else \
@@ -380,9 +327,7 @@ class Reader:
         self._pool = Pool(topic=self.topic, channel=self.channel, config=self.config,
                           policy=self._policy, answers=self._answers, lifecycle=lifecycle,
                           bridge=self._bridge, tasks=self._tasks, name=self.name,
-                          direct=direct, make_poller=make_poller,
-                          rdy_redistribute_interval=rdy_redistribute_interval,
-                          reconnect_initial=reconnect_initial, reconnect_max=reconnect_max,
+                          direct=direct, make_poller=make_poller, options=options,
                           deliveries=self._intake, pulled=self._pull,
                           connect=connection_factory or connect_nsqd,
                           on_heartbeat=_overridden(self, "heartbeat"),
@@ -392,10 +337,7 @@ class Reader:
                           # subclass override or an assigned method decides
                           query_lookupd=lambda: self.query_lookupd(),
                           connect_to_nsqd=lambda host, port: self.connect_to_nsqd(host, port),
-                          topology_zone=self.config.topology_zone,
-                          topology_region=self.config.topology_region,
-                          discovery_filter=discovery_filter,
-                          max_producers=lookupd_max_producers)
+                          discovery_filter=discovery_filter)
         self._backoff_windows = BackoffWindows(self._backoff, self._policy, self._pool.apply,
                                                self._bridge, lifecycle, self.name)
         self._answers.on_result = self._backoff_windows.record

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from nsq_spark import protocol
 from nsq_spark._loop import LoopHome
 from nsq_spark.addresses import Address
-from nsq_spark.config import ConnectionConfig
+from nsq_spark.config import ConnectionConfig, ProducerOptions
 from nsq_spark.errors import ConfigError, NSQError
 
 from .._log import get_logger
@@ -47,27 +47,30 @@ class DirectTransport:
         tcp: the nsqd TCP addresses in the configured order (or none, with ``http``).
         http: ``(scheme, address, path prefix)`` per nsqd HTTP endpoint (or none).
         config: connection options.
-        strategy: ``"round_robin"`` or ``"failover"``.
-        retry: the retry policy of every path.
-        publish_timeout: seconds one call may take in all (None: the retry policy bounds).
-        max_msg_size: bodies over this raise InvalidBodyError before sending (None: no
-            check here).
-        max_mpub_bytes: an MPUB body over this is split into several MPUBs.
-        blocking_connections: sockets per nsqd the blocking callers share.
+        options: the Producer's options (:class:`~nsq_spark.config.ProducerOptions`):
+            ``strategy``; the retry policy of every path (``max_tries``,
+            ``retry_deadline``, ``retry_wait``, ``retry_max_wait``); ``publish_timeout``,
+            the seconds one call may take in all (None: the retry policy bounds);
+            ``max_msg_size``, over which bodies raise InvalidBodyError before sending (None:
+            no check here); ``max_mpub_bytes``, over which an MPUB body is split into
+            several MPUBs; ``blocking_connections``, the sockets per nsqd the blocking
+            callers share.
         stats: the counters.
     """
 
     def __init__(self, tcp: Sequence[Address], http: Sequence[tuple[str, Address, str]],
-                 config: ConnectionConfig, *, strategy: str, retry: RetryPolicy,
-                 publish_timeout: float | None, max_msg_size: int | None, max_mpub_bytes: int,
-                 blocking_connections: int, stats: PublishStats) -> None:
+                 config: ConnectionConfig, options: ProducerOptions, *,
+                 stats: PublishStats) -> None:
+        retry = RetryPolicy(options.max_tries, options.retry_deadline, options.retry_wait,
+                            options.retry_max_wait)
+        publish_timeout = options.publish_timeout
         addresses: dict[str, Address] = {str(a): a for a in tcp}
         self.nsqd_tcp_addresses = list(addresses)
         self.nsqd_http_addresses = [f"{s}://{a}{p}" for s, a, p in http]
         self.config = config
         self.publish_timeout = publish_timeout
-        self.max_msg_size = max_msg_size
-        self.max_mpub_bytes = max_mpub_bytes
+        self.max_msg_size = options.max_msg_size
+        self.max_mpub_bytes = options.max_mpub_bytes
         self.retry = retry
         self._stats = stats
         self._closed = False
@@ -75,14 +78,15 @@ class DirectTransport:
                              async_hint="await producer.apublish(...)")
         self.http = HttpPublisher(http, config, retry, stats,
                                   lambda: self._closed) if http else None
-        self.health = health = NsqdHealth(self.nsqd_tcp_addresses, strategy,
+        self.health = health = NsqdHealth(self.nsqd_tcp_addresses, options.strategy,
                                           retry_wait=retry.wait,
                                           retry_max_wait=retry.max_wait, stats=stats)
         self.tcp = PipelinedPool(
             addresses, config, health=health, retry=retry, stats=stats,
             loop=self.home.current, stopped=lambda: self._closed, timeout=publish_timeout)
         self.blocking = BlockingPool(
-            addresses, config, health=health, connections_per_nsqd=blocking_connections,
+            addresses, config, health=health,
+            connections_per_nsqd=options.blocking_connections,
             retry=retry, stats=stats, stopped=lambda: self._closed, timeout=publish_timeout)
 
     def _forget(self) -> None:

@@ -70,24 +70,25 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from nsq_spark import protocol, validate
 from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
-from nsq_spark.config import ConnectionConfig, check_producer_options
+from nsq_spark._options import documented
+from nsq_spark.config import PRODUCER, ConnectionConfig, ProducerOptions
 from nsq_spark.envelope import PublishIds, publish_id_for, stamp, stamp_many
 from nsq_spark.errors import ConfigError
 from nsq_spark.spool.drain import Sender
-from nsq_spark.spool.store import FSYNC_ALWAYS, CorruptSegment, SpoolStats
+from nsq_spark.spool.store import CorruptSegment, SpoolStats
 from nsq_spark.telemetry import checked as checked_telemetry
 
 from .._log import get_logger
 from .direct import DirectTransport
 from .replicas import default_quorum
 from .replicated import ReplicatedTransport
-from .retry import RetryPolicy
 from .spooled import SpooledTransport
 from .stats import PublishStats
 from .transport import Transport
@@ -99,16 +100,11 @@ log = get_logger("nsq_spark.producer")   # the name users filter on
 
 __all__ = ["Producer", "DEFAULT_MAX_MPUB_BYTES"]
 
-#: nsqd's default --max-body-size: an mpublish larger than this is sent as several MPUBs.
-DEFAULT_MAX_MPUB_BYTES = 5 * 1024 * 1024
+#: the options' defaults: each is its row's (nsq_spark.config.ProducerOptions)
+_P = ProducerOptions()
 
-#: spool options and their defaults: changing one without spool_dir is an error
-_SPOOL_DEFAULTS: dict[str, Any] = {
-    "spool_fsync": FSYNC_ALWAYS, "spool_max_bytes": 1 << 30, "spool_full": "block",
-    "spool_block_timeout": None, "message_id_digest": False, "batch_size": 1000,
-    "batch_bytes": 1 << 20, "rescan_interval": 1.0, "on_corrupt": None, "on_rejected": None,
-    "on_error": None, "producer_factory": None,
-}
+#: nsqd's default --max-body-size: an mpublish larger than this is sent as several MPUBs.
+DEFAULT_MAX_MPUB_BYTES = _P.max_mpub_bytes
 
 
 def _one_server(sender: "Sender | DirectTransport | ReplicatedTransport"
@@ -136,8 +132,14 @@ def _publish_id(key: Any, param: str) -> bytes:
         raise ConfigError(f"{param}: {exc}") from None
 
 
+@documented(PRODUCER, before="**connection_options")
 class Producer:
     """Publish to one or more nsqd, directly or through a durable local spool.
+
+    The arguments that are values or spool callbacks (``strategy``, the retry budget,
+    ``replicas``, the spool's options, ...) are the rows of
+    :class:`~nsq_spark.config.ProducerOptions`, which bound and document each one; their
+    descriptions follow the other arguments' below.
 
     Args:
         nsqd_tcp_addresses: ``"host:port"`` or a list of them (a comma-separated string
@@ -145,73 +147,6 @@ class Producer:
         nsqd_http_addresses: publish through nsqd's HTTP API instead (``/pub``, ``/mpub``),
             for places where only HTTP is open: ``"host:port"`` or ``"https://host:port"``.
             Give either TCP or HTTP addresses.
-        strategy: ``"round_robin"`` (default) spreads commands over the connected nsqd;
-            ``"failover"`` uses the first healthy one in the given order.
-        max_tries: attempts per publish for transient failures (1 = no retry); default
-            None: no count, ``retry_deadline`` is the budget (an nsqd restart costs no
-            error); 1 with ``spool_dir`` (the spool retries without end itself).
-        retry_wait: base of the exponential backoff between attempts, seconds (jittered).
-        retry_max_wait: cap of one backoff wait, seconds.
-        retry_deadline: seconds of retrying after the first failure (no wait sleeps past).
-        publish_timeout: the total wall time of one publish call in every mode (blocking,
-            ``publish_async``'s future, ``apublish``; TCP or HTTP), retries included: it
-            caps ``retry_deadline``; past it, NSQTimeoutError naming this option (None:
-            ``retry_deadline`` bounds it). Inside it ``connect_timeout`` bounds each TCP
-            connect, ``response_timeout`` each whole handshake and each answer.
-        max_msg_size: if set, bodies over this many bytes raise InvalidBodyError before
-            anything is sent (nsqd itself answers E_BAD_MESSAGE and closes the connection).
-        max_mpub_bytes: an mpublish whose MPUB body would exceed this is split into several
-            MPUBs (nsqd's ``--max-body-size``); each MPUB is atomic, the whole call is not.
-        blocking_connections: connections per nsqd shared by the threads that use the
-            blocking calls (a thread always uses the same one).
-        publish_ids: stamp each body with a publish id before it is sent (the version-3
-            envelope of :mod:`nsq_spark.envelope`, 27 bytes more, counted against
-            ``max_msg_size``): a new id per message per call, or one derived from the
-            ``idempotency_key`` given to the call; every copy and retry of it (the spool's
-            resend after a crash too) carries the same id, so a consumer with
-            ``dedup_key="publish_id"`` handles each publish once. Default None: on
-            exactly when ``replicas`` is given. An idempotency key without publish ids
-            raises ConfigError (turning them on for one call would envelope some bodies
-            and not others). ``False`` with ``replicas`` sends raw copies (as NSQ's
-            ``to_nsq`` does), which a consumer can only tell apart by content.
-        replicas: put each message (each MPUB batch as one unit) on this many distinct
-            nsqd of those given (1 .. their number; needs TCP or HTTP addresses, not a
-            ``producer_factory``): the first rotates over the healthy nsqd, the others
-            follow in order, a failed one is replaced by the next one not holding it.
-            Default None: one copy, ``strategy`` picks the nsqd. See
-            ``docs/publishing.md``.
-        write_quorum: with ``replicas``: a publish returns once this many nsqd
-            acknowledged it (the blocking calls once every replica answered; futures and
-            asyncio at the quorum), else :class:`~nsq_spark.errors.ReplicationError`
-            within ``publish_timeout``. Default None: a majority, ``replicas // 2 + 1``.
-            With ``spool_dir`` the drain moves on at the quorum and keeps each message on
-            disk until all ``replicas`` have it.
-        spool_dir: publish through a durable local spool in this directory (see
-            :mod:`nsq_spark.spool`): every call returns once the message is in
-            the spool, a background thread sends it and keeps it until nsqd acknowledged
-            it; :meth:`flush` waits for that. The options below apply only with
-            ``spool_dir`` (changing one without it raises ConfigError).
-        spool_fsync: ``"always"`` (sync before returning), an interval in ms, or
-            ``"never"``.
-        spool_max_bytes: bound on the directory's segment files.
-        spool_full: ``"block"`` or ``"raise"`` (SpoolFullError) when the bound is reached.
-        spool_block_timeout: seconds ``"block"`` waits before raising (None: for ever).
-        message_id_digest: wrap each body in the message-id envelope.
-        batch_size: messages per MPUB from the spool (also bounds duplicates per crash).
-        batch_bytes: bytes per MPUB from the spool (below nsqd's ``--max-body-size``).
-        rescan_interval: seconds between two looks for segments left by other processes.
-        on_corrupt: called with a :class:`~nsq_spark.spool.store.CorruptSegment` when a
-            damaged spool tail is found.
-        on_rejected: called ``(topic, body, exc)`` for a spooled message nsqd refused for
-            good (it is also kept in ``spool_dir/rejected``; :meth:`redrive`).
-        on_error: called ``(exc)`` when sending from the spool starts failing (the
-            messages stay and are retried) and while it keeps failing, with the ERROR
-            log: at most once per 30 s in all. The callbacks run in order on a thread of
-            their own: one that blocks delays the callbacks after it, never the sending
-            nor :meth:`close` past its ``timeout``.
-        producer_factory: builds what the spool sends through, a
-            :class:`~nsq_spark.spool.drain.Sender` (default: a direct transport with the
-            other options given here; ``max_tries`` 1 unless given: the spool retries).
         telemetry: a :class:`~nsq_spark.telemetry.Telemetry`: OpenTelemetry metrics and a
             ``send`` span per publish call (with ``Telemetry(trace_context=True)`` the
             span's context travels in each body's envelope). With ``spool_dir`` the span
@@ -227,86 +162,59 @@ class Producer:
 
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None, *,
                  nsqd_http_addresses: str | Sequence[str] | None = None,
-                 strategy: str = "round_robin", max_tries: int | None = None,
-                 retry_wait: float = 0.1,
-                 retry_max_wait: float = 2.0, retry_deadline: float = 30.0,
-                 publish_timeout: float | None = 60.0, max_msg_size: int | None = None,
-                 max_mpub_bytes: int = DEFAULT_MAX_MPUB_BYTES, blocking_connections: int = 4,
-                 publish_ids: bool | None = None, replicas: int | None = None,
-                 write_quorum: int | None = None,
-                 spool_dir: str | os.PathLike[str] | None = None,
-                 spool_fsync: str | int | None = FSYNC_ALWAYS,
-                 spool_max_bytes: int = 1 << 30, spool_full: str = "block",
-                 spool_block_timeout: float | None = None, message_id_digest: bool = False,
-                 batch_size: int = 1000, batch_bytes: int = 1 << 20,
-                 rescan_interval: float = 1.0,
-                 on_corrupt: Callable[[CorruptSegment], None] | None = None,
-                 on_rejected: Callable[[str, bytes, BaseException], None] | None = None,
-                 on_error: Callable[[BaseException], None] | None = None,
-                 producer_factory: Callable[[], Sender] | None = None,
+                 strategy: str = _P.strategy, max_tries: int | None = _P.max_tries,
+                 retry_wait: float = _P.retry_wait,
+                 retry_max_wait: float = _P.retry_max_wait,
+                 retry_deadline: float | None = _P.retry_deadline,
+                 publish_timeout: float | None = _P.publish_timeout,
+                 max_msg_size: int | None = _P.max_msg_size,
+                 max_mpub_bytes: int = _P.max_mpub_bytes,
+                 blocking_connections: int = _P.blocking_connections,
+                 publish_ids: bool | None = _P.publish_ids, replicas: int | None = _P.replicas,
+                 write_quorum: int | None = _P.write_quorum,
+                 spool_dir: str | os.PathLike[str] | None = _P.spool_dir,
+                 spool_fsync: str | int | None = _P.spool_fsync,
+                 spool_max_bytes: int = _P.spool_max_bytes, spool_full: str = _P.spool_full,
+                 spool_block_timeout: float | None = _P.spool_block_timeout,
+                 message_id_digest: bool = _P.message_id_digest,
+                 batch_size: int = _P.batch_size, batch_bytes: int = _P.batch_bytes,
+                 rescan_interval: float = _P.rescan_interval,
+                 on_corrupt: Callable[[CorruptSegment], None] | None = _P.on_corrupt,
+                 on_rejected: Callable[[str, bytes, BaseException], None] | None =
+                 _P.on_rejected,
+                 on_error: Callable[[BaseException], None] | None = _P.on_error,
+                 producer_factory: Callable[[], Sender] | None = _P.producer_factory,
                  telemetry: "Telemetry | None" = None,
                  **connection_options: Any) -> None:
-        spool_options: dict[str, Any] = dict(
-            spool_fsync=spool_fsync, spool_max_bytes=spool_max_bytes, spool_full=spool_full,
-            spool_block_timeout=spool_block_timeout, on_corrupt=on_corrupt,
-            message_id_digest=message_id_digest, batch_size=batch_size,
-            batch_bytes=batch_bytes, rescan_interval=rescan_interval,
-            on_rejected=on_rejected, on_error=on_error)
-        check_producer_options(  # every number, by the one rule (nsq_spark.validate)
-            strategy=strategy, max_tries=max_tries, retry_wait=retry_wait,
-            retry_max_wait=retry_max_wait, retry_deadline=retry_deadline,
-            publish_timeout=publish_timeout, max_msg_size=max_msg_size,
-            max_mpub_bytes=max_mpub_bytes, blocking_connections=blocking_connections,
-            replicas=replicas, write_quorum=write_quorum, spool_max_bytes=spool_max_bytes, spool_block_timeout=spool_block_timeout,
-            batch_size=batch_size, batch_bytes=batch_bytes, rescan_interval=rescan_interval)
-        spooled = spool_dir is not None
-        if publish_ids not in (None, True, False):
-            raise ConfigError(f"publish_ids={publish_ids!r}: give True, False, or None (on "
-                              "exactly when replicas is given)")
-        if write_quorum is not None and replicas is None:
-            raise ConfigError(f"write_quorum={write_quorum} needs replicas=N (the number of "
-                              "nsqd each message goes to): give both, or drop write_quorum")
-        if write_quorum is not None and replicas is not None and write_quorum > replicas:
-            raise ConfigError(f"write_quorum={write_quorum} is more than replicas={replicas}: "
-                              "a publish cannot be acknowledged by more nsqd than it is sent "
-                              f"to; give write_quorum 1 .. {replicas}")
-        if replicas is not None and producer_factory is not None:
-            raise ConfigError("replicas needs the Producer's own connections to every nsqd: "
-                              "drop producer_factory (or replicas)")
-        if not spooled:
-            given = dict(spool_options, producer_factory=producer_factory)
-            stray = sorted(k for k, v in given.items() if v != _SPOOL_DEFAULTS[k])
-            if stray:
-                raise ConfigError(
-                    f"{', '.join(stray)} only appl{'ies' if len(stray) == 1 else 'y'} to a "
-                    "spooling producer: also give spool_dir=<directory> "
-                    "(Producer(..., spool_dir=path, ...)), or drop "
-                    f"{'it' if len(stray) == 1 else 'them'}")
+        # every option, by its row (the one rule, and what needs spool_dir or replicas)
+        options = ProducerOptions.of(locals())
+        spooled = options.spooled
         # the spool retries without end itself: the sender it drives fails fast, so that
         # close() and outages stay responsive
-        if spooled and max_tries is None:
-            max_tries = 1
+        if spooled and options.max_tries is None:
+            options = dataclasses.replace(options, max_tries=1)
+        self._options = options
         # every public attribute is set here, for both modes alike
-        self.max_tries: int | None = max_tries   # None: retry_deadline is the budget
-        self.strategy = strategy
-        self.retry_wait = retry_wait
-        self.retry_max_wait = retry_max_wait
-        self.retry_deadline = retry_deadline
-        self.publish_timeout = publish_timeout
-        self.max_msg_size = max_msg_size
-        self.max_mpub_bytes = max_mpub_bytes
-        self.blocking_connections = blocking_connections
+        self.max_tries: int | None = options.max_tries  # None: retry_deadline is the budget
+        self.strategy = options.strategy
+        self.retry_wait = options.retry_wait
+        self.retry_max_wait = options.retry_max_wait
+        self.retry_deadline = options.retry_deadline
+        self.publish_timeout = options.publish_timeout
+        self.max_msg_size = options.max_msg_size
+        self.max_mpub_bytes = options.max_mpub_bytes
+        self.blocking_connections = options.blocking_connections
         #: the copies of each message, and how many must acknowledge (None: no replication)
-        self.replicas: int | None = replicas
+        self.replicas: int | None = options.replicas
         self.write_quorum: int | None = None if replicas is None else (
             default_quorum(replicas) if write_quorum is None else write_quorum)
         #: stamp each body with a publish id (on by default with replicas)
         self.publish_ids = bool(replicas is not None if publish_ids is None else publish_ids)
         self._ids: PublishIds | None = PublishIds() if self.publish_ids else None
-        self.message_id_digest = bool(message_id_digest)
-        self.batch_size = batch_size
-        self.batch_bytes = batch_bytes
-        self.rescan_interval = rescan_interval
+        self.message_id_digest = options.message_id_digest
+        self.batch_size = options.batch_size
+        self.batch_bytes = options.batch_bytes
+        self.rescan_interval = options.rescan_interval
         self.config = ConnectionConfig.from_options(**connection_options)
         # the one choice of mode: a transport, and the addresses it was given
         self._direct: DirectTransport | None = None   # without spool_dir (for Writer)
@@ -316,7 +224,7 @@ class Producer:
         # chosen once: the transport itself, or the transport measured
         self.telemetry = checked_telemetry(telemetry, "Producer")
         server: tuple[str, int] | None = None
-        if spool_dir is None:
+        if not spooled:
             self._direct = sender = self._direct_transport(
                 nsqd_tcp_addresses, nsqd_http_addresses, spooled)
             transport = self._replicated(sender)
@@ -333,9 +241,7 @@ class Producer:
             # instrumented: what the drain sends to nsqd is what is counted as sent
             drained: Sender = sender if self.telemetry is None else \
                 self.telemetry.drain_sender(sender, server)
-            transport = spool = SpooledTransport(
-                spool_dir, drained, max_msg_size=max_msg_size,
-                retry_max_wait=retry_max_wait, **spool_options)
+            transport = spool = SpooledTransport(options, drained)
         if self.telemetry is not None:
             # spooled: the send span (and the envelope's traceparent) at the publish call,
             # the sent count and duration at the drain (above)
@@ -381,13 +287,7 @@ class Producer:
         if bool(tcp) == bool(http):
             raise ConfigError("give nsqd_tcp_addresses or nsqd_http_addresses (one of them, "
                               "e.g. Producer('127.0.0.1:4150'))")
-        return DirectTransport(
-            tcp, http, self.config, strategy=self.strategy,
-            retry=RetryPolicy(self.max_tries, self.retry_deadline, self.retry_wait,
-                              self.retry_max_wait),
-            publish_timeout=self.publish_timeout, max_msg_size=self.max_msg_size,
-            max_mpub_bytes=self.max_mpub_bytes,
-            blocking_connections=self.blocking_connections, stats=PublishStats(log))
+        return DirectTransport(tcp, http, self.config, self._options, stats=PublishStats(log))
 
     def __repr__(self) -> str:
         addrs = self.nsqd_http_addresses if self.http_mode else self.nsqd_tcp_addresses

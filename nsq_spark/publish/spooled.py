@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from nsq_spark import protocol
+from nsq_spark.config import ProducerOptions
 from nsq_spark.errors import InvalidBodyError
 from nsq_spark.spool.drain import Sender, SpoolDrain
 from nsq_spark.spool.format import SpoolError
-from nsq_spark.spool.store import CorruptSegment, SegmentStore, SpoolStats
+from nsq_spark.spool.store import SegmentStore, SpoolStats
 
 from .retry import RetryPolicy
 from .transport import done_future
@@ -43,33 +43,30 @@ class SpooledTransport:
     """A spool directory and the thread that drains it (see the module doc).
 
     Args:
-        spool_dir: the spool directory (created if missing).
+        options: the Producer's options (:class:`~nsq_spark.config.ProducerOptions`):
+            ``spool_dir``, the spool directory (created if missing); ``max_msg_size``,
+            over which bodies raise InvalidBodyError before they are spooled;
+            ``retry_max_wait``, the cap of the drain's backoff between attempts, seconds;
+            the store's options (``spool_fsync``, ``spool_max_bytes``, ``spool_full``,
+            ``spool_block_timeout``, ``on_corrupt``:
+            :class:`~nsq_spark.spool.store.SegmentStore`) and the drain's
+            (``message_id_digest``, ``batch_size``, ``batch_bytes``, ``rescan_interval``,
+            ``on_rejected``, ``on_error``: :class:`~nsq_spark.spool.drain.SpoolDrain`).
         sender: what the drain sends through; closed with this transport (and at once if
             the store cannot be opened).
-        max_msg_size: bodies over this raise InvalidBodyError before they are spooled.
-        retry_max_wait: cap of the drain's backoff between attempts, seconds.
-        spool_fsync, spool_max_bytes, spool_full, spool_block_timeout, on_corrupt: the
-            store's options (:class:`~nsq_spark.spool.store.SegmentStore`).
-        message_id_digest, batch_size, batch_bytes, rescan_interval, on_rejected,
-            on_error: the drain's (:class:`~nsq_spark.spool.drain.SpoolDrain`).
     """
 
-    def __init__(self, spool_dir: str | os.PathLike[str], sender: Sender, *,
-                 max_msg_size: int | None, retry_max_wait: float,
-                 spool_fsync: str | int | None, spool_max_bytes: int, spool_full: str,
-                 spool_block_timeout: float | None,
-                 on_corrupt: Callable[[CorruptSegment], None] | None,
-                 message_id_digest: bool, batch_size: int, batch_bytes: int,
-                 rescan_interval: float,
-                 on_rejected: Callable[[str, bytes, BaseException], None] | None,
-                 on_error: Callable[[BaseException], None] | None) -> None:
-        self.max_msg_size = max_msg_size
+    def __init__(self, options: ProducerOptions, sender: Sender) -> None:
+        assert options.spool_dir is not None
+        self.max_msg_size = options.max_msg_size
         self._closed = False
         self._lock = threading.Lock()   # close() from two threads closes once
         try:
-            self.store = SegmentStore(spool_dir, fsync=spool_fsync, max_bytes=spool_max_bytes,
-                                      full=spool_full, block_timeout=spool_block_timeout,
-                                      on_corrupt=on_corrupt)
+            self.store = SegmentStore(options.spool_dir, fsync=options.spool_fsync,
+                                      max_bytes=options.spool_max_bytes,
+                                      full=options.spool_full,
+                                      block_timeout=options.spool_block_timeout,
+                                      on_corrupt=options.on_corrupt)
         except BaseException:
             sender.close()
             raise
@@ -77,10 +74,11 @@ class SpooledTransport:
         # the spool retries without end (and without losing anything): no deadline, no count
         self.drain = SpoolDrain(
             self.store, sender,
-            retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05, max_wait=retry_max_wait),
-            message_id_digest=message_id_digest, batch_size=batch_size,
-            batch_bytes=batch_bytes, rescan_interval=rescan_interval,
-            on_rejected=on_rejected, on_error=on_error)
+            retry=RetryPolicy(max_tries=None, deadline=None, wait=0.05,
+                              max_wait=options.retry_max_wait),
+            message_id_digest=options.message_id_digest, batch_size=options.batch_size,
+            batch_bytes=options.batch_bytes, rescan_interval=options.rescan_interval,
+            on_rejected=options.on_rejected, on_error=options.on_error)
         self._sender = sender
         self._rejected_seen = 0   # rejections already reported by flush()
         # take over leftovers now, so that flush() right after start covers them

@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .._log import get_logger
+# the fsync policy's words and rule: the Producer's spool_fsync row
+from ..config import FSYNC_ALWAYS, FSYNC_NEVER, check_fsync
 from .format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, decode_records,
                      encode_record, salvage_records)
 
@@ -148,9 +150,6 @@ class _Segment:
 
 _ACK = struct.Struct("<QI")  # watermark, crc32 of the watermark bytes
 
-FSYNC_ALWAYS = "always"
-FSYNC_NEVER = "never"
-
 
 def _create_file(path: str | os.PathLike[str], flags: int) -> int:
     """``os.open`` with ``O_CREAT`` and the spool's file mode, whatever the umask."""
@@ -212,10 +211,8 @@ def _parse_fsync(policy: str | int | None) -> int | None:
         return None
     if policy == FSYNC_ALWAYS:
         return 0
-    if isinstance(policy, bool) or not isinstance(policy, int) or policy <= 0:
-        raise ValueError(f"spool_fsync={policy!r}: use 'always' (sync on every call), an "
-                         "interval in milliseconds (int > 0), or 'never'")
-    return policy
+    ms: int = check_fsync(policy, "spool_fsync")
+    return ms
 
 
 class SegmentStore:

@@ -110,7 +110,7 @@ def test_cache_options_are_bounded_below_msg_timeout():
                            streaming=True)
     with pytest.raises(NSQOptionError, match="readerCacheIdleTimeout.*at most 300"):
         parse_read_options(opts(readerCacheIdleTimeout="301"), streaming=True)
-    # its own bounds (READ_OPTION_LIMITS), not every duration's "> 0 .. 31,536,000"
+    # its own bounds (its row's), not every duration's "> 0 .. 31,536,000"
     with pytest.raises(NSQOptionError, match=r"seconds, > 0 \.\. 300, or a duration .*not 'x'"):
         parse_read_options(opts(readerCacheIdleTimeout="x"), streaming=True)
     with pytest.raises(NSQOptionError, match="<= 300; at most 300 s: a paused Reader may "
