@@ -209,7 +209,8 @@ def test_the_walk_resolves_relative_imports():
     assert "nsq_spark.publish.direct" in graph["nsq_spark.publish.producer"]
     assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
     assert "nsq_spark.addresses" in graph["nsq_spark.testing.chaos"]
-    assert "nsq_spark.testing" in graph["nsq_spark.testing.chaos"]  # names of its package
+    assert "nsq_spark.testing.processes" in graph["nsq_spark.testing.chaos"]
+    assert "nsq_spark.testing.processes" in graph["nsq_spark.testing"]  # its re-exports
     assert "nsq_spark.testing._binaries" in graph["nsq_spark.testing.install"]
 
 

@@ -251,3 +251,19 @@ def test_the_drain_sender_calls_the_sender_as_the_drain_does():
                for sm in rm.scope_metrics for m in sm.metrics
                if m.name == "messaging.client.sent.messages"]
     assert sum(p.value for p in sent.data.data_points) == 2
+
+
+def test_importing_the_facades_and_their_instruments_loads_no_opentelemetry_module():
+    """Off by default: the instruments sit beside the Reader and the Producer, and
+    importing them (as the facades do) asks nothing of OpenTelemetry until a
+    ``Telemetry`` is made."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nsq_spark.consumer.reader, nsq_spark.publish.producer, "
+            "nsq_spark.consumer.instrument, nsq_spark.publish.instrument, "
+            "nsq_spark.spark.instrument, nsq_spark.telemetry\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]"
