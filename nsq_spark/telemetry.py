@@ -13,7 +13,8 @@ What is recorded (names and attributes exactly as the conventions spell them):
 
 * metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call,
   not for one refused before sending, a bad topic name or body; a spooling Producer's
-  per send of its drain to nsqd, never for what is only spooled, :class:`DrainSender`),
+  per send of its drain to nsqd, never for what is only spooled,
+  :class:`~nsq_spark.publish.instrument.DrainSender`),
   ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
   delivery, when the gate hands it to a handler, or when a pull call hands it to the
   caller: never while it is only prefetched in the pull queue, so messages requeued by

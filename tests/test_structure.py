@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -629,3 +630,99 @@ def test_no_public_attribute_is_set_on_one_branch_of_an_init_only():
              if isinstance(node, ast.ClassDef)
              for attrs in [one_branch_attributes(node)] if attrs}
     assert found == {}
+
+
+# -- errors: every one an NSQError, one class per meaning -------------------------------------
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class nsq_spark defines, by qualified name (every module imported:
+    the test venv has every extra)."""
+    found: dict[str, type[BaseException]] = {}
+    for mod in module_files():
+        if mod.endswith("__main__"):
+            continue
+        module = importlib.import_module(mod)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseException) \
+                    and value.__module__ == mod:
+                found[f"{mod}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_error_nsq_spark_raises_is_an_nsq_error():
+    """A private exception (``_Name``) is control flow its module catches; every other is
+    what a user may see, and ``except NSQError`` must catch it."""
+    from nsq_spark.errors import NSQError
+
+    classes = _exception_classes()
+    assert len(classes) > 30, "the walk found too few exception classes to be right"
+    outside = sorted(name for name, cls in classes.items()
+                     if not issubclass(cls, NSQError)
+                     and not name.rpartition(".")[2].startswith("_"))
+    assert outside == []
+
+
+def test_one_spool_error_per_meaning():
+    """The Producer's publish spool and the Spark connector's write-ahead spool fail for
+    different reasons and are caught apart: two classes, two names, neither a kind of the
+    other. The Spark one's 0.1.0 name is the same class, for a release."""
+    from nsq_spark.errors import NSQError, SparkSpoolError
+    from nsq_spark.spark import spool as spark_spool
+    from nsq_spark.spool import SpoolError
+
+    assert spark_spool.SpoolError is SparkSpoolError   # the old name, not a second class
+    assert not issubclass(SparkSpoolError, SpoolError)
+    assert not issubclass(SpoolError, SparkSpoolError)
+    assert issubclass(SparkSpoolError, NSQError) and issubclass(SparkSpoolError, RuntimeError)
+    spool_errors = sorted(name for name, cls in _exception_classes().items()
+                          if name.rpartition(".")[2] == "SpoolError")
+    assert spool_errors == ["nsq_spark.spool.format.SpoolError"]
+
+
+# -- docstrings name methods that exist ---------------------------------------------------------
+
+
+def _broken_method_references(mod: str, source: str) -> list[str]:
+    """The ``:meth:`Class.name``` references in ``source`` (of the module ``mod``) to a
+    class of that module or a dotted ``nsq_spark`` path, whose method does not exist."""
+    module = importlib.import_module(mod)
+    broken = []
+    for ref in re.finditer(r":meth:`~?([\w.]+)`", source):
+        parts = ref.group(1).split(".")
+        if len(parts) < 2:
+            continue   # a bare name, relative to the class the docstring is in
+        if parts[0] == "nsq_spark":
+            found = next(i for i in range(len(parts) - 1, 0, -1)
+                         if _is_module(".".join(parts[:i])))
+            obj: object = importlib.import_module(".".join(parts[:found]))
+            rest = parts[found:]
+        elif isinstance(vars(module).get(parts[0]), type):
+            obj, rest = module, parts
+        else:
+            continue
+        for name in rest:
+            if not hasattr(obj, name):
+                broken.append(f"{mod}: {ref.group(1)}")
+                break
+            obj = getattr(obj, name)
+    return broken
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:   # a parent is no package
+        return False
+
+
+def test_the_method_reference_check_sees_a_method_that_does_not_exist():
+    src = ":meth:`Answers._finish` and :meth:`Answers._fin_ids`, :meth:`bulk`"
+    assert _broken_method_references("nsq_spark.consumer.answers", src) == [
+        "nsq_spark.consumer.answers: Answers._fin_ids"]
+
+
+def test_docstrings_name_methods_that_exist():
+    broken = [b for mod, path in module_files().items() if not mod.endswith("__main__")
+              for b in _broken_method_references(mod, path.read_text())]
+    assert broken == []

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsq_spark.errors import SparkVersionError
+from nsq_spark.errors import SparkSpoolError, SparkVersionError
 
 from .instrument import ProgressInstrument
 from .options import NSQOptionError
 from .progress import SourceLag, source_lag
 
 __all__ = ["register", "NSQDataSource", "NSQOptionError", "ProgressInstrument", "SourceLag",
-           "SparkVersionError", "source_lag"]
+           "SparkSpoolError", "SparkVersionError", "source_lag"]
 
 
 def register(spark: Any) -> None:

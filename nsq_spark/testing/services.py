@@ -8,7 +8,8 @@ import socket
 import tempfile
 from pathlib import Path
 
-from .processes import DEFAULT_START_TIMEOUT, ServerProcess, find_binary, free_port, start_with_port_retry
+from .processes import (DEFAULT_START_TIMEOUT, ServerProcess, find_binary, free_port,
+                        start_with_port_retry)
 
 __all__ = ["RedisServer", "MemcachedServer"]
 
