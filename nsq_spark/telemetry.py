@@ -50,9 +50,9 @@ body and the ``trace_parent`` column.
 Where each part lives: this module holds the providers, the instruments' names and the
 helpers every side shares (:class:`Where`, :func:`error_type`, :func:`link_to`,
 :func:`traceparent_of`) and imports nothing above it; what measures a side lives beside
-that side: :mod:`nsq_spark.consumer.instrument` (a Reader's), :mod:`nsq_spark.publish.instrument`
-(a Producer's and its spool drain's), :mod:`nsq_spark.spark.instrument` (a Spark query's,
-from its progress).
+that side: :mod:`nsq_spark.consumer.instrument` (a Reader's),
+:mod:`nsq_spark.publish.instrument` (a Producer's and its spool drain's),
+:mod:`nsq_spark.spark.instrument` (a Spark query's, from its progress).
 
 Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per
 loop turn, so a per-message settle time would measure nothing); the duration of an
@@ -187,7 +187,7 @@ class Telemetry:
     # -- deprecated: the Spark side's instrument lives in nsq_spark.spark ----------------
 
     def _progress_instrument(self, name: str) -> Any:
-        warnings.warn(f"Telemetry.{name}() is deprecated and goes in the next release: "
+        warnings.warn(f"Telemetry.{name}() is deprecated and will be removed: "
                       "count a Spark query's progress with "
                       "nsq_spark.spark.ProgressInstrument(telemetry)", DeprecationWarning,
                       stacklevel=3)
