@@ -37,7 +37,7 @@ Public modules (what users may import; tests/test_structure.py checks this list)
   ``telemetry``      OpenTelemetry metrics and spans (``Telemetry``; the ``otel`` extra)
   ``cli``            the ``nsq-spark`` command
 
-Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``,
+Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``, ``_retry``,
 ``_strict_argparse``, ``_options``, ``_version``; ``__version__`` is here).
 The old paths ``reader``, ``writer``, ``producer``, ``rdy``, ``backoff``, ``install`` and
 ``testing_chaos`` are re-exports

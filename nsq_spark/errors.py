@@ -162,6 +162,15 @@ class SparkVersionError(NSQError, RuntimeError):
     :mod:`nsq_spark.spark._compat` decides what each version supports."""
 
 
+class SparkSpoolError(NSQError, RuntimeError):
+    """The Spark connector's write-ahead spool (the ``spoolPath`` option) could not be
+    used, or a batch it owes is gone: the message names the spool, the batch and what to
+    check (shared storage every executor reaches, a spool deleted while the query was
+    stopped). Not the Producer's publish spool: that one's errors are
+    :class:`nsq_spark.spool.SpoolError`. (Called ``nsq_spark.spark.spool.SpoolError`` in
+    0.1.0, where it derived from ``RuntimeError`` alone; that name stays for a release.)"""
+
+
 # -- errors sent by nsqd ------------------------------------------------------------------
 
 

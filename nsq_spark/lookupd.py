@@ -53,7 +53,7 @@ from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as bef
 from .admin.calls import read_answer
 from .admin.client import authorization
 from .admin.errors import HTTPStatusError, LookupdError
-from .admin.model import LookupdProducer
+from .admin.model import Lookup, LookupdProducer
 from .admin.transport import AsyncHttpTransport, AsyncTransport, Transport, answer_limit, \
     shared_transport
 from .errors import PollerStoppedError, is_transient
@@ -61,7 +61,7 @@ from .errors import PollerStoppedError, is_transient
 log = get_logger(__name__)
 
 __all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
-           "lookup_sync", "lookupd_index", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
+           "lookup_sync", "lookup_answer_sync", "lookupd_index", "parse_lookup_response", "parse_producer_records", "next_poll_delay",
            "producer_address"]
 
 #: ``(broadcast_address, tcp_port)``: how producers are told apart and united.
@@ -167,6 +167,16 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
     included); callers that skip a failing lookupd catch ``AdminError``. For code
     without an event loop (the Spark driver and sink); ``transport`` defaults to the
     process's shared one."""
+    return [_record(p) for p in lookup_answer_sync(address, topic, timeout, path, transport,
+                                                   auth_secret).producers]
+
+
+def lookup_answer_sync(address: str, topic: str, timeout: float = 2.0,
+                       path: str = "/lookup", transport: Transport | None = None,
+                       auth_secret: str | bytes | None = None) -> Lookup:
+    """:func:`lookup_sync`'s request, its answer as the admin model has it (the one
+    definition of a ``/lookup`` answer: :class:`~nsq_spark.admin.model.Lookup`, the
+    topic's channels and producers); the same errors."""
     url = lookup_url(address, topic)
     if path != "/lookup":
         scheme, netloc, _, _, _ = urlsplit(url)
@@ -176,10 +186,10 @@ def lookup_sync(address: str, topic: str, timeout: float = 2.0,
         call.method, call.url, timeout, max_bytes=answer_limit(call.answer),
         authorization=authorization(address, auth_secret))
     try:
-        found = read_answer(call, answer)
+        found: Lookup = read_answer(call, answer)
     except HTTPStatusError as exc:
         raise LookupdError(str(exc)) from exc
-    return [_record(p) for p in found.producers]
+    return found
 
 
 def next_poll_delay(interval: float, jitter: float, rng: random.Random | None = None) -> float:

@@ -140,7 +140,7 @@ def test_static_binaries_are_told_from_dynamic_ones() -> None:
     import shutil
     import sys
 
-    from nsq_spark.testing import _elf_is_dynamic
+    from nsq_spark.testing.docker import _elf_is_dynamic
 
     assert not _elf_is_dynamic(find_binary("nsqd"))
     assert _elf_is_dynamic(sys.executable) or _elf_is_dynamic(str(shutil.which("ls")))
@@ -151,7 +151,7 @@ def test_docker_mode_without_an_engine_says_how_to_get_one(monkeypatch: pytest.M
                                                            tmp_path) -> None:  # type: ignore[no-untyped-def]
     from nsq_spark.testing import docker_engine_problem
 
-    pytest.importorskip("docker")
+    pytest.importorskip("testcontainers")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     problem = docker_engine_problem()
     assert problem is not None
@@ -256,7 +256,7 @@ def test_closing_the_runner_stops_every_reader_when_one_fails_to_stop() -> None:
 
 @pytest.mark.unit
 def test_the_harness_and_both_installers_follow_one_cache_rule(monkeypatch, tmp_path):
-    from nsq_spark.testing import _default_nsq_bin_dirs
+    from nsq_spark.testing.processes import _default_nsq_bin_dirs
     from nsq_spark.testing._binaries import NSQ_VERSION, TOXIPROXY_VERSION, cache_root
     from nsq_spark.testing.chaos import cache_binary
     from nsq_spark.testing.install import default_bin_dir
@@ -282,7 +282,7 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_repeats(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The kernel may give two binds in a row the same port once the first socket is closed
     # (CI saw nsqlookupd's TCP and HTTP listeners given one port); free_port must skip it.
-    import nsq_spark.testing as harness
+    import nsq_spark.testing.processes as harness
 
     kernel_ports = iter([41001, 41001, 41001, 41002])
 
@@ -305,3 +305,33 @@ def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_repeats(
     monkeypatch.setattr(harness, "_RECENT_PORTS", harness.collections.deque(maxlen=8))
     monkeypatch.setattr(harness.socket, "socket", RepeatingSocket)
     assert [harness.free_port(), harness.free_port()] == [41001, 41002]
+
+
+@pytest.mark.unit
+def test_the_names_of_nsq_spark_testing_stay_importable_after_the_split() -> None:
+    """0.1.0's one module is rooms now (processes, cluster, services, docker, readers,
+    plugin): what users' tests and the pytest11 entry point import from
+    ``nsq_spark.testing`` is still there, the same objects as in the rooms."""
+    import nsq_spark.errors
+    import nsq_spark.testing as harness
+    from nsq_spark.testing import cluster, docker, plugin, processes, readers, services
+
+    names = {
+        cluster: ["NSQCluster", "NsqdNode", "LookupdNode", "NsqadminNode", "NsqdContainer",
+                  "LookupdContainer", "NsqadminContainer", "publish"],
+        processes: ["ServerProcess", "HarnessError", "DEFAULT_START_TIMEOUT", "find_binary",
+                    "free_port", "wait_until"],
+        services: ["RedisServer", "MemcachedServer"],
+        readers: ["ReaderRunner"],
+        docker: ["DEFAULT_IMAGE", "LOCAL_IMAGE", "DOCKER_LABEL", "ContainerProcess",
+                 "DockerSession", "docker_client", "docker_engine_problem",
+                 "docker_leftovers", "ensure_image"],
+        plugin: ["nsq_cluster", "docker_nsq_cluster", "running_reader", "redis_server",
+                 "memcached_server", "pytest_configure", "pytest_runtest_makereport"],
+    }
+    for room, listed in names.items():
+        for name in listed:
+            assert getattr(harness, name) is getattr(room, name), name
+    assert harness.NSQ_VERSION == "1.3.0"
+    assert issubclass(harness.HarnessError, nsq_spark.errors.NSQError)
+    assert issubclass(harness.HarnessError, RuntimeError)   # as in 0.1.0

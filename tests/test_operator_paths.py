@@ -168,6 +168,7 @@ def test_a_spool_directory_renamed_away_is_noticed_like_a_deleted_one(tmp_path, 
 def test_a_publish_refused_before_sending_is_not_counted_as_sent():
     pytest.importorskip("opentelemetry.sdk")
     from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
+    from nsq_spark.publish.instrument import TracedTransport
     from test_telemetry_unit import FakeTransport, Otel, _port
 
     otel = Otel()
@@ -190,8 +191,8 @@ def test_a_publish_refused_before_sending_is_not_counted_as_sent():
         "nsq_spark.errors.InvalidBodyError", "nsq_spark.errors.InvalidNameError"]
     # nsqd's refusal is an attempt: counted, with nsqd's code (as before)
     otel = Otel()
-    traced = otel.telemetry.producer_transport(
-        _port(FakeTransport(NSQServerError("E_BAD_TOPIC", "bad"))), None)
+    traced = TracedTransport(
+        otel.telemetry, _port(FakeTransport(NSQServerError("E_BAD_TOPIC", "bad"))), None)
     with pytest.raises(NSQServerError):
         traced.publish("t", b"x", None)
     (point,) = otel.points("messaging.client.sent.messages")

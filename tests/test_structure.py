@@ -1,5 +1,6 @@
 """The library's shape, checked from the source (no sockets): no import cycle of any kind
-inside nsq_spark, parts never import the facade that owns them, the project never imports
+inside nsq_spark, between modules or between packages, no import running back up the
+layers (:data:`LAYERS`), parts never import the facade that owns them, the project never imports
 its own compatibility shims (which keep working for users), the package says which root
 modules are public, and a class's public attributes exist whatever branch its
 ``__init__`` took.
@@ -11,7 +12,15 @@ two modules cannot be understood, or split, one without the other) and
 ``from . import sibling`` is an edge to the sibling module; ``from . import NAME`` of a name
 defined in the enclosing package's ``__init__`` is an edge to that ``__init__`` (which, if
 it imported the module back, would hand it a half-initialised package). A strongly
-connected component of more than one module is a cycle.
+connected component of more than one module is a cycle. The same walk over packages (each
+module counted as its top-level package or root module: ``nsq_spark.publish.tcp`` is
+``nsq_spark.publish``) finds circles that no module-level cycle shows: publish -> spool ->
+publish through different modules is one.
+
+One kind of edge is left out of the graph: an import inside a function that warns
+``DeprecationWarning``, a shim kept for users for one release (a method that moved up a
+layer, say). They are listed in :data:`DEPRECATED_SHIM_EDGES` with the release they go
+in, and a test holds the list to what the source has.
 
 These are shape rules, not size rules: a class is as long as its one job needs (the line
 caps this file had invited trimming and were dropped in issue #23).
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -42,27 +52,40 @@ def module_files() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-def imported_names(mod: str, path: Path, files: dict[str, Path]) -> list[tuple[str, str | None]]:
+def _warns_deprecation(func: ast.AST) -> bool:
+    """Whether a function calls ``warn(..., DeprecationWarning, ...)`` in its own body."""
+    return any(isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))
+               and (c.func.id if isinstance(c.func, ast.Name) else c.func.attr) == "warn"
+               and any(isinstance(a, ast.Name) and a.id == "DeprecationWarning"
+                       for a in [*c.args, *(k.value for k in c.keywords)])
+               for c in ast.walk(func))
+
+
+def imported_names(mod: str, path: Path, files: dict[str, Path],
+                   shims: list[tuple[str, str]] | None = None
+                   ) -> list[tuple[str, str | None]]:
     """Every ``(module, name)`` that ``mod`` imports from nsq_spark, anywhere in its source
     (``name`` is None for a whole-module import). ``from pkg import sub`` of a submodule
     is the module ``pkg.sub``; ``importlib.import_module("x")`` is the module ``x``; a
     module that calls ``import_module`` with a computed name is taken to import every
-    nsq_spark module that one of its string constants names (its table of lazy imports)."""
+    nsq_spark module that one of its string constants names (its table of lazy imports).
+    Imports inside a function that warns ``DeprecationWarning`` are left out, and appended
+    to ``shims`` as ``(mod, module)`` when it is given."""
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
+    in_shim = {id(n) for f in ast.walk(tree)
+               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and _warns_deprecation(f)
+               for n in ast.walk(f)}
     out: list[tuple[str, str | None]] = []
     computed_import = False
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(a.name, None) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                out.append((sub, None) if sub in files else (base, alias.name))
+        if id(node) in in_shim and isinstance(node, (ast.Import, ast.ImportFrom)):
+            if shims is not None:
+                found = [m for m, _ in imported_names_of(node, package, files)]
+                shims += [(mod, m) for m in found if m in files]
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out += imported_names_of(node, package, files)
         elif isinstance(node, ast.Call) and _is_import_module(node.func):
             arg = node.args[0] if node.args else None
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -77,6 +100,19 @@ def imported_names(mod: str, path: Path, files: dict[str, Path]) -> list[tuple[s
                 if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in files
                 and id(c) not in logger_names]
     return [(m, n) for m, n in out if m in files]
+
+
+def imported_names_of(node: ast.Import | ast.ImportFrom, package: str,
+                      files: dict[str, Path]) -> list[tuple[str, str | None]]:
+    """The ``(module, name)`` pairs of one import statement (as :func:`imported_names`)."""
+    if isinstance(node, ast.Import):
+        return [(a.name, None) for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    return [(f"{base}.{a.name}", None) if f"{base}.{a.name}" in files else (base, a.name)
+            for a in node.names]
 
 
 def _is_get_logger(func: ast.expr) -> bool:
@@ -94,6 +130,29 @@ def import_graph() -> dict[str, set[str]]:
     files = module_files()
     return {mod: {m for m, _ in imported_names(mod, path, files) if m != mod}
             for mod, path in files.items()}
+
+
+def unit_of(mod: str) -> str:
+    """The top-level package or root module ``mod`` belongs to (``nsq_spark`` itself for
+    the package's ``__init__``)."""
+    return ".".join(mod.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with every module counted as its :func:`unit_of`."""
+    out: dict[str, set[str]] = {}
+    for mod, targets in graph.items():
+        out.setdefault(unit_of(mod), set()).update(
+            unit_of(t) for t in targets if unit_of(t) != unit_of(mod))
+    return out
+
+
+def deprecated_shim_edges() -> set[tuple[str, str]]:
+    files = module_files()
+    found: list[tuple[str, str]] = []
+    for mod, path in files.items():
+        imported_names(mod, path, files, found)
+    return set(found)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -151,7 +210,8 @@ def test_the_walk_resolves_relative_imports():
     assert "nsq_spark.publish.direct" in graph["nsq_spark.publish.producer"]
     assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
     assert "nsq_spark.addresses" in graph["nsq_spark.testing.chaos"]
-    assert "nsq_spark.testing" in graph["nsq_spark.testing.chaos"]  # names of its package
+    assert "nsq_spark.testing.processes" in graph["nsq_spark.testing.chaos"]
+    assert "nsq_spark.testing.processes" in graph["nsq_spark.testing"]  # its re-exports
     assert "nsq_spark.testing._binaries" in graph["nsq_spark.testing.install"]
 
 
@@ -188,6 +248,107 @@ def test_the_package_s_lazy_table_and_type_checking_block_are_edges():
 
 def test_no_import_cycle_inside_nsq_spark():
     assert [sorted(c) for c in cycles(import_graph())] == []
+
+
+def test_the_package_walk_sees_a_circle_no_module_cycle_shows():
+    graph = {"nsq_spark.a.x": {"nsq_spark.b.y"}, "nsq_spark.b.y": set(),
+             "nsq_spark.b.z": {"nsq_spark.a.w"}, "nsq_spark.a.w": set()}
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph)) == [frozenset({"nsq_spark.a", "nsq_spark.b"})]
+
+
+def test_no_package_level_circle_inside_nsq_spark():
+    assert [sorted(c) for c in cycles(package_graph(import_graph()))] == []
+
+
+# -- the layers: no import runs back up ------------------------------------------------------
+
+#: The layers, bottom first. A module may import its own package, and the packages and root
+#: modules of its own layer or the layers below; never one above (a same-layer pair is kept
+#: acyclic by the package-level cycle test). Every root module and package has a place.
+#:
+#: * telemetry is a foundation: it keeps the providers and the shared helpers, and each
+#:   instrument lives beside what it measures (consumer/, publish/, spark/ import it);
+#: * the retry policy (``_retry``) is below both ``spool`` (the drain retries) and
+#:   ``publish``; ``spool`` is below ``publish``: the Producer composes a spool, the spool
+#:   never knows the Producer;
+#: * ``spark`` is above the facades: its sink publishes through the Producer facade and its
+#:   fetch tasks read through the Reader facade, as any application would;
+#: * the entry points and the old paths kept for users are on top.
+LAYERS: list[tuple[str, set[str]]] = [
+    ("foundations: errors, values, wire format, telemetry providers, retry policy",
+     {"errors", "_version", "envelope", "validate", "addresses", "_log", "_codecs",
+      "_rdy_credit", "message", "protocol", "_loop", "telemetry", "_retry",
+      "_strict_argparse"}),
+    ("connections, HTTP clients, discovery, deduplicators",
+     {"config", "handshake", "sync_conn", "conn", "admin", "lookupd", "dedup"}),
+    ("the publish spool", {"spool"}),
+    ("the facades and their parts", {"publish", "consumer"}),
+    ("on the facades: pynsq's surface, contrib, Spark, the test harness, Prometheus",
+     {"compat", "contrib", "spark", "testing", "metrics"}),
+    ("entry points and the old paths kept for users",
+     {"cli", "__main__", "", "reader", "writer", "producer", "rdy", "backoff", "install",
+      "testing_chaos", "publish_spool"}),
+]
+
+#: Deprecation shims that import up a layer (leaving the graph, see the module doc):
+#: (module, what it imports) -> what they keep, and until when.
+DEPRECATED_SHIM_EDGES = {
+    ("nsq_spark.telemetry", "nsq_spark.spark.instrument"):
+        "Telemetry.record_progress() / forget_query() of 0.1.0 (now "
+        "nsq_spark.spark.ProgressInstrument): removed in the release after the next",
+}
+
+
+def _layer_of() -> dict[str, int]:
+    return {f"nsq_spark.{name}" if name else "nsq_spark": i
+            for i, (_, names) in enumerate(LAYERS) for name in names}
+
+
+def test_every_package_and_root_module_has_one_layer():
+    placed = [name for _, names in LAYERS for name in names]
+    assert len(placed) == len(set(placed)), "a name is in two layers"
+    units = {unit_of(m) for m in module_files()}
+    assert sorted(units - set(_layer_of())) == [], "give each a place in LAYERS"
+    assert sorted(set(_layer_of()) - units) == [], "LAYERS names what does not exist"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    layer = _layer_of()
+    return sorted(f"{mod} imports {target} ({LAYERS[layer[unit_of(target)]][0]!r} is "
+                  f"above {LAYERS[layer[unit_of(mod)]][0]!r})"
+                  for mod, targets in graph.items() for target in targets
+                  if layer[unit_of(target)] > layer[unit_of(mod)])
+
+
+def test_the_layer_rule_sees_an_import_up_and_allows_one_down():
+    graph = {"nsq_spark.spool.drain": {"nsq_spark.publish.retry", "nsq_spark._retry"},
+             "nsq_spark.spark.sink": {"nsq_spark.publish.producer"}}
+    assert [line.split(" (")[0] for line in upward_imports(graph)] == [
+        "nsq_spark.spool.drain imports nsq_spark.publish.retry"]
+
+
+def test_no_import_runs_back_up_the_layers():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_deprecation_shims_that_import_up_are_the_listed_ones():
+    assert deprecated_shim_edges() == set(DEPRECATED_SHIM_EDGES)
+
+
+def test_a_deprecation_shim_is_seen_only_inside_a_warning_function(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import warnings\n"
+                     "def old():\n"
+                     "    warnings.warn('gone soon', DeprecationWarning)\n"
+                     "    from nsq_spark import lookupd\n"
+                     "def current():\n"
+                     "    from nsq_spark import conn\n")
+    files = {**module_files(), "nsq_spark.probe": probe}
+    shims: list[tuple[str, str]] = []
+    edges = {m for m, _ in imported_names("nsq_spark.probe", probe, files, shims)}
+    assert edges == {"nsq_spark.conn"}
+    assert shims == [("nsq_spark.probe", "nsq_spark.lookupd")]
 
 
 # -- parts never import their owner ------------------------------------------------------------
@@ -227,6 +388,7 @@ SHIMS = {
     "nsq_spark.backoff": ("nsq_spark.consumer.backoff",),
     "nsq_spark.install": ("nsq_spark.testing.install",),
     "nsq_spark.testing_chaos": ("nsq_spark.testing.chaos",),
+    "nsq_spark.publish.retry": ("nsq_spark._retry",),
 }
 #: Single names a real module re-exports for users only: the project imports them from
 #: where they are defined.
@@ -468,3 +630,99 @@ def test_no_public_attribute_is_set_on_one_branch_of_an_init_only():
              if isinstance(node, ast.ClassDef)
              for attrs in [one_branch_attributes(node)] if attrs}
     assert found == {}
+
+
+# -- errors: every one an NSQError, one class per meaning -------------------------------------
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class nsq_spark defines, by qualified name (every module imported:
+    the test venv has every extra)."""
+    found: dict[str, type[BaseException]] = {}
+    for mod in module_files():
+        if mod.endswith("__main__"):
+            continue
+        module = importlib.import_module(mod)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseException) \
+                    and value.__module__ == mod:
+                found[f"{mod}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_error_nsq_spark_raises_is_an_nsq_error():
+    """A private exception (``_Name``) is control flow its module catches; every other is
+    what a user may see, and ``except NSQError`` must catch it."""
+    from nsq_spark.errors import NSQError
+
+    classes = _exception_classes()
+    assert len(classes) > 30, "the walk found too few exception classes to be right"
+    outside = sorted(name for name, cls in classes.items()
+                     if not issubclass(cls, NSQError)
+                     and not name.rpartition(".")[2].startswith("_"))
+    assert outside == []
+
+
+def test_one_spool_error_per_meaning():
+    """The Producer's publish spool and the Spark connector's write-ahead spool fail for
+    different reasons and are caught apart: two classes, two names, neither a kind of the
+    other. The Spark one's 0.1.0 name is the same class, for a release."""
+    from nsq_spark.errors import NSQError, SparkSpoolError
+    from nsq_spark.spark import spool as spark_spool
+    from nsq_spark.spool import SpoolError
+
+    assert spark_spool.SpoolError is SparkSpoolError   # the old name, not a second class
+    assert not issubclass(SparkSpoolError, SpoolError)
+    assert not issubclass(SpoolError, SparkSpoolError)
+    assert issubclass(SparkSpoolError, NSQError) and issubclass(SparkSpoolError, RuntimeError)
+    spool_errors = sorted(name for name, cls in _exception_classes().items()
+                          if name.rpartition(".")[2] == "SpoolError")
+    assert spool_errors == ["nsq_spark.spool.format.SpoolError"]
+
+
+# -- docstrings name methods that exist ---------------------------------------------------------
+
+
+def _broken_method_references(mod: str, source: str) -> list[str]:
+    """The ``:meth:`Class.name``` references in ``source`` (of the module ``mod``) to a
+    class of that module or a dotted ``nsq_spark`` path, whose method does not exist."""
+    module = importlib.import_module(mod)
+    broken = []
+    for ref in re.finditer(r":meth:`~?([\w.]+)`", source):
+        parts = ref.group(1).split(".")
+        if len(parts) < 2:
+            continue   # a bare name, relative to the class the docstring is in
+        if parts[0] == "nsq_spark":
+            found = next(i for i in range(len(parts) - 1, 0, -1)
+                         if _is_module(".".join(parts[:i])))
+            obj: object = importlib.import_module(".".join(parts[:found]))
+            rest = parts[found:]
+        elif isinstance(vars(module).get(parts[0]), type):
+            obj, rest = module, parts
+        else:
+            continue
+        for name in rest:
+            if not hasattr(obj, name):
+                broken.append(f"{mod}: {ref.group(1)}")
+                break
+            obj = getattr(obj, name)
+    return broken
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:   # a parent is no package
+        return False
+
+
+def test_the_method_reference_check_sees_a_method_that_does_not_exist():
+    src = ":meth:`Answers._finish` and :meth:`Answers._fin_ids`, :meth:`bulk`"
+    assert _broken_method_references("nsq_spark.consumer.answers", src) == [
+        "nsq_spark.consumer.answers: Answers._fin_ids"]
+
+
+def test_docstrings_name_methods_that_exist():
+    broken = [b for mod, path in module_files().items() if not mod.endswith("__main__")
+              for b in _broken_method_references(mod, path.read_text())]
+    assert broken == []

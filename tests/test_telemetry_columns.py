@@ -20,6 +20,7 @@ from nsq_spark.spark.schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  
                                     conform, messages_to_batch)
 from nsq_spark.spark.spool import BatchSummary  # noqa: E402
 from nsq_spark.spool.format import wrap_envelope  # noqa: E402
+from nsq_spark.spark.instrument import ProgressInstrument  # noqa: E402
 from nsq_spark.telemetry import Telemetry  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -84,11 +85,11 @@ def progress(batch: int, rows: int, topic: str = "orders", channel: str = "audit
 
 def test_the_driver_counts_each_batch_of_the_progress_once():
     reader = InMemoryMetricReader()
-    t = Telemetry(MeterProvider(metric_readers=[reader]))
-    assert t.record_progress(progress(3, 120)) == 120
-    assert t.record_progress(progress(3, 120)) == 0      # the same batch reported again
-    assert t.record_progress(progress(4, 0)) == 0        # an empty batch counts nothing
-    assert t.record_progress(progress(5, 30)) == 30
+    t = ProgressInstrument(Telemetry(MeterProvider(metric_readers=[reader])))
+    assert t.record(progress(3, 120)) == 120
+    assert t.record(progress(3, 120)) == 0      # the same batch reported again
+    assert t.record(progress(4, 0)) == 0        # an empty batch counts nothing
+    assert t.record(progress(5, 30)) == 30
     (metric,) = [m for rm in reader.get_metrics_data().resource_metrics
                  for sm in rm.scope_metrics for m in sm.metrics]
     assert metric.name == "messaging.client.consumed.messages"
@@ -102,15 +103,15 @@ def test_the_driver_counts_each_batch_of_the_progress_once():
 
 def test_a_restarted_query_and_a_second_query_on_the_same_channel_count_their_batches():
     reader = InMemoryMetricReader()
-    t = Telemetry(MeterProvider(metric_readers=[reader]))
-    assert t.record_progress(progress(7, 10)) == 10
+    t = ProgressInstrument(Telemetry(MeterProvider(metric_readers=[reader])))
+    assert t.record(progress(7, 10)) == 10
     # restarted on a fresh checkpoint: a new run, batch ids from 0 again
-    assert t.record_progress(progress(0, 4, run_id="run-2")) == 4
-    assert t.record_progress(progress(1, 5, run_id="run-2")) == 5
-    assert t.record_progress(progress(1, 5, run_id="run-2")) == 0   # reported again
+    assert t.record(progress(0, 4, run_id="run-2")) == 4
+    assert t.record(progress(1, 5, run_id="run-2")) == 5
+    assert t.record(progress(1, 5, run_id="run-2")) == 0   # reported again
     # another query on the same topic and channel, behind the first
-    assert t.record_progress(progress(2, 3, query_id="q-2")) == 3
-    assert t.record_progress(progress(8, 1)) == 1   # the first query goes on
+    assert t.record(progress(2, 3, query_id="q-2")) == 3
+    assert t.record(progress(8, 1)) == 1   # the first query goes on
     (point,) = [p for rm in reader.get_metrics_data().resource_metrics
                 for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points]
     assert point.value == 23
@@ -121,10 +122,33 @@ def test_a_restarted_query_and_a_second_query_on_the_same_channel_count_their_ba
 def test_older_batches_reported_again_count_nothing():
     # a loop re-reading recentProgress, or a listener and lastProgress both reporting:
     # batch numbers only grow within a run, so an older batch was counted already
-    t = Telemetry(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    t = ProgressInstrument(Telemetry(MeterProvider(metric_readers=[InMemoryMetricReader()])))
     recent = [progress(0, 10), progress(1, 10), progress(2, 10)]
-    assert [sum(t.record_progress(p) for p in recent) for _ in range(3)] == [30, 0, 0]
-    assert t.record_progress(progress(1, 10)) == 0
+    assert [sum(t.record(p) for p in recent) for _ in range(3)] == [30, 0, 0]
+    assert t.record(progress(1, 10)) == 0
+
+
+def test_telemetry_record_progress_still_counts_for_one_release_and_says_what_replaces_it():
+    reader = InMemoryMetricReader()
+    t = Telemetry(MeterProvider(metric_readers=[reader]))
+    with pytest.warns(DeprecationWarning, match="nsq_spark.spark.ProgressInstrument"):
+        assert t.record_progress(progress(0, 7)) == 7
+    with pytest.warns(DeprecationWarning, match="ProgressInstrument"):
+        assert t.record_progress(progress(0, 7)) == 0   # one instrument: counted once
+    with pytest.warns(DeprecationWarning):
+        t.forget_query("q-1")
+    with pytest.warns(DeprecationWarning):
+        assert t.record_progress(progress(0, 7)) == 7   # forgotten: counted again
+    (point,) = [p for rm in reader.get_metrics_data().resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points]
+    assert point.value == 14
+
+
+def test_a_progress_instrument_takes_a_telemetry_only():
+    from nsq_spark.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ProgressInstrument\\(Telemetry\\(\\)\\)"):
+        ProgressInstrument(object())  # type: ignore[arg-type]
 
 
 def test_bodies_that_only_look_traced_stay_as_they_are():

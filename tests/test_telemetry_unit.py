@@ -16,8 +16,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from nsq_spark.consumer.instrument import ConsumerInstrument
 from nsq_spark.errors import NSQServerError
 from nsq_spark.message import Message
+from nsq_spark.publish.instrument import TracedTransport, drain_sender
 from nsq_spark.publish.transport import Transport
 from nsq_spark.spool.format import open_traced_envelope, wrap_envelope
 from nsq_spark.telemetry import Telemetry, error_type
@@ -122,7 +124,7 @@ def test_bodies_carry_the_send_spans_context_only_when_asked():
     for trace_context in (False, True):
         otel = Otel(trace_context=trace_context)
         fake = FakeTransport()
-        traced = otel.telemetry.producer_transport(_port(fake), ("10.0.0.1", 4150))
+        traced = TracedTransport(otel.telemetry, _port(fake), ("10.0.0.1", 4150))
         traced.publish("t", b"one", None)
         traced.mpublish("t", [b"a", b"b"])
         bodies = [b for _, bs in fake.sent for b in bs]
@@ -143,7 +145,7 @@ def test_bodies_carry_the_send_spans_context_only_when_asked():
 def test_a_failing_call_records_error_type_and_raises_unchanged():
     otel = Otel()
     refusal = NSQServerError("E_BAD_TOPIC", "bad topic")
-    traced = otel.telemetry.producer_transport(_port(FakeTransport(refusal)), None)
+    traced = TracedTransport(otel.telemetry, _port(FakeTransport(refusal)), None)
     with pytest.raises(NSQServerError) as raised:
         traced.publish("t", b"x", None)
     assert raised.value is refusal
@@ -159,7 +161,7 @@ def test_a_failing_call_records_error_type_and_raises_unchanged():
 def test_a_future_is_measured_when_it_settles_not_when_it_is_made():
     otel = Otel()
     fake = FakeTransport()
-    traced = otel.telemetry.producer_transport(_port(fake), None)
+    traced = TracedTransport(otel.telemetry, _port(fake), None)
     ok = traced.publish_async("t", b"x", None)
     bad = traced.mpublish_async("t", [b"y", b"z"])
     assert otel.spans.get_finished_spans() == ()
@@ -188,7 +190,7 @@ def message(body: bytes, mid: bytes = b"0123456789abcdef") -> Message:
 def test_the_handler_wrapper_opens_the_envelope_links_and_times_the_call():
     otel = Otel()
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    instrument = otel.telemetry.consumer("orders", "billing")
+    instrument = ConsumerInstrument(otel.telemetry, "orders", "billing")
     seen: list[bytes] = []
     handle = instrument.message_handler(lambda m: seen.append(m.body) or False, False)
     assert handle(message(wrap_envelope(b"inner", parent))) is False
@@ -205,7 +207,7 @@ def test_the_handler_wrapper_opens_the_envelope_links_and_times_the_call():
 
 def test_a_malformed_traceparent_costs_the_link_not_the_message():
     otel = Otel()
-    instrument = otel.telemetry.consumer("orders", "billing")
+    instrument = ConsumerInstrument(otel.telemetry, "orders", "billing")
     seen: list[bytes] = []
     handle = instrument.message_handler(lambda m: seen.append(m.body), False)
     handle(message(wrap_envelope(b"inner", "not-a-traceparent")))
@@ -239,13 +241,29 @@ def test_the_drain_sender_calls_the_sender_as_the_drain_does():
     reader = InMemoryMetricReader()
     t = Telemetry(MeterProvider(metric_readers=[reader]))
     plain = TwoArguments()
-    t.drain_sender(plain, None).publish("t", b"x")
+    drain_sender(t, plain, None).publish("t", b"x")
     assert plain.calls == [("t", b"x")]
     deferring = Deferring()
-    t.drain_sender(deferring, None).publish("t", b"y", defer_ms=250)
+    drain_sender(t, deferring, None).publish("t", b"y", defer_ms=250)
     assert deferring.calls == [("t", b"y", 250)]
-    assert not hasattr(t.drain_sender(plain, None), "mpublish_async")  # the drain's test
+    assert not hasattr(drain_sender(t, plain, None), "mpublish_async")  # the drain's test
     (sent,) = [m for rm in reader.get_metrics_data().resource_metrics
                for sm in rm.scope_metrics for m in sm.metrics
                if m.name == "messaging.client.sent.messages"]
     assert sum(p.value for p in sent.data.data_points) == 2
+
+
+def test_importing_the_facades_and_their_instruments_loads_no_opentelemetry_module():
+    """Off by default: the instruments sit beside the Reader and the Producer, and
+    importing them (as the facades do) asks nothing of OpenTelemetry until a
+    ``Telemetry`` is made."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nsq_spark.consumer.reader, nsq_spark.publish.producer, "
+            "nsq_spark.consumer.instrument, nsq_spark.publish.instrument, "
+            "nsq_spark.spark.instrument, nsq_spark.telemetry\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]"

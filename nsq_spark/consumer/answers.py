@@ -11,7 +11,7 @@ is left. The ledger
   chunks (:meth:`Answers.hand_over`, :meth:`Answers.settle_chunk`, ...), as go-nsq's
   ``Conn`` owns its answers and in-flight count and the consumer only observes;
 * writes the rule "an answer queued = marked responded = out of flight = counted once"
-  in one place (:meth:`Answers._fin_ids`, :meth:`Answers._req`, and the chunk loops
+  in one place (:meth:`Answers._finish`, :meth:`Answers._requeue`, and the chunk loops
   beside them);
 * counts in flight in one place, ``ConnRdy.in_flight`` of the message's connection
   (read by :meth:`~nsq_spark.consumer.rdy.RdyPolicy.is_starved` and the RDY tick): a

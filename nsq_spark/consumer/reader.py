@@ -64,7 +64,8 @@ flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies)
 :mod:`~nsq_spark.consumer.pull`, :mod:`~nsq_spark.consumer.aiter`,
 :mod:`~nsq_spark.consumer.rdy` and :mod:`~nsq_spark.consumer.backoff` (the pure policies
 and the backoff windows), :mod:`~nsq_spark.consumer.lifecycle` (the one "closing?" value
-the parts read), :mod:`~nsq_spark.consumer.run`, and :mod:`nsq_spark._loop` (threads <->
+the parts read), :mod:`~nsq_spark.consumer.instrument` (OpenTelemetry, made only when
+``telemetry`` is given), :mod:`~nsq_spark.consumer.run`, and :mod:`nsq_spark._loop` (threads <->
 loop).
 
 Speed: the connection hands over every message of a read chunk at once; policies run
@@ -98,6 +99,7 @@ from .backoff import Backoff, BackoffWindows
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .dedup_gate import DedupGate
 from .discovery import DiscoveryFilter, check_discovery_filter
+from .instrument import ConsumerInstrument
 from .intake import Intake, MessageSink
 from .lifecycle import Lifecycle
 from .pool import Pool
@@ -279,8 +281,8 @@ class Reader:
 
         # chosen once: an instrument, or nothing on the delivery path
         telemetry = checked_telemetry(telemetry, "Reader")
-        self._instrument = None if telemetry is None else telemetry.consumer(self.topic,
-                                                                             self.channel)
+        self._instrument = None if telemetry is None else ConsumerInstrument(
+            telemetry, self.topic, self.channel)
         self._dedup = dedup_gate = DedupGate.build(dedup, dedup_key, self.name)
         self._dedup_key = dedup_gate.key if dedup_gate is not None else None
 

@@ -10,12 +10,14 @@
 ``sync.py``       the blocking TCP pool in the callers' threads
 ``health.py``     the strategy order and each nsqd's backoff, shared by both TCP pools
 ``http.py``       publishing through nsqd's HTTP API (``/pub``, ``/mpub``)
-``retry.py``      the one tenacity policy (attempts, deadline, jittered exponential waits),
-                  retrying by :func:`nsq_spark.errors.is_transient`
+``retry.py``      a re-export of :mod:`nsq_spark._retry`, the one tenacity policy
+                  (attempts, deadline, jittered exponential waits), which sits below this
+                  package and ``nsq_spark.spool`` as both use it
+``instrument.py`` OpenTelemetry of publishing: each publish call measured (a traced
+                  transport) and each send of the spool's drain counted
 ``stats.py``      the counters (messages, bytes, retries, errors; per nsqd) and the nsqd
                   up/down transitions with their log lines
 
 No part imports the facade: it builds them and hands them what they need. This package
-imports nothing on its own (``nsq_spark.spool`` uses ``retry.py`` without loading the
-Producer); import the Producer from ``nsq_spark`` or ``nsq_spark.publish.producer``.
+imports nothing on its own; import the Producer from ``nsq_spark`` or ``nsq_spark.publish.producer``.
 """

@@ -29,7 +29,7 @@ from nsq_spark.errors import ConfigError, NSQError
 from .._log import get_logger
 from .health import NsqdHealth
 from .http import HttpPublisher
-from .retry import RetryPolicy
+from .._retry import RetryPolicy
 from .stats import PublishStats
 from .sync import BlockingPool
 from .tcp import PipelinedPool

@@ -31,7 +31,7 @@ from nsq_spark.config import ConnectionConfig
 from nsq_spark.errors import (BadMessageError, BadTopicError, ConnectError, NSQError,
                               NSQServerError, PubFailedError, TLSError)
 
-from .retry import RetryPolicy
+from .._retry import RetryPolicy
 from .stats import PublishStats, command_size
 
 __all__ = ["HttpPublisher", "http_error"]

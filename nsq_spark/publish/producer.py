@@ -87,6 +87,7 @@ from nsq_spark.telemetry import checked as checked_telemetry
 
 from .._log import get_logger
 from .direct import DirectTransport
+from .instrument import TracedTransport, drain_sender
 from .replicas import default_quorum
 from .replicated import ReplicatedTransport
 from .spooled import SpooledTransport
@@ -240,13 +241,13 @@ class Producer:
                 sender = self._replicated(sender)   # the drain completes every replica
             # instrumented: what the drain sends to nsqd is what is counted as sent
             drained: Sender = sender if self.telemetry is None else \
-                self.telemetry.drain_sender(sender, server)
+                drain_sender(self.telemetry, sender, server)
             transport = spool = SpooledTransport(options, drained)
         if self.telemetry is not None:
             # spooled: the send span (and the envelope's traceparent) at the publish call,
             # the sent count and duration at the drain (above)
-            transport = self.telemetry.producer_transport(transport, server,
-                                                          measure=spool is None)
+            transport = TracedTransport(self.telemetry, transport, server,
+                                        measure=spool is None)
         self._transport = transport
         self._spool = spool   # None without spool_dir; with telemetry, _transport wraps it
         if isinstance(sender, (DirectTransport, ReplicatedTransport)):

@@ -24,7 +24,7 @@ from nsq_spark.spool.drain import Sender, SpoolDrain
 from nsq_spark.spool.format import SpoolError
 from nsq_spark.spool.store import SegmentStore, SpoolStats
 
-from .retry import RetryPolicy
+from .._retry import RetryPolicy
 from .transport import done_future
 
 __all__ = ["SpooledTransport"]

@@ -27,7 +27,7 @@ from nsq_spark.sync_conn import SyncConnection
 from nsq_spark.errors import ConnectError, NSQTimeoutError, is_transient
 
 from .health import NsqdHealth
-from .retry import RetryPolicy
+from .._retry import RetryPolicy
 from .stats import PublishStats
 
 __all__ = ["BlockingPool"]

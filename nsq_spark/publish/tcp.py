@@ -40,7 +40,7 @@ from nsq_spark.errors import ConnectError, NSQError, NSQTimeoutError, is_transie
 
 from .._log import get_logger
 from .health import NsqdHealth
-from .retry import RetryPolicy
+from .._retry import RetryPolicy
 from .stats import PublishStats
 
 log = get_logger("nsq_spark.producer")

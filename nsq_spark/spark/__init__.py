@@ -14,20 +14,22 @@ Options: :mod:`nsq_spark.spark.options`. Spool protocol and guarantees:
 :mod:`nsq_spark.spark._compat`; a feature the running one lacks is refused when the query
 starts with :class:`SparkVersionError`, naming the version it needs. The source's lag
 as numbers, for a ``StreamingQueryListener``: :func:`source_lag`
-(:mod:`nsq_spark.spark.progress`).
+(:mod:`nsq_spark.spark.progress`); its consumed messages as OpenTelemetry metrics:
+:class:`ProgressInstrument` (:mod:`nsq_spark.spark.instrument`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nsq_spark.errors import SparkVersionError
+from nsq_spark.errors import SparkSpoolError, SparkVersionError
 
+from .instrument import ProgressInstrument
 from .options import NSQOptionError
 from .progress import SourceLag, source_lag
 
-__all__ = ["register", "NSQDataSource", "NSQOptionError", "SourceLag", "SparkVersionError",
-           "source_lag"]
+__all__ = ["register", "NSQDataSource", "NSQOptionError", "ProgressInstrument", "SourceLag",
+           "SparkSpoolError", "SparkVersionError", "source_lag"]
 
 
 def register(spark: Any) -> None:

@@ -21,7 +21,7 @@ disk-queued backlog gradually; the channel's depth alone would be a fraction of 
 Paused (``POST /channel/pause`` or ``/topic/pause``, nsqadmin's pause button): nsqd sends
 nothing on a paused channel, and copies nothing from a paused topic into its channels.
 ``/stats`` says so (``"paused": true``), and what the driver plans on is the *fetchable*
-backlog (:attr:`NsqdStats.fetchable`): nothing of an nsqd whose channel is paused, only
+backlog (:attr:`NsqdBacklog.fetchable`): nothing of an nsqd whose channel is paused, only
 the channel's depth where the topic is paused. So a backlog that sits only on paused
 channels or topics plans no batch: no task waits for messages nsqd will not send (the
 driver knows it before any task starts; tasks that returned at once would still cost a
@@ -62,9 +62,10 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar
 from nsq_spark.addresses import parse_address, strip_userinfo
 from nsq_spark.admin.client import LookupdClient, NsqdClient
 from nsq_spark.admin.errors import AdminError
+from nsq_spark.admin.model import ChannelStats, Lookup, TopicStats
 from nsq_spark.admin.transport import shared_transport
 from nsq_spark.errors import ConnectError
-from nsq_spark.lookupd import LookupdError, lookup_sync
+from nsq_spark.lookupd import LookupdError, lookup_answer_sync
 from .._log import get_logger
 
 log = get_logger(__name__)
@@ -111,26 +112,38 @@ def _nsqd(http_address: str) -> NsqdClient:
 
 
 @dataclass
-class Lookup:
-    """What the lookupds said about a topic."""
+class LookupdAnswers:
+    """What every lookupd said about a topic: the answer of each that answered, as the
+    admin model has it (:class:`~nsq_spark.admin.model.Lookup`, the one definition of a
+    ``/lookup`` answer), and what the attempt said for each other. Addresses without
+    their user info (what is shown: never a password)."""
 
-    nsqd_http: set[str] = field(default_factory=set)  # host:http_port of each producer
-    answered: list[str] = field(default_factory=list)  # lookupds that answered
+    answers: dict[str, Lookup] = field(default_factory=dict)  # lookupd -> its answer
     failed: dict[str, str] = field(default_factory=dict)  # lookupd -> error
 
+    @property
+    def answered(self) -> list[str]:
+        """The lookupds that answered."""
+        return list(self.answers)
 
-def lookup(lookupd_http_addresses: list[str], topic: str) -> Lookup:
+    @property
+    def nsqd_http(self) -> set[str]:
+        """``host:http_port`` of every producer any of them lists."""
+        return {p.http_address for found in self.answers.values() for p in found.producers
+                if p.http_address}
+
+
+def lookup(lookupd_http_addresses: list[str], topic: str) -> LookupdAnswers:
     """Ask every lookupd (at once) for the producers of ``topic``."""
-    out = Lookup()
-    for addr, producers, err in _each(lambda a: lookup_sync(a, topic, HTTP_TIMEOUT),
-                                      lookupd_http_addresses):
+    out = LookupdAnswers()
+    for addr, found, err in _each(lambda a: lookup_answer_sync(a, topic, HTTP_TIMEOUT),
+                                  lookupd_http_addresses):
         addr = strip_userinfo(addr)   # what is shown: never an address's password
-        if producers is None:
+        if found is None:
             log.for_lookupd(addr).warning("lookupd %s: /lookup failed: %s", addr, err)
             out.failed[addr] = err
             continue
-        out.answered.append(addr)
-        out.nsqd_http.update(p.http_address for p in producers if p.http_address)
+        out.answers[addr] = found
     return out
 
 
@@ -148,17 +161,18 @@ def create_channel(http_address: str, topic: str, channel: str) -> None:
 
 
 @dataclass(frozen=True)
-class ChannelStats:
-    """One nsqd's (or the sum over nsqds of) counts for the query's topic and channel."""
+class Counts:
+    """The four counts the backlog adds up for the query's topic and channel, on one nsqd
+    or summed over nsqds (read from nsqd's answer, :class:`NsqdBacklog`)."""
 
     topic_depth: int = 0  # not yet copied into the channels
     depth: int = 0  # queued on the channel (memory + disk)
     in_flight: int = 0  # sent to a consumer, not yet FINished / requeued / timed out
     deferred: int = 0  # requeued with a delay, or published deferred
 
-    def __add__(self, other: "ChannelStats") -> "ChannelStats":
-        return ChannelStats(self.topic_depth + other.topic_depth, self.depth + other.depth,
-                            self.in_flight + other.in_flight, self.deferred + other.deferred)
+    def __add__(self, other: "Counts") -> "Counts":
+        return Counts(self.topic_depth + other.topic_depth, self.depth + other.depth,
+                      self.in_flight + other.in_flight, self.deferred + other.deferred)
 
     @property
     def backlog(self) -> int:
@@ -166,12 +180,35 @@ class ChannelStats:
 
 
 @dataclass(frozen=True)
-class NsqdStats:
-    """One nsqd's answer for the query's topic and channel, with their pause flags."""
+class NsqdBacklog:
+    """One nsqd's ``/stats`` for the query's topic and channel: the topic as the admin
+    model has it (:class:`~nsq_spark.admin.model.TopicStats` with its
+    :class:`~nsq_spark.admin.model.ChannelStats`, the one definition of nsqd's answer;
+    None when the nsqd has no such topic), read for the backlog."""
 
-    stats: ChannelStats
-    topic_paused: bool = False
-    channel_paused: bool = False
+    topic: TopicStats | None
+    channel_name: str
+
+    @property
+    def channel(self) -> ChannelStats | None:
+        return None if self.topic is None else self.topic.channel(self.channel_name)
+
+    @property
+    def topic_paused(self) -> bool:
+        return self.topic is not None and self.topic.paused
+
+    @property
+    def channel_paused(self) -> bool:
+        return self.channel is not None and self.channel.paused
+
+    @property
+    def counts(self) -> Counts:
+        if self.topic is None:
+            return Counts()
+        c = self.channel
+        if c is None:
+            return Counts(topic_depth=self.topic.depth)
+        return Counts(self.topic.depth, c.depth, c.in_flight_count, c.deferred_count)
 
     @property
     def fetchable(self) -> int:
@@ -189,8 +226,9 @@ class NsqdStats:
         worst an empty batch."""
         if self.channel_paused:
             return 0
-        queued = self.stats.depth if self.topic_paused else self.stats.backlog
-        return queued + self.stats.in_flight
+        counts = self.counts
+        queued = counts.depth if self.topic_paused else counts.backlog
+        return queued + counts.in_flight
 
     @property
     def paused(self) -> str | None:
@@ -220,7 +258,7 @@ class Paused:
 class Backlog:
     """What the driver last measured, summed over the nsqds that answered."""
 
-    stats: ChannelStats
+    counts: Counts
     nsqds: int  # nsqds asked
     answered: int  # nsqds that answered
     at: float  # time.time() of the measurement
@@ -230,10 +268,10 @@ class Backlog:
 
     def as_progress(self) -> dict[str, Any]:
         """For the query's progress (``latestOffset``) and the log."""
-        return {"depth": self.stats.backlog,
-                "fetchable": self.stats.backlog if self.fetchable is None else self.fetchable,
-                "inFlight": self.stats.in_flight,
-                "deferred": self.stats.deferred, "nsqds": self.nsqds,
+        return {"depth": self.counts.backlog,
+                "fetchable": self.counts.backlog if self.fetchable is None else self.fetchable,
+                "inFlight": self.counts.in_flight,
+                "deferred": self.counts.deferred, "nsqds": self.nsqds,
                 "nsqdsAnswered": self.answered,
                 "paused": [p.as_progress() for p in self.paused],
                 "nsqdsUnreachable": [{"nsqd": a, "error": e} for a, e in self.unreachable],
@@ -248,18 +286,12 @@ def iso_millis(at: float) -> str:
         f".{int((at - whole) * 1000):03d}Z"
 
 
-def nsqd_stats(http_address: str, topic: str, channel: str) -> NsqdStats:
+def nsqd_backlog(http_address: str, topic: str, channel: str) -> NsqdBacklog:
     """The topic's and channel's counts and pause flags on one nsqd; raises
     :class:`~nsq_spark.admin.errors.AdminError` (or OSError) when it does not answer
     (or not with nsqd's stats)."""
     found = _nsqd(http_address).stats(topic, include_clients=False).topic(topic)
-    if found is None:
-        return NsqdStats(ChannelStats())
-    c = found.channel(channel)
-    if c is None:
-        return NsqdStats(ChannelStats(topic_depth=found.depth), found.paused)
-    return NsqdStats(ChannelStats(found.depth, c.depth, c.in_flight_count, c.deferred_count),
-                     found.paused, c.paused)
+    return NsqdBacklog(found, channel)
 
 
 def probe_nsqd_tcp(address: str) -> None:
@@ -310,7 +342,7 @@ class Nsqds:
     def can_measure(self) -> bool:
         return bool(self.lookupd_http or self.nsqd_http)
 
-    def _targets(self) -> tuple[list[str], Lookup | None]:
+    def _targets(self) -> tuple[list[str], LookupdAnswers | None]:
         if self.lookupd_http:
             found = lookup(self.lookupd_http, self.topic)
             return sorted(found.nsqd_http), found
@@ -390,13 +422,13 @@ class Nsqds:
             listed |= set(self._known)  # no lookupd answered: it cannot say who left
         asked = sorted(listed | set(self._known))
         if not asked:
-            self.last = Backlog(ChannelStats(), 0, 0, now, 0)
+            self.last = Backlog(Counts(), 0, 0, now, 0)
             return 0  # no nsqd has the topic yet
         if targets:
             self.ensure_channel(targets)
-        answers: list[tuple[str, NsqdStats]] = []
+        answers: list[tuple[str, NsqdBacklog]] = []
         unreachable: list[tuple[str, str]] = []
-        for addr, got, err in _each(lambda a: nsqd_stats(a, self.topic, self.channel), asked):
+        for addr, got, err in _each(lambda a: nsqd_backlog(a, self.topic, self.channel), asked):
             if got is not None:
                 self._known[addr] = None
                 if addr in targets:  # what the fetch tasks find (through lookupd)
@@ -419,7 +451,7 @@ class Nsqds:
                     "nsq source %s/%s: nsqd %s does not answer (%s)%s; what waits "
                     "on it is read once it is back", self.topic, self.channel, addr,
                     err, "" if addr in listed else ", and lookupd no longer lists it")
-        paused = tuple(Paused(a, st.paused, st.stats.backlog)
+        paused = tuple(Paused(a, st.paused, st.counts.backlog)
                        for a, st in answers if st.paused is not None)
         for p in paused:
             if not self._warn_now((p.what, p.nsqd), now):
@@ -432,7 +464,7 @@ class Nsqds:
         current = {(p.what, p.nsqd) for p in paused} | {("unreachable", a)
                                                         for a, _ in unreachable}
         self._warned = {k: t for k, t in self._warned.items() if k in current}
-        total = sum((st.stats for _, st in answers), ChannelStats())
+        total = sum((st.counts for _, st in answers), Counts())
         fetchable = sum(st.fetchable for _, st in answers)
         self.last = Backlog(total, len(targets), len(answers), now, fetchable, paused,
                             tuple(unreachable))
@@ -461,9 +493,9 @@ class Nsqds:
                 return 0
             self.ensure_channel(targets)
             got = [st for _, st, _ in _each(
-                lambda a: nsqd_stats(a, self.topic, self.channel), targets) if st]
+                lambda a: nsqd_backlog(a, self.topic, self.channel), targets) if st]
             # a paused topic copies nothing: waiting for its depth to settle is in vain
-            if not any(st.stats.topic_depth and not st.topic_paused for st in got) or \
+            if not any(st.counts.topic_depth and not st.topic_paused for st in got) or \
                     time.monotonic() >= deadline:
                 return sum(st.fetchable for st in got)
             time.sleep(0.2)
@@ -613,16 +645,16 @@ def combine(measured: dict[str, Backlog]) -> Backlog | None:
     for b in items:
         for addr, err in b.unreachable:
             unreachable.setdefault(addr, err)
-    return Backlog(sum((b.stats for b in items), ChannelStats()),
+    return Backlog(sum((b.counts for b in items), Counts()),
                    max(b.nsqds for b in items), max(b.answered for b in items),
                    max(b.at for b in items),
-                   sum(b.stats.backlog if b.fetchable is None else b.fetchable
+                   sum(b.counts.backlog if b.fetchable is None else b.fetchable
                        for b in items),
                    tuple(replace(p, topic=name) for name, b in measured.items()
                          for p in b.paused), tuple(unreachable.items()))
 
 
 
-__all__ = ["Backlog", "ChannelStats", "NsqdStats", "Nsqds", "Paused", "Subscription",
-           "TopicBacklog", "combine",
-           "create_channel", "list_topics", "lookup", "lookup_nsqd_http", "nsqd_stats", "probe_nsqd_tcp"]
+__all__ = ["Backlog", "Counts", "LookupdAnswers", "NsqdBacklog", "Nsqds", "Paused",
+           "Subscription", "TopicBacklog", "combine", "create_channel", "list_topics", "lookup",
+           "lookup_nsqd_http", "nsqd_backlog", "probe_nsqd_tcp"]

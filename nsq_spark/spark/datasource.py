@@ -31,15 +31,16 @@ or more if its spool holds more partitions.
 written when the first batch is planned, or at the first trigger of an older query) for
 the query's life. When a batch from the checkpoint is run again and the marker is gone,
 the spool was deleted while the query was stopped: the batch's fetched messages (FINished on nsqd)
-went with it, and the query fails with a :class:`~.spool.SpoolError` naming the spool and
-the batch instead of running on with the loss. A batch planned but never started has no
+went with it, and the query fails with a :class:`~nsq_spark.errors.SparkSpoolError` naming
+the spool and the batch instead of running on with the loss. A batch planned but never started has no
 batch directory, and is no false alarm: the query marker tells the two apart. ``spool``
 (the ``spoolPath`` the batch was planned with, its password redacted): when the marker is
 missing and ``spoolPath`` is not that any more, the error says the option changed rather
 than that the spool was deleted. A batch whose directories were deleted while the query
 marker stayed (``rm -rf <spool>/*/batch-*``) is caught by the batch's record, which
 ``partitions`` writes before it returns the batch's tasks (:mod:`.spool`, step 8): a
-:class:`~.spool.SpoolError` naming the batch and the spool, never a batch fetched anew.
+:class:`~nsq_spark.errors.SparkSpoolError` naming the batch and the spool, never a batch
+fetched anew.
 
 At query start the driver checks that an nsqd can be reached (:mod:`.backlog`; a
 ``ConnectError`` naming every address tried otherwise) and creates the channel on every
@@ -561,12 +562,11 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         """The query marker must be there; if not, the spool was deleted. A batch planned
         by this driver owes nothing yet (its tasks have not run): the marker is written
         again, with a warning. A batch from the checkpoint may have FINished its messages
-        into the deleted spool: SpoolError, rather than a silent loss."""
+        into the deleted spool: SparkSpoolError, rather than a silent loss."""
         import json
 
+        from nsq_spark.errors import SparkSpoolError
         from nsq_spark.validate import redact_url
-
-        from .spool import SpoolError
 
         if spool.has_query_marker():
             return
@@ -574,7 +574,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         where = redact_url(self.spool_path)
         was = end.get("spool")
         if was is not None and was != where:
-            raise SpoolError(
+            raise SparkSpoolError(
                 f"option 'spoolPath' changed: micro-batch {batch} of this query was planned "
                 f"with spoolPath {was!r} (offset {json.dumps(end, sort_keys=True)} in the "
                 f"checkpoint's offsets log) and the query now has {where!r}, where its "
@@ -589,7 +589,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
                               "before may become a second row); batch %d goes on", where, batch)
             spool.write_query_marker()
             return
-        raise SpoolError(
+        raise SparkSpoolError(
             f"the spool of this query ({where}/{spool.query}) was deleted while the query "
             f"was stopped (or option 'spoolPath' names another place than when the batch "
             f"was planned): the checkpoint still owes micro-batch {batch} of this source "
@@ -604,19 +604,18 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         """A batch whose tasks were handed out (its record, :meth:`.Spool.record_started`)
         must still have its directory: else it was deleted after the tasks could have
         FINished messages into it, and running the batch again would fetch new messages
-        in their place (:mod:`.spool`, step 8). A SpoolError naming the batch and the
+        in their place (:mod:`.spool`, step 8). A SparkSpoolError naming the batch and the
         spool, as for a deleted spool."""
         import json
 
+        from nsq_spark.errors import SparkSpoolError
         from nsq_spark.validate import redact_url
-
-        from .spool import SpoolError
 
         batch = int(end["batch"])
         if spool.batch_exists(batch) or not spool.was_started(batch):
             return
         where = redact_url(self.spool_path)
-        raise SpoolError(
+        raise SparkSpoolError(
             f"the spool directory of micro-batch {batch} of this query "
             f"({where}/{spool.query}/batch-{batch:012d}) is gone, but its fetch tasks had "
             f"been handed out (record {redact_url(spool.started_record(batch))}): the "

@@ -125,7 +125,7 @@ def fetch_stream_partition(opts: ReadOptions, spool: Spool, batch: int, index: i
     is spooled too, so it may end a little above; it takes nothing past the message that
     reaches its byte share (:mod:`.chunking`). ``topic``: the topic this partition fetches
     (default ``opts.topic``). ``marker`` is the driver's shared-spool marker: a task that
-    cannot see it fails (SpoolError). ``reader_cache``: True (default) uses this
+    cannot see it fails (SparkSpoolError). ``reader_cache``: True (default) uses this
     worker's cache when ``opts.reader_cache`` is on and the factory is the default one;
     a :class:`~.reader_cache.CachedReaders` uses that one; False or None, none.
     """

@@ -71,7 +71,7 @@ attempt finds the same directory:
 7. The query's directory stays, with its marker ``_QUERY`` (written before the first
    batch is planned), for the query's life: a restart that finds it gone knows the spool
    was deleted while the query was stopped, and fails naming the batch the checkpoint
-   still owes (:class:`SpoolError`) instead of running on over the loss. A batch planned
+   still owes (:class:`SparkSpoolError`) instead of running on over the loss. A batch planned
    but never started (a crash between Spark's offsets log and ``partitions``) has no
    batch directory, and is told apart by the query marker still being there.
 8. Every batch whose tasks the driver handed out is accounted for: ``partitions`` makes
@@ -80,7 +80,7 @@ attempt finds the same directory:
    directory), and only then returns the tasks. So a batch directory that is missing
    at a restart while its record is there was deleted after its tasks could have
    FINished messages into it (``rm -rf <spool>/*/batch-*``): the driver fails naming the
-   batch and the spool (:class:`SpoolError`), where it would otherwise take the batch
+   batch and the spool (:class:`SparkSpoolError`), where it would otherwise take the batch
    for one planned and never started and fetch anew, losing what the deleted spool
    held. No record and no directory: never started (the crash between Spark's offsets
    log and ``partitions``), fetched anew. A record with its directory: the usual
@@ -91,7 +91,7 @@ attempt finds the same directory:
 
 The spool must be *shared*: when the driver plans a batch it writes a marker
 ``batch-<n>/_DRIVER``, and every fetch task checks that it sees it,
-failing with :class:`SpoolError` ("the spool must be shared storage reachable from every
+failing with :class:`SparkSpoolError` ("the spool must be shared storage reachable from every
 executor") if not -- a per-node local disk would otherwise lose the spool of a node that
 dies and make replays fetch anew. (A task that sees ``_QUERY`` but not ``_DRIVER`` is an
 attempt that outlived its batch: :class:`SpoolFenced`.)
@@ -159,6 +159,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from nsq_spark.errors import SparkSpoolError
 from nsq_spark.validate import redact_url
 from .._log import get_logger
 
@@ -183,11 +184,12 @@ STARTED = "_started"  # <query>/_started/batch-<n>: the driver handed the batch'
 TAGGED = 1 << 63
 
 
-class SpoolError(RuntimeError):
-    """The spool could not be used; the message says why and what to check."""
+# One class per meaning: the Spark spool's errors are SparkSpoolError (an NSQError, in
+# nsq_spark.errors); SpoolError is its 0.1.0 name, kept for users for one release.
+SpoolError = SparkSpoolError
 
 
-class SpoolConflict(SpoolError):
+class SpoolConflict(SparkSpoolError):
     """Another attempt of the same partition wrote the same chunk first."""
 
 
@@ -268,7 +270,7 @@ class _FS:
 
             fs, root = pafs.FileSystem.from_uri(uri)
         except Exception as exc:
-            raise SpoolError(f"spoolPath {uri!r} is not a filesystem pyarrow can open "
+            raise SparkSpoolError(f"spoolPath {uri!r} is not a filesystem pyarrow can open "
                              f"({exc}); use a local path or a URI such as hdfs://, s3://, "
                              "gs://") from exc
         self.local = isinstance(fs, pafs.LocalFileSystem)
@@ -460,14 +462,15 @@ class Spool:
         try:
             self.fs.makedirs(self.fs.root)
             if not self.fs.create_exclusive(probe, b"probe"):
-                raise SpoolError("probe file collision")
+                raise SparkSpoolError("probe file collision")
             self.fs.remove(probe)
-        except SpoolError:
+        except SparkSpoolError:
             raise
         except Exception as exc:
-            raise SpoolError(f"option 'spoolPath': cannot write to {redact_url(self.spool_path)!r} "
-                             f"({exc}); it must be a writable directory reachable from the "
-                             "driver and every executor") from exc
+            raise SparkSpoolError(
+                f"option 'spoolPath': cannot write to {redact_url(self.spool_path)!r} "
+                f"({exc}); it must be a writable directory reachable from the "
+                "driver and every executor") from exc
 
     # -- the query marker ------------------------------------------------------------------
 
@@ -509,17 +512,18 @@ class Spool:
         try:
             seen = self.fs.exists(path)
         except Exception as exc:
-            raise SpoolError(f"option 'spoolPath': cannot read {redact_url(self.spool_path)!r} from this "
-                             f"executor (host {socket.gethostname()}): {exc}; the spool must "
-                             "be shared storage reachable from every executor, with its "
-                             "credentials (spark.executorEnv.*)") from exc
+            raise SparkSpoolError(
+                f"option 'spoolPath': cannot read {redact_url(self.spool_path)!r} from this "
+                f"executor (host {socket.gethostname()}): {exc}; the spool must "
+                "be shared storage reachable from every executor, with its "
+                "credentials (spark.executorEnv.*)") from exc
         if not seen and self.has_query_marker():
             # the query's marker is visible, the batch's is not: the driver deleted the
             # batch after its commit (this attempt outlived it), or it was never planned
             raise SpoolFenced(f"batch {batch} of this query is committed (the driver's "
                               f"marker {path!r} is gone): this attempt fetches nothing")
         if not seen:
-            raise SpoolError(
+            raise SparkSpoolError(
                 f"option 'spoolPath': this executor (host {socket.gethostname()}) does not see "
                 f"the marker {path!r} the driver wrote when it planned the batch, so "
                 f"{redact_url(self.spool_path)!r} is not the same storage here as on the driver. The "
@@ -883,5 +887,5 @@ class DeadLetters:
         fs.makedirs(fs.root)
         path = fs.join(f"{label}-{uuid.uuid4().hex}.arrow")
         if not fs.create_exclusive(path, _ipc_bytes(batch)):  # pragma: no cover - uuid
-            raise SpoolError(f"dead-letter file {path} exists")
+            raise SparkSpoolError(f"dead-letter file {path} exists")
         return path

@@ -57,7 +57,7 @@ from tenacity import RetryCallState, Retrying
 
 from nsq_spark.errors import (InvalidBodyError, InvalidNameError, NSQServerError,
                               ReplicationError)
-from nsq_spark.publish.retry import RetryPolicy
+from nsq_spark._retry import RetryPolicy
 
 from .._log import get_logger
 from .format import SpoolError, wrap_envelope

@@ -19,6 +19,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from ..errors import NSQError
+
 __all__ = ["NSQ_VERSION", "NSQ_APPS", "TOXIPROXY_VERSION", "InstallError", "cache_root",
            "cache_bin_dir", "nsq_bin_dir", "reports_version", "run_go"]
 
@@ -27,7 +29,7 @@ NSQ_APPS = ("nsqd", "nsqlookupd", "nsqadmin", "to_nsq", "nsq_tail")
 TOXIPROXY_VERSION = "2.12.0"
 
 
-class InstallError(RuntimeError):
+class InstallError(NSQError, RuntimeError):
     """A binary could not be provided; the message lists the ways out."""
 
 

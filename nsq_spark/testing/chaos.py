@@ -47,7 +47,7 @@ from typing import IO, Any, Iterator, Sequence
 
 from ..addresses import parse_address
 from ..errors import ConfigError
-from . import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
+from .processes import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
 from ._binaries import TOXIPROXY_VERSION, InstallError, cache_bin_dir, reports_version, run_go
 
 __all__ = ["TOXIPROXY_VERSION", "TOXIPROXY_MODULE", "BINARY_NAME", "INSTALL_HINT", "TOXIC_TYPES",

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from nsq_spark import testing
+from nsq_spark.testing import cluster
 from reader_helpers import wait_for
 
 COMPOSE = Path(__file__).resolve().parents[2] / "integration" / "docker-compose.yml"
@@ -53,18 +54,18 @@ def test_compose_file_runs_the_harness_topology_with_the_harness_flags():
         assert service["network_mode"] == "host", name  # same addresses as local mode
     lookupd = _argv(services["nsqlookupd"])
     lk_tcp, lk_http = _flag(lookupd, "tcp-address")[0], _flag(lookupd, "http-address")[0]
-    assert lookupd == ["/nsqlookupd", *testing._lookupd_args(_port(lk_tcp), _port(lk_http), {})]
+    assert lookupd == ["/nsqlookupd", *cluster._lookupd_args(_port(lk_tcp), _port(lk_http), {})]
     for name in ("nsqd0", "nsqd1"):
         argv = _argv(services[name])
         ports = [_port(_flag(argv, f)[0]) for f in ("tcp-address", "http-address",
                                                     "https-address")]
-        assert argv == ["/nsqd", *testing._nsqd_args(*ports, "/data", [lk_tcp], {})], name
+        assert argv == ["/nsqd", *cluster._nsqd_args(*ports, "/data", [lk_tcp], {})], name
         assert services[name]["volumes"] == [f"{name}-data:/data"]
         assert services[name]["depends_on"] == {"nsqlookupd": {"condition": "service_healthy"}}
         assert f"http://127.0.0.1:{ports[1]}/ping" in services[name]["healthcheck"]["test"]
     assert f"http://{lk_http}/ping" in services["nsqlookupd"]["healthcheck"]["test"]
     admin = _argv(services["nsqadmin"])
-    assert admin == ["/nsqadmin", *testing._nsqadmin_args(
+    assert admin == ["/nsqadmin", *cluster._nsqadmin_args(
         _port(_flag(admin, "http-address")[0]), [lk_http], [])]
     declared = yaml.safe_load(COMPOSE.read_text())["volumes"]
     assert set(declared) == {"nsqd0-data", "nsqd1-data"}

@@ -163,3 +163,29 @@ def test_nsq_image_from_the_environment_is_the_explicit_image(monkeypatch):
     monkeypatch.setenv("NSQ_IMAGE", "nsq-spark/no-such-image:1")
     with pytest.raises(HarnessError, match="nsq-spark/no-such-image:1.*cannot be pulled"):
         NSQCluster(mode="docker").start()
+
+
+@pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
+def test_containers_and_volumes_carry_the_reapers_session_label(docker_nsq_cluster):
+    """testcontainers' reaper removes what carries its session label: the containers get
+    it from testcontainers, the nsqd data volume from the harness. Where the reaper's
+    image cannot be had (no registry), the reaper is off and the harness cleans up."""
+    import os
+
+    import docker
+    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.labels import LABEL_SESSION_ID, SESSION_ID
+
+    node = docker_nsq_cluster.nsqds[0]
+    client = docker_nsq_cluster.docker.client
+    assert node.container.labels[LABEL_SESSION_ID] == SESSION_ID
+    assert node.container.labels["nsq-spark.cluster"] == docker_nsq_cluster.docker.id
+    volume = client.volumes.get(node.volume_name)
+    assert volume.attrs["Labels"][LABEL_SESSION_ID] == SESSION_ID
+    if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
+        try:
+            client.images.get(testcontainers_config.ryuk_image)
+            has_reaper_image = True
+        except docker.errors.ImageNotFound:
+            has_reaper_image = False
+        assert testcontainers_config.ryuk_disabled is (not has_reaper_image)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nsq_spark.spark.admission import (Limits, TopicPlan, apportion, hold_back, plan_topics,
                                        split_shares, task_shares)
-from nsq_spark.spark.backlog import Backlog, ChannelStats, Paused, TopicBacklog, combine
+from nsq_spark.spark.backlog import Backlog, Counts, Paused, TopicBacklog, combine
 from nsq_spark.spark.options import NSQOptionError, parse_read_options
 from nsq_spark.spark.progress import BatchNumbers, SourceLag, lag_fields, source_lag, source_lags
 from nsq_spark.spark.spool import BatchSummary
@@ -213,7 +213,7 @@ class FakeTopic:
     def backlog(self) -> int | None:
         self.measured += 1
         if self.depth is not None:
-            self.last = Backlog(ChannelStats(depth=self.depth), 1, 1, 1_700_000_000.0)
+            self.last = Backlog(Counts(depth=self.depth), 1, 1, 1_700_000_000.0)
         return self.depth
 
     def settled_backlog(self) -> int | None:
@@ -458,8 +458,8 @@ def test_source_lag_reads_dicts_json_and_progress_objects_and_skips_other_source
 
 
 def test_combined_backlog_names_each_pause_with_its_topic():
-    a = Backlog(ChannelStats(depth=5), 2, 2, 1.0, 5, (Paused("n1:4151", "channel", 3),))
-    b = Backlog(ChannelStats(depth=7, in_flight=1), 1, 1, 2.0, 4, (),
+    a = Backlog(Counts(depth=5), 2, 2, 1.0, 5, (Paused("n1:4151", "channel", 3),))
+    b = Backlog(Counts(depth=7, in_flight=1), 1, 1, 2.0, 4, (),
                 (("n2:4151", "refused"),))
     both = combine({"a": a, "b": b})
     assert both is not None

@@ -119,7 +119,7 @@ def test_a_spool_deleted_while_the_query_was_stopped_fails_the_restart(
     with pytest.raises(Exception) as err:
         q.awaitTermination(120)
     msg = str(err.value)
-    assert "SpoolError" in msg and "was deleted while the query was stopped" in msg
+    assert "SparkSpoolError" in msg and "was deleted while the query was stopped" in msg
     # Spark's batch 0 is the source's micro-batch 1 (its offsets count from 1)
     assert "micro-batch 1 of this source" in msg and '"batch": 1' in msg and spool in msg
     # nothing recreated (Spark asks the source for an initial offset even on a restart;
@@ -159,7 +159,7 @@ def test_deleted_batch_directories_fail_the_restart(spark, nsq_cluster, tmp_path
     with pytest.raises(Exception) as err:
         q.awaitTermination(120)
     msg = str(err.value)
-    assert "SpoolError" in msg and "micro-batch 1 of this query" in msg and spool in msg
+    assert "SparkSpoolError" in msg and "micro-batch 1 of this query" in msg and spool in msg
     assert "batch-000000000001" in msg and "is gone" in msg
     c = channel_counts(node, topic, "c")
     assert c["depth"] == depth and c["in_flight"] == 0  # nothing fetched in their place

@@ -280,9 +280,9 @@ def test_torn_completion_marker_is_ignored(tmp_path):
 
 
 def test_unwritable_spool_path_is_reported():
-    from nsq_spark.spark.spool import SpoolError
+    from nsq_spark.errors import SparkSpoolError
 
-    with pytest.raises(SpoolError, match="spoolPath"):
+    with pytest.raises(SparkSpoolError, match="spoolPath"):
         Spool("/proc/nsq-spark-cannot-write-here", "q").check_writable()
 
 
@@ -396,12 +396,12 @@ def test_addresses_follow_the_one_rule():
 
 
 def test_a_task_that_cannot_see_the_driver_marker_fails_saying_shared(tmp_path):
-    from nsq_spark.spark.spool import SpoolError
+    from nsq_spark.errors import SparkSpoolError
 
     driver = Spool(str(tmp_path / "driver-disk"), "q9")
     marker = driver.write_marker(1)
     executor = Spool(str(tmp_path / "executor-disk"), "q9")  # another node's local disk
-    with pytest.raises(SpoolError, match="shared storage reachable from every executor"):
+    with pytest.raises(SparkSpoolError, match="shared storage reachable from every executor"):
         list(fetch_stream_partition(read_opts(tmp_path), executor, 1, 0, 1,
                                     lambda _: pytest.fail("must not fetch"), marker=marker))
     driver.check_marker(1, marker)  # the driver's own view is fine
@@ -553,14 +553,14 @@ def test_available_now_reads_a_finished_batchs_spool_summary_once(tmp_path, monk
 def test_a_spool_deleted_while_the_query_was_stopped_fails_naming_the_batch(tmp_path):
     import shutil
 
-    from nsq_spark.spark.spool import SpoolError
+    from nsq_spark.errors import SparkSpoolError
 
     first = driver(tmp_path, depth=100)
     start = first.initialOffset()
     end = first.latestOffset(start, None)
     run_tasks(first, first.partitions(start, end), 50)  # FINished, then the driver dies
     shutil.rmtree(tmp_path / "spool")
-    with pytest.raises(SpoolError) as err:
+    with pytest.raises(SparkSpoolError) as err:
         driver(tmp_path).partitions(start, end)
     msg = str(err.value)
     assert str(tmp_path / "spool") in msg and "micro-batch 1" in msg and "deleted" in msg
@@ -575,7 +575,7 @@ def test_deleted_batch_directories_fail_the_restart_naming_the_batch(tmp_path):
     import glob
     import shutil
 
-    from nsq_spark.spark.spool import SpoolError
+    from nsq_spark.errors import SparkSpoolError
 
     first = driver(tmp_path, depth=100)
     start = first.initialOffset()
@@ -585,7 +585,7 @@ def test_deleted_batch_directories_fail_the_restart_naming_the_batch(tmp_path):
         shutil.rmtree(d)
     spool = first._spool(start["query"])
     assert spool.has_query_marker() and spool.was_started(1)
-    with pytest.raises(SpoolError) as err:
+    with pytest.raises(SparkSpoolError) as err:
         driver(tmp_path).partitions(start, end)
     msg = str(err.value)
     assert "micro-batch 1" in msg and str(tmp_path / "spool") in msg
@@ -597,7 +597,7 @@ def test_deleted_batch_directories_fail_the_restart_naming_the_batch(tmp_path):
 
 
 def test_a_restart_with_another_spool_path_is_named_as_such(tmp_path):
-    from nsq_spark.spark.spool import SpoolError
+    from nsq_spark.errors import SparkSpoolError
 
     first = driver(tmp_path, depth=100)
     start = first.initialOffset()
@@ -605,7 +605,7 @@ def test_a_restart_with_another_spool_path_is_named_as_such(tmp_path):
     assert end["spool"] == str(tmp_path / "spool")
     run_tasks(first, first.partitions(start, end), 50)
     moved = driver(tmp_path / "x")  # spoolPath <tmp>/x/spool: another place
-    with pytest.raises(SpoolError) as err:
+    with pytest.raises(SparkSpoolError) as err:
         moved.partitions(start, end)
     msg = str(err.value)
     assert "option 'spoolPath' changed" in msg and "micro-batch 1" in msg

@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from nsq_spark.publish.producer import Producer
+from nsq_spark.spark.instrument import ProgressInstrument
 from nsq_spark.telemetry import Telemetry
 
 pytestmark = [pytest.mark.spark, pytest.mark.nsqd]
@@ -49,7 +50,8 @@ def test_a_query_returns_inner_bodies_the_trace_parent_and_counts_its_rows(
         send = sends[int(span_id, 16)]
         assert int(trace_id, 16) == send.context.trace_id and version == "00"
 
-    counted = sum(telemetry.record_progress(p) for p in q.recentProgress)
+    progress = ProgressInstrument(telemetry)
+    counted = sum(progress.record(p) for p in q.recentProgress)
     assert counted == 6
     (metric,) = [m for rm in metric_reader.get_metrics_data().resource_metrics
                  for sm in rm.scope_metrics for m in sm.metrics

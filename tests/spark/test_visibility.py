@@ -75,7 +75,7 @@ def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, cap
         # the first trigger creates the channel; nsqd copies the topic into it
         assert reader.latestOffset(start, no_limit())["size"] == 50
         wait_for(lambda: reader._subscription.handles[topic].backlog() == 50 and
-                 reader._subscription.handles[topic].last.stats.topic_depth == 0, what="the channels filled")
+                 reader._subscription.handles[topic].last.counts.topic_depth == 0, what="the channels filled")
 
         # the channel paused on one nsqd: only the other one's messages are planned
         nsqd_post(n0.http_address, f"/channel/pause?topic={topic}&channel={channel}")
@@ -133,10 +133,31 @@ def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, cap
     (True, True, 0, "topic+channel")])
 def test_a_pause_holds_back_what_nsqd_will_not_send(topic_paused, channel_paused, fetchable,
                                                     paused):
-    from nsq_spark.spark.backlog import ChannelStats, NsqdStats
-
-    st = NsqdStats(ChannelStats(topic_depth=3, depth=7), topic_paused, channel_paused)
+    st = _on_nsqd(topic_depth=3, depth=7, in_flight=0, topic_paused=topic_paused,
+                  channel_paused=channel_paused)
     assert (st.fetchable, st.paused) == (fetchable, paused)
+
+
+def _on_nsqd(topic_depth: int, depth: int, in_flight: int, topic_paused: bool,
+             channel_paused: bool):
+    """One nsqd's answer as the admin model parses it, read for the backlog."""
+    from nsq_spark.admin.model import ChannelStats, TopicStats
+    from nsq_spark.spark.backlog import NsqdBacklog
+
+    channel = ChannelStats("spark", depth, 0, in_flight, 0, 0, 0, 0, 1, channel_paused)
+    return NsqdBacklog(TopicStats("t", topic_depth, 0, 0, 0, topic_paused, (channel,)),
+                       "spark")
+
+
+@pytest.mark.unit
+def test_an_nsqd_without_the_topic_or_the_channel_holds_what_its_topic_holds():
+    from nsq_spark.admin.model import TopicStats
+    from nsq_spark.spark.backlog import Counts, NsqdBacklog
+
+    assert NsqdBacklog(None, "spark").counts == Counts()
+    no_channel = NsqdBacklog(TopicStats("t", 5, 0, 5, 0, False, ()), "spark")
+    assert (no_channel.counts, no_channel.fetchable, no_channel.paused) == \
+        (Counts(topic_depth=5), 5, None)
 
 
 @pytest.mark.unit
@@ -147,10 +168,8 @@ def test_what_paused_cached_readers_hold_is_fetchable(topic_paused, channel_paus
     # between batches the channel's in-flight messages are held by the executors' paused
     # Readers: the next task takes them, so a batch is planned for them (AvailableNow
     # stopped short of them when only the depth counted)
-    from nsq_spark.spark.backlog import ChannelStats, NsqdStats
-
-    st = NsqdStats(ChannelStats(topic_depth=3, depth=7, in_flight=2), topic_paused,
-                   channel_paused)
+    st = _on_nsqd(topic_depth=3, depth=7, in_flight=2, topic_paused=topic_paused,
+                  channel_paused=channel_paused)
     assert st.fetchable == fetchable
 
 
