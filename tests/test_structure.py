@@ -279,7 +279,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("foundations: errors, values, wire format, telemetry providers, retry policy",
      {"errors", "_version", "envelope", "validate", "addresses", "_log", "_codecs",
       "_rdy_credit", "message", "protocol", "_loop", "telemetry", "_retry",
-      "_strict_argparse"}),
+      "_strict_argparse", "_options"}),
     ("connections, HTTP clients, discovery, deduplicators",
      {"config", "handshake", "sync_conn", "conn", "admin", "lookupd", "dedup"}),
     ("the publish spool", {"spool"}),

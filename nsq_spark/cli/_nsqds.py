@@ -104,7 +104,7 @@ def nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = Fa
         shown = ", ".join(strip_userinfo(a) for a in lookupds)
         unanswered = (f"; {', '.join(errors)} did not answer: {'; '.join(errors.values())}"
                       if errors else "")
-        raise NoNsqdListed(f"nsqlookupd {shown} lists no nsqd {where}(is the name right? "
+        raise _NoNsqdListed(f"nsqlookupd {shown} lists no nsqd {where}(is the name right? "
                             "does nsqd run with --lookupd-tcp-address?)" + unanswered,
                             f"nsqlookupd {shown} lists no nsqd {where}for now (restarted "
                             "and not registered again yet?); asking again next interval",
@@ -112,7 +112,7 @@ def nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = Fa
     return found, errors
 
 
-class NoNsqdListed(RuntimeError):
+class _NoNsqdListed(RuntimeError):
     """The lookupds that answered list no nsqd: an error for an action and for the first
     view of ``stat``; a later view says ``later`` and goes on. ``unanswered``: the
     lookupds that did not answer (address: what the attempt said)."""

@@ -17,7 +17,7 @@ from nsq_spark.validate import Limit
 
 from . import _common
 from ._common import DurationAction, add, add_option
-from ._nsqds import NoNsqdListed, add_where, admin_usage, client_options, node_failure, nsqd_targets
+from ._nsqds import _NoNsqdListed, add_where, admin_usage, client_options, node_failure, nsqd_targets
 
 COUNT = Option("count", "int", 0, limit=Limit("views", 0),
                doc="views to print, then exit (default 0: until interrupted)")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
             notes: tuple[str, ...] = ()
             try:
                 targets, unanswered = nsqd_targets(args, transport, last=lists)
-            except NoNsqdListed as exc:
+            except _NoNsqdListed as exc:
                 if shown == 0:
                     raise
                 # e.g. its one nsqd restarted and lookupd dropped it: say so, go on
