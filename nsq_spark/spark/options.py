@@ -212,6 +212,10 @@ CONNECTION = OptionTable([
            doc="client certificate (nsqd --tls-client-auth-policy); needs tlsV1"),
     Option("tlsKeyFile", parse=_pem_file("tlsKeyFile"), needs="tlsV1", shown="none",
            unit="path of a PEM file", doc="key of the client certificate; needs tlsV1"),
+    Option("tlsServerHostname", parse=_text, needs="tlsV1", shown="the address's host",
+           unit="host name",
+           doc="name to verify in nsqd's certificate and send in SNI, where executors "
+           "reach nsqd by an address its certificate does not name; needs tlsV1"),
     Option("tlsInsecure", "flag", False, needs="tlsV1",
            doc="skip certificate verification (testing only); needs tlsV1"),
     Option("authSecret", parse=_text, secret=True, shown="none", unit="string",
@@ -498,6 +502,8 @@ def _connection_options(given: Given) -> dict[str, Any]:
             path = given.get(opt)
             if path:
                 tls[key] = path
+        if given.given("tlsServerHostname"):
+            conn["tls_server_hostname"] = given.get("tlsServerHostname")
         if given.get("tlsInsecure"):
             import ssl
 

@@ -81,12 +81,12 @@ def test_connection_options_map_to_pynsq_names(tmp_path):
     ca = tmp_path / "ca.pem"  # file options must name a readable file at query start
     ca.write_text("-")
     o = parse_read_options(opts(tlsV1="true", tlsCaFile=str(ca), authSecret="s3",
-                                deflate="true", deflateLevel="3", msgTimeout="30000",
+                                tlsServerHostname="nsqd.example", deflate="true", deflateLevel="3", msgTimeout="30000",
                                 heartbeatInterval="5000",
                                 **{"nsq.output_buffer_timeout": "5"}), streaming=True)
     # Spark options in ms, ConnectionConfig (pynsq) in seconds; output_buffer_timeout in ms
     assert o.connection == {"tls_v1": True, "tls_options": {"ca_certs": str(ca)},
-                            "auth_secret": "s3", "deflate": True, "deflate_level": 3,
+                            "tls_server_hostname": "nsqd.example", "auth_secret": "s3", "deflate": True, "deflate_level": 3,
                             "msg_timeout": 30.0, "heartbeat_interval": 5.0,
                             "output_buffer_timeout": 5}
     # the Reader gets the source's output-buffer defaults unless an option says otherwise
@@ -376,7 +376,8 @@ def test_spark_keys_and_nsq_prefix_are_accepted():
 
 
 @pytest.mark.parametrize("key, needs", [
-    ("tlsInsecure", "tlsV1"), ("tlsCaFile", "tlsV1"), ("deflateLevel", "deflate"),
+    ("tlsInsecure", "tlsV1"), ("tlsCaFile", "tlsV1"), ("tlsServerHostname", "tlsV1"),
+    ("deflateLevel", "deflate"),
 ])
 def test_an_option_without_the_one_it_needs_fails(key, needs):
     with pytest.raises(NSQOptionError, match=f"'{key}' only takes effect with '{needs}'"):
