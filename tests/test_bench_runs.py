@@ -4,7 +4,8 @@ still runs). Counts are asserted where a benchmark reports them (messages consum
 rows, what is left on nsqd), never a speed: how fast is bench/RESULTS.md's business.
 
 The Spark benchmarks run in the shared Spark session (tests/spark/test_bench_spark.py),
-the latency benchmark on a standalone cluster (tests/test_bench_smoke.py); this file
+the latency benchmark on a standalone cluster (tests/test_bench_smoke.py), the options
+benchmark beside the rows it measures (tests/test_options_rows.py); this file
 checks that every benchmark is in one of them and in the Makefile's ``BENCHES``.
 """
 
@@ -43,6 +44,7 @@ SMALLEST = {
 # run elsewhere: in the shared Spark session, or on the standalone cluster
 ELSEWHERE = {"bench_spark": "tests/spark/test_bench_spark.py",
              "bench_sink": "tests/spark/test_bench_spark.py",
+             "bench_options": "tests/test_options_rows.py",
              "bench_spark_latency": "tests/test_bench_smoke.py"}
 # not benchmarks: the interleaving tool, helpers the benchmarks import
 HELPERS = {"ab", "timings", "pyrate_source", "__init__"}

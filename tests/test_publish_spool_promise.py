@@ -312,6 +312,7 @@ def test_the_spooling_producer_accepts_exactly_what_the_direct_one_does(tmp_path
 
 
 def test_the_publish_summary_says_how_to_send_the_refused_messages_again():
+    from nsq_spark import cli
     from nsq_spark.cli import publish
 
     args = cli.build_parser().parse_args(
