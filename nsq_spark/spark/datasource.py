@@ -54,9 +54,10 @@ the backlog, capped by the read limit (``maxMessagesPerTrigger``); ``minMessages
 holds a batch back until ``maxTriggerDelay`` (timed here, from the last batch); see
 :mod:`.admission`. Under ``Trigger.AvailableNow`` the backlog measured at query start is
 the target (the minimum is ignored): batches run until that many messages were fetched or
-the channel is empty (:mod:`.available_now`, the pure plan this driver follows). While idle the backlog is measured every ``backlogPollInterval``
-(0.1 s), not at each of Spark's calls (every ~10 ms); a batch that ends is measured at
-once (figures at :data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
+the channel is empty (:mod:`.available_now`, the pure plan this driver follows). While
+idle the backlog is measured every ``backlogPollInterval`` (0.1 s), not at each of
+Spark's calls (every ~10 ms); a batch that ends is measured at once (figures at
+:data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
 :class:`~.backlog.Nsqds` (channel created on each nsqd, backlog, pauses) in one
 :class:`~.backlog.Subscription`, which lists a pattern's topics again at each measurement.
 
