@@ -171,6 +171,13 @@ class SparkSpoolError(NSQError, RuntimeError):
     0.1.0, where it derived from ``RuntimeError`` alone; that name stays for a release.)"""
 
 
+
+class SparkCheckpointError(NSQError, ValueError):
+    """An offset in a Spark checkpoint's offsets log that the ``nsq`` source cannot read:
+    not one of the forms any release wrote (damaged or edited by hand), or written by a
+    newer nsq-spark. The message names the offset, the key and the fix; the forms are in
+    :mod:`nsq_spark.spark.offset`."""
+
 # -- errors sent by nsqd ------------------------------------------------------------------
 
 

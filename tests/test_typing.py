@@ -261,6 +261,7 @@ WRITTEN = {
 }
 #: the typed test modules checked where they are
 CHECKED_IN_PLACE = [TESTS_DIR / "fake_nsqd.py", SPARK_TESTS_DIR / "stand_in_reader.py",
+                    SPARK_TESTS_DIR / "topic_fakes.py",
                     TESTS_DIR / "admin_fakes.py", TESTS_DIR / "test_discovery.py",
                     TESTS_DIR / "test_contrib_dead_letter.py",
                     TESTS_DIR / "test_telemetry_unit.py", TESTS_DIR / "dedup_fakes.py"]

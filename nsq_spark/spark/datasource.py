@@ -1,6 +1,7 @@
 """The ``nsq`` Spark data source: streaming and batch reads, batch and streaming writes.
 
-Driver side of the source. Offsets are micro-batch numbers chosen here::
+Driver side of the source. Offsets are micro-batch numbers chosen here (the format, and
+every older form of it, is :mod:`.offset`; nothing here reads an offset by key)::
 
     {"query": "<token>", "batch": 42, "size": 5000, "parts": 2, "v": 2,
      "spool": "/mnt/spool"}
@@ -52,10 +53,11 @@ logged, and retried at the next trigger, as Spark's Kafka source keeps polling b
 the backlog, capped by the read limit (``maxMessagesPerTrigger``); ``minMessagesPerTrigger``
 holds a batch back until ``maxTriggerDelay`` (timed here, from the last batch); see
 :mod:`.admission`. Under ``Trigger.AvailableNow`` the backlog measured at query start is
-the target (the minimum is ignored): batches run until that many messages were planned or
-the channel is empty. While idle the backlog is measured every ``backlogPollInterval``
-(0.1 s), not at each of Spark's calls (every ~10 ms); a batch that ends is measured at
-once (figures at :data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
+the target (the minimum is ignored): batches run until that many messages were fetched or
+the channel is empty (:mod:`.available_now`, the pure plan this driver follows). While
+idle the backlog is measured every ``backlogPollInterval`` (0.1 s), not at each of
+Spark's calls (every ~10 ms); a batch that ends is measured at once (figures at
+:data:`.options.DEFAULT_POLL_INTERVAL`). Each topic has its
 :class:`~.backlog.Nsqds` (channel created on each nsqd, backlog, pauses) in one
 :class:`~.backlog.Subscription`, which lists a pattern's topics again at each measurement.
 
@@ -138,6 +140,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: 
 
 from .admission import (NO_LIMITS, Limits, TopicPlan, hold_back,  # noqa: E402
                         plan_topics, task_shares)
+from .available_now import AvailableNow  # noqa: E402
+from .offset import OFFSET_VERSION, BatchOffset  # noqa: E402
 from .admission import split_shares  # noqa: E402,F401 (its old home: kept importable)
 from .logs import configure as configure_logging  # noqa: E402
 from .logs import task_rows  # noqa: E402
@@ -146,9 +150,7 @@ from .schema import SCHEMA_DDL  # noqa: E402
 
 log = get_logger(__name__)
 
-Offset = dict[str, Any]  # what Spark keeps in the offsets log (JSON)
-# Offsets of this version carry "parts" and mean the query marker was written.
-OFFSET_VERSION = 2
+Offset = dict[str, Any]  # what Spark hands over and keeps (JSON): BatchOffset.to_dict()
 # Seconds between two INFO lines with an unchanged backlog (a changed one is logged at
 # once): Spark's pace for progress events of an idle query, as for the WARNINGs (.backlog).
 BACKLOG_LOG_EVERY = 10.0
@@ -271,13 +273,10 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         self._ran: set[int] = set()  # batches whose partitions this driver handed out
         self._started = False
         self._tidied: tuple[str, int] | None = None  # (query, batch) spool deleted up to
-        self._available_now = False
-        self._an_target: int | None = None
-        self._an_fetched = 0
-        self._an_counted: set[int] = set()
-        self._an_empty = 0
+        # Trigger.AvailableNow's run (None: another trigger), from prepareForTriggerAvailableNow
+        self._available_now: AvailableNow | None = None
         self._planned: set[int] = set()  # batches planned by this driver (latestOffset)
-        self._latest: Offset | None = None  # the latest offset planned or seen
+        self._latest: BatchOffset | None = None  # the latest offset planned or seen
         self._dropped = 0  # redeliveries dropped since this driver started
         self._counted: set[str] = set()  # index files whose drops are in _dropped
 
@@ -292,13 +291,13 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
         return Spool(self.spool_path, query)
 
-    def _start(self) -> None:
+    def _start(self, available_now: bool = False) -> None:
         """Once per query run: an nsqd must be reachable (else ConnectError naming the
         addresses); the channel is created on every nsqd known, so that messages
         published from now on wait on it. Later outages are transient: logged, and the
         query goes on (like Spark's Kafka source, which keeps polling)."""
         if not self._started:
-            self._subscription.check_reachable(require_producer=self._available_now)
+            self._subscription.check_reachable(require_producer=available_now)
             self._started = True
 
     def initialOffset(self) -> Offset:
@@ -306,7 +305,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         # the query marker waits for the first latestOffset: Spark may call this on a
         # restart too and throw the token away, which must leave nothing behind
         self._spool(query).check_writable()
-        return {"query": query, "batch": 0, "size": 0, "v": OFFSET_VERSION}
+        return BatchOffset.initial(query).to_dict()
 
     def getDefaultReadLimit(self) -> Any:
         """One of Spark's read limits (pyspark passes one, not a composite): the others
@@ -338,73 +337,59 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         return own
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = True
-        self._start()
-        self._an_target = self._subscription.settled_backlog()
-        self._an_fetched = 0
-        self._an_counted = set()
-        self._an_empty = 0
-        self._log.info("Trigger.AvailableNow: backlog at start %s", self._an_target)
+        self._start(available_now=True)
+        self._available_now = AvailableNow.start(self._subscription.settled_backlog())
+        self._log.info("Trigger.AvailableNow: backlog at start %s", self._available_now.target)
 
     def latestOffset(self, start: Offset, limit: Any = None) -> Offset:
+        at = BatchOffset.from_json(start)
         limits = self._limits(limit)
-        self._start()
+        self._start(self._available_now is not None)
         now = self._clock()
         if self._last_batch_at is None:  # maxTriggerDelay counts from the source's start
             self._last_batch_at = now
-        self._min_rows = None if self._available_now else limits.min_rows
-        batch = int(start["batch"])
+        run = self._available_now
+        self._min_rows = None if run is not None else limits.min_rows
+        batch = at.batch
         summary = None  # the batch's spool summary, read once for both uses below
-        if self._available_now and batch in self._planned and batch not in self._an_counted:
-            # what the previous batch really fetched (tasks may fetch less than planned).
-            # Only a batch planned in this run counts: one run again from the checkpoint
-            # (a failed batch) fetched before the target was measured at start, so its
-            # rows are not part of it -- counting them stopped the run one batch short
-            self._an_counted.add(batch)
-            # (Spark calls this before commit(start): the batch's spool is still there)
-            summary = self._spool(start["query"]).batch_summary(batch)
-            # messages taken: rows, and copies of publishes already rows (the backlog
-            # counts every copy)
-            rows = summary.rows + summary.copies_dropped if summary.partitions else 0
-            self._an_fetched += rows
-            self._an_empty = 0 if rows else self._an_empty + 1
+        if run is not None and run.counts(batch):
+            # what the previous batch really fetched (tasks may fetch less than planned);
+            # Spark calls this before commit(start): the batch's spool is still there
+            summary = self._spool(at.query).batch_summary(batch)
+            run = self._available_now = run.ran(
+                batch, summary.rows + summary.copies_dropped if summary.partitions else 0)
         # Spark asks for the next batch only after the sink committed this one: its
         # numbers are final, and its spool can go (after they are read)
-        self._summarize(start["query"], batch, summary)
-        self._tidy(start["query"], batch)
+        self._summarize(at.query, batch, summary)
+        self._tidy(at.query, batch)
         backlogs = self._measure(batch, now)
-        self._latest = start
+        self._latest = at
         self._planned_last = False
         measured = None if any(v is None for v in backlogs.values()) else \
             sum(v or 0 for v in backlogs.values())
         cap = limits.max_rows
-        if measured is None:
-            # no way to ask nsqd: run a batch; under AvailableNow stop after an empty one
-            if self._available_now and batch > 0 and self._an_empty:
+        if run is not None:
+            step = run.next(measured is not None)
+            if step.done:
                 return start
-        elif self._available_now and self._an_target is not None:
-            left = self._an_target - self._an_fetched
-            # the backlog may sit in flight with another consumer: give up after two
-            # batches that found nothing
-            if left <= 0 or self._an_empty >= 2:
-                return start
-            cap = left if cap is None else min(cap, left)
+            if step.cap is not None:
+                cap = step.cap if cap is None else min(cap, step.cap)
         # AvailableNow ignores the minimum: waiting for more would never end the run
-        if not self._available_now and hold_back(measured, limits, now - self._last_batch_at):
+        elif hold_back(measured, limits, now - self._last_batch_at):
             return start
         plan = plan_topics(backlogs, replace(limits, max_rows=cap), self.opts.num_partitions)
         if not plan:
             return start
-        end = {"query": start["query"], "batch": batch + 1,
-               "size": sum(p.size for p in plan), "parts": sum(p.parts for p in plan),
-               "v": self._marked(start), "spool": self._spool_shown}
-        if self._single_topic is None or any(p.max_bytes is not None for p in plan):
-            end["plan"] = [p.as_offset() for p in plan]
-        self._planned.add(batch + 1)
+        end = at.next(plan, self._marked(at), self._spool_shown,
+                      record_plan=self._single_topic is None or
+                      any(p.max_bytes is not None for p in plan))
+        self._planned.add(end.batch)
+        if run is not None:
+            self._available_now = run.plans(end.batch)
         self._latest = end
         self._last_batch_at = now
         self._planned_last = True
-        return end
+        return end.to_dict()
 
     def _measure(self, batch: int, now: float) -> dict[str, int | None]:
         """Each topic's fetchable backlog: measured now, or the measurement of less than
@@ -459,17 +444,17 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             return
         self._last_summary = (batch, summary)
 
-    def _marked(self, start: Offset) -> int:
+    def _marked(self, start: BatchOffset) -> int:
         """The offset version for the next batch. The query marker is written before the
         first batch is planned (so every batch in the offsets log had it), and for an
         older query (offsets without ``v``) at its first trigger here, so that from then
         on a deleted spool is seen."""
         from nsq_spark.validate import redact_url
 
-        if int(start.get("v", 0)) >= OFFSET_VERSION and int(start["batch"]) > 0:
+        if start.marked and start.batch > 0:
             return OFFSET_VERSION
         try:
-            self._spool(start["query"]).write_query_marker()
+            self._spool(start.query).write_query_marker()
         except Exception as exc:  # tried again at the next trigger
             self._log.warning("could not write the query marker under %s: %s",
                               redact_url(self.spool_path), exc)
@@ -485,7 +470,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
         if self._latest is None:
             return None
-        out: dict[str, Any] = {**self._latest, "channel": self.opts.channel,
+        out: dict[str, Any] = {**self._latest.to_dict(), "channel": self.opts.channel,
                                "redeliveriesDropped": self._dropped}
         topics = list(self._measured or self.opts.topics)
         if self._single_topic is not None:
@@ -511,38 +496,24 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         return out
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
-        if int(end["batch"]) <= int(start["batch"]):
+        return self._partitions(BatchOffset.from_json(start), BatchOffset.from_json(end))
+
+    def _partitions(self, start: BatchOffset, end: BatchOffset) -> Sequence[InputPartition]:
+        if end.batch <= start.batch:
             return []
-        batch = int(end["batch"])
-        query = end["query"]
+        batch, query = end.batch, end.query
         spool = self._spool(query)
-        if int(end.get("v", 0)) >= OFFSET_VERSION:
+        if end.marked:
             self._check_spool_kept(spool, end)
         self._check_batch_kept(spool, end)
         marker = spool.write_marker(batch)
-        tasks = partitions_of(query, batch, self._plans(spool, end), marker)
+        plans = end.topic_plans(self._single_topic, self.opts.num_partitions,
+                                lambda: spool.partition_count(batch))
+        tasks = partitions_of(query, batch, plans, marker)
         # after the batch's directory and marker, before any task can FINish into them
         spool.record_started(batch)
         self._ran.add(batch)
         return tasks
-
-    def _plans(self, spool: Any, end: Offset) -> list[TopicPlan]:
-        """The topics and tasks of the batch ending at ``end``, as it was planned: a batch
-        run again from the checkpoint fetches the same topics with as many tasks, whatever
-        the options or the pattern's matches are now."""
-        if "plan" in end:
-            return [TopicPlan.from_offset(entry) for entry in end["plan"]]
-        if self._single_topic is None:
-            from .options import NSQOptionError
-
-            raise NSQOptionError(
-                f"the checkpoint owes micro-batch {end['batch']}, planned when the query "
-                "read one 'topic' (its offset names no topic list), but the options now "
-                "give several topics or a 'topicPattern': which topic that batch read is "
-                "not recorded. Restart with .option(\"topic\", ...) as before until that "
-                "batch is committed, or start on a new checkpointLocation")
-        return [TopicPlan(self._single_topic, self._parts(spool, end),
-                          int(end.get("size", 0)), None)]
 
     @property
     def _single_topic(self) -> str | None:
@@ -551,32 +522,23 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         o = self.opts
         return o.topic if o.topic_pattern is None and len(o.topics) == 1 else None
 
-    def _parts(self, spool: Any, end: Offset) -> int:
-        """Fetch tasks of the batch ending at ``end``: as many as when it was planned."""
-        if "parts" in end:
-            return int(end["parts"])
-        # an offset from before "parts": at least the partitions its spool holds
-        return max(self.opts.num_partitions, int(spool.partition_count(int(end["batch"]))))
-
-    def _check_spool_kept(self, spool: Any, end: Offset) -> None:
+    def _check_spool_kept(self, spool: Any, end: BatchOffset) -> None:
         """The query marker must be there; if not, the spool was deleted. A batch planned
         by this driver owes nothing yet (its tasks have not run): the marker is written
         again, with a warning. A batch from the checkpoint may have FINished its messages
         into the deleted spool: SparkSpoolError, rather than a silent loss."""
-        import json
-
         from nsq_spark.errors import SparkSpoolError
         from nsq_spark.validate import redact_url
 
         if spool.has_query_marker():
             return
-        batch = int(end["batch"])
+        batch = end.batch
         where = redact_url(self.spool_path)
-        was = end.get("spool")
-        if was is not None and was != where:
+        was = end.spool_changed(where)
+        if was is not None:
             raise SparkSpoolError(
                 f"option 'spoolPath' changed: micro-batch {batch} of this query was planned "
-                f"with spoolPath {was!r} (offset {json.dumps(end, sort_keys=True)} in the "
+                f"with spoolPath {was!r} (offset {end.describe()} in the "
                 f"checkpoint's offsets log) and the query now has {where!r}, where its "
                 f"spool ({spool.query}) is not. That batch's messages were fetched into the "
                 f"old spool and FINished on nsqd: restart with .option(\"spoolPath\", "
@@ -593,25 +555,23 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             f"the spool of this query ({where}/{spool.query}) was deleted while the query "
             f"was stopped (or option 'spoolPath' names another place than when the batch "
             f"was planned): the checkpoint still owes micro-batch {batch} of this source "
-            f"(offset {json.dumps(end, sort_keys=True)} in the checkpoint's offsets log), "
+            f"(offset {end.describe()} in the checkpoint's offsets log), "
             "whose messages the fetch tasks had written there and FINished on nsqd, so "
             "they cannot be read again. Restore the spool directory if you have a copy; "
             "otherwise start the query on a new checkpointLocation and accept that "
             "batch's loss (nsqd does not have them any more). Never delete spoolPath "
             "while a query that uses it is stopped with a checkpoint")
 
-    def _check_batch_kept(self, spool: Any, end: Offset) -> None:
+    def _check_batch_kept(self, spool: Any, end: BatchOffset) -> None:
         """A batch whose tasks were handed out (its record, :meth:`.Spool.record_started`)
         must still have its directory: else it was deleted after the tasks could have
         FINished messages into it, and running the batch again would fetch new messages
         in their place (:mod:`.spool`, step 8). A SparkSpoolError naming the batch and the
         spool, as for a deleted spool."""
-        import json
-
         from nsq_spark.errors import SparkSpoolError
         from nsq_spark.validate import redact_url
 
-        batch = int(end["batch"])
+        batch = end.batch
         if spool.batch_exists(batch) or not spool.was_started(batch):
             return
         where = redact_url(self.spool_path)
@@ -622,14 +582,15 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             "messages they fetched were written there and FINished on nsqd, so they cannot "
             "be read again, and running the batch anew would put new messages in their "
             f"place. The checkpoint still owes that batch (offset "
-            f"{json.dumps(end, sort_keys=True)} in the checkpoint's offsets log). Restore "
+            f"{end.describe()} in the checkpoint's offsets log). Restore "
             "the batch directory if you have a copy; otherwise start the query on a new "
             "checkpointLocation and accept that batch's loss. Never delete anything under "
             "spoolPath while a query that uses it is stopped with a checkpoint")
 
     def commit(self, end: Offset) -> None:
-        spool = self._spool(end["query"])
-        batch = int(end["batch"])
+        at = BatchOffset.from_json(end)
+        spool = self._spool(at.query)
+        batch = at.batch
         try:
             deleted = spool.delete_upto(batch)
             self._log.debug("commit %s: deleted the spool of %d batches", end, deleted)
@@ -699,18 +660,19 @@ class NSQStartlessStreamReader(NSQStreamReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
-        self._seen: Offset | None = None
+        self._seen: Offset | None = None  # as Spark showed it: handed back unchanged
+        self._seen_batch = -1
 
     def _see(self, offset: Offset) -> None:
-        if self._seen is None or int(offset["batch"]) >= int(self._seen["batch"]):
-            self._seen = offset
+        batch = BatchOffset.from_json(offset).batch
+        if self._seen is None or batch >= self._seen_batch:
+            self._seen, self._seen_batch = offset, batch
 
     def initialOffset(self) -> Offset:
         # after a restart before the first commit, Spark asks for the initial offset
         # again: the same query's batch 0, so that the logged batch 1 is replayed
         if self._seen is not None:
-            return {"query": self._seen["query"], "batch": 0, "size": 0,
-                    "v": OFFSET_VERSION}
+            return BatchOffset.from_json(self._seen).first_of_query().to_dict()
         offset = super().initialOffset()
         self._see(offset)
         return offset

@@ -260,6 +260,7 @@ def test_with_a_window_of_0_nothing_is_remembered(tmp_path):
 
 def test_commit_prunes_index_files_past_the_window(tmp_path):
     from nsq_spark.spark.datasource import NSQStreamReader
+    from nsq_spark.spark.offset import BatchOffset
 
     spool = Spool(str(tmp_path), "q")
     log: list = []
@@ -274,7 +275,7 @@ def test_commit_prunes_index_files_past_the_window(tmp_path):
     reader.commit({"query": "q", "batch": 2, "size": 0})
     assert [x.batch for x in index.files()] == [2]
     assert reader.reportLatestOffset() is None  # nothing planned yet by this driver
-    reader._latest = {"query": "q", "batch": 2, "size": 0}
+    reader._latest = BatchOffset.from_json({"query": "q", "batch": 2, "size": 0})
     report = reader.reportLatestOffset()
     assert report["redeliveriesDropped"] == 3 and report["topic"] == "t"
     assert "topic='t'" in repr(reader) and "channel='c'" in repr(reader)

@@ -547,7 +547,7 @@ def test_available_now_reads_a_finished_batchs_spool_summary_once(tmp_path, monk
     r._subscription.handles[r.opts.topic].depth -= 200
     nxt = r.latestOffset(end, ReadMaxRows(400))
     assert reads == [1]
-    assert r._an_fetched == 200 and r._last_summary[0] == 1
+    assert r._available_now.fetched == 200 and r._last_summary[0] == 1
     assert r._last_summary[1].rows == 200 and nxt["batch"] == 2
 
 
