@@ -63,7 +63,7 @@ def _task(args: tuple[dict[str, str], str, int, int, int | None]) -> dict[str, A
 
 def _publish(cluster: Any, topic: str, case: str, n: int, size: int) -> int:
     """Publish ``n`` bodies the ``case`` way; returns the copies queued."""
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     bodies = [b"%09d-" % i + b"x" * (size - 10) for i in range(n)]
     kwargs: dict[str, Any] = {"plain": {}, "ids": {"publish_ids": True},

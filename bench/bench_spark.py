@@ -276,7 +276,7 @@ def _publish(http_address: str, topic: str, n: int, size: int,
 def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict:
     """The same fetch path without Spark, in this process: the Reader alone
     (get_batch(1250) + finish), then one fetch task (Reader, convert, spool, FIN)."""
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
     from nsq_spark.spark import fetch
     from nsq_spark.spark.options import parse_read_options
     from nsq_spark.spark.spool import Spool
@@ -314,7 +314,7 @@ def reader_blocks_child(addr: str, topic: str, channel: str, n: int,
     and ``finish_blocks`` until ``n`` messages, in this process; CPU of every thread of
     it (the Reader's IO thread and this one), from before the connect to the n-th
     message."""
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
 
     import pyarrow  # noqa: F401 -- imported by a fetch task's worker before it starts too
 

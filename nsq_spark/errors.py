@@ -67,7 +67,7 @@ class ConfigError(NSQError, ValueError, AssertionError):
 
 class InvalidAddressError(ConfigError):
     """A ``host:port`` address that does not follow the one address rule
-    (:mod:`nsq_spark.addresses`); the message names the parameter and the bad entry."""
+    (:mod:`nsq_spark._addresses`); the message names the parameter and the bad entry."""
 
 
 class AlreadyRespondedError(NSQError, RuntimeError):
@@ -114,7 +114,7 @@ class NotConnectedError(NSQError, ValueError):
 
 
 class PollerStoppedError(NSQError, RuntimeError):
-    """A lookupd poller was asked to query after :meth:`~nsq_spark.lookupd.LookupdPoller.stop`
+    """A lookupd poller was asked to query after :meth:`~nsq_spark._lookupd.LookupdPoller.stop`
     (its consumer closed, or its last lookupd was disconnected): it makes no new HTTP
     client that nothing would close. Start it again, or make a new one
     (``Reader.connect_to_lookupd``)."""
@@ -326,7 +326,7 @@ def is_transient(exc: BaseException) -> bool:
     TLS certificate or setup failure -- typed TLSError or a raw ``ssl.SSLError`` such as
     ``SSLCertVerificationError`` --, any other nsqd error or HTTP status, a protocol
     violation). Producers retry by this rule. The publish spool
-    has a rule of its own, :func:`nsq_spark.spool.drain.refused` (only nsqd refusing the
+    has a rule of its own, :func:`nsq_spark.spool._drain.refused` (only nsqd refusing the
     message itself takes a message out of its queue), because its caller was already
     told "accepted" and nobody waits to decide."""
     import asyncio

@@ -13,7 +13,7 @@ import pytest
 from conn_helpers import channel_stats, http_pub, run, wait_for
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection, ConnState
+from nsq_spark._conn import Connection, ConnState
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster, free_port
 
@@ -317,7 +317,7 @@ def test_handshake_against_non_nsq_server_fails_typed() -> None:
 def test_nsqds_http_port_given_as_its_tcp_port_says_so(nsqd: NSQCluster) -> None:
     """nsqd's HTTP port answers the magic with an HTTP 400, whose first four bytes read as
     a frame of size 1213486160 ('HTTP'): both connections name the mistake instead."""
-    from nsq_spark.sync_conn import SyncConnection
+    from nsq_spark._sync_conn import SyncConnection
 
     host, port = _hostport(nsqd.nsqd_http_addresses[0])
     with pytest.raises(errors.ProtocolError, match=r"HTTP port.*TCP port \(4150"):
@@ -338,7 +338,7 @@ def test_a_server_silent_after_identify_times_out_typed() -> None:
     import socket
     import time
 
-    from nsq_spark.sync_conn import SyncConnection
+    from nsq_spark._sync_conn import SyncConnection
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -404,7 +404,7 @@ def test_blocking_connection_never_writes_a_heartbeat_nop_inside_another_threads
     import time
 
     from nsq_spark import protocol
-    from nsq_spark.conn import _NOP, SyncConnection
+    from nsq_spark._conn import _NOP, SyncConnection
 
     conn = SyncConnection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
                           ConnectionConfig(heartbeat_interval=1)).connect()

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from nsq_spark.consumer import Reader
-from nsq_spark.lookupd import ProducerInfo, lookup_sync
+from nsq_spark._consumer import Reader
+from nsq_spark._lookupd import ProducerInfo, lookup_sync
 from nsq_spark.testing import NSQCluster, ReaderRunner
 from reader_helpers import channel_stats, mpub, wait_for
 

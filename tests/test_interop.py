@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from conn_helpers import run, wait_for
-from nsq_spark.conn import Connection
+from nsq_spark._conn import Connection
 from nsq_spark.message import Message
 from nsq_spark.producer import Producer
 from nsq_spark.testing import NSQCluster, find_binary

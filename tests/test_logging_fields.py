@@ -99,7 +99,7 @@ def test_no_field_name_clashes_with_a_logrecord_attribute_and_none_says_secret()
     rec = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "m", (), None,
                             extra={name: 1 for name in FIELDS})
     assert all(getattr(rec, name) == 1 for name in FIELDS)
-    from nsq_spark.validate import is_secret_name
+    from nsq_spark._validate import is_secret_name
     assert not [name for name in FIELDS if is_secret_name(name)]
 
 
@@ -274,7 +274,7 @@ def test_no_secret_in_any_record_of_a_reader_a_producer_and_a_dedup_store(
     from conn_tls_helpers import auth_server
 
     from nsq_spark.dedup import from_spec
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
     from nsq_spark.testing import NSQCluster
 
     grants = {AUTH_SECRET: {"ttl": 60, "identity": "tester", "authorizations": [

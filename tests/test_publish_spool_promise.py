@@ -23,8 +23,8 @@ from nsq_spark.cli import main as cli_main
 from nsq_spark.producer import Producer
 from nsq_spark.publish_spool import (SegmentStore, SpoolDirectoryError, SpoolError,
                                      read_segment)
-from nsq_spark.spool.drain import refused
-from nsq_spark.spool.store import redrive
+from nsq_spark.spool._drain import refused
+from nsq_spark.spool._store import redrive
 from test_publish_spool import FakeProducer, Sink, segs
 
 pytestmark = pytest.mark.unit
@@ -312,6 +312,7 @@ def test_the_spooling_producer_accepts_exactly_what_the_direct_one_does(tmp_path
 
 
 def test_the_publish_summary_says_how_to_send_the_refused_messages_again():
+    from nsq_spark import cli
     from nsq_spark.cli import publish
 
     args = cli.build_parser().parse_args(

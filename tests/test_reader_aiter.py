@@ -1,5 +1,5 @@
 """asyncio iteration over the Reader (``async for message in reader``,
-``reader.batches(n, timeout)``): the contract of :mod:`nsq_spark.consumer.aiter`.
+``reader.batches(n, timeout)``): the contract of :mod:`nsq_spark._consumer.aiter`.
 
 The first part runs against real nsqd and checks what nsqd saw (``/stats``): everything
 received and finished, batch sizes and timeouts, backpressure through RDY, close ending
@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer import Reader
-from nsq_spark.consumer.lifecycle import Lifecycle
-from nsq_spark.consumer.pull import PullQueue, ReceivedPullQueue
+from nsq_spark._consumer import Reader
+from nsq_spark._consumer.lifecycle import Lifecycle
+from nsq_spark._consumer.pull import PullQueue, ReceivedPullQueue
 from nsq_spark.errors import ConfigError, NSQError
 from reader_helpers import assert_drained, await_for, channel_stats, mpub
 

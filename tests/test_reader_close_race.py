@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer import Reader
-from nsq_spark.consumer.handlers import PerMessage
+from nsq_spark._consumer import Reader
+from nsq_spark._consumer.handlers import PerMessage
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster
 from reader_helpers import channel_stats, mpub

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from reader_helpers import assert_drained, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]

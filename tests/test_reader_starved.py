@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from reader_helpers import assert_drained, await_for, mpub
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]

@@ -3,7 +3,7 @@ reached, the channel created on each, and how many messages wait on the channel.
 
 Discovery: with ``lookupdHttpAddresses`` the nsqds holding the topic (and their HTTP
 ports) come from every lookupd's ``/lookup?topic=`` (parsed by the one lookupd parser,
-:func:`nsq_spark.lookupd.parse_producer_records`); with ``nsqdTcpAddresses`` the driver
+:func:`nsq_spark._lookupd.parse_producer_records`); with ``nsqdTcpAddresses`` the driver
 uses ``nsqdHttpAddresses`` if given.
 
 The channel: a channel that does not exist has no depth, and nsqd copies a topic's
@@ -59,13 +59,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
-from nsq_spark.addresses import parse_address, strip_userinfo
+from nsq_spark._addresses import parse_address, strip_userinfo
 from nsq_spark.admin.client import LookupdClient, NsqdClient
 from nsq_spark.admin.errors import AdminError
 from nsq_spark.admin.model import ChannelStats, Lookup, TopicStats
 from nsq_spark.admin.transport import shared_transport
 from nsq_spark.errors import ConnectError
-from nsq_spark.lookupd import LookupdError, lookup_answer_sync
+from nsq_spark._lookupd import LookupdError, lookup_answer_sync
 from .._log import get_logger
 
 log = get_logger(__name__)

@@ -245,7 +245,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             from .filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         self.spool_path = normalize_spool_path(self.opts.spool_path)
         # in each offset planned: a restart with another spoolPath is named as such
@@ -464,7 +464,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         first batch is planned (so every batch in the offsets log had it), and for an
         older query (offsets without ``v``) at its first trigger here, so that from then
         on a deleted spool is seen."""
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         if int(start.get("v", 0)) >= OFFSET_VERSION and int(start["batch"]) > 0:
             return OFFSET_VERSION
@@ -566,7 +566,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         import json
 
         from nsq_spark.errors import SparkSpoolError
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         if spool.has_query_marker():
             return
@@ -609,7 +609,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         import json
 
         from nsq_spark.errors import SparkSpoolError
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         batch = int(end["batch"])
         if spool.batch_exists(batch) or not spool.was_started(batch):

@@ -81,7 +81,7 @@ __all__ = ["FIRST_WAIT", "ReaderFactory", "ReaderPort", "check_dedup_spec",
 def default_reader_factory(opts: ReadOptions) -> ReaderPort:
     """A pull-mode ``nsq_spark.Reader`` for the options (no message handler): the fetch
     functions use its block API (``get_blocks``, ``finish_blocks``, ``requeue_blocks``)."""
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
 
     return Reader(**opts.reader_kwargs())
 

@@ -740,7 +740,7 @@ def not_subscribed(reader: ReaderPort) -> dict[str, dict[str, Any]] | None:
     """None when the Reader has a subscribed connection; else the last failure of each
     nsqd it tried (``Reader.stats()["connect_errors"]``: ``{address: {"error":
     "AuthFailedError: ...", "transient": False}}``), maybe empty."""
-    from nsq_spark.handshake import ConnState
+    from nsq_spark._handshake import ConnState
 
     st = reader.stats()
     if any(c.get("state") == ConnState.SUBSCRIBED for c in st["connections"].values()):
@@ -777,7 +777,7 @@ def not_subscribed_error(opts: ReadOptions, what: str, wait: float,
     when a cause is one no retry fixes (AUTH, TLS), else ConnectError."""
     from nsq_spark.errors import ConnectError, SubscribeRefusedError
 
-    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark._addresses import strip_userinfo
 
     shown = [strip_userinfo(a) for a in opts.lookupd_http_addresses]   # never a password
     where = (f"nsqdTcpAddresses {opts.nsqd_tcp_addresses}" if opts.nsqd_tcp_addresses else

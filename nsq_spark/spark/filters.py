@@ -204,7 +204,7 @@ def dedup_store_error(spec: str, exc: BaseException) -> Exception:
     from urllib.parse import urlsplit
 
     from nsq_spark.errors import DedupStoreError
-    from nsq_spark.validate import redact_url
+    from nsq_spark._validate import redact_url
 
     cause = f"{type(exc).__name__}: {exc}"
     try:

@@ -15,7 +15,7 @@ buffer, no copy): only rows whose body starts with the magic pay it.
 
 ``trace_parent`` (nullable): the W3C traceparent a producer put into the body with
 ``Telemetry(trace_context=True)`` (the message-id envelope's version 2, see
-:mod:`nsq_spark.spool.format`, or a publish envelope's extension); for those rows ``body``
+:mod:`nsq_spark.spool._format`, or a publish envelope's extension); for those rows ``body``
 is the inner body. Version-1 envelopes (``message_id_digest`` alone) stay in ``body`` as
 before.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from nsq_spark.envelope import PUBLISH_ENVELOPE_MAGIC as _PUBLISH_MAGIC
-from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC as _TRACED_MAGIC
+from nsq_spark.spool._format import TRACED_ENVELOPE_MAGIC as _TRACED_MAGIC
 from .._log import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -423,13 +423,13 @@ def _open_traced(bodies: "pa.Array") -> "tuple[pa.Array, pa.Array]":
     none, found without a Python object per row. The envelope a Producer writes (a
     traceparent and no tracestate) is opened column-wide (``binary_slice``/``if_else``,
     about 30 ns a row); any other traced body row by row by the one envelope rule,
-    :func:`nsq_spark.spool.format.open_traced_envelope`."""
+    :func:`nsq_spark.spool._format.open_traced_envelope`."""
     if not _may_be_traced(bodies):
         return bodies, _null_parents(len(bodies))
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from nsq_spark.spool import format as envelope
+    from nsq_spark.spool import _format as envelope
 
     traced = pc.starts_with(bodies, pattern=_TRACED_MAGIC.decode("ascii"))
     if not pc.any(traced).as_py():

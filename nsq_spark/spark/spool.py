@@ -160,7 +160,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from nsq_spark.errors import SparkSpoolError
-from nsq_spark.validate import redact_url
+from nsq_spark._validate import redact_url
 from .._log import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -10,7 +10,7 @@ import urllib.request
 from collections import Counter
 from typing import Any, Callable
 
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing import publish as mpub
 from reader_helpers import channel_stats
 

@@ -356,7 +356,7 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, standalone):
 @pytest.mark.nsq_cluster(nsqd=3, lookupd=1, msg_timeout="10s")
 def test_a_replicated_topic_with_an_nsqd_destroyed_and_an_executor_killed(
         nsq_cluster, standalone):
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     cluster = standalone
     topic, channel = "cluster_copies", "spark"

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from nsq_spark.producer import Producer
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing import HarnessError, NSQCluster, docker_client, docker_leftovers
 from reader_helpers import channel_stats, mpub, wait_for
 

@@ -112,9 +112,9 @@ def test_write_options():
 
 @pytest.mark.parametrize("failure", ["tls", "not_http", "unreachable"])
 def test_the_sink_skips_a_lookupd_that_fails_with_any_admin_error(failure, monkeypatch):
-    import nsq_spark.lookupd
+    import nsq_spark._lookupd
     from nsq_spark.admin import AdminTLSError, NodeUnreachableError, UnexpectedAnswerError
-    from nsq_spark.lookupd import ProducerInfo
+    from nsq_spark._lookupd import ProducerInfo
     from nsq_spark.spark.sink import nsqd_addresses
 
     error = {"tls": AdminTLSError("GET https://bad:4161/nodes: certificate verify failed"),
@@ -127,7 +127,7 @@ def test_the_sink_skips_a_lookupd_that_fails_with_any_admin_error(failure, monke
             raise error[failure]
         return [ProducerInfo("10.0.0.1", 4150, 4151, None, None)]
 
-    monkeypatch.setattr(nsq_spark.lookupd, "lookup_sync", lookup_sync)
+    monkeypatch.setattr(nsq_spark._lookupd, "lookup_sync", lookup_sync)
     opts = parse_write_options({"lookupdHttpAddresses": "bad:4161,good:4161"})
     assert nsqd_addresses(opts) == ["10.0.0.1:4150"]
 
@@ -423,7 +423,7 @@ def test_committed_batches_leave_no_directory_behind(tmp_path):
 
 
 def test_lookupd_records_carry_the_http_port():
-    from nsq_spark.lookupd import parse_lookup_response, parse_producer_records
+    from nsq_spark._lookupd import parse_lookup_response, parse_producer_records
 
     body = ('{"channels":["a"],"producers":[{"broadcast_address":"10.0.0.1","tcp_port":4150,'
             '"http_port":4151},{"broadcast_address":"::1","tcp_port":4250,"http_port":4251},'

@@ -30,7 +30,7 @@ that met W but not N copies (a replica down and no other nsqd to take its place)
 in ``stats()["under_replicated"]`` (messages) and is logged (WARNING, at most every 30 s).
 
 The spool's drain sends through :meth:`ReplicatedTransport.replicate`: one round, no
-retry, the nsqds that already hold the batch given (see :mod:`nsq_spark.spool.drain`).
+retry, the nsqds that already hold the batch given (see :mod:`nsq_spark.spool._drain`).
 """
 
 from __future__ import annotations

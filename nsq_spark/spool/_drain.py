@@ -17,7 +17,7 @@ and ``on_rejected``, after the batch is narrowed down to the refused message(s),
 the rest flows on). Everything else (nsqd unreachable, the wrong port, AUTH refused or
 its server down, TLS, protocol garbage, ``E_PUB_FAILED``, an unexpected exception) is a
 failure of the connection, not of the message: retried for as long as the drain runs,
-with the one retry policy (:class:`nsq_spark.publish.retry.RetryPolicy`, unbounded,
+with the one retry policy (:class:`nsq_spark._retry.RetryPolicy`, unbounded,
 backoff capped), and made loud: :attr:`SpoolDrain.health` turns ``"failing"``, an ERROR
 log names the cause (when it starts and while it goes on, at most once every
 :data:`LOG_EVERY` seconds, and a WARNING when delivery resumes) and ``on_error`` is
@@ -29,7 +29,7 @@ is on the wire at a time.
 
 **Replicas** (a sender with ``replicate``: ``Producer(replicas=N, write_quorum=W,
 spool_dir=...)``). Nothing leaves the disk before N distinct nsqds acknowledged it. Each
-batch is sent to N nsqds (:meth:`~nsq_spark.publish.replicated.ReplicatedTransport.
+batch is sent to N nsqds (:meth:`~nsq_spark._publish.replicated.ReplicatedTransport.
 replicate`: the replica planner picks them and substitutes for failures), retried as
 above -- only to nsqds that do not hold it yet -- until W hold it; then the drain moves on
 to the next batch, and the batch stays *out*: its bodies are let go (read from disk
@@ -60,8 +60,8 @@ from nsq_spark.errors import (InvalidBodyError, InvalidNameError, NSQServerError
 from nsq_spark._retry import RetryPolicy
 
 from .._log import get_logger
-from .format import SpoolError, wrap_envelope
-from .store import Batch, SegmentStore
+from ._format import SpoolError, wrap_envelope
+from ._store import Batch, SegmentStore
 
 log = get_logger("nsq_spark.publish_spool")
 

@@ -4,7 +4,7 @@ As go-nsq's ``delegates.go`` puts the consumer's view of a connection in a small
 interface, :class:`ConsumerConnection` names every attribute and method the pool and the
 answers ledger use of one, and :class:`ConnectNsqd` how the pool gets one:
 ``Pool(connect=...)``. The default, :func:`connect_nsqd`, builds the real
-:class:`nsq_spark.conn.Connection`; unit tests pass a fake that mypy checks against these
+:class:`nsq_spark._conn.Connection`; unit tests pass a fake that mypy checks against these
 Protocols (tests/fake_nsqd.py), instead of patching a module global.
 
 Deliveries are two callbacks, one per shape: ``on_messages(messages)`` or
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
-from ..conn import Connection  # the one place the consumer names the real class
+from .._conn import Connection  # the one place the consumer names the real class
 
 if TYPE_CHECKING:
     import asyncio
 
     from ..config import ConnectionConfig
-    from ..handshake import ConnState
+    from .._handshake import ConnState
     from ..message import Message, Responder
     from ..protocol import MessageBlock
 
@@ -111,7 +111,7 @@ def connect_nsqd(host: str, port: int, config: "ConnectionConfig", *,
                  on_messages: OnMessages | None, on_blocks: OnBlocks | None,
                  on_close: OnClose, on_heartbeat: Callable[[Any], Any] | None,
                  responder: "Responder") -> ConsumerConnection:
-    """The default :class:`ConnectNsqd`: a real :class:`nsq_spark.conn.Connection`.
+    """The default :class:`ConnectNsqd`: a real :class:`nsq_spark._conn.Connection`.
     ``on_heartbeat`` gets the Connection (pynsq's ``Reader.heartbeat(conn)`` hook)."""
     if on_blocks is not None:
         blocks = on_blocks

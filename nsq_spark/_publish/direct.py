@@ -11,7 +11,7 @@ Three paths, one per kind of caller, built once:
 
 Both TCP pools ask one :class:`~.health.NsqdHealth` which nsqd to try. Commands are
 encoded in the caller's thread, so bad input fails at once, before anything is sent.
-This transport is also the spool's default sender (:class:`nsq_spark.spool.drain.Sender`).
+This transport is also the spool's default sender (:class:`nsq_spark.spool._drain.Sender`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from nsq_spark import protocol
 from nsq_spark._loop import LoopHome
-from nsq_spark.addresses import Address
+from nsq_spark._addresses import Address
 from nsq_spark.config import ConnectionConfig, ProducerOptions
 from nsq_spark.errors import ConfigError, NSQError
 

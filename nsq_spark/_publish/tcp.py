@@ -1,7 +1,7 @@
 """The pipelined TCP path: commands from any thread or coroutine, many in flight per
 connection, answers matched in order, on one event loop.
 
-The pool keeps one tornado :class:`~nsq_spark.conn.Connection` per nsqd and picks one per
+The pool keeps one tornado :class:`~nsq_spark._conn.Connection` per nsqd and picks one per
 command by the strategy (``"round_robin"`` over the connected ones, or ``"failover"``:
 the first healthy one in the configured order); the order and each nsqd's backoff are
 :class:`~.health.NsqdHealth`'s, shared with the blocking path. A command goes out with
@@ -33,9 +33,9 @@ import concurrent.futures
 import time
 from typing import Any, Callable, Sequence
 
-from nsq_spark.addresses import Address
+from nsq_spark._addresses import Address
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection
+from nsq_spark._conn import Connection
 from nsq_spark.errors import ConnectError, NSQError, NSQTimeoutError, is_transient
 
 from .._log import get_logger

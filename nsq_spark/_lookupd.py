@@ -31,7 +31,7 @@ the admin client's call layer, :func:`nsq_spark.admin.calls.parse_producers`, th
 parser of them) carry the logic and are unit-tested alone; :class:`LookupdPoller` and
 :func:`lookup_sync` send their requests through the admin client's transports (the
 HTTP path of discovery, the admin clients and the Spark driver; publishing over HTTP,
-:mod:`nsq_spark.publish.http`, still uses tornado's client, see there), the poller with
+:mod:`nsq_spark._publish.http`, still uses tornado's client, see there), the poller with
 tenacity retrying once what
 :func:`nsq_spark.errors.is_transient` calls transient (no answer, HTTP 500/502/503/504).
 """
@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random
 
 from ._log import get_logger
-from .addresses import parse_http_address, strip_userinfo
+from ._addresses import parse_http_address, strip_userinfo
 from .admin import calls
 from .admin.calls import ACCEPT as ACCEPT  # moved there; importable here as before
 from .admin.calls import read_answer
@@ -58,7 +58,7 @@ from .admin.transport import AsyncHttpTransport, AsyncTransport, Transport, answ
     shared_transport
 from .errors import PollerStoppedError, is_transient
 
-log = get_logger(__name__)
+log = get_logger("nsq_spark.lookupd")  # the name users filter on (docs/logging.md), not the module's
 
 __all__ = ["LookupdError", "LookupdPoller", "ProducerAddress", "ProducerInfo", "lookup_url",
            "lookup_sync", "lookup_answer_sync", "lookupd_index", "parse_lookup_response", "parse_producer_records", "next_poll_delay",

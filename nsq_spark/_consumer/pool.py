@@ -8,13 +8,13 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   (:class:`QueryLookupd`, :class:`ConnectToNsqd`), so that a subclass override or an
   assigned hook decides: every scheduled or triggered poll calls ``query_lookupd()``
   (whose default is :meth:`Pool.poll_lookupd`: one query of every lookupd); the records
-  of a poll are chosen by :func:`~nsq_spark.consumer.discovery.choose_producers`
+  of a poll are chosen by :func:`~nsq_spark._consumer.discovery.choose_producers`
   (topology preference, then the ``discovery_filter``), at most ``max_producers`` of them
   are kept (one WARNING names what was skipped, again only when that changes: a lookupd
   listing thousands of nsqds must not make thousands of connections, nor thousands of
   log lines), and each one kept goes through ``connect_to_nsqd(host, port)`` (whose
   default is :meth:`Pool.connect_to`). A poll may report its records more than once (as
-  each lookupd answers: see :mod:`nsq_spark.lookupd`); connecting is idempotent.
+  each lookupd answers: see :mod:`nsq_spark._lookupd`); connecting is idempotent.
 * Run-time controls (go-nsq's): :meth:`Pool.disconnect_from` closes one connection and
   takes its address off the direct list (it is not reconnected from there; a lookupd
   that lists it makes the next poll find it again, as in go-nsq, unless the
@@ -25,10 +25,10 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   addresses in ``DisconnectFromNSQD`` and never lets the last lookupd go: a discovered
   connection may be closed too, and the last lookupd may go when direct addresses
   remain.
-* Connections are made by the ``connect`` factory (:mod:`~nsq_spark.consumer.connection_port`:
+* Connections are made by the ``connect`` factory (:mod:`~nsq_spark._consumer.connection_port`:
   what the consumer needs of a connection; default: the real one), and recorded by the
-  answers ledger (:class:`~nsq_spark.consumer.answers.Link`, written by the ledger only).
-* A subscribed connection is added to the :class:`~nsq_spark.consumer.rdy.RdyPolicy`; a
+  answers ledger (:class:`~nsq_spark._consumer.answers.Link`, written by the ledger only).
+* A subscribed connection is added to the :class:`~nsq_spark._consumer.rdy.RdyPolicy`; a
   periodic tick redistributes RDY. A RDY that nsqd's ``max_rdy_count`` refuses is lowered
   to it.
 * Every read chunk is counted (``messages_received``, the policy's arrival rule) and
@@ -43,7 +43,7 @@ connect + SUB, the RDY commands of the policy applied to sockets, per-connection
   sent when it returns False again.
 * Closing is two steps the owner orders: :meth:`Pool.stop_deliveries` (RDY 0 and CLS, read
   on until quiet) and :meth:`Pool.close_all`; no connect starts once the consumer's
-  :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing.
+  :class:`~nsq_spark._consumer.lifecycle.Lifecycle` is closing.
 
 The pool is handed its collaborators (policy, ledger, lifecycle, loop bridge, task group,
 ports, callbacks) and never imports its owner.
@@ -59,16 +59,16 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential, wait_random
 
 from .._log import get_logger
-from ..addresses import redact_userinfo, strip_userinfo
+from .._addresses import redact_userinfo, strip_userinfo
 from ..errors import ConfigError, ConnectionClosedError, NotConnectedError, is_transient
-from ..handshake import ConnState
-from ..lookupd import ProducerInfo, lookupd_index, producer_address
+from .._handshake import ConnState
+from .._lookupd import ProducerInfo, lookupd_index, producer_address
 from .connection_port import ConnectNsqd, ConsumerConnection, connect_nsqd
 from .discovery import DiscoveryFilter, DiscoveryFilterError, choose_producers
 
 if TYPE_CHECKING:
     from .._loop import LoopBridge, TaskGroup
-    from ..addresses import Address
+    from .._addresses import Address
     from ..config import ConnectionConfig, ReaderOptions
     from ..message import Message
     from ..protocol import MessageBlock
@@ -99,7 +99,7 @@ class Deliveries(Protocol):
 
 class Pulled(Protocol):
     """What a puller was handed of a connection, or waits to be handed, outside the
-    ledger's record: the pull queue (:class:`~nsq_spark.consumer.pull.PullQueue`), on the
+    ledger's record: the pull queue (:class:`~nsq_spark._consumer.pull.PullQueue`), on the
     loop thread. The pool asks it when one connection closes."""
 
     def take_queued(self, link: "Link") -> tuple[list["Message"], list["MessageBlock"]]:
@@ -123,7 +123,7 @@ class Pulled(Protocol):
 
 
 class Poller(Protocol):
-    """What the pool needs of a lookupd poller (:class:`~nsq_spark.lookupd.LookupdPoller`).
+    """What the pool needs of a lookupd poller (:class:`~nsq_spark._lookupd.LookupdPoller`).
     Once made, it keeps the list of the lookupds polled (the pool keeps none then)."""
 
     polls: int
@@ -175,7 +175,7 @@ class Pool:
     Args:
         deliveries: gets every read chunk (the intake gate).
         connect: makes a connection (:class:`~.connection_port.ConnectNsqd`); default: the
-            real :class:`nsq_spark.conn.Connection`.
+            real :class:`nsq_spark._conn.Connection`.
         pulled: the pull queue (:class:`Pulled`): what it holds of a connection is taken
             out and requeued when that connection closes on purpose, and forgotten when
             a connection is lost.
@@ -190,7 +190,7 @@ class Pool:
             ``lookupd_max_producers``, the most producers of one poll connected to (see
             the module doc). ``config``'s ``topology_zone`` and ``topology_region`` and
             ``discovery_filter`` choose each poll's producers
-            (:mod:`~nsq_spark.consumer.discovery`).
+            (:mod:`~nsq_spark._consumer.discovery`).
     """
 
     def __init__(self, *, topic: str, channel: str, config: "ConnectionConfig",

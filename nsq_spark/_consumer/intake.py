@@ -14,7 +14,7 @@ by the Reader when it starts). In this order, per read chunk:
    minute with the count): never cut, never a key, never dropped. Versions 1 and 2 stay
    in the body as before (telemetry opens version 2);
 3. **dedup** (messages only): each key is claimed for the connection's ``msg_timeout``
-   (:mod:`~nsq_spark.consumer.dedup_gate`): a committed key's message is finished
+   (:mod:`~nsq_spark._consumer.dedup_gate`): a committed key's message is finished
    without being handed over (``duplicates``); one another consumer holds a live claim
    on is requeued after about what is left of that lease, without backoff, never
    finished (``held``); the rest are ours and go on. A failing deduplicator lets every
@@ -30,7 +30,7 @@ Messages the gate answers itself were never handed over, so they are not in flig
 ``giving_up`` is handed its message like a handler (and may answer it, now or later after
 ``enable_async()``, as :class:`nsq_spark.contrib.dead_letter.DeadLetter` does). The gate asks the
 answers ledger for every answer (it writes no record of a connection), reads the
-consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle`, and gets the hook and the
+consumer's :class:`~nsq_spark._consumer.lifecycle.Lifecycle`, and gets the hook and the
 sinks as callables; it runs on the loop thread, once per chunk, and scans a chunk once
 (one plain loop over the attempts) when nothing in it is over ``max_tries``.
 """

@@ -2,9 +2,9 @@
 thread sends the spool to nsqd through a sender and keeps each message until nsqd
 acknowledged it (the promise and the on-disk format: :mod:`nsq_spark.spool`).
 
-It composes a :class:`~nsq_spark.spool.store.SegmentStore` and a
-:class:`~nsq_spark.spool.drain.SpoolDrain`; the sender is a
-:class:`~nsq_spark.spool.drain.Sender` (by default a :class:`~.direct.DirectTransport`,
+It composes a :class:`~nsq_spark.spool._store.SegmentStore` and a
+:class:`~nsq_spark.spool._drain.SpoolDrain`; the sender is a
+:class:`~nsq_spark.spool._drain.Sender` (by default a :class:`~.direct.DirectTransport`,
 built by the facade). Appends apply the direct path's body and topic checks, in its
 order, so both modes accept, and refuse with the same error, the same calls.
 """
@@ -20,9 +20,9 @@ from typing import Any, Iterable, Sequence
 from nsq_spark import protocol
 from nsq_spark.config import ProducerOptions
 from nsq_spark.errors import InvalidBodyError
-from nsq_spark.spool.drain import Sender, SpoolDrain
-from nsq_spark.spool.format import SpoolError
-from nsq_spark.spool.store import SegmentStore, SpoolStats
+from nsq_spark.spool._drain import Sender, SpoolDrain
+from nsq_spark.spool._format import SpoolError
+from nsq_spark.spool._store import SegmentStore, SpoolStats
 
 from .._retry import RetryPolicy
 from .transport import done_future
@@ -49,9 +49,9 @@ class SpooledTransport:
             ``retry_max_wait``, the cap of the drain's backoff between attempts, seconds;
             the store's options (``spool_fsync``, ``spool_max_bytes``, ``spool_full``,
             ``spool_block_timeout``, ``on_corrupt``:
-            :class:`~nsq_spark.spool.store.SegmentStore`) and the drain's
+            :class:`~nsq_spark.spool._store.SegmentStore`) and the drain's
             (``message_id_digest``, ``batch_size``, ``batch_bytes``, ``rescan_interval``,
-            ``on_rejected``, ``on_error``: :class:`~nsq_spark.spool.drain.SpoolDrain`).
+            ``on_rejected``, ``on_error``: :class:`~nsq_spark.spool._drain.SpoolDrain`).
         sender: what the drain sends through; closed with this transport (and at once if
             the store cannot be opened).
     """

@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 from .._log import get_logger
 # the fsync policy's words and rule: the Producer's spool_fsync row
 from ..config import FSYNC_ALWAYS, FSYNC_NEVER, check_fsync
-from .format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, decode_records,
+from ._format import (MAGIC, SpoolDirectoryError, SpoolError, SpoolFullError, decode_records,
                      encode_record, salvage_records)
 
 log = get_logger("nsq_spark.publish_spool")

@@ -3,7 +3,7 @@
 Everything that decides the handshake lives here (in the manner of h11's ``_state.py``):
 what to send first, how to read the answers, which upgrade follows which, what a refused
 feature or a missing secret means, and what a hostile or non-NSQ server gets back. The IO
-classes (:class:`~nsq_spark.conn.Connection` on tornado, :class:`~nsq_spark.sync_conn.
+classes (:class:`~nsq_spark._conn.Connection` on tornado, :class:`~nsq_spark._sync_conn.
 SyncConnection` on blocking sockets) only move bytes and carry out the actions::
 
     hs = Handshake(config, host, port, decoder)
@@ -53,13 +53,13 @@ from typing import Any, Union
 
 from . import protocol
 from ._log import get_logger
-from .addresses import Address
+from ._addresses import Address
 from ._codecs import CodecKind
 from .config import ConnectionConfig
 from .errors import (AuthError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)
 
-log = get_logger(__name__)
+log = get_logger("nsq_spark.handshake")  # the name users filter on (docs/logging.md), not the module's
 
 __all__ = ["ConnState", "Handshake", "Negotiated", "SendBytes", "StartTLS", "InstallCodec",
            "Done", "Action", "HTTP_PORT_HINT", "HANDSHAKE_MAX_FRAME_SIZE"]
@@ -336,7 +336,7 @@ class Handshake:
             return ProtocolError(
                 f"nsqd at {self.address} sent a frame of size {size} while waiting for "
                 f"{self._step.value}, over the handshake's limit of {self.max_frame_size} "
-                "bytes (nsq_spark.handshake.HANDSHAKE_MAX_FRAME_SIZE; nsqd's answers are "
+                "bytes (nsq_spark._handshake.HANDSHAKE_MAX_FRAME_SIZE; nsqd's answers are "
                 "under 1 KiB): is this an NSQ V2 server, and its auth server sane?")
         return self._not_nsq(f"sent a frame of size {size}")
 

@@ -18,7 +18,7 @@ Four ways to consume:
   ``requeue_blocks``; the first pull call chooses between the two for the Reader's life.
 * **asyncio iteration**: no handler, no thread. ``async for message in reader`` and
   ``async for batch in reader.batches(n, timeout)`` on the running loop, answered like
-  pulled messages (see :mod:`nsq_spark.consumer.aiter`).
+  pulled messages (see :mod:`nsq_spark._consumer.aiter`).
 
 In flight means what the guide and pynsq mean: a message is in flight from the moment it
 is handed to a handler (or queued for a puller) until it is answered, and
@@ -33,9 +33,9 @@ Where pynsq and go-nsq differ, the choice made here:
 * the default requeue delay is ``requeue_delay * attempts`` seconds (pynsq), capped by
   ``max_requeue_delay`` (go-nsq, 15 min);
 * backoff is exponential as go-nsq's, its first window ``backoff_multiplier`` seconds
-  (go-nsq's is twice its multiplier: see :mod:`nsq_spark.consumer.backoff`),
+  (go-nsq's is twice its multiplier: see :mod:`nsq_spark._consumer.backoff`),
   ``max_backoff_duration=0`` turns it off;
-* every lookupd is queried at each poll (see :mod:`nsq_spark.lookupd`); direct nsqd
+* every lookupd is queried at each poll (see :mod:`nsq_spark._lookupd`); direct nsqd
   addresses are reconnected with exponential backoff and jitter (tenacity), discovered ones
   are found again by an early lookupd poll;
 * pynsq's hooks (``process_message``, ``preprocess_message``, ``validate_message``,
@@ -44,7 +44,7 @@ Where pynsq and go-nsq differ, the choice made here:
   strategy is chosen again when one is assigned, so no hook costs anything per message
   unless set; ``query_lookupd()`` and ``connect_to_nsqd()`` are the discovery path (each
   poll calls the first, each producer chosen goes through the second: see
-  :mod:`~nsq_spark.consumer.discovery`), and go-nsq's run-time controls are here
+  :mod:`~nsq_spark._consumer.discovery`), and go-nsq's run-time controls are here
   (``disconnect_from_nsqd``, ``connect_to_lookupd``, ``disconnect_from_lookupd``);
 * closing answers everything: RDY 0 and CLS, in-flight handlers get ``drain_timeout``
   seconds to finish, what is still unanswered (and everything pulled but not answered) is
@@ -54,18 +54,18 @@ The Reader is a facade: it validates, keeps pynsq's signature and hooks, wires t
 and orders closing; it is not on the way of a message (the pool hands every read chunk to
 the intake gate, which hands what passes to the strategy or the pull queue chosen at
 start). The parts are handed their collaborators and never import it:
-:mod:`~nsq_spark.consumer.pool` (connections, RDY, discovery; it makes connections through
-the port of :mod:`~nsq_spark.consumer.connection_port`),
-:mod:`~nsq_spark.consumer.discovery` (which discovered nsqds to connect to: pure),
-:mod:`~nsq_spark.consumer.intake` (the gate every delivery passes),
-:mod:`~nsq_spark.consumer.dedup_gate`,
-:mod:`~nsq_spark.consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
-flight; the only writer of it), :mod:`~nsq_spark.consumer.handlers` (strategies),
-:mod:`~nsq_spark.consumer.pull`, :mod:`~nsq_spark.consumer.aiter`,
-:mod:`~nsq_spark.consumer.rdy` and :mod:`~nsq_spark.consumer.backoff` (the pure policies
-and the backoff windows), :mod:`~nsq_spark.consumer.lifecycle` (the one "closing?" value
-the parts read), :mod:`~nsq_spark.consumer.instrument` (OpenTelemetry, made only when
-``telemetry`` is given), :mod:`~nsq_spark.consumer.run`, and :mod:`nsq_spark._loop` (threads <->
+:mod:`~nsq_spark._consumer.pool` (connections, RDY, discovery; it makes connections through
+the port of :mod:`~nsq_spark._consumer.connection_port`),
+:mod:`~nsq_spark._consumer.discovery` (which discovered nsqds to connect to: pure),
+:mod:`~nsq_spark._consumer.intake` (the gate every delivery passes),
+:mod:`~nsq_spark._consumer.dedup_gate`,
+:mod:`~nsq_spark._consumer.answers` (the ledger of each connection: FIN/REQ/TOUCH, in
+flight; the only writer of it), :mod:`~nsq_spark._consumer.handlers` (strategies),
+:mod:`~nsq_spark._consumer.pull`, :mod:`~nsq_spark._consumer.aiter`,
+:mod:`~nsq_spark._consumer.rdy` and :mod:`~nsq_spark._consumer.backoff` (the pure policies
+and the backoff windows), :mod:`~nsq_spark._consumer.lifecycle` (the one "closing?" value
+the parts read), :mod:`~nsq_spark._consumer.instrument` (OpenTelemetry, made only when
+``telemetry`` is given), :mod:`~nsq_spark._consumer.run`, and :mod:`nsq_spark._loop` (threads <->
 loop).
 
 Speed: the connection hands over every message of a read chunk at once; policies run
@@ -82,13 +82,13 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Iterat
 
 from .._log import get_logger
 from .._loop import LoopBridge, TaskGroup, current_ioloop, start_loop_thread
-from .. import validate
-from ..addresses import (parse_address, parse_address_list, parse_http_address,
+from .. import _validate as validate
+from .._addresses import (parse_address, parse_address_list, parse_http_address,
                          parse_http_address_list, redact_userinfo)
 from .._options import documented
 from ..config import READER, ConnectionConfig, ReaderOptions
 from ..errors import ConfigError, NSQError
-from ..lookupd import LookupdPoller, ProducerInfo, producer_address
+from .._lookupd import LookupdPoller, ProducerInfo, producer_address
 from ..message import Message
 from ..protocol import MessageBlock, check_channel, check_topic
 from ..telemetry import checked as checked_telemetry
@@ -108,7 +108,7 @@ from .rdy import RdyPolicy
 from .run import register
 
 if TYPE_CHECKING:
-    from ..conn import Connection
+    from .._conn import Connection
     from ..dedup.base import ClaimingDeduplicator, Deduplicator, KeyFunc
     from ..telemetry import Telemetry
 
@@ -162,17 +162,17 @@ class Reader:
             replicated topic (``Producer(replicas=N)``): the copies of one publish on
             several nsqds are one message.
         connection_factory: makes each nsqd connection
-            (:class:`~nsq_spark.consumer.connection_port.ConnectNsqd`); default: a real
-            :class:`~nsq_spark.conn.Connection`. For tests and instrumentation.
+            (:class:`~nsq_spark._consumer.connection_port.ConnectNsqd`); default: a real
+            :class:`~nsq_spark._conn.Connection`. For tests and instrumentation.
         discovery_filter: ``f(records) -> records``, go-nsq's ``DiscoveryFilter``: called
             at the end of each lookupd poll with the producers found, and before that
             each time a lookupd's answer adds some while others have not answered
-            (:class:`~nsq_spark.lookupd.ProducerInfo` records, topology-preferred order),
+            (:class:`~nsq_spark._lookupd.ProducerInfo` records, topology-preferred order),
             it returns those to connect to (keep, drop, reorder); default None: all of
             them. A result that is not such records is logged as a
-            :class:`~nsq_spark.consumer.discovery.DiscoveryFilterError` and that poll
+            :class:`~nsq_spark._consumer.discovery.DiscoveryFilterError` and that poll
             connects to none; connections already open stay. See
-            :mod:`~nsq_spark.consumer.discovery`.
+            :mod:`~nsq_spark._consumer.discovery`.
         topology_zone, topology_region: (connection options, see
             :class:`~nsq_spark.config.ConnectionConfig`; default None: no preference) this
             consumer's zone and region, sent in IDENTIFY; discovery also orders the

@@ -1,4 +1,4 @@
-"""Publishing: the :class:`~nsq_spark.publish.producer.Producer` facade and its parts.
+"""Publishing: the :class:`~nsq_spark._publish.producer.Producer` facade and its parts.
 
 ``producer.py``   the facade: validates the options, owns the public attributes, and picks
                   one transport in ``__init__`` (never asks the mode again)
@@ -10,14 +10,14 @@
 ``sync.py``       the blocking TCP pool in the callers' threads
 ``health.py``     the strategy order and each nsqd's backoff, shared by both TCP pools
 ``http.py``       publishing through nsqd's HTTP API (``/pub``, ``/mpub``)
-``retry.py``      a re-export of :mod:`nsq_spark._retry`, the one tenacity policy
-                  (attempts, deadline, jittered exponential waits), which sits below this
-                  package and ``nsq_spark.spool`` as both use it
 ``instrument.py`` OpenTelemetry of publishing: each publish call measured (a traced
                   transport) and each send of the spool's drain counted
 ``stats.py``      the counters (messages, bytes, retries, errors; per nsqd) and the nsqd
                   up/down transitions with their log lines
 
+The retry policy is :mod:`nsq_spark._retry`, the one tenacity policy (attempts, deadline,
+jittered exponential waits), below this package and :mod:`nsq_spark.spool` as both use it.
+
 No part imports the facade: it builds them and hands them what they need. This package
-imports nothing on its own; import the Producer from ``nsq_spark`` or ``nsq_spark.publish.producer``.
+is private and imports nothing on its own; users import the Producer from ``nsq_spark``.
 """

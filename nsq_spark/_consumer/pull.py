@@ -1,5 +1,5 @@
 """The pull queue: messages (or MessageBlocks) waiting for ``get_batch`` / ``get_blocks``,
-or for the asyncio iterators (:mod:`nsq_spark.consumer.aiter`).
+or for the asyncio iterators (:mod:`nsq_spark._consumer.aiter`).
 
 The loop thread puts what passed the intake gate (:meth:`PullQueue.put_messages`,
 :meth:`PullQueue.put_blocks`); the caller's thread takes it out (the loop's own thread,
@@ -10,7 +10,7 @@ Blocks queued or handed out and not answered are remembered here, so that ``clos
 requeues them (a Message is held by the ledger instead); when one connection closes on
 purpose (``disconnect_from_nsqd``), what it delivered leaves the queue first
 (:meth:`PullQueue.take_queued`), so that nothing requeued is handed out afterwards. Getters return at once once the
-consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing (:meth:`wake`
+consumer's :class:`~nsq_spark._consumer.lifecycle.Lifecycle` is closing (:meth:`wake`
 wakes those waiting). One lock (a Condition) guards it all, but
 :meth:`PullQueue.take_one` (see there); nothing here knows the Reader.
 

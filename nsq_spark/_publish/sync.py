@@ -2,7 +2,7 @@
 
 An nsqd round trip on a local network is ~10 us; a hop to an IO thread and back would
 cost ten times that, so a blocking ``publish`` talks to nsqd itself. Threads share
-``connections_per_nsqd`` :class:`~nsq_spark.conn.SyncConnection` per nsqd (a thread
+``connections_per_nsqd`` :class:`~nsq_spark._conn.SyncConnection` per nsqd (a thread
 always uses the same one, chosen by its id) and pipeline on them. The first attempt uses
 the thread's open connection if it has one; anything else (connecting, reconnecting,
 another nsqd, waiting between attempts) goes through the retry policy. Which nsqd, in which order, and which are
@@ -21,9 +21,9 @@ import threading
 import time
 from typing import Any, Callable, NoReturn, Sequence
 
-from nsq_spark.addresses import Address
+from nsq_spark._addresses import Address
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.sync_conn import SyncConnection
+from nsq_spark._sync_conn import SyncConnection
 from nsq_spark.errors import ConnectError, NSQTimeoutError, is_transient
 
 from .health import NsqdHealth

@@ -58,7 +58,7 @@ def _open(m: "Message") -> "SpanLink | None":
 
 class ConsumerInstrument:
     """One Reader's instrumentation: wraps its handler (``process`` spans and durations,
-    a :class:`~nsq_spark.consumer.handlers.HandlerInstrument`) and its delivery sink
+    a :class:`~nsq_spark._consumer.handlers.HandlerInstrument`) and its delivery sink
     (``messaging.client.consumed.messages``); for pullers, what the pull queue hands out
     (:meth:`received`: envelopes opened, a ``receive`` span linking the producers;
     :meth:`received_blocks`: counted, bodies not opened)."""

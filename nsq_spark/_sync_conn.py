@@ -1,9 +1,9 @@
 """A blocking nsqd connection, for publishing from the caller's thread.
 
 :class:`SyncConnection` does blocking socket IO only: the handshake is
-:class:`nsq_spark.handshake.Handshake`'s (the same object :class:`~nsq_spark.conn.Connection`
+:class:`nsq_spark._handshake.Handshake`'s (the same object :class:`~nsq_spark._conn.Connection`
 drives on tornado), the wire format :mod:`nsq_spark.protocol`'s, the compression
-:mod:`nsq_spark._codecs`'. Importable from :mod:`nsq_spark.conn` as well, where it lived.
+:mod:`nsq_spark._codecs`'. Importable from :mod:`nsq_spark._conn` as well, where it lived.
 
 Deadlines are totals, not per socket call, so a server that drips one byte at a time cannot
 stretch them: opening the TCP connection takes at most ``connect_timeout``, the whole
@@ -27,12 +27,12 @@ from collections import deque
 from typing import Any
 
 from . import protocol
-from .addresses import Address
+from ._addresses import Address
 from ._codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQTimeoutError,
                      ProtocolError, TLSError, error_from_frame)
-from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
+from ._handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
                         SendBytes, StartTLS)
 
 __all__ = ["SyncConnection"]
@@ -148,7 +148,7 @@ class SyncConnection(NegotiatedAttributes):
         return self
 
     def _handshake(self, deadline: float) -> None:
-        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the socket, all of
+        """Drive the sans-IO handshake (:mod:`nsq_spark._handshake`) over the socket, all of
         it before ``deadline``: every socket call gets only the time that is left."""
         import socket
 

@@ -1,14 +1,15 @@
 """One connection to one nsqd, on tornado's IOStream.
 
 ``Connection`` does tornado IO only. The handshake (magic, IDENTIFY, TLS upgrade, snappy or
-deflate, AUTH) is decided by the sans-IO :class:`~nsq_spark.handshake.Handshake`, which this
+deflate, AUTH) is decided by the sans-IO :class:`~nsq_spark._handshake.Handshake`, which this
 class drives; commands come from :mod:`nsq_spark.protocol`, compression from
-:mod:`nsq_spark._codecs`, the states are :class:`~nsq_spark.handshake.ConnState`. After the
+:mod:`nsq_spark._codecs`, the states are :class:`~nsq_spark._handshake.ConnState`. After the
 handshake it answers heartbeats, decodes every read chunk in one call and hands all
 messages of the chunk to ``on_messages`` at once, and coalesces every command written during
 one event-loop turn into a single socket write. The blocking twin,
-:class:`~nsq_spark.sync_conn.SyncConnection`, drives the same handshake and is re-exported
-here for users who imported it from here (the project imports it from ``sync_conn``).
+:class:`~nsq_spark._sync_conn.SyncConnection`, drives the same handshake and is re-exported
+here for users who imported it from ``nsq_spark.conn`` (the project imports it from
+``_sync_conn``).
 
 Deadlines are totals, so a server that drips one byte at a time cannot stretch them: the TCP
 connect takes at most ``connect_timeout``, the whole handshake after it (IDENTIFY, TLS,
@@ -65,18 +66,18 @@ from tornado.tcpclient import TCPClient
 from . import protocol
 from ._log import get_logger
 from ._loop import LoopBridge
-from .addresses import Address, ip_literal
+from ._addresses import Address, ip_literal
 from ._codecs import StreamCodec, make_codec
 from .config import ConnectionConfig
 from .errors import (ConnectError, ConnectionClosedError, NSQError, NSQServerError,
                      NSQTimeoutError, ProtocolError, TLSError, error_from_frame)
-from .handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
+from ._handshake import (ConnState, Handshake, InstallCodec, Negotiated, NegotiatedAttributes,
                         SendBytes, StartTLS)
 from .message import Message, Responder
 from ._rdy_credit import RdyCredit
-from .sync_conn import SyncConnection  # re-exported for users (the project imports sync_conn)
+from ._sync_conn import SyncConnection  # re-exported for users (the project imports _sync_conn)
 
-log = get_logger(__name__)
+log = get_logger("nsq_spark.conn")  # the name users filter on (docs/logging.md), not the module's
 
 __all__ = ["Connection", "ConnState", "SyncConnection"]
 
@@ -313,7 +314,7 @@ class Connection(NegotiatedAttributes):
             self._closed_fut.set_result(None)
 
     async def _handshake(self) -> None:
-        """Drive the sans-IO handshake (:mod:`nsq_spark.handshake`) over the stream, all of
+        """Drive the sans-IO handshake (:mod:`nsq_spark._handshake`) over the stream, all of
         it within ``response_timeout``: each wait gets only the time that is left."""
         assert self._stream is not None and self._aloop is not None
         hs = Handshake(self.config, self.host, self.port, self._decoder)

@@ -51,7 +51,7 @@ class TracedTransport:
     attempt and is not counted). With a spool (``measure=False``) the span ends once the message is in the
     spool and the two metrics are left to the drain's :class:`DrainSender` (a message
     only spooled is not sent yet). Implements
-    :class:`~nsq_spark.publish.transport.Transport`."""
+    :class:`~nsq_spark._publish.transport.Transport`."""
 
     def __init__(self, telemetry: Telemetry, inner: "Transport",
                  server: tuple[str, int] | None, *, measure: bool = True) -> None:

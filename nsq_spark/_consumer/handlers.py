@@ -4,7 +4,7 @@ A strategy is called with every message of a read chunk that passed the intake g
 ``strategy(link, messages)``, on the loop thread. Each one asks the answers ledger to hand
 messages over and to settle what the handler's result decides; the ledger flushes once per
 chunk. For per-message handlers the ledger runs the loop itself
-(:meth:`~nsq_spark.consumer.answers.Answers.hand_over_each`: one message at a time, so that
+(:meth:`~nsq_spark._consumer.answers.Answers.hand_over_each`: one message at a time, so that
 ``is_starved()`` inside a handler sees what pynsq shows) and leaves exceptions and
 awaitables to the strategy. Messages a per-message handler answers by its return value
 are settled together when the chunk is done, in the same loop turn as their FINs are

@@ -1,9 +1,9 @@
 """Which discovered nsqds a consumer connects to, after each lookupd answer: a pure rule.
 
 Each poll the lookupd poller hands over the union of the producer records of every lookupd
-(:class:`~nsq_spark.lookupd.ProducerInfo`: address, ports, and the topology hints when
+(:class:`~nsq_spark._lookupd.ProducerInfo`: address, ports, and the topology hints when
 lookupd reports them): when the poll ends, and before that as each answer adds producers
-(see :mod:`nsq_spark.lookupd`). :func:`choose_producers` turns them into the list to connect to,
+(see :mod:`nsq_spark._lookupd`). :func:`choose_producers` turns them into the list to connect to,
 in order:
 
 1. **Topology preference** (:func:`prefer_topology`): producers in the consumer's
@@ -20,7 +20,7 @@ in order:
    their order.
 2. **The discovery filter** (go-nsq's ``DiscoveryFilter``): ``discovery_filter(records)``
    gets that list and returns the records to use -- keep, drop, reorder. Its result is
-   checked: anything but :class:`~nsq_spark.lookupd.ProducerInfo` records raises
+   checked: anything but :class:`~nsq_spark._lookupd.ProducerInfo` records raises
    :class:`DiscoveryFilterError` naming what came back and what to return instead.
    Duplicates are dropped (the first one counts).
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ConfigError
-from ..lookupd import ProducerInfo
+from .._lookupd import ProducerInfo
 
 __all__ = ["DiscoveryFilter", "DiscoveryFilterError", "prefer_topology", "apply_filter",
            "choose_producers", "check_discovery_filter"]
@@ -90,7 +90,7 @@ def apply_filter(records: list[ProducerInfo], discovery_filter: DiscoveryFilter
             raise DiscoveryFilterError(
                 f"discovery_filter returned {r!r} ({type(r).__name__}) among its records: "
                 "return ProducerInfo records (those it was given, or "
-                "nsq_spark.lookupd.ProducerInfo(host, tcp_port, http_port))")
+                "nsq_spark._lookupd.ProducerInfo(host, tcp_port, http_port))")
         if r.producer not in seen:
             seen.add(r.producer)
             out.append(r)

@@ -41,7 +41,7 @@ and acts on the returned :class:`Decision`.
 turn the answers ledger gives, asks the policy, and turns its decision into RDY commands
 (through ``apply``) and a window timer: RDY 0 everywhere for the window, then RDY 1 on one
 connection to test the waters, or everyone back to their share. Nothing happens once the
-consumer's :class:`~nsq_spark.consumer.lifecycle.Lifecycle` is closing. (It was called
+consumer's :class:`~nsq_spark._consumer.lifecycle.Lifecycle` is closing. (It was called
 ``BackoffTimer``, a name it shared with pynsq's interval arithmetic,
 :class:`nsq_spark.compat.backoff_timer.BackoffTimer`, which is a different thing: the one
 ``BackoffTimer`` is pynsq's.)

@@ -14,7 +14,7 @@ is left. The ledger
   in one place (:meth:`Answers._finish`, :meth:`Answers._requeue`, and the chunk loops
   beside them);
 * counts in flight in one place, ``ConnRdy.in_flight`` of the message's connection
-  (read by :meth:`~nsq_spark.consumer.rdy.RdyPolicy.is_starved` and the RDY tick): a
+  (read by :meth:`~nsq_spark._consumer.rdy.RdyPolicy.is_starved` and the RDY tick): a
   message is in flight from the moment it is handed to a handler or a puller until it is
   answered (taken off here, at once, not when the answer reaches the socket); answers to
   messages never handed over (the intake gate's) do not touch it;
@@ -26,7 +26,7 @@ is left. The ledger
 * tells the deduplicator gate, when there is one, what became of each message handed
   over -- finished: committed, requeued or given back: released, touched: renewed --,
   and has it send that (one call per kind) at the start of each flush, before the FINs of
-  the turn are written (:mod:`~nsq_spark.consumer.dedup_gate` says why). Messages the
+  the turn are written (:mod:`~nsq_spark._consumer.dedup_gate` says why). Messages the
   gate itself kept back (duplicates, held copies) are answered here too
   (:meth:`Answers.finish_unhanded`, :meth:`Answers.requeue_unhanded`), never in flight.
 
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .._log import get_logger
 from ..errors import AlreadyRespondedError, NSQError
-from ..handshake import Negotiated
+from .._handshake import Negotiated
 from .rdy import ConnRdy
 
 if TYPE_CHECKING:

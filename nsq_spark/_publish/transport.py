@@ -1,4 +1,4 @@
-"""The port between the :class:`~nsq_spark.publish.producer.Producer` facade and the way it
+"""The port between the :class:`~nsq_spark._publish.producer.Producer` facade and the way it
 publishes: a ``Transport``, chosen once when the producer is made.
 
 Two implement it: :class:`~.direct.DirectTransport` (nsqd over TCP -- the blocking fast
@@ -7,7 +7,7 @@ durable local spool, drained through a direct transport). The facade validates t
 arguments, owns the public attributes (the same in both modes) and hands every call to
 its transport; nothing below asks "is there a spool?" again.
 
-Both transports take already-validated ``defer_ms`` and body lists (``nsq_spark.validate``
+Both transports take already-validated ``defer_ms`` and body lists (``nsq_spark._validate``
 ran in the facade) and apply the one body and topic rule themselves (the direct one while
 encoding, the spooled one before appending), so both accept, and refuse with the same
 error, the same calls.

@@ -21,7 +21,7 @@ With ``spool_dir`` the producer owns every message until nsqd acknowledged it: e
 appends to the spool (:mod:`nsq_spark.spool`) and returns -- or settles its future --
 once the message is durable there; a drain thread sends the spool to nsqd directly.
 
-The Producer is a facade over one *transport* (:class:`~nsq_spark.publish.transport.
+The Producer is a facade over one *transport* (:class:`~nsq_spark._publish.transport.
 Transport`), chosen once in ``__init__``: :class:`~.direct.DirectTransport` or, with
 ``spool_dir``, :class:`~.spooled.SpooledTransport`. ``Producer(addr, spool_dir=d)`` is a
 ``Producer``, with the same public attributes as any other (those of the other mode hold
@@ -33,7 +33,7 @@ that message for a reason a retry cannot fix (``E_BAD_TOPIC``, ``E_BAD_MESSAGE``
 refused or its server down, TLS -- is retried for as long as the producer lives, and is
 shown by ``stats()["health"]``, ``on_error`` and an ERROR log; :meth:`flush` returns
 False meanwhile. Unlike the direct mode, where such failures raise at once (a caller is
-waiting), see :func:`nsq_spark.spool.drain.refused`.
+waiting), see :func:`nsq_spark.spool._drain.refused`.
 
 Publish ids and replicas (``docs/publishing.md``). With ``publish_ids=True`` the facade
 stamps each body with a publish id (:mod:`nsq_spark.envelope`, version 3) *before* it
@@ -54,7 +54,7 @@ order). With several nsqd, commands go round-robin to the connected ones
 (``strategy="failover"``). Failures are classified by the one rule,
 :func:`nsq_spark.errors.is_transient`: a transient one (connection lost, nsqd unreachable
 or exiting, timeout) is retried on a connection that works with the one retry policy
-(:class:`nsq_spark.publish.retry.RetryPolicy`: until ``retry_deadline``, exponential
+(:class:`nsq_spark._retry.RetryPolicy`: until ``retry_deadline``, exponential
 backoff with jitter); a permanent one (bad topic, body too big, refused AUTH or TLS
 certificate, a malformed answer) is raised at once. ``publish_timeout`` bounds a whole
 call, retries included, in every mode. A retried publish whose first attempt reached nsqd
@@ -63,7 +63,7 @@ publishing.
 
 ``stats()`` counts messages and bytes (not commands), retries and errors, per nsqd too;
 an nsqd going down is logged once (WARNING) and its return once (INFO), see
-:mod:`nsq_spark.publish.stats`.
+:mod:`nsq_spark._publish.stats`.
 """
 
 from __future__ import annotations
@@ -75,14 +75,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from nsq_spark import protocol, validate
-from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
+from nsq_spark import protocol, _validate as validate
+from nsq_spark._addresses import parse_address_list, parse_http_address, split_list
 from nsq_spark._options import documented
 from nsq_spark.config import PRODUCER, ConnectionConfig, ProducerOptions
 from nsq_spark.envelope import PublishIds, publish_id_for, stamp, stamp_many
 from nsq_spark.errors import ConfigError
-from nsq_spark.spool.drain import Sender
-from nsq_spark.spool.store import CorruptSegment, SpoolStats
+from nsq_spark.spool._drain import Sender
+from nsq_spark.spool._store import CorruptSegment, SpoolStats
 from nsq_spark.telemetry import checked as checked_telemetry
 
 from .._log import get_logger

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
 from nsq_spark import protocol
-from nsq_spark.addresses import Address
+from nsq_spark._addresses import Address
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.errors import (BadMessageError, BadTopicError, ConnectError, NSQError,
                               NSQServerError, PubFailedError, TLSError)
@@ -57,7 +57,7 @@ class HttpPublisher:
 
     Args:
         endpoints: ``(scheme, address, path prefix)`` per nsqd, as
-            :func:`nsq_spark.addresses.parse_http_address` returns them.
+            :func:`nsq_spark._addresses.parse_http_address` returns them.
         config: TLS and timeouts.
         retry: the retry policy; ``stopped()`` ends retrying (the producer is closing).
         stats: where acknowledged messages are counted.
