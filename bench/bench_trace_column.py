@@ -15,7 +15,7 @@ import time
 
 
 def best_ns_per_message(blocks, calls: int = 400, runs: int = 7) -> float:
-    from nsq_spark.spark.schema import blocks_to_batch
+    from nsq_spark.spark._schema import blocks_to_batch
 
     n = sum(map(len, blocks))
     for _ in range(50):

@@ -8,7 +8,7 @@ them as fields and a filter can select on them; no call site builds a dict. The 
 texts are unchanged: the address stays in the text too.
 
 Three layers are merged per record, later ones winning: the process's Spark task fields
-(:func:`task_fields`, set by :mod:`nsq_spark.spark.logs` while a Spark task runs: a Python
+(:func:`task_fields`, set by :mod:`nsq_spark.spark._logs` while a Spark task runs: a Python
 worker runs one task at a time, and the Reader's IO thread logs for that task too), the
 fields bound to the logger, and a call's own ``extra=``.
 

@@ -48,6 +48,12 @@ MOVED: dict[str, tuple[str, str]] = {
     "nsq_spark.spool.format": ("nsq_spark.spool._format", "nsq_spark.spool"),
     "nsq_spark.spool.store": ("nsq_spark.spool._store", "nsq_spark.spool"),
     "nsq_spark.spool.drain": ("nsq_spark.spool._drain", "nsq_spark.spool"),
+    # the Spark connector's parts: its facade is nsq_spark.spark
+    **{f"nsq_spark.spark.{part}": (f"nsq_spark.spark._{part}", "nsq_spark.spark")
+       for part in ("admission", "backlog", "chunking", "copies", "fetch", "fetch_task",
+                    "filters", "logs", "reader_cache", "schema", "seen")},
+    "nsq_spark.spark.spool": ("nsq_spark.spark._spool",
+                              "nsq_spark.errors.SparkSpoolError (was SpoolError here)"),
 }
 
 

@@ -167,7 +167,7 @@ class SparkSpoolError(NSQError, RuntimeError):
     used, or a batch it owes is gone: the message names the spool, the batch and what to
     check (shared storage every executor reaches, a spool deleted while the query was
     stopped). Not the Producer's publish spool: that one's errors are
-    :class:`nsq_spark.spool.SpoolError`. (Called ``nsq_spark.spark.spool.SpoolError`` in
+    :class:`nsq_spark.spool.SpoolError`. (Called ``nsq_spark.spark._spool.SpoolError`` in
     0.1.0, where it derived from ``RuntimeError`` alone; that name stays for a release.)"""
 
 

@@ -21,7 +21,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from nsq_spark import _log
 from nsq_spark._log import FIELDS, ContextLogger, get_logger
-from nsq_spark.spark import logs
+from nsq_spark.spark import _logs as logs
 from nsq_spark.testing import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -190,7 +190,7 @@ def test_the_text_label_is_made_from_the_fields() -> None:
 
 
 JSON_SCRIPT = """
-from nsq_spark.spark import logs
+from nsq_spark.spark import _logs as logs
 from nsq_spark._log import get_logger
 log = get_logger("nsq_spark.spark.fetch")
 def rows():

@@ -500,8 +500,14 @@ def test_the_public_surface_is_the_one_decided():
     public = {m for m in module_files() if not _is_private(m)}
     for part in ("nsq_spark._conn", "nsq_spark._sync_conn", "nsq_spark._handshake",
                  "nsq_spark._lookupd", "nsq_spark._consumer.pool", "nsq_spark._publish.tcp",
-                 "nsq_spark.spool._store"):
+                 "nsq_spark.spool._store", "nsq_spark.spark._fetch_task",
+                 "nsq_spark.spark._spool"):
         assert part in module_files() and part not in public
+    # Spark's facade names and the modules its docs send users to; its parts are private
+    assert sorted(m for m in public if m.startswith("nsq_spark.spark")) == [
+        "nsq_spark.spark", "nsq_spark.spark.datasource", "nsq_spark.spark.instrument",
+        "nsq_spark.spark.listener", "nsq_spark.spark.options", "nsq_spark.spark.progress",
+        "nsq_spark.spark.sink"]
 
 
 # -- the paths that became private: one table, an import hook ------------------------------------
@@ -813,7 +819,7 @@ def test_one_spool_error_per_meaning():
     different reasons and are caught apart: two classes, two names, neither a kind of the
     other. The Spark one's 0.1.0 name is the same class, for a release."""
     from nsq_spark.errors import NSQError, SparkSpoolError
-    from nsq_spark.spark import spool as spark_spool
+    from nsq_spark.spark import _spool as spark_spool
     from nsq_spark.spool import SpoolError
 
     assert spark_spool.SpoolError is SparkSpoolError   # the old name, not a second class

@@ -16,9 +16,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
 from nsq_spark.spark.progress import lag_fields  # noqa: E402
-from nsq_spark.spark.schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
+from nsq_spark.spark._schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
                                     conform, messages_to_batch)
-from nsq_spark.spark.spool import BatchSummary  # noqa: E402
+from nsq_spark.spark._spool import BatchSummary  # noqa: E402
 from nsq_spark.spool._format import wrap_envelope  # noqa: E402
 from nsq_spark.spark.instrument import ProgressInstrument  # noqa: E402
 from nsq_spark.telemetry import Telemetry  # noqa: E402

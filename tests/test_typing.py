@@ -164,8 +164,8 @@ DRIFTED_STAND_IN = '''
 from typing import Any
 
 from stand_in_reader import StandInReader
-from nsq_spark.spark.fetch_task import ReaderPort
-from nsq_spark.spark.reader_cache import Pausable
+from nsq_spark.spark._fetch_task import ReaderPort
+from nsq_spark.spark._reader_cache import Pausable
 
 
 class NoPause(StandInReader):

@@ -178,15 +178,15 @@ def _signature_table(func: Callable[..., Any], doc_of: Any, table: Any) -> str:
 
 
 def reader_options() -> str:
+    from nsq_spark import Reader
     from nsq_spark.config import READER
-    from nsq_spark._consumer.reader import Reader
 
     return _signature_table(Reader.__init__, Reader, READER)
 
 
 def producer_options() -> str:
+    from nsq_spark import Producer
     from nsq_spark.config import PRODUCER
-    from nsq_spark._publish.producer import Producer
 
     return _signature_table(Producer.__init__, Producer, PRODUCER)
 
@@ -408,7 +408,7 @@ def changelog() -> str:
 
 
 def spark_schema() -> str:
-    from nsq_spark.spark.schema import SCHEMA_DDL
+    from nsq_spark.spark._schema import SCHEMA_DDL
     return f"Schema: `{SCHEMA_DDL}`."
 
 

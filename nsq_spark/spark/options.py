@@ -50,7 +50,7 @@ from nsq_spark.config import CONNECTION as CONNECTION_CONFIG
 from nsq_spark.errors import ConfigError
 from nsq_spark._validate import MAX_SECONDS, SECONDS_OR_ZERO, Limit, redact_options
 
-from .seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
+from ._seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
 
 __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
            "parse_write_options"]
@@ -151,7 +151,7 @@ def _addresses(http: bool) -> Any:
 def _log_level(value: str, param: str) -> str:
     """Python's name of the level (without the option: the worker's environment variable,
     else WARN: see :mod:`.logs`)."""
-    from .logs import LEVELS, parse_level
+    from ._logs import LEVELS, parse_level
 
     level = parse_level(value)
     if level is None:

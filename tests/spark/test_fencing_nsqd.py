@@ -16,9 +16,9 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from nsq_spark.spark.fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
+from nsq_spark.spark._fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.spool import Spool, SpoolFenced  # noqa: E402
+from nsq_spark.spark._spool import Spool, SpoolFenced  # noqa: E402
 from reader_helpers import assert_drained, channel_stats, mpub, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]

@@ -11,10 +11,10 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-import nsq_spark.spark.fetch as fetch  # noqa: E402
-import nsq_spark.spark.fetch_task as fetch_task  # noqa: E402
+import nsq_spark.spark._fetch as fetch  # noqa: E402
+import nsq_spark.spark._fetch_task as fetch_task  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.spool import Spool  # noqa: E402
+from nsq_spark.spark._spool import Spool  # noqa: E402
 from reader_helpers import assert_drained, channel_stats, mpub  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]

@@ -11,10 +11,10 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from nsq_spark.spark.fetch import fetch_stream_partition, observe_timings  # noqa: E402
+from nsq_spark.spark._fetch import fetch_stream_partition, observe_timings  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.reader_cache import readers  # noqa: E402
-from nsq_spark.spark.spool import Spool  # noqa: E402
+from nsq_spark.spark._reader_cache import readers  # noqa: E402
+from nsq_spark.spark._spool import Spool  # noqa: E402
 from reader_helpers import channel_stats, mpub, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]

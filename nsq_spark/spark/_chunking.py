@@ -1,7 +1,7 @@
 """The fetch task's decisions, without IO: when to cut a chunk, how long to wait, when to
 drain, settle and stop.
 
-A streaming fetch task (:class:`nsq_spark.spark.fetch.FetchTask`) takes messages from a
+A streaming fetch task (:class:`nsq_spark.spark._fetch.FetchTask`) takes messages from a
 Reader, cuts them into chunks, writes each chunk durably in a writer thread and FINishes
 it once it is durable. What it does next depends only on counts and times, so the choice
 lives here, like :class:`nsq_spark.rdy.RdyPolicy`: the task tells the planner what

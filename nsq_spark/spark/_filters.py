@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 from .._log import get_logger
 from ..envelope import PUBLISH_ENVELOPE_MAGIC, open_body
 from .options import ReadOptions
-from .schema import messages_to_batch
+from ._schema import messages_to_batch
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -240,7 +240,7 @@ class DeadLetterSplit:
     and written to ``deadLetterPath`` (before the FIN), counted and logged."""
 
     def __init__(self, opts: ReadOptions, label: str) -> None:
-        from .spool import DeadLetters
+        from ._spool import DeadLetters
 
         self.max_attempts = opts.max_attempts
         self.store = (DeadLetters(opts.dead_letter_path)

@@ -22,7 +22,7 @@ Format, with the fetch task's topic, channel, batch and partition on each of its
 (the Reader's lines too, which come from its IO thread: a Python worker runs one task at a
 time, so the label is per process)::
 
-    2026-11-25 01:02:03,456 INFO nsq_spark.spark.fetch [t/c batch 3 part 1] batch 3 ...
+    2026-11-25 01:02:03,456 INFO nsq_spark.spark._fetch [t/c batch 3 part 1] batch 3 ...
 
 With ``NSQ_SPARK_LOG_FORMAT=json`` in the worker's environment
 (``spark.executorEnv.NSQ_SPARK_LOG_FORMAT`` on a cluster) that handler writes one JSON

@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Protocol
 
 from .._log import get_logger
-from .seen import PID_DTYPE, PID_SIZE, IdSet, first_copies
+from ._seen import PID_DTYPE, PID_SIZE, IdSet, first_copies
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -277,7 +277,7 @@ class CopyOrder:
         """:meth:`claim`, one file operation per step: yields the seconds to wait before
         the next (0: none), returns the keep mask. (Tests interleave the steps of several
         tasks through this.)"""
-        from .seen import _sorted_unique
+        from ._seen import _sorted_unique
 
         check = self.check_marker if replayed else self.check_fence
         if check is not None:
@@ -443,7 +443,7 @@ class CopyOrder:
         parents: an attempt that outlived its batch brings nothing back)."""
         if self._made:
             return
-        from .spool import SpoolFenced
+        from ._spool import SpoolFenced
 
         fs = self.fs
         if fs.local:
@@ -481,7 +481,7 @@ def chunk_keep(order: CopyOrder | None, chunk: int, batches: "list[Any]", replay
     col = rb.column("publish_id")
     if col.null_count == len(col):
         return batches
-    from .seen import pid_keys
+    from ._seen import pid_keys
 
     keys, valid = pid_keys(col)
     keep = (order.replay if replay else order.claim)(chunk, keys, valid)

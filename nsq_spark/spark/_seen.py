@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pyarrow as pa
 
-    from .spool import PartitionSpool, Spool
+    from ._spool import PartitionSpool, Spool
 
 log = get_logger(__name__)
 
@@ -516,7 +516,7 @@ class SeenIndex:
         import numpy as np
         import pyarrow as pa
 
-        from .spool import _ipc_bytes
+        from ._spool import _ipc_bytes
 
         nsqds, keys = sorted_pairs(np.asarray(nsqds, np.uint64), np.asarray(keys, np.uint64))
         rb = pa.RecordBatch.from_arrays([pa.array(keys, pa.uint64()),
@@ -653,7 +653,7 @@ class Redeliveries:
     def _refresh_peers(self) -> None:
         """Read the keys of the other partitions' chunks not read yet (chunks are
         numbered without gaps, so one existence check per partition finds none new)."""
-        from .spool import _BATCH_PART_RE, PartitionSpool
+        from ._spool import _BATCH_PART_RE, PartitionSpool
 
         fs = self.spool.fs
         bdir = self.spool.batch_dir(self.batch)

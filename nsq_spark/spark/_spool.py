@@ -144,7 +144,7 @@ spooled before (:mod:`.seen`, within ``redeliveryWindow``).
 Durability: on a local filesystem the data and the directories are fsynced.
 On object stores (S3, GCS) a completed upload is durable and atomic, but "create if
 absent" is a check-then-write; on HDFS rename does not replace. Spark's speculative
-execution is refused (:func:`nsq_spark.spark.fetch.check_speculation_off`).
+execution is refused (:func:`nsq_spark.spark._fetch.check_speculation_off`).
 """
 
 from __future__ import annotations
@@ -742,7 +742,7 @@ class PartitionSpool:
         import pyarrow as pa
 
         data = self.fs.read_bytes(self.chunk_path(k))
-        from .schema import conform  # chunks spooled before the trace_parent column
+        from ._schema import conform  # chunks spooled before the trace_parent column
 
         reader = pa.ipc.open_file(pa.py_buffer(data))
         return [conform(reader.get_batch(i)) for i in range(reader.num_record_batches)]

@@ -41,14 +41,14 @@ from typing import (TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator,
                     Sequence)
 
 from .._log import get_logger
-from .chunking import Action, ChunkPlanner, body_bytes
-from .copies import CopyOrder, chunk_keep
-from .filters import DeadLetterSplit, Dedup, split_held
+from ._chunking import Action, ChunkPlanner, body_bytes
+from ._copies import CopyOrder, chunk_keep
+from ._filters import DeadLetterSplit, Dedup, split_held
 from .options import NSQD_MSG_TIMEOUT, READER_CACHE_SHARE_OF_MSG_TIMEOUT, ReadOptions
-from .reader_cache import CachedReaders, cache_key, idle_timeout_within
-from .schema import arrow_schema, blocks_to_batch
-from .seen import Redeliveries
-from .spool import FLUSH_INTERVAL, PartitionSpool, SpoolConflict, SpoolFenced
+from ._reader_cache import CachedReaders, cache_key, idle_timeout_within
+from ._schema import arrow_schema, blocks_to_batch
+from ._seen import Redeliveries
+from ._spool import FLUSH_INTERVAL, PartitionSpool, SpoolConflict, SpoolFenced
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

@@ -2,11 +2,11 @@
 
 Runs inside Spark's Python worker. The Reader hands out MessageBlocks (the bytes received
 and the frame offsets, no object per message), which become Arrow columns in C
-(:func:`~nsq_spark.spark.schema.blocks_to_batch`) and are FINished by the block; only the
+(:func:`~nsq_spark.spark._schema.blocks_to_batch`) and are FINished by the block; only the
 ``dedup`` option turns them into Message objects, to look their keys up.
 
 ``fetch_stream_partition`` implements the spool protocol described in
-:mod:`nsq_spark.spark.spool`; ``fetch_batch_partition`` is the batch read (no spool: a
+:mod:`nsq_spark.spark._spool`; ``fetch_batch_partition`` is the batch read (no spool: a
 chunk is FINished once Spark has taken it).
 
 Speculative execution is refused (:func:`check_speculation_off`): a losing attempt
@@ -20,7 +20,7 @@ first batch, having read nothing.
 Fencing (whatever the setting): an attempt that outlives its batch (committed, spool
 deleted) or whose partition another attempt sealed FINishes nothing more and writes
 nothing more; it requeues what it holds and fails (:class:`~.spool.SpoolFenced`). The
-checks and their ordering are in :mod:`nsq_spark.spark.spool`.
+checks and their ordering are in :mod:`nsq_spark.spark._spool`.
 
 The parts: :mod:`.chunking` decides (cut, wait, drain, settle, stop; no IO),
 :class:`~.fetch_task.FetchTask` drives it with a Reader (:class:`~.fetch_task.ReaderPort`)
@@ -53,17 +53,17 @@ import uuid
 from typing import TYPE_CHECKING, Iterator
 
 from .._log import get_logger
-from .fetch_task import (FIRST_WAIT, FetchTask, PartitionTally, ReaderFactory, ReaderLease,
+from ._fetch_task import (FIRST_WAIT, FetchTask, PartitionTally, ReaderFactory, ReaderLease,
                          ReaderPort, TaskTimings, blocks_body_bytes, dedup_lease_ms,
                          first_blocks, not_subscribed, not_subscribed_error, observe_timings,
                          seal_and_complete)
-from .filters import DeadLetterSplit, Dedup, check_dedup_spec, dedup_store_error, split_held
+from ._filters import DeadLetterSplit, Dedup, check_dedup_spec, dedup_store_error, split_held
 from .options import ReadOptions
-from .reader_cache import CachedReaders, readers
-from .copies import CopyOrder, chunk_keep
-from .schema import blocks_to_batch
-from .seen import PID_DTYPE, IdSet, Redeliveries, SeenIndex, topic_tag
-from .spool import PartitionSpool, Spool
+from ._reader_cache import CachedReaders, readers
+from ._copies import CopyOrder, chunk_keep
+from ._schema import blocks_to_batch
+from ._seen import PID_DTYPE, IdSet, Redeliveries, SeenIndex, topic_tag
+from ._spool import PartitionSpool, Spool
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
