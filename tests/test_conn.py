@@ -10,12 +10,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from conn_helpers import channel_stats, http_pub, run, wait_for
+from conn_helpers import channel_stats, run, wait_for
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
 from nsq_spark._conn import Connection, ConnState
 from nsq_spark.message import Message
-from nsq_spark.testing import NSQCluster, free_port
+from nsq_spark.testing import NSQCluster, free_port, publish
 
 pytestmark = pytest.mark.nsqd
 
@@ -84,7 +84,7 @@ def test_identify_negotiates_and_obeys_answer(nsqd: NSQCluster) -> None:
 def test_subscribe_rdy_bulk_delivery_and_fin(nsqd: NSQCluster) -> None:
     topic = _topic()
     bodies = [b"msg-%d" % i for i in range(500)]
-    http_pub(nsqd.nsqd_http_addresses[0], topic, bodies)
+    publish(nsqd.nsqd_http_addresses[0], topic, bodies)
 
     async def main() -> None:
         col = Collector()
@@ -115,7 +115,7 @@ def test_subscribe_rdy_bulk_delivery_and_fin(nsqd: NSQCluster) -> None:
 
 def test_req_redelivers_and_touch_extends(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"a", b"b"])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"a", b"b"])
 
     async def main() -> None:
         col = Collector()
@@ -165,7 +165,7 @@ def test_heartbeats_answered_and_connection_survives(nsqd: NSQCluster) -> None:
 
 def test_cls_gets_close_wait_and_in_flight_can_still_finish(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"x"])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"x"])
 
     async def main() -> None:
         col = Collector()
@@ -278,7 +278,7 @@ async def _cutting_proxy(target: tuple[str, int]) -> tuple[asyncio.AbstractServe
 
 def test_server_closing_mid_frame_is_typed_error(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"y" * 5000])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"y" * 5000])
 
     async def main() -> None:
         server, port = await _cutting_proxy(_hostport(nsqd.nsqd_tcp_addresses[0]))

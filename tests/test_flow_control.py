@@ -369,11 +369,11 @@ def test_a_puller_holding_messages_past_msg_timeout_is_not_taken_for_a_flood(
     (set_max_in_flight) leaves the connection open too."""
     import time
 
-    from conn_helpers import http_pub
+    from nsq_spark.testing import publish
     from nsq_spark import Reader
 
     topic = f"held{os.getpid()}"
-    http_pub(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(40)])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(40)])
     r = Reader(topic=topic, channel="c", nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                max_in_flight=10, msg_timeout=1)
     try:

@@ -330,9 +330,9 @@ def test_log_lines_reach_stderr_once_at_the_chosen_level(root):
     if root == "none":
         assert proc.stdout.split() == ["1", "0"]  # our handler; root left alone
         hello = [ln for ln in lines if ln.endswith(" hello")]
-        assert len(hello) == 1 and " INFO nsq_spark.spark._fetch [t/c batch 3 part 1] " in \
+        assert len(hello) == 1 and " INFO nsq_spark.spark.fetch [t/c batch 3 part 1] " in \
             hello[0], lines
-        assert any(ln.endswith("INFO nsq_spark.spark._fetch [-] outside") for ln in lines)
+        assert any(ln.endswith("INFO nsq_spark.spark.fetch [-] outside") for ln in lines)
     else:
         assert proc.stdout.split() == ["0", "1"]
         assert lines.count("ROOT hello") == 1 and "ROOT outside" in lines
@@ -424,7 +424,7 @@ def test_log_level_option_in_a_real_spark_query(spark_driver):
         out + err[-3000:]
     # executors (Python workers; in local mode their stderr is the driver's)
     assert "INFO nsq_spark.reader.pool [log_info/c read part 0] " in err, err[-3000:]
-    assert "INFO nsq_spark.spark._fetch [log_stream/c batch 1 part 0] batch 1 part 0: " in err
+    assert "INFO nsq_spark.spark.fetch [log_stream/c batch 1 part 0] batch 1 part 0: " in err
     # the streaming source's driver side (latestOffset)
     assert "INFO nsq_spark.spark.datasource [-] nsq source log_stream/c: backlog" in err
     # the default (WARN): no INFO line of the query without the option
