@@ -20,10 +20,9 @@ import time
 import pytest
 
 from nsq_spark.cli import main as cli_main
-from nsq_spark.producer import Producer
-from nsq_spark.publish_spool import SegmentStore, SpoolDirectoryError, read_segment
-from nsq_spark.spool._format import MAGIC, encode_record
-from nsq_spark.spool._store import redrive
+from nsq_spark import Producer
+from nsq_spark.spool import (MAGIC, SegmentStore, SpoolDirectoryError, encode_record,
+                             read_segment, redrive)
 from test_publish_spool import Sink
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

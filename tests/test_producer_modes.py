@@ -13,7 +13,7 @@ import pytest
 from nsq_spark._publish.direct import DirectTransport
 from nsq_spark._publish.producer import Producer
 from nsq_spark._publish.spooled import SpooledTransport
-from nsq_spark.spool._drain import Sender
+from nsq_spark.spool import Sender
 
 pytestmark = pytest.mark.unit
 

@@ -14,8 +14,7 @@ from nsq_spark.envelope import open_body, publish_id_for
 from nsq_spark.errors import ConfigError, InvalidBodyError, ReplicationError, is_transient
 from nsq_spark.errors import ConnectError, BadMessageError
 from nsq_spark._publish.producer import Producer
-from nsq_spark.spool._drain import Sender, refused
-from nsq_spark.spool._format import read_segment
+from nsq_spark.spool import Sender, read_segment, refused
 
 pytestmark = pytest.mark.unit
 

@@ -14,14 +14,13 @@ from typing import Sequence
 
 import pytest
 
-from nsq_spark import publish_spool as ps
+from nsq_spark import Producer, publish_spool as ps
 from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
-from nsq_spark.producer import Producer
 from nsq_spark.publish_spool import (
     SegmentStore, SpoolDirectoryError, SpoolError, SpoolFullError, SpoolingProducer,
     decode_records, encode_record, open_envelope, read_segment, wrap_envelope,
 )
-from nsq_spark.spool._drain import Sender
+from nsq_spark.spool import Sender
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import pytest
 
 from nsq_spark.errors import AlreadyRespondedError, ConfigError, NSQError
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
-from nsq_spark.reader import Reader
+from nsq_spark import Reader
 from nsq_spark.testing import publish, wait_until
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]

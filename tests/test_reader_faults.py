@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsq_spark.reader import Reader
+from nsq_spark import Reader
 from nsq_spark.testing import NSQCluster, publish
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(90)]

@@ -21,7 +21,7 @@ from nsq_spark.errors import NSQServerError
 from nsq_spark.message import Message
 from nsq_spark._publish.instrument import TracedTransport, drain_sender
 from nsq_spark._publish.transport import Transport
-from nsq_spark.spool._format import open_traced_envelope, wrap_envelope
+from nsq_spark.spool import open_traced_envelope, wrap_envelope
 from nsq_spark.telemetry import Telemetry, error_type
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ import pytest
 
 from chaos_helpers import C, T, assert_zero_loss, bodies, consume, create_channel
 from nsq_spark.errors import NSQError, NSQTimeoutError
-from nsq_spark.producer import Producer
+from nsq_spark import Producer
 from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing.chaos import inject_periodically
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from nsq_spark.producer import Producer
+from nsq_spark import Producer
 from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing import HarnessError, NSQCluster, docker_client, docker_leftovers, publish, wait_until
 
