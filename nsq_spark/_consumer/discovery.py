@@ -90,7 +90,7 @@ def apply_filter(records: list[ProducerInfo], discovery_filter: DiscoveryFilter
             raise DiscoveryFilterError(
                 f"discovery_filter returned {r!r} ({type(r).__name__}) among its records: "
                 "return ProducerInfo records (those it was given, or "
-                "nsq_spark._lookupd.ProducerInfo(host, tcp_port, http_port))")
+                "nsq_spark.ProducerInfo(host, tcp_port, http_port))")
         if r.producer not in seen:
             seen.add(r.producer)
             out.append(r)
