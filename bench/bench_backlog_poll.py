@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 
-from nsq_spark.spark.backlog import create_channel
+from nsq_spark.spark._backlog import create_channel
 from nsq_spark.spark.datasource import NSQStreamReader
 from nsq_spark.testing import NSQCluster
 

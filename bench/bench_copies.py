@@ -1,5 +1,5 @@
 """The streaming source's fetch tasks on a topic with and without replicas, side by side
-in one run: what keeping one row per publish costs (:mod:`nsq_spark.spark.copies`), and
+in one run: what keeping one row per publish costs (:mod:`nsq_spark.spark._copies`), and
 what the ``publish_id`` column costs on its own.
 
 Three nsqds on loopback (the test harness's), one micro-batch of two fetch tasks, each in
@@ -40,16 +40,16 @@ CASES = ("plain", "ids", "replicas")
 
 
 def _ready(_: int) -> None:
-    import nsq_spark.spark.fetch  # noqa: F401  (imported before the timing)
+    import nsq_spark.spark._fetch  # noqa: F401  (imported before the timing)
 
 
 def _task(args: tuple[dict[str, str], str, int, int, int | None]) -> dict[str, Any]:
     """One fetch task, in its own process: rows, CPU seconds and its timings."""
     options, spool_path, batch, index, share = args
-    from nsq_spark.spark.fetch import fetch_stream_partition
-    from nsq_spark.spark.fetch_task import observe_timings
+    from nsq_spark.spark._fetch import fetch_stream_partition
+    from nsq_spark.spark._fetch_task import observe_timings
     from nsq_spark.spark.options import parse_read_options
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     timings: list[dict[str, float]] = []
     observe_timings(timings.append)
@@ -63,7 +63,7 @@ def _task(args: tuple[dict[str, str], str, int, int, int | None]) -> dict[str, A
 
 def _publish(cluster: Any, topic: str, case: str, n: int, size: int) -> int:
     """Publish ``n`` bodies the ``case`` way; returns the copies queued."""
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     bodies = [b"%09d-" % i + b"x" * (size - 10) for i in range(n)]
     kwargs: dict[str, Any] = {"plain": {}, "ids": {"publish_ids": True},
@@ -92,7 +92,7 @@ def _queued(cluster: Any, topic: str) -> int:
 
 def run_case(cluster: Any, pool: Any, case: str, round_: int, args: Any, work: str
              ) -> dict[str, Any]:
-    from nsq_spark.spark.backlog import create_channel
+    from nsq_spark.spark._backlog import create_channel
 
     topic = f"copies_{case}_{round_}"
     for http in cluster.nsqd_http_addresses:

@@ -13,7 +13,7 @@ its own. Nothing of Spark runs: the hand-over is a generator step, so what Spark
 worker does with a record batch is not in these figures (``bench_spark`` has them).
 
 Reported per round, in CPU microseconds per message: the two tasks' processes (every
-thread), split by stage as :class:`nsq_spark.spark.fetch_task.TaskTimings` times them
+thread), split by stage as :class:`nsq_spark.spark._fetch_task.TaskTimings` times them
 (``fetch``: the task's calls into the Reader; ``io``: the Reader's IO thread; ``convert``:
 Arrow building; ``spool``: the task's fence checks and submits; ``spool_write``: the
 writer threads; ``seen``: the redelivery index; ``copies``; ``handover``; ``loop``: the
@@ -41,17 +41,17 @@ from bench.bench_spark import _publish, stage_profile
 
 
 def _ready(_: int) -> None:
-    import nsq_spark.spark.fetch  # noqa: F401  (imported before the timing)
+    import nsq_spark.spark._fetch  # noqa: F401  (imported before the timing)
     import pyarrow.compute  # noqa: F401
 
 
 def _task(args: tuple[dict[str, str], str, int, int, int | None]) -> dict[str, Any]:
     """One fetch task, in its own process: its timings, rows and process CPU."""
     options, spool_path, batch, index, share = args
-    from nsq_spark.spark.fetch import fetch_stream_partition
-    from nsq_spark.spark.fetch_task import observe_timings
+    from nsq_spark.spark._fetch import fetch_stream_partition
+    from nsq_spark.spark._fetch_task import observe_timings
     from nsq_spark.spark.options import parse_read_options
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     timings: list[dict[str, float]] = []
     remove = observe_timings(timings.append)

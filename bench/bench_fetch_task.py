@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", choices=("on", "off", "default"), default="default")
     args = ap.parse_args(argv)
 
-    from nsq_spark.spark import fetch
-    from nsq_spark.spark.backlog import create_channel
+    from nsq_spark.spark import _fetch as fetch
+    from nsq_spark.spark._backlog import create_channel
     from nsq_spark.spark.options import parse_read_options
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
     from nsq_spark.testing import NSQCluster
 
     with NSQCluster(nsqd=1, lookupd=0) as cluster, \
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                 times.append(elapsed * 1000)
             spool.delete_upto(batch)
         try:  # the cached Reader goes before its nsqd does (older checkouts have none)
-            from nsq_spark.spark.reader_cache import readers
+            from nsq_spark.spark._reader_cache import readers
         except ImportError:
             pass
         else:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nsq_spark.publish.producer import Producer  # noqa: E402
+from nsq_spark._publish.producer import Producer  # noqa: E402
 from nsq_spark.testing import NSQCluster  # noqa: E402
 
 

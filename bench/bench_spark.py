@@ -93,7 +93,7 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _tuples(self, partition):
         import datetime
 
-        from nsq_spark.spark.schema import COLUMNS
+        from nsq_spark.spark._schema import COLUMNS
 
         body = b"x" * partition.body_size
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -106,7 +106,7 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _arrow(self, partition):
         import pyarrow as pa
 
-        from nsq_spark.spark.schema import arrow_schema
+        from nsq_spark.spark._schema import arrow_schema
 
         def make(n: int) -> pa.RecordBatch:
             now_us = int(time.time() * 1e6)
@@ -141,7 +141,7 @@ class CeilingDataSource(DataSource):
         return "nsq_ceiling"
 
     def schema(self) -> str:
-        from nsq_spark.spark.schema import SCHEMA_DDL
+        from nsq_spark.spark._schema import SCHEMA_DDL
 
         return SCHEMA_DDL
 
@@ -276,10 +276,10 @@ def _publish(http_address: str, topic: str, n: int, size: int,
 def _no_spark(cluster, work: str, n: int, size: int, max_in_flight: int) -> dict:
     """The same fetch path without Spark, in this process: the Reader alone
     (get_batch(1250) + finish), then one fetch task (Reader, convert, spool, FIN)."""
-    from nsq_spark.consumer.reader import Reader
-    from nsq_spark.spark import fetch
+    from nsq_spark._consumer.reader import Reader
+    from nsq_spark.spark import _fetch as fetch
     from nsq_spark.spark.options import parse_read_options
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     out: dict[str, object] = {}
     for mode in ("reader_alone", "fetch_task"):
@@ -314,7 +314,7 @@ def reader_blocks_child(addr: str, topic: str, channel: str, n: int,
     and ``finish_blocks`` until ``n`` messages, in this process; CPU of every thread of
     it (the Reader's IO thread and this one), from before the connect to the n-th
     message."""
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
 
     import pyarrow  # noqa: F401 -- imported by a fetch task's worker before it starts too
 

@@ -542,7 +542,7 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
     sink = _Sink(source)
     label = f"{source}_{rate}_{trigger.label}".replace(".", "_")
     if source == "nsq":
-        from nsq_spark.spark.backlog import create_channel
+        from nsq_spark.spark._backlog import create_channel
 
         topic, channel = f"lat{index}_{label}", "spark"
         create_channel(nsqd.http_address, topic, channel)

@@ -15,7 +15,7 @@ import time
 
 
 def best_ns_per_message(blocks, calls: int = 400, runs: int = 7) -> float:
-    from nsq_spark.spark.schema import blocks_to_batch
+    from nsq_spark.spark._schema import blocks_to_batch
 
     n = sum(map(len, blocks))
     for _ in range(50):
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args(argv)
     from nsq_spark.protocol import FrameDecoder, encode_message_frame
-    from nsq_spark.spool import format as envelope
+    from nsq_spark.spool import _format as envelope
 
     class Responder:
         address = "127.0.0.1:4150"

@@ -11,7 +11,7 @@ import json
 import os
 import uuid
 
-from nsq_spark.spark.fetch_task import OBSERVER_ENV
+from nsq_spark.spark._fetch_task import OBSERVER_ENV
 
 TIMINGS_DIR_ENV = "NSQ_SPARK_TIMINGS_DIR"
 

@@ -10,38 +10,37 @@ Names are imported on first use, so ``import nsq_spark`` stays cheap (Spark exec
 import it for every task) and the optional parts (Spark, dedup backends) load only when
 asked for.
 
-Public modules (what users may import; tests/test_structure.py checks this list):
-  ``consumer``       the Reader facade (``consumer.reader``) and its parts
-  ``publish``        the Producer facade (``publish.producer``) and its transports:
-                     direct (TCP pipeline, blocking, HTTP) or spooled; health, retry, stats
-  ``spool``          the durable publish spool: format, store, drain
-  ``publish_spool``  the deprecated SpoolingProducer (the spool's documentation: ``spool``)
-  ``compat``         pynsq's surface: Writer, AsyncConn, SyncConn, BackoffTimer, LegacyReader
-  ``contrib``        ready-made pieces on the public API: the dead-letter giving_up handler
-  ``dedup``          deduplicators and key functions
-  ``spark``          the PySpark data source and sink
-  ``testing``        the test harness: NSQ processes, pytest plugin, chaos, installer
+Public modules (what users may import; tests/test_structure.py checks that every other
+module is private, a ``_`` in its dotted path):
+  ``errors``         typed errors and the retry classification
   ``protocol``       the wire format: commands, FrameDecoder, MessageBlock
   ``message``        Message and its Responder
-  ``envelope``       the body envelope: publish ids (stamp, open_body), message-id digests
-  ``errors``         typed errors and the retry classification
   ``config``         ConnectionConfig: every connection option, documented and bounded
-  ``addresses``      the one host:port rule
-  ``validate``       the one rule for numbers, strings and flags given by users
-  ``handshake``      the sans-IO handshake and ConnState
-  ``conn``           Connection (tornado)
-  ``sync_conn``      SyncConnection (blocking)
-  ``lookupd``        discovery: poller, response parser, blocking lookup
+  ``envelope``       the body envelope: publish ids (stamp, open_body), message-id digests
+  ``spool``          the durable publish spool's documentation, its errors and envelope
+                     helpers (open_envelope, by_envelope_digest)
   ``admin``          nsqd / nsqlookupd HTTP clients (blocking, asyncio): stats, operations
+  ``dedup``          deduplicators and key functions
+  ``compat``         pynsq's surface: Writer, AsyncConn, SyncConn, BackoffTimer, LegacyReader
+  ``contrib``        ready-made pieces on the public API: the dead-letter giving_up handler
+  ``spark``          the PySpark data source and sink: register, NSQDataSource, the options,
+                     source_lag, the listener and ProgressInstrument
+  ``testing``        the test harness: NSQ processes, pytest plugin, chaos, installer
   ``metrics``        the Prometheus collector
   ``telemetry``      OpenTelemetry metrics and spans (``Telemetry``; the ``otel`` extra)
   ``cli``            the ``nsq-spark`` command
 
-Private modules start with ``_`` (``_loop``, ``_codecs``, ``_rdy_credit``, ``_retry``,
-``_strict_argparse``, ``_options``, ``_version``; ``__version__`` is here).
-The old paths ``reader``, ``writer``, ``producer``, ``rdy``, ``backoff``, ``install`` and
-``testing_chaos`` are re-exports
-kept for users; the project itself never imports them.
+The facades are here, at the root: ``Reader``, ``run``, ``Producer``, ``Writer``,
+``Connection``, ``ConnectionConfig``, ``Message``, ``ProducerInfo`` (what a discovery
+filter returns) and pynsq's names. Everything else is private (``_consumer``,
+``_publish``, ``_conn``, ``_lookupd``, ``spool._store``, ``spark._fetch``, ...): it may
+change in any release. The paths that became private in 0.2.0 (``consumer``, ``publish``,
+``conn``, ``sync_conn``, ``handshake``, ``lookupd``, ``addresses``, ``validate``, the
+spool's and the Spark connector's parts) still import for one release, with a
+``DeprecationWarning`` naming the name to use: one table, :mod:`nsq_spark._moved`.
+The older paths ``reader``, ``writer``, ``producer``, ``rdy``, ``backoff``, ``install``,
+``testing_chaos`` and ``publish_spool`` are re-exports kept for users; the project itself
+imports none of these old paths.
 """
 
 from __future__ import annotations
@@ -56,15 +55,17 @@ if TYPE_CHECKING:
     # an explicit re-export, so ``mypy --strict`` (no implicit re-export) accepts
     # ``nsq.Producer`` and ``nsq.Message`` in a user's program.
     from nsq_spark import protocol as protocol
+    from nsq_spark._conn import Connection as Connection
+    from nsq_spark._consumer.reader import Reader as Reader
+    from nsq_spark._consumer.run import run as run
+    from nsq_spark._lookupd import ProducerInfo as ProducerInfo
+    from nsq_spark._publish.producer import Producer as Producer
     from nsq_spark.compat.async_conn import AsyncConn as AsyncConn
     from nsq_spark.compat.backoff_timer import BackoffTimer as BackoffTimer
     from nsq_spark.compat.legacy_reader import LegacyReader as LegacyReader
     from nsq_spark.compat.sync import SyncConn as SyncConn
     from nsq_spark.compat.writer import Writer as Writer
     from nsq_spark.config import ConnectionConfig as ConnectionConfig
-    from nsq_spark.conn import Connection as Connection
-    from nsq_spark.consumer.reader import Reader as Reader
-    from nsq_spark.consumer.run import run as run
     from nsq_spark.errors import NSQError as Error
     from nsq_spark.errors import NSQError as NSQError
     from nsq_spark.message import Message as Message
@@ -84,20 +85,24 @@ if TYPE_CHECKING:
     from nsq_spark.protocol import unpack_response as unpack_response
     from nsq_spark.protocol import valid_channel_name as valid_channel_name
     from nsq_spark.protocol import valid_topic_name as valid_topic_name
-    from nsq_spark.publish.producer import Producer as Producer
     from nsq_spark.publish_spool import SpoolingProducer as SpoolingProducer
 
+from . import _moved
 from ._version import __version__
+
+# the paths that became private in 0.2.0 still import, warning, for one release
+_moved.install()
 
 # public name -> module that defines it
 _EXPORTS = {
-    "Reader": "nsq_spark.consumer.reader",
-    "run": "nsq_spark.consumer.run",
+    "Reader": "nsq_spark._consumer.reader",
+    "run": "nsq_spark._consumer.run",
     "Message": "nsq_spark.message",
-    "Producer": "nsq_spark.publish.producer",
+    "Producer": "nsq_spark._publish.producer",
     "Writer": "nsq_spark.compat.writer",
     "SpoolingProducer": "nsq_spark.publish_spool",
-    "Connection": "nsq_spark.conn",
+    "Connection": "nsq_spark._conn",
+    "ProducerInfo": "nsq_spark._lookupd",
     "ConnectionConfig": "nsq_spark.config",
     "NSQError": "nsq_spark.errors",
     # the rest of pynsq 0.9.1's nsq.__all__
@@ -117,8 +122,8 @@ _ALIASES = {"Error": ("nsq_spark.errors", "NSQError")}
 # is an explicit re-export (a unit test checks it is exactly the tables' names)
 __all__ = [
     "__version__", "Reader", "run", "Message", "Producer", "Writer", "SpoolingProducer",
-    "Connection", "ConnectionConfig", "NSQError", "AsyncConn", "SyncConn", "BackoffTimer",
-    "LegacyReader", "unpack_response", "decode_message", "identify", "subscribe", "ready",
+    "Connection", "ConnectionConfig", "ProducerInfo", "NSQError", "AsyncConn", "SyncConn",
+    "BackoffTimer", "LegacyReader", "unpack_response", "decode_message", "identify", "subscribe", "ready",
     "finish", "touch", "requeue", "nop", "pub", "mpub", "valid_topic_name",
     "valid_channel_name", "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE",
     "Error"]

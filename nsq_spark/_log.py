@@ -8,7 +8,7 @@ them as fields and a filter can select on them; no call site builds a dict. The 
 texts are unchanged: the address stays in the text too.
 
 Three layers are merged per record, later ones winning: the process's Spark task fields
-(:func:`task_fields`, set by :mod:`nsq_spark.spark.logs` while a Spark task runs: a Python
+(:func:`task_fields`, set by :mod:`nsq_spark.spark._logs` while a Spark task runs: a Python
 worker runs one task at a time, and the Reader's IO thread logs for that task too), the
 fields bound to the logger, and a call's own ``extra=``.
 
@@ -16,10 +16,10 @@ Costs: a disabled line costs one call more than on a plain ``Logger`` (each leve
 method asks ``isEnabledFor`` before anything is built); one small dict per emitted
 record.
 
-Secrets: values are redacted once, when bound (:func:`nsq_spark.validate.redact_url`: a
+Secrets: values are redacted once, when bound (:func:`nsq_spark._validate.redact_url`: a
 URL's password and secret query parameters), a record's string arguments as it is logged,
 and only the names of :data:`FIELDS` are taken, none of which names a secret
-(:func:`nsq_spark.validate.is_secret_name`): an AUTH secret or a credential never becomes
+(:func:`nsq_spark._validate.is_secret_name`): an AUTH secret or a credential never becomes
 a field.
 
 Field names (:data:`FIELDS`) are stable; none clashes with a ``LogRecord`` attribute.
@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, MutableMapping
 
-from .validate import is_secret_name, redact_url
+from ._validate import is_secret_name, redact_url
 
 if TYPE_CHECKING:
     _Adapter = logging.LoggerAdapter[logging.Logger]
@@ -143,7 +143,7 @@ class ContextLogger(_Adapter):
     def _emit(self, level: int, msg: object, args: tuple[object, ...],
               kwargs: dict[str, Any]) -> None:
         """Log with the fields, every ``str`` argument passed through
-        :func:`~nsq_spark.validate.redact_url` (a spool or dedup URL's password never reaches
+        :func:`~nsq_spark._validate.redact_url` (a spool or dedup URL's password never reaches
         a message; a plain string costs one ``in`` test), and the caller's line kept."""
         msg, given = self.process(msg, kwargs)
         args = tuple(redact_url(a) if isinstance(a, str) else a for a in args)

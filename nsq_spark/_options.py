@@ -1,7 +1,7 @@
 """One row per option, and the one parser of every table of them.
 
 An option is one decision: its name, the attribute it lands in, what it accepts (a
-:class:`~nsq_spark.validate.Limit`, choices, or a check of its own), its default, its
+:class:`~nsq_spark._validate.Limit`, choices, or a check of its own), its default, its
 documentation, its aliases, and what it needs or excludes. Each is written once, as an
 :class:`Option` row, and everything else reads the rows: the checks at construction, the
 Spark options' parser, the command line's flags (:mod:`nsq_spark.cli`), the option tables
@@ -24,8 +24,8 @@ Rows are held two ways:
 One parser does what every table needs: an unknown name fails naming the closest known one
 ("did you mean"), an option that does nothing without another one fails instead of being
 ignored, two options that exclude each other fail, and a secret (a row marked ``secret``,
-or a name that looks like one: :func:`nsq_spark.validate.is_secret_name`) is never shown.
-Numbers follow the one number rule of :mod:`nsq_spark.validate`.
+or a name that looks like one: :func:`nsq_spark._validate.is_secret_name`) is never shown.
+Numbers follow the one number rule of :mod:`nsq_spark._validate`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from . import validate
+from . import _validate as validate
 from .errors import ConfigError
-from .validate import Limit, is_secret_name, redact_options
+from ._validate import Limit, is_secret_name, redact_options
 
 __all__ = ["Option", "OptionTable", "Given", "option", "rows_of", "check_fields", "pick",
            "documented", "parse_duration", "closest"]
@@ -94,7 +94,7 @@ class Option:
     excludes: tuple[str, ...] = ()
     #: Why it needs or excludes what it does, for the error.
     why: str = ""
-    #: Never shown: in reprs, logs and errors its value is :data:`~nsq_spark.validate.REDACTED`.
+    #: Never shown: in reprs, logs and errors its value is :data:`~nsq_spark._validate.REDACTED`.
     secret: bool = False
     #: The docs: the default in words when it is computed or not a value.
     shown: str = ""
@@ -348,7 +348,7 @@ class OptionTable:
 
     def redact(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """``values`` fit for a repr or a log line: the secret rows' values hidden, and
-        whatever :func:`~nsq_spark.validate.redact_options` hides (URL passwords, ...)."""
+        whatever :func:`~nsq_spark._validate.redact_options` hides (URL passwords, ...)."""
         shown = redact_options(values)
         for key, value in values.items():
             row = self.find(str(key))

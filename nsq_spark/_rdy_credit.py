@@ -1,7 +1,7 @@
 """Flow control on the read side of one nsqd connection: what nsqd may send, given the
 RDY we sent and the answers we gave. Pure, one call per read chunk; the connection
-(:mod:`nsq_spark.conn`) checks every chunk against it. The RDY *policy* (how much RDY to
-give) is the consumer's: :mod:`nsq_spark.consumer.rdy`.
+(:mod:`nsq_spark._conn`) checks every chunk against it. The RDY *policy* (how much RDY to
+give) is the consumer's: :mod:`nsq_spark._consumer.rdy`.
 """
 
 from __future__ import annotations

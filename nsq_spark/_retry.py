@@ -1,10 +1,10 @@
 """The one retry policy of publishing, for the blocking, asyncio and spool paths alike
-(below both :mod:`nsq_spark.publish` and :mod:`nsq_spark.spool`, which use it; its old
-path ``nsq_spark.publish.retry`` is a re-export for users).
+(below both :mod:`nsq_spark._publish` and :mod:`nsq_spark.spool`, which use it; its old
+path ``nsq_spark.publish.retry`` still imports for one release: :mod:`nsq_spark._moved`).
 
 Which failures are retried is not decided here: :func:`nsq_spark.errors.is_transient`
 is the one classification of the direct publish paths, and the publish spool passes its
-own (:func:`nsq_spark.spool.drain.refused`: only a refusal of the message itself ends
+own (:func:`nsq_spark.spool._drain.refused`: only a refusal of the message itself ends
 retrying there). This module only says *how often* and *how long between*.
 
 The budget is time: retrying goes on until ``deadline`` seconds after the first attempt

@@ -1,7 +1,7 @@
 """The command-line parser of every ``nsq-spark`` command: no abbreviations, no secret echoed.
 
 Standard library only (``install-nsq`` parses its options before the dependencies exist):
-:mod:`nsq_spark.validate`, whose secret rule this uses, imports nothing else either.
+:mod:`nsq_spark._validate`, whose secret rule this uses, imports nothing else either.
 
 Two things argparse does that a command taking secrets must not:
 
@@ -13,7 +13,7 @@ Two things argparse does that a command taking secrets must not:
   with it.
 * **echoing values in usage errors**: ``unrecognized arguments: --auth-secret=X``,
   ``invalid choice: 'X'``. :meth:`StrictParser.error` replaces the value of every option
-  whose name looks secret (:func:`nsq_spark.validate.is_secret_name`, the project's one
+  whose name looks secret (:func:`nsq_spark._validate.is_secret_name`, the project's one
   rule; a ``...-file`` option names a path, not a secret) and of every unknown option by
   ``***``.
 
@@ -28,7 +28,7 @@ import re
 import sys
 from typing import Any, NoReturn, Sequence
 
-from nsq_spark.validate import is_secret_name
+from nsq_spark._validate import is_secret_name
 
 __all__ = ["StrictParser", "redact"]
 

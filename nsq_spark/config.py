@@ -25,7 +25,7 @@ seconds (int or float) except ``output_buffer_timeout``, which is in millisecond
 pynsq. Seconds are converted to the milliseconds nsqd wants once, when IDENTIFY is built
 (:attr:`ConnectionConfig.heartbeat_interval_ms`, :attr:`ConnectionConfig.msg_timeout_ms`).
 
-Every option is checked at construction by the one number rule (:mod:`nsq_spark.validate`:
+Every option is checked at construction by the one number rule (:mod:`nsq_spark._validate`:
 the right type -- a bool is not a number, a str is not one either --, finite, in range):
 a bad value is a ConfigError naming the option, never a connection that nsqd refuses for
 ever. ``auth_secret`` is never in a ``repr``.
@@ -39,10 +39,10 @@ import ssl
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
-from . import validate
+from . import _validate as validate
 from ._options import Option, OptionTable, check_fields, option, pick, rows_of
-from .addresses import ip_literal
-from .validate import MAX_SECONDS, SECONDS_OR_ZERO, Limit
+from ._addresses import ip_literal
+from ._validate import MAX_SECONDS, SECONDS_OR_ZERO, Limit
 from .errors import ConfigError, TLSError
 
 from ._version import __version__
@@ -282,7 +282,7 @@ class ConnectionConfig:
 
     def validate(self) -> None:
         """Check every option by its row (:data:`CONNECTION`: the one rule of
-        :mod:`nsq_spark.validate`: right type, finite, in range); raises ConfigError naming
+        :mod:`nsq_spark._validate`: right type, finite, in range); raises ConfigError naming
         the option and the fix."""
         check_fields(self, CONNECTION)
 
@@ -399,7 +399,7 @@ CONNECTION: OptionTable = rows_of(ConnectionConfig, what="connection option")
 # -- the Reader's and the Producer's options ---------------------------------------------
 #
 # Rows here, next to the connection options, so that every value a user gives is checked
-# by one rule (nsq_spark.validate) at construction; the facades build these first and hand
+# by one rule (nsq_spark._validate) at construction; the facades build these first and hand
 # them to their parts. Collaborators (handlers, deduplicators, factories, telemetry) are
 # not options: they stay arguments of the facades.
 
@@ -420,7 +420,7 @@ MAX_ATTEMPTS = 65535
 #:   (go-nsq draws below ``BackoffMultiplier * 2^n`` and caps after), so that many
 #:   consumers failing at once do not all come back at the same moment.
 #:
-#: See :mod:`nsq_spark.consumer.backoff` (and pynsq's linear timer, which neither follows).
+#: See :mod:`nsq_spark._consumer.backoff` (and pynsq's linear timer, which neither follows).
 BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 
 #: The most handler threads ``concurrency`` may ask for.
@@ -469,12 +469,12 @@ class ReaderOptions:
     lookupd_connect_timeout: float = option(
         1, kind="seconds",
         doc="seconds, per lookupd request: the connect (a slow lookupd never holds back "
-        "what the others answered: see :mod:`nsq_spark.lookupd`).")
+        "what the others answered: see :mod:`nsq_spark._lookupd`).")
     lookupd_request_timeout: float = option(
         2, kind="seconds",
         doc="seconds, per lookupd request: the whole request however slowly a lookupd "
         "answers (a slow lookupd never holds back what the others answered: see "
-        ":mod:`nsq_spark.lookupd`).")
+        ":mod:`nsq_spark._lookupd`).")
     max_requeue_delay: float = option(
         15 * 60, kind="seconds", limit=SECONDS_OR_ZERO,
         doc="cap, in seconds, of the default requeue delay.")
@@ -506,7 +506,7 @@ class ReaderOptions:
         "``BackoffMultiplier * 2^level`` (first window 2 s by default, ours 1 s; "
         "``backoff_multiplier=2`` gives go-nsq's), and its full jitter draws below that "
         "uncapped bound (ours below the capped one); pynsq's linear timer is neither (see "
-        ":mod:`~nsq_spark.consumer.backoff`).")
+        ":mod:`~nsq_spark._consumer.backoff`).")
     low_rdy_timeout: float | None = option(
         None, kind="seconds",
         none="one random holder gives its RDY up per redistribution round",
@@ -715,7 +715,7 @@ class ProducerOptions:
         doc="seconds between two looks for segments left by other processes.")
     on_corrupt: Callable[..., None] | None = option(
         None, **_SPOOLED,
-        doc="called with a :class:`~nsq_spark.spool.store.CorruptSegment` when a damaged "
+        doc="called with a :class:`~nsq_spark.spool._store.CorruptSegment` when a damaged "
         "spool tail is found.")
     on_rejected: Callable[[str, bytes, BaseException], None] | None = option(
         None, **_SPOOLED,
@@ -730,7 +730,7 @@ class ProducerOptions:
         "past its ``timeout``.")
     producer_factory: Callable[[], Any] | None = option(
         None, **_SPOOLED,
-        doc="builds what the spool sends through, a :class:`~nsq_spark.spool.drain.Sender` "
+        doc="builds what the spool sends through, a :class:`~nsq_spark.spool._drain.Sender` "
         "(default: a direct transport with the other options given here; ``max_tries`` 1 "
         "unless given: the spool retries).")
 

@@ -67,7 +67,7 @@ class ConfigError(NSQError, ValueError, AssertionError):
 
 class InvalidAddressError(ConfigError):
     """A ``host:port`` address that does not follow the one address rule
-    (:mod:`nsq_spark.addresses`); the message names the parameter and the bad entry."""
+    (:mod:`nsq_spark._addresses`); the message names the parameter and the bad entry."""
 
 
 class AlreadyRespondedError(NSQError, RuntimeError):
@@ -114,7 +114,7 @@ class NotConnectedError(NSQError, ValueError):
 
 
 class PollerStoppedError(NSQError, RuntimeError):
-    """A lookupd poller was asked to query after :meth:`~nsq_spark.lookupd.LookupdPoller.stop`
+    """A lookupd poller was asked to query after :meth:`~nsq_spark._lookupd.LookupdPoller.stop`
     (its consumer closed, or its last lookupd was disconnected): it makes no new HTTP
     client that nothing would close. Start it again, or make a new one
     (``Reader.connect_to_lookupd``)."""
@@ -167,7 +167,7 @@ class SparkSpoolError(NSQError, RuntimeError):
     used, or a batch it owes is gone: the message names the spool, the batch and what to
     check (shared storage every executor reaches, a spool deleted while the query was
     stopped). Not the Producer's publish spool: that one's errors are
-    :class:`nsq_spark.spool.SpoolError`. (Called ``nsq_spark.spark.spool.SpoolError`` in
+    :class:`nsq_spark.spool.SpoolError`. (Called ``nsq_spark.spark._spool.SpoolError`` in
     0.1.0, where it derived from ``RuntimeError`` alone; that name stays for a release.)"""
 
 
@@ -176,7 +176,7 @@ class SparkCheckpointError(NSQError, ValueError):
     """An offset in a Spark checkpoint's offsets log that the ``nsq`` source cannot read:
     not one of the forms any release wrote (damaged or edited by hand), or written by a
     newer nsq-spark. The message names the offset, the key and the fix; the forms are in
-    :mod:`nsq_spark.spark.offset`."""
+    :mod:`nsq_spark.spark._offset`."""
 
 # -- errors sent by nsqd ------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ def is_transient(exc: BaseException) -> bool:
     TLS certificate or setup failure -- typed TLSError or a raw ``ssl.SSLError`` such as
     ``SSLCertVerificationError`` --, any other nsqd error or HTTP status, a protocol
     violation). Producers retry by this rule. The publish spool
-    has a rule of its own, :func:`nsq_spark.spool.drain.refused` (only nsqd refusing the
+    has a rule of its own, :func:`nsq_spark.spool._drain.refused` (only nsqd refusing the
     message itself takes a message out of its queue), because its caller was already
     told "accepted" and nobody waits to decide."""
     import asyncio

@@ -7,12 +7,12 @@ from __future__ import annotations
 import warnings
 from typing import Any, Sequence
 
-from nsq_spark.publish.producer import Producer
-from nsq_spark.spool.format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, Decoded,
+from nsq_spark._publish.producer import Producer
+from nsq_spark.spool._format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, Decoded,
                                     SpoolDirectoryError, SpoolError, SpoolFullError,
                                     by_envelope_digest, decode_records, encode_record,
                                     open_envelope, read_segment, wrap_envelope)
-from nsq_spark.spool.store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment,
+from nsq_spark.spool._store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment,
                                    SegmentStore, SpoolStats)
 
 __all__ = [

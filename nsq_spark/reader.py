@@ -1,6 +1,6 @@
 """The Reader's historical module path: ``from nsq_spark.reader import Reader, run``.
 
-The consumer lives in :mod:`nsq_spark.consumer` (the Reader facade and its parts); this
+The consumer lives in :mod:`nsq_spark._consumer` (the Reader facade and its parts); this
 module re-exports its public names, and the names pynsq programs import from
 ``nsq.reader`` (``_utf8_params``, ``AsyncConn``, ``BackoffTimer``, ``Message``).
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from .compat.async_conn import AsyncConn
 from .compat.backoff_timer import BackoffTimer
 from .compat.reader_names import _utf8_params
-from .consumer.pool import CLOSE_QUIET, CLOSE_QUIET_MAX
-from .consumer.reader import BatchHandler, MessageHandler, Reader
-from .consumer.run import run
+from ._consumer.pool import CLOSE_QUIET, CLOSE_QUIET_MAX
+from ._consumer.reader import BatchHandler, MessageHandler, Reader
+from ._consumer.run import run
 from .message import Message
 
 __all__ = ["Reader", "run", "MessageHandler", "BatchHandler", "CLOSE_QUIET", "CLOSE_QUIET_MAX",

@@ -14,7 +14,7 @@ What is recorded (names and attributes exactly as the conventions spell them):
 * metrics: ``messaging.client.sent.messages`` (counter, ``{message}``: per publish call,
   not for one refused before sending, a bad topic name or body; a spooling Producer's
   per send of its drain to nsqd, never for what is only spooled,
-  :class:`~nsq_spark.publish.instrument.DrainSender`),
+  :class:`~nsq_spark._publish.instrument.DrainSender`),
   ``messaging.client.consumed.messages`` (counter, ``{message}``: counted once per
   delivery, when the gate hands it to a handler, or when a pull call hands it to the
   caller: never while it is only prefetched in the pull queue, so messages requeued by
@@ -50,8 +50,8 @@ body and the ``trace_parent`` column.
 Where each part lives: this module holds the providers, the instruments' names and the
 helpers every side shares (:class:`Where`, :func:`error_type`, :func:`link_to`,
 :func:`traceparent_of`) and imports nothing above it; what measures a side lives beside
-that side: :mod:`nsq_spark.consumer.instrument` (a Reader's),
-:mod:`nsq_spark.publish.instrument` (a Producer's and its spool drain's),
+that side: :mod:`nsq_spark._consumer.instrument` (a Reader's),
+:mod:`nsq_spark._publish.instrument` (a Producer's and its spool drain's),
 :mod:`nsq_spark.spark.instrument` (a Spark query's, from its progress).
 
 Chosen here: no settle span or duration (FIN/REQ of a whole chunk leave in one write per

@@ -8,8 +8,6 @@ import time
 import urllib.request
 from typing import Any, Awaitable, Callable, TypeVar
 
-from nsq_spark.testing import publish
-
 T = TypeVar("T")
 
 
@@ -35,11 +33,6 @@ def publish_by(producer: Any, path: str, topic: str, body: bytes,
             finally:
                 await producer.aclose()
         run(main(), timeout)
-
-
-def http_pub(http_address: str, topic: str, bodies: list[bytes]) -> None:
-    """Publish through nsqd's HTTP /mpub?binary=true (the plugin's :func:`publish`)."""
-    publish(http_address, topic, list(bodies))
 
 
 def channel_stats(http_address: str, topic: str, channel: str) -> dict[str, Any]:

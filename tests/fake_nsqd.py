@@ -1,8 +1,8 @@
 """A fake nsqd connection for the consumer's unit tests, typed against the port.
 
-:class:`FakeConnections` is a :class:`~nsq_spark.consumer.connection_port.ConnectNsqd` (the
+:class:`FakeConnections` is a :class:`~nsq_spark._consumer.connection_port.ConnectNsqd` (the
 Reader takes it as ``connection_factory=``); the :class:`FakeConn` s it makes are
-:class:`~nsq_spark.consumer.connection_port.ConsumerConnection` s that record what would be
+:class:`~nsq_spark._consumer.connection_port.ConsumerConnection` s that record what would be
 written (RDY, FIN, REQ, TOUCH, CLS) and deliver the chunks a test gives them. mypy checks
 both against the Protocols (the assignments at the end of this module; tests/test_typing.py
 runs mypy on this file), so a change to the port that the fake does not follow fails a
@@ -16,9 +16,9 @@ from array import array
 from typing import Any, Callable, Sequence
 
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.consumer.connection_port import (ConnectNsqd, ConsumerConnection, OnBlocks,
+from nsq_spark._consumer.connection_port import (ConnectNsqd, ConsumerConnection, OnBlocks,
                                                 OnClose, OnMessages)
-from nsq_spark.handshake import ConnState
+from nsq_spark._handshake import ConnState
 from nsq_spark.message import Message, Responder
 from nsq_spark.protocol import MessageBlock, encode_message_frame
 

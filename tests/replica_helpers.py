@@ -179,7 +179,7 @@ def unacked_in_spool(spool: "object") -> int:
     files, as the next producer on the directory will)."""
     from pathlib import Path
 
-    from nsq_spark.spool.format import read_segment
+    from nsq_spark.spool._format import read_segment
 
     n = 0
     for seg in Path(str(spool)).glob("*.seg"):

@@ -1,9 +1,9 @@
-"""The one address rule (nsq_spark.addresses): what is accepted, and what each bad entry
+"""The one address rule (nsq_spark._addresses): what is accepted, and what each bad entry
 is told."""
 
 import pytest
 
-from nsq_spark.addresses import (Address, parse_address, parse_address_list, parse_http_address,
+from nsq_spark._addresses import (Address, parse_address, parse_address_list, parse_http_address,
                                  parse_http_address_list)
 from nsq_spark.errors import ConfigError, InvalidAddressError
 
@@ -85,7 +85,7 @@ def test_http_address_lists_are_checked_and_kept_as_given():
     ("127.0.0.2:4000", None), ("", None), (2130706434, None),
 ])
 def test_ip_literal_is_the_one_rule_for_a_bare_ip(text, bare):
-    from nsq_spark.addresses import ip_literal
+    from nsq_spark._addresses import ip_literal
     assert ip_literal(text) == bare
 
 

@@ -276,7 +276,7 @@ def test_async_client_reads_the_same_answers():
 
 
 def poll(*steps: Answer | BaseException):
-    from nsq_spark.lookupd import LookupdPoller
+    from nsq_spark._lookupd import LookupdPoller
 
     transport = ScriptedAsyncTransport(*steps)
     poller = LookupdPoller(["127.0.0.1:4161"], "orders", lambda found: None, attempts=2,

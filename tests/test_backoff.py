@@ -11,7 +11,7 @@ import random
 
 from nsq_spark.config import BACKOFF_STRATEGIES, check_reader_options
 from nsq_spark.errors import ConfigError
-from nsq_spark.consumer.backoff import Action, Backoff, Decision, exponential, full_jitter
+from nsq_spark._consumer.backoff import Action, Backoff, Decision, exponential, full_jitter
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +130,7 @@ def test_invariants(events, cap, mult):
 def test_the_old_import_path_still_gives_the_same_objects():
     """nsq_spark.backoff is a re-export shim for users (the policy moved into consumer/)."""
     import nsq_spark.backoff as old
-    import nsq_spark.consumer.backoff as new
+    import nsq_spark._consumer.backoff as new
 
     for name in ("Backoff", "Decision", "Action", "exponential"):
         assert getattr(old, name) is getattr(new, name), name
@@ -193,7 +193,7 @@ def _reader_options(**changes):
     needs no edit here), with ``changes``."""
     import inspect
 
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
 
     base = {name: p.default for name, p in inspect.signature(Reader).parameters.items()
             if p.default is not inspect.Parameter.empty}

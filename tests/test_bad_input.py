@@ -16,18 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark import validate
-from nsq_spark.addresses import Address, parse_address
+from nsq_spark import Producer, Reader, Writer, _validate as validate
+from nsq_spark._addresses import Address, parse_address
 from nsq_spark.cli import main as cli_main
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.dedup import BloomFilter, OppositeBloomFilter, RedisBloomFilter, from_spec
 from nsq_spark.dedup.stores import MemcachedDeduplicator, RedisDeduplicator
 from nsq_spark.errors import ConfigError, InvalidAddressError, InvalidBodyError
-from nsq_spark.lookupd import lookup_url
-from nsq_spark.producer import Producer
-from nsq_spark.reader import Reader
+from nsq_spark._lookupd import lookup_url
 from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
-from nsq_spark.writer import Writer
 
 pytestmark = pytest.mark.unit
 

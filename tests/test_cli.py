@@ -276,7 +276,7 @@ def test_redaction_keeps_what_is_not_secret():
                                   "--private-key", "--session-token", "--credentials",
                                   "-password", "--secret"])
 def test_the_command_line_hides_what_the_options_rule_calls_secret(name):
-    from nsq_spark import validate
+    from nsq_spark import _validate as validate
     from nsq_spark._strict_argparse import secret_values
 
     assert validate.is_secret_name(name)
@@ -287,7 +287,7 @@ def test_the_command_line_hides_what_the_options_rule_calls_secret(name):
 
 
 def test_names_without_a_secret_are_shown_on_the_command_line_and_in_options():
-    from nsq_spark import validate
+    from nsq_spark import _validate as validate
     from nsq_spark._strict_argparse import secret_values
 
     for name in ["--topic", "--channel", "--nsqd-tcp-address", "--max-in-flight"]:

@@ -10,12 +10,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from conn_helpers import channel_stats, http_pub, run, wait_for
+from conn_helpers import channel_stats, run, wait_for
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection, ConnState
+from nsq_spark._conn import Connection, ConnState
 from nsq_spark.message import Message
-from nsq_spark.testing import NSQCluster, free_port
+from nsq_spark.testing import NSQCluster, free_port, publish
 
 pytestmark = pytest.mark.nsqd
 
@@ -84,7 +84,7 @@ def test_identify_negotiates_and_obeys_answer(nsqd: NSQCluster) -> None:
 def test_subscribe_rdy_bulk_delivery_and_fin(nsqd: NSQCluster) -> None:
     topic = _topic()
     bodies = [b"msg-%d" % i for i in range(500)]
-    http_pub(nsqd.nsqd_http_addresses[0], topic, bodies)
+    publish(nsqd.nsqd_http_addresses[0], topic, bodies)
 
     async def main() -> None:
         col = Collector()
@@ -115,7 +115,7 @@ def test_subscribe_rdy_bulk_delivery_and_fin(nsqd: NSQCluster) -> None:
 
 def test_req_redelivers_and_touch_extends(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"a", b"b"])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"a", b"b"])
 
     async def main() -> None:
         col = Collector()
@@ -165,7 +165,7 @@ def test_heartbeats_answered_and_connection_survives(nsqd: NSQCluster) -> None:
 
 def test_cls_gets_close_wait_and_in_flight_can_still_finish(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"x"])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"x"])
 
     async def main() -> None:
         col = Collector()
@@ -278,7 +278,7 @@ async def _cutting_proxy(target: tuple[str, int]) -> tuple[asyncio.AbstractServe
 
 def test_server_closing_mid_frame_is_typed_error(nsqd: NSQCluster) -> None:
     topic = _topic()
-    http_pub(nsqd.nsqd_http_addresses[0], topic, [b"y" * 5000])
+    publish(nsqd.nsqd_http_addresses[0], topic, [b"y" * 5000])
 
     async def main() -> None:
         server, port = await _cutting_proxy(_hostport(nsqd.nsqd_tcp_addresses[0]))
@@ -317,7 +317,7 @@ def test_handshake_against_non_nsq_server_fails_typed() -> None:
 def test_nsqds_http_port_given_as_its_tcp_port_says_so(nsqd: NSQCluster) -> None:
     """nsqd's HTTP port answers the magic with an HTTP 400, whose first four bytes read as
     a frame of size 1213486160 ('HTTP'): both connections name the mistake instead."""
-    from nsq_spark.sync_conn import SyncConnection
+    from nsq_spark._sync_conn import SyncConnection
 
     host, port = _hostport(nsqd.nsqd_http_addresses[0])
     with pytest.raises(errors.ProtocolError, match=r"HTTP port.*TCP port \(4150"):
@@ -338,7 +338,7 @@ def test_a_server_silent_after_identify_times_out_typed() -> None:
     import socket
     import time
 
-    from nsq_spark.sync_conn import SyncConnection
+    from nsq_spark._sync_conn import SyncConnection
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -404,7 +404,7 @@ def test_blocking_connection_never_writes_a_heartbeat_nop_inside_another_threads
     import time
 
     from nsq_spark import protocol
-    from nsq_spark.conn import _NOP, SyncConnection
+    from nsq_spark._conn import _NOP, SyncConnection
 
     conn = SyncConnection(*_hostport(nsqd.nsqd_tcp_addresses[0]),
                           ConnectionConfig(heartbeat_interval=1)).connect()

@@ -15,7 +15,7 @@ from conn_helpers import run, wait_for
 from conn_tls_helpers import AuthServer, Certs, auth_server, make_certs
 from nsq_spark import errors
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection
+from nsq_spark._conn import Connection
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster, NsqdNode, find_binary
 

@@ -140,7 +140,7 @@ def test_pulled_messages_commit_on_finish_and_release_on_requeue_and_close():
 
     async def main():
         from fake_nsqd import FakeConnections
-        from nsq_spark.consumer import Reader
+        from nsq_spark._consumer import Reader
         nsqd = FakeConnections()
         r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], connection_factory=nsqd,
                    max_in_flight=10, dedup=store, max_backoff_duration=0)

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nsq_spark.consumer
+import nsq_spark._consumer
 from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.consumer.answers import Answers, Link
-from nsq_spark.consumer.dedup_gate import DedupGate
-from nsq_spark.consumer.lifecycle import Lifecycle, Phase
+from nsq_spark._consumer.answers import Answers, Link
+from nsq_spark._consumer.dedup_gate import DedupGate
+from nsq_spark._consumer.lifecycle import Lifecycle, Phase
 from nsq_spark.dedup import OppositeBloomFilter
 from nsq_spark.message import Message
 from test_structure import (SHIMS, USER_REEXPORTS, cycles, import_graph, imported_names,
@@ -168,7 +168,7 @@ def test_the_lifecycle_only_moves_forward() -> None:
 
 # -- shape: no two consumer parts reference each other ------------------------------------------
 
-CONSUMER = nsq_spark.consumer.__name__
+CONSUMER = nsq_spark._consumer.__name__
 
 
 def consumer_edges() -> dict[str, set[str]]:

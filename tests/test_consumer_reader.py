@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from nsq_spark.errors import AlreadyRespondedError, NSQError
 from nsq_spark.message import Message
 

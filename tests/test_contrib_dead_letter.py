@@ -16,13 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.contrib.dead_letter import (MAGIC, MAX_REASON_CHARS, DeadLetter,
                                            DeadLetterFormatError, DeadLetterPublisher,
                                            DeadLetterRecord, read_dead_letter)
 from nsq_spark.errors import ConfigError, InvalidNameError, NSQError
 from nsq_spark.message import Message
-from nsq_spark.publish.producer import Producer
+from nsq_spark._publish.producer import Producer
 from nsq_spark.testing import wait_until
 
 # -- fakes, typed against the ports they stand for ------------------------------------------

@@ -14,10 +14,10 @@ import pytest
 
 from nsq_spark import protocol
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.conn import Connection
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._conn import Connection
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.errors import ConnectError
-from nsq_spark.sync_conn import SyncConnection
+from nsq_spark._sync_conn import SyncConnection
 from nsq_spark.testing import NSQCluster, wait_until
 
 pytestmark = pytest.mark.nsqd

@@ -12,10 +12,10 @@ import pytest
 
 from conn_helpers import FakeNsqd, FakePeer, frame, publish_by, run
 from nsq_spark import Producer, errors
-from nsq_spark.conn import Connection, SyncConnection
+from nsq_spark._conn import Connection, SyncConnection
 from nsq_spark.config import ConnectionConfig
 from nsq_spark.errors import ConnectError, NSQTimeoutError
-from nsq_spark.publish.retry import RetryPolicy
+from nsq_spark._retry import RetryPolicy
 
 pytestmark = pytest.mark.timeout(60)
 

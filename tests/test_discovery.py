@@ -14,18 +14,18 @@ from hypothesis import strategies as st
 
 from fake_nsqd import FakeConn, FakeConnections
 from nsq_spark._loop import LoopBridge, TaskGroup
-from nsq_spark.addresses import parse_address
+from nsq_spark._addresses import parse_address
 from nsq_spark.config import ConnectionConfig, ReaderOptions
-from nsq_spark.consumer.answers import Answers, Link
-from nsq_spark.consumer.discovery import (DiscoveryFilterError, apply_filter,
+from nsq_spark._consumer.answers import Answers, Link
+from nsq_spark._consumer.discovery import (DiscoveryFilterError, apply_filter,
                                           check_discovery_filter, choose_producers,
                                           prefer_topology)
-from nsq_spark.consumer.lifecycle import Lifecycle
-from nsq_spark.consumer.pool import (ConnectToNsqd, MakePoller, Poller, Pool, Pulled,
+from nsq_spark._consumer.lifecycle import Lifecycle
+from nsq_spark._consumer.pool import (ConnectToNsqd, MakePoller, Poller, Pool, Pulled,
                                      QueryLookupd)
-from nsq_spark.consumer.rdy import RdyPolicy
+from nsq_spark._consumer.rdy import RdyPolicy
 from nsq_spark.errors import ConfigError, InvalidAddressError, NotConnectedError
-from nsq_spark.lookupd import ProducerInfo, lookupd_index, parse_producer_records
+from nsq_spark._lookupd import ProducerInfo, lookupd_index, parse_producer_records
 from nsq_spark.message import Message
 from nsq_spark.protocol import MessageBlock
 
@@ -459,7 +459,7 @@ def test_the_last_lookupd_may_go_when_there_are_direct_nsqds() -> None:
 
 
 def test_the_readers_controls_check_their_input_by_the_one_rules() -> None:
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
     r = Reader("t", "c", lambda m: True, nsqd_tcp_addresses=["127.0.0.1:4150"])
     with pytest.raises(InvalidAddressError, match="address"):
         r.disconnect_from_nsqd("no-port")
@@ -493,7 +493,7 @@ def test_the_readers_controls_check_their_input_by_the_one_rules() -> None:
 
 def _pulled_reader(blocks: bool) -> tuple[Any, FakeConn, FakeConn]:
     """A pull-mode Reader on two fake nsqds (a, b), started (``blocks``: for get_blocks)."""
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
     from nsq_spark.testing import wait_until
     nsqd = FakeConnections()
     r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150", "127.0.0.1:4151"],

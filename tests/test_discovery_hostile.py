@@ -16,8 +16,8 @@ import pytest
 
 from fake_nsqd import FakeConnections
 from hostile_http import HostileHttp, child
-from nsq_spark.consumer import Reader
-from nsq_spark.lookupd import lookup_sync
+from nsq_spark._consumer import Reader
+from nsq_spark._lookupd import lookup_sync
 from nsq_spark.testing import NSQCluster, wait_until
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
@@ -103,7 +103,7 @@ def test_a_lookupd_answering_4_gib_leaves_the_reader_under_200_mb(nsq_cluster, m
     with HostileHttp(mode) as hostile:
         got = child(f"""
             import json, time
-            from nsq_spark.consumer import Reader
+            from nsq_spark._consumer import Reader
             r = Reader({topic!r}, "c", max_in_flight={N},
                        lookupd_http_addresses=[{hostile.address!r},
                                                {nsq_cluster.lookupd_http_addresses[0]!r}])

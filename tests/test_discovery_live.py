@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from nsq_spark.consumer import Reader
-from nsq_spark.lookupd import ProducerInfo, lookup_sync
-from nsq_spark.testing import NSQCluster, ReaderRunner
-from reader_helpers import channel_stats, mpub, wait_for
+from nsq_spark._consumer import Reader
+from nsq_spark._lookupd import ProducerInfo, lookup_sync
+from nsq_spark.testing import NSQCluster, ReaderRunner, publish, wait_until
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90),
               pytest.mark.nsq_cluster(nsqd=2, lookupd=1)]
@@ -35,9 +34,9 @@ def _prepare(cluster: Any, topic: str, channel: str, n: int = N) -> None:
                      f"channel/create?topic={topic}&channel={channel}"):
             urllib.request.urlopen(urllib.request.Request(f"http://{http}/{path}",
                                                           method="POST"), timeout=5).read()
-        mpub(http, topic, [b"m%d" % i for i in range(n)])
+        publish(http, topic, [b"m%d" % i for i in range(n)])
     lookupd = cluster.lookupd_http_addresses[0]
-    wait_for(lambda: len(lookup_sync(lookupd, topic)) == 2, 10, "both nsqds registered")
+    wait_until(lambda: len(lookup_sync(lookupd, topic)) == 2, 10, "both nsqds registered")
 
 
 def _record(into: list[bytes], body: bytes) -> bool:
@@ -46,11 +45,11 @@ def _record(into: list[bytes], body: bytes) -> bool:
 
 
 def _clients(cluster: Any, i: int, topic: str, channel: str) -> int:
-    return int(channel_stats(cluster, i, topic, channel).get("client_count", 0))
+    return int(cluster.nsqds[i].channel_stats(topic, channel).get("client_count", 0))
 
 
 def _depth(cluster: Any, i: int, topic: str, channel: str) -> int:
-    return int(channel_stats(cluster, i, topic, channel)["depth"])
+    return int(cluster.nsqds[i].channel_stats(topic, channel)["depth"])
 
 
 def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster: NSQCluster,
@@ -75,8 +74,8 @@ def test_a_subclass_overriding_connect_to_nsqd_keeps_one_nsqd_out(nsq_cluster: N
     r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              reader_class=OnlySome, max_in_flight=10, lookupd_poll_interval=1,
                              lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
-    wait_for(lambda: len(handled) == N, 15, "nsqd 0's messages")
-    wait_for(lambda: len(polls) >= 2, 10, "a second scheduled poll through query_lookupd")
+    wait_until(lambda: len(handled) == N, 15, "nsqd 0's messages")
+    wait_until(lambda: len(polls) >= 2, 10, "a second scheduled poll through query_lookupd")
     assert ("127.0.0.1", keep_out) in asked  # asked, and it said no
     assert list(r.conns) == [f"127.0.0.1:{nsq_cluster.nsqds[0].tcp_port}"]
     assert _clients(nsq_cluster, 1, topic, channel) == 0
@@ -99,8 +98,8 @@ def test_discovery_filter_keeps_the_nsqds_it_returns(nsq_cluster: NSQCluster,
     running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                          max_in_flight=10, lookupd_poll_interval=1, discovery_filter=only_one,
                          lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
-    wait_for(lambda: len(handled) == N, 15, "nsqd 1's messages")
-    wait_for(lambda: len(calls) >= 2, 10, "the filter at a second poll")
+    wait_until(lambda: len(handled) == N, 15, "nsqd 1's messages")
+    wait_until(lambda: len(calls) >= 2, 10, "the filter at a second poll")
     assert all(len(records) == 2 for records in calls)  # it saw both, once per poll
     assert _clients(nsq_cluster, 0, topic, channel) == 0
     assert _depth(nsq_cluster, 0, topic, channel) == N
@@ -115,18 +114,18 @@ def test_disconnect_from_nsqd_leaves_that_nsqd_for_good(nsq_cluster: NSQCluster,
     r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              max_in_flight=10, nsqd_tcp_addresses=[a, b], reconnect_initial=0.1,
                              reconnect_max=0.2)
-    wait_for(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
+    wait_until(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
     assert _clients(nsq_cluster, 0, topic, channel) == 1
     r.disconnect_from_nsqd(a)
-    wait_for(lambda: _clients(nsq_cluster, 0, topic, channel) == 0, 10, "the client to leave")
+    wait_until(lambda: _clients(nsq_cluster, 0, topic, channel) == 0, 10, "the client to leave")
     assert r.nsqd_tcp_addresses == [b]
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [b"late"] * 5)
-    mpub(nsq_cluster.nsqd_http_addresses[1], topic, [b"later"] * 5)
-    wait_for(lambda: handled.count(b"later") == 5, 10, "nsqd 1 still consumed")
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [b"late"] * 5)
+    publish(nsq_cluster.nsqd_http_addresses[1], topic, [b"later"] * 5)
+    wait_until(lambda: handled.count(b"later") == 5, 10, "nsqd 1 still consumed")
     time.sleep(0.5)  # longer than the reconnect backoff of a direct address
     assert _clients(nsq_cluster, 0, topic, channel) == 0
     assert _depth(nsq_cluster, 0, topic, channel) == 5 and b"late" not in handled
-    c = channel_stats(nsq_cluster, 0, topic, channel)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, channel)
     assert (c["requeue_count"], c["timeout_count"]) == (0, 0)  # left cleanly
 
 
@@ -147,10 +146,10 @@ def test_disconnect_from_nsqd_twice_joins_the_one_graceful_closing(
         time.sleep(0.5)  # well within close_timeout
         assert _clients(nsq_cluster, 0, topic, channel) == 1, "closed before close_timeout"
         r.finish(held)
-        wait_for(lambda: _clients(nsq_cluster, 0, topic, channel) == 0, 10,
-                 "the client to leave")
+        wait_until(lambda: _clients(nsq_cluster, 0, topic, channel) == 0, 10,
+                   "the client to leave")
         assert time.monotonic() - start < 4.0 + 2.0  # left once the held one was answered
-        c = channel_stats(nsq_cluster, 0, topic, channel)
+        c = nsq_cluster.nsqds[0].channel_stats(topic, channel)
         # FIN arrived: nothing in flight (a lost FIN stays in flight until msg_timeout)
         assert (c["in_flight_count"], c["timeout_count"]) == (0, 0), c
         assert c["depth"] == 2 and c["requeue_count"] == 0, c
@@ -167,11 +166,11 @@ def test_lookupds_added_and_removed_on_a_running_reader(nsq_cluster: NSQCluster,
     handled: list[bytes] = []
     r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              max_in_flight=10, nsqd_tcp_addresses=[a], lookupd_poll_interval=1)
-    wait_for(lambda: len(handled) == N, 15, "the direct nsqd's messages")
+    wait_until(lambda: len(handled) == N, 15, "the direct nsqd's messages")
     assert _clients(nsq_cluster, 1, topic, channel) == 0  # no lookupd: nsqd 1 unknown
     assert r.connect_to_lookupd(lookupd) is True
     assert r.connect_to_lookupd(lookupd) is False
-    wait_for(lambda: len(handled) == 2 * N, 15, "nsqd 1 found through the new lookupd")
+    wait_until(lambda: len(handled) == 2 * N, 15, "nsqd 1 found through the new lookupd")
     assert _clients(nsq_cluster, 1, topic, channel) == 1
     r.disconnect_from_lookupd(lookupd)
     assert r.lookupd_http_addresses == []
@@ -216,6 +215,6 @@ def test_a_query_lookupd_override_doing_its_own_http_drives_discovery(nsq_cluste
     r = running_reader.start(topic, channel, lambda m: _record(handled, m.body),
                              reader_class=OwnLookup, max_in_flight=10, lookupd_poll_interval=1,
                              lookupd_http_addresses=nsq_cluster.lookupd_http_addresses)
-    wait_for(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
+    wait_until(lambda: len(handled) == 2 * N, 15, "both nsqds' messages")
     assert fetched and fetched[0].endswith(f"/lookup?topic={topic}")
     assert len(r.conns) == 2 and r.stats()["lookupd"]["polls"] == 0  # ours never ran

@@ -25,8 +25,8 @@ from nsq_spark import config
 from nsq_spark._options import Option
 from nsq_spark.config import (CONNECTION, PRODUCER, READER, ConfigError, ConnectionConfig,
                               Limit, ProducerOptions, ReaderOptions)
-from nsq_spark.consumer.reader import Reader
-from nsq_spark.publish.producer import Producer
+from nsq_spark._consumer.reader import Reader
+from nsq_spark._publish.producer import Producer
 from nsq_spark.spark import options as spark_options
 from nsq_spark.spark.options import (READ, WRITE, NSQOptionError, parse_read_options,
                                      parse_write_options)

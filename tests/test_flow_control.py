@@ -41,7 +41,7 @@ _CHILD = textwrap.dedent('''
     sys.path.insert(0, {tests!r})
     from conn_helpers import FakeNsqd, frame, peak_rss_mib
     from nsq_spark import Reader, errors
-    from nsq_spark.conn import Connection
+    from nsq_spark._conn import Connection
 
     codec, client, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     FLOOD_SECONDS = 10.0
@@ -176,7 +176,7 @@ _AUTH_CHILD = textwrap.dedent('''
     sys.path.insert(0, {tests!r})
     from conn_helpers import FakeNsqd, peak_rss_mib
     from nsq_spark import Reader, errors
-    from nsq_spark.conn import Connection
+    from nsq_spark._conn import Connection
 
     seconds = float(sys.argv[1])
     SECRET = "s3cret-do-not-log"
@@ -253,7 +253,7 @@ def test_a_server_that_does_not_read_our_answers_is_closed_when_they_pile_up() -
 
     from conn_helpers import FakeNsqd, frame, run
     from nsq_spark import errors
-    from nsq_spark.conn import MAX_ANSWER_BACKLOG, Connection
+    from nsq_spark._conn import MAX_ANSWER_BACKLOG, Connection
 
     body = bytes(100)
     burst = b"".join(frame(bytes(10) + b"%016d" % i + body, 2) for i in range(1000))
@@ -303,7 +303,7 @@ _CYCLE_CHILD = textwrap.dedent('''
     from conn_helpers import FakeNsqd
     from nsq_spark import errors
     from nsq_spark.config import ConnectionConfig
-    from nsq_spark.conn import Connection, SyncConnection
+    from nsq_spark._conn import Connection, SyncConnection
 
     answer = json.dumps({{"max_rdy_count": 2500, "version": "1.3.0",
                           "auth_required": True}}).encode()
@@ -369,11 +369,11 @@ def test_a_puller_holding_messages_past_msg_timeout_is_not_taken_for_a_flood(
     (set_max_in_flight) leaves the connection open too."""
     import time
 
-    from conn_helpers import http_pub
+    from nsq_spark.testing import publish
     from nsq_spark import Reader
 
     topic = f"held{os.getpid()}"
-    http_pub(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(40)])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(40)])
     r = Reader(topic=topic, channel="c", nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                max_in_flight=10, msg_timeout=1)
     try:

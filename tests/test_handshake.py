@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from nsq_spark import errors, protocol
 from nsq_spark.config import ConnectionConfig
-from nsq_spark.handshake import (HTTP_PORT_HINT, Action, ConnState, Done, Handshake,
+from nsq_spark._handshake import (HTTP_PORT_HINT, Action, ConnState, Done, Handshake,
                                  InstallCodec, SendBytes, StartTLS)
 
 pytestmark = pytest.mark.unit
@@ -415,7 +415,7 @@ def test_handshake_and_codecs_do_no_io() -> None:
     import nsq_spark
 
     io_modules = {"socket", "asyncio", "tornado", "threading", "time", "select", "selectors"}
-    for name in ("handshake.py", "_codecs.py"):
+    for name in ("_handshake.py", "_codecs.py"):
         tree = ast.parse((Path(nsq_spark.__file__).parent / name).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}

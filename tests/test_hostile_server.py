@@ -19,7 +19,7 @@ import pytest
 
 from conn_helpers import FakeNsqd, FakePeer, frame, publish_by, run
 from nsq_spark import Producer, errors
-from nsq_spark.conn import Connection, SyncConnection
+from nsq_spark._conn import Connection, SyncConnection
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,7 +101,7 @@ _CHILD = textwrap.dedent('''
     from conn_helpers import FakeNsqd, frame, peak_rss_mib
     from nsq_spark import Reader, errors
     from nsq_spark.config import ConnectionConfig
-    from nsq_spark.conn import Connection, SyncConnection
+    from nsq_spark._conn import Connection, SyncConnection
 
     kind, client = sys.argv[1], sys.argv[2]
     ok = frame(b"OK")

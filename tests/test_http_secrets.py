@@ -22,9 +22,9 @@ from fake_nsqd import FakeConnections
 from hostile_http import HostileHttp
 from nsq_spark import cli
 from nsq_spark.admin import LookupdClient, NsqdClient, delete_channel
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from nsq_spark.errors import ConfigError, InvalidAddressError, NSQError
-from nsq_spark.lookupd import lookup_sync
+from nsq_spark._lookupd import lookup_sync
 from nsq_spark.testing import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(60)

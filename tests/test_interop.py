@@ -15,9 +15,9 @@ from typing import Iterator
 import pytest
 
 from conn_helpers import run, wait_for
-from nsq_spark.conn import Connection
+from nsq_spark._conn import Connection
 from nsq_spark.message import Message
-from nsq_spark.producer import Producer
+from nsq_spark import Producer
 from nsq_spark.testing import NSQCluster, find_binary
 
 pytestmark = pytest.mark.nsqd

@@ -21,7 +21,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from nsq_spark import _log
 from nsq_spark._log import FIELDS, ContextLogger, get_logger
-from nsq_spark.spark import logs
+from nsq_spark.spark import _logs as logs
 from nsq_spark.testing import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,7 +99,7 @@ def test_no_field_name_clashes_with_a_logrecord_attribute_and_none_says_secret()
     rec = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "m", (), None,
                             extra={name: 1 for name in FIELDS})
     assert all(getattr(rec, name) == 1 for name in FIELDS)
-    from nsq_spark.validate import is_secret_name
+    from nsq_spark._validate import is_secret_name
     assert not [name for name in FIELDS if is_secret_name(name)]
 
 
@@ -190,7 +190,7 @@ def test_the_text_label_is_made_from_the_fields() -> None:
 
 
 JSON_SCRIPT = """
-from nsq_spark.spark import logs
+from nsq_spark.spark import _logs as logs
 from nsq_spark._log import get_logger
 log = get_logger("nsq_spark.spark.fetch")
 def rows():
@@ -274,7 +274,7 @@ def test_no_secret_in_any_record_of_a_reader_a_producer_and_a_dedup_store(
     from conn_tls_helpers import auth_server
 
     from nsq_spark.dedup import from_spec
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
     from nsq_spark.testing import NSQCluster
 
     grants = {AUTH_SECRET: {"ttl": 60, "identity": "tester", "authorizations": [

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from nsq_spark.lookupd import (LookupdError, LookupdPoller, lookup_url, next_poll_delay,
+from nsq_spark._lookupd import (LookupdError, LookupdPoller, lookup_url, next_poll_delay,
                                parse_lookup_response, producer_address)
 
 pytestmark = pytest.mark.unit
@@ -112,7 +112,7 @@ def test_lookup_sync_keeps_the_topology_hints():
     from admin_fakes import FakeTransport
 
     from nsq_spark.admin.calls import Answer
-    from nsq_spark.lookupd import ProducerInfo, lookup_sync
+    from nsq_spark._lookupd import ProducerInfo, lookup_sync
     body = json.dumps({"producers": [_p("10.0.0.1", 4150, topology_zone="z1",
                                         topology_region="r1"), _p("10.0.0.2", 4152)]})
     found = lookup_sync("127.0.0.1:4161", "t", transport=FakeTransport(Answer(200, body.encode())))
@@ -121,7 +121,7 @@ def test_lookup_sync_keeps_the_topology_hints():
 
 
 def test_lookupd_index_is_the_one_same_lookupd_rule():
-    from nsq_spark.lookupd import lookupd_index
+    from nsq_spark._lookupd import lookupd_index
     polled = ["127.0.0.1:4161", "http://lk2:4161/"]
     assert lookupd_index(polled, "http://127.0.0.1:4161", "t") == 0
     assert lookupd_index(polled, "lk2:4161", "t") == 1
@@ -141,7 +141,7 @@ def test_a_stopped_poller_makes_no_http_client_and_says_so(monkeypatch) -> None:
     import asyncio
 
     from admin_fakes import ScriptedAsyncTransport
-    from nsq_spark import lookupd
+    from nsq_spark import _lookupd as lookupd
     from nsq_spark.admin.calls import Answer
     from nsq_spark.errors import NSQError, PollerStoppedError
 

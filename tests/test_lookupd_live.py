@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from nsq_spark.lookupd import LookupdPoller
+from nsq_spark._lookupd import LookupdPoller
 from nsq_spark.testing import NSQCluster, free_port
 
 pytestmark = pytest.mark.nsqd

@@ -123,8 +123,8 @@ def test_without_a_running_loop_a_change_runs_here() -> None:
 def test_a_readers_control_on_a_blocked_loop_names_the_control_and_the_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_nsqd import FakeConnections
-    from nsq_spark.consumer import reader as reader_module
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer import reader as reader_module
+    from nsq_spark._consumer.reader import Reader
 
     monkeypatch.setattr(reader_module, "CONTROL_TIMEOUT", 0.1)
     r = Reader("t", "c", nsqd_tcp_addresses=["127.0.0.1:4150"], max_in_flight=10,

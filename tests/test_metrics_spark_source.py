@@ -20,7 +20,7 @@ from nsq_spark.metrics import NSQCollector, Watchable, serve  # noqa: E402
 from nsq_spark.spark.listener import (NSQSourceListener, SourceBatch,  # noqa: E402
                                       SparkSourceMetrics)
 from nsq_spark.spark.progress import lag_fields  # noqa: E402
-from nsq_spark.spark.spool import BatchSummary, Spool  # noqa: E402
+from nsq_spark.spark._spool import BatchSummary, Spool  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -232,7 +232,7 @@ def test_a_fetch_task_records_its_dead_letters_in_the_partitions_completion(tmp_
     from stand_in_reader import Addr, StandInReader  # typed against ReaderPort
 
     from nsq_spark.message import Message
-    from nsq_spark.spark.fetch import fetch_stream_partition
+    from nsq_spark.spark._fetch import fetch_stream_partition
     from nsq_spark.spark.options import parse_read_options
 
     opts = parse_read_options({"topic": "t", "channel": "c", "nsqdTcpAddresses": "h:1",

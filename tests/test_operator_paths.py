@@ -20,10 +20,9 @@ import time
 import pytest
 
 from nsq_spark.cli import main as cli_main
-from nsq_spark.producer import Producer
-from nsq_spark.publish_spool import SegmentStore, SpoolDirectoryError, read_segment
-from nsq_spark.spool.format import MAGIC, encode_record
-from nsq_spark.spool.store import redrive
+from nsq_spark import Producer
+from nsq_spark.spool import (MAGIC, SegmentStore, SpoolDirectoryError, encode_record,
+                             read_segment, redrive)
 from test_publish_spool import Sink
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -168,7 +167,7 @@ def test_a_spool_directory_renamed_away_is_noticed_like_a_deleted_one(tmp_path, 
 def test_a_publish_refused_before_sending_is_not_counted_as_sent():
     pytest.importorskip("opentelemetry.sdk")
     from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
-    from nsq_spark.publish.instrument import TracedTransport
+    from nsq_spark._publish.instrument import TracedTransport
     from test_telemetry_unit import FakeTransport, Otel, _port
 
     otel = Otel()

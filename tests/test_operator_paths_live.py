@@ -23,7 +23,7 @@ import pytest
 
 import nsq_spark as nsq
 from nsq_spark import errors
-from nsq_spark.consumer import Reader
+from nsq_spark._consumer import Reader
 from nsq_spark.testing import NSQCluster, find_binary, free_port
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from nsq_spark._options import (Option, OptionTable, check_fields, closest, documented,
                                 option, parse_duration, rows_of)
 from nsq_spark.errors import ConfigError
-from nsq_spark.validate import REDACTED, SECONDS_OR_ZERO, Limit
+from nsq_spark._validate import REDACTED, SECONDS_OR_ZERO, Limit
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,10 @@ from typing import Iterator
 import pytest
 
 from conn_helpers import channel_stats, run, topic_message_count, wait_for
-from nsq_spark import errors
-from nsq_spark.conn import Connection
+from nsq_spark import Producer, errors
+from nsq_spark._conn import Connection
 from nsq_spark.message import Message
-from nsq_spark.producer import Producer, is_transient
+from nsq_spark.errors import is_transient
 from nsq_spark.testing import NSQCluster, free_port
 
 pytestmark = pytest.mark.nsqd

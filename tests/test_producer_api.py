@@ -16,13 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nsq_spark
-from nsq_spark import protocol
+from nsq_spark import Producer, protocol
 from nsq_spark._loop import LoopThread
 from nsq_spark.errors import ConfigError, ConnectError, InvalidAddressError, InvalidBodyError
 from nsq_spark.errors import BadTopicError
-from nsq_spark.producer import Producer
-from nsq_spark.publish.retry import RetryPolicy
-from nsq_spark.publish.stats import PublishStats, command_size
+from nsq_spark._retry import RetryPolicy
+from nsq_spark._publish.stats import PublishStats, command_size
 
 pytestmark = pytest.mark.unit
 

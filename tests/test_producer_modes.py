@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from nsq_spark.publish.direct import DirectTransport
-from nsq_spark.publish.producer import Producer
-from nsq_spark.publish.spooled import SpooledTransport
-from nsq_spark.spool.drain import Sender
+from nsq_spark._publish.direct import DirectTransport
+from nsq_spark._publish.producer import Producer
+from nsq_spark._publish.spooled import SpooledTransport
+from nsq_spark.spool import Sender
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def test_redrive_without_spool_dir_names_the_option() -> None:
 
 
 @pytest.mark.parametrize("old,new,names", [
-    ("nsq_spark.producer", "nsq_spark.publish.producer",
+    ("nsq_spark.producer", "nsq_spark._publish.producer",
      ["Producer", "DEFAULT_MAX_MPUB_BYTES"]),
     ("nsq_spark.producer", "nsq_spark.errors", ["is_transient"]),
     ("nsq_spark.producer", "nsq_spark.writer", ["Writer"]),
@@ -114,7 +114,7 @@ def test_redrive_without_spool_dir_names_the_option() -> None:
       "CorruptSegment", "Batch", "encode_record", "decode_records", "read_segment",
       "wrap_envelope", "open_envelope", "by_envelope_digest", "MAGIC", "ENVELOPE_MAGIC",
       "DIGEST_SIZE", "Decoded", "FSYNC_ALWAYS", "FSYNC_NEVER"]),
-    ("nsq_spark", "nsq_spark.publish.producer", ["Producer"]),
+    ("nsq_spark", "nsq_spark._publish.producer", ["Producer"]),
 ])
 def test_old_import_paths_give_the_same_objects(old: str, new: str, names: list[str]) -> None:
     for name in names:

@@ -13,9 +13,8 @@ import pytest
 from nsq_spark.envelope import open_body, publish_id_for
 from nsq_spark.errors import ConfigError, InvalidBodyError, ReplicationError, is_transient
 from nsq_spark.errors import ConnectError, BadMessageError
-from nsq_spark.publish.producer import Producer
-from nsq_spark.spool.drain import Sender, refused
-from nsq_spark.spool.format import read_segment
+from nsq_spark._publish.producer import Producer
+from nsq_spark.spool import Sender, read_segment, refused
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pytest
 
 from conn_helpers import topic_message_count
 from nsq_spark.errors import ConnectError
-from nsq_spark.producer import Producer
+from nsq_spark import Producer
 from nsq_spark.testing import NSQCluster
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]

@@ -17,7 +17,7 @@ import pytest
 from conn_helpers import publish_by, run, wait_for
 from conn_tls_helpers import Certs, make_certs
 from nsq_spark import Producer, errors
-from nsq_spark.conn import Connection
+from nsq_spark._conn import Connection
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster
 

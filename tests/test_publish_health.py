@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.publish.health import NsqdHealth
-from nsq_spark.publish.stats import PublishStats
+from nsq_spark._publish.health import NsqdHealth
+from nsq_spark._publish.stats import PublishStats
 
 pytestmark = pytest.mark.unit
 

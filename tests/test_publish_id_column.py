@@ -13,9 +13,9 @@ np = pytest.importorskip("numpy")
 
 from nsq_spark import envelope  # noqa: E402
 from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
-from nsq_spark.spark.schema import (arrow_schema, blocks_to_batch,  # noqa: E402
+from nsq_spark.spark._schema import (arrow_schema, blocks_to_batch,  # noqa: E402
                                     messages_to_batch, open_envelopes)
-from nsq_spark.spark.seen import pid_keys  # noqa: E402
+from nsq_spark.spark._seen import pid_keys  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
 from nsq_spark.envelope import open_body, publish_id_for
-from nsq_spark.publish.producer import Producer
+from nsq_spark._publish.producer import Producer
 from nsq_spark.telemetry import Telemetry
 from nsq_spark.testing import NSQCluster
 from replica_helpers import LosingProxy, drain, ids_of, make_channel

@@ -1,4 +1,4 @@
-"""The replica planner (nsq_spark.publish.replicas), sans-IO: which nsqds get a message's
+"""The replica planner (nsq_spark._publish.replicas), sans-IO: which nsqds get a message's
 copies, substitution, spreading, and the quorum arithmetic. Property tests drive plans
 with arbitrary answers; no sockets."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.publish.replicas import ReplicaChooser, ReplicaPlan, default_quorum
+from nsq_spark._publish.replicas import ReplicaChooser, ReplicaPlan, default_quorum
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,7 @@ import pytest
 
 from nsq_spark.envelope import open_body
 from nsq_spark.errors import ReplicationError
-from nsq_spark.publish.producer import Producer
+from nsq_spark._publish.producer import Producer
 from nsq_spark.testing import NSQCluster, wait_until
 from replica_helpers import depth, drain, ids_of, make_channel, unacked_in_spool
 
@@ -180,7 +180,7 @@ def test_the_spool_keeps_each_message_until_both_replicas_have_it(
 
 _KILLED_PUBLISHER = textwrap.dedent("""
     import sys, time
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
     addrs, spool, topic = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
     p = Producer(addrs, replicas=2, write_quorum=1, spool_dir=spool)
     for i in range(4):

@@ -14,14 +14,13 @@ from typing import Sequence
 
 import pytest
 
-from nsq_spark import publish_spool as ps
+from nsq_spark import Producer, publish_spool as ps
 from nsq_spark.errors import InvalidBodyError, InvalidNameError, NSQServerError
-from nsq_spark.producer import Producer
 from nsq_spark.publish_spool import (
     SegmentStore, SpoolDirectoryError, SpoolError, SpoolFullError, SpoolingProducer,
     decode_records, encode_record, open_envelope, read_segment, wrap_envelope,
 )
-from nsq_spark.spool.drain import Sender
+from nsq_spark.spool import Sender
 
 pytestmark = pytest.mark.unit
 
@@ -366,7 +365,7 @@ def test_damaged_ack_file_means_resend_not_loss(tmp_path):
 
 class FakeProducer:
     """Records what would go to nsqd; fails while `down` is set, refuses `poison`. Typed
-    against the drain's port (:class:`nsq_spark.spool.drain.Sender`): mypy checks it."""
+    against the drain's port (:class:`nsq_spark.spool._drain.Sender`): mypy checks it."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink

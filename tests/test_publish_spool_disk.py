@@ -19,8 +19,8 @@ from typing import Iterator
 
 import pytest
 
-from nsq_spark.producer import Producer
-from nsq_spark.publish_spool import SpoolError
+from nsq_spark import Producer
+from nsq_spark.spool import SpoolError
 from test_publish_spool_nsqd import TOPIC, check_delivery, drain_channel, make_channel
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from nsq_spark.producer import Producer
-from nsq_spark.publish_spool import SegmentStore, SpoolError
+from nsq_spark import Producer
+from nsq_spark.spool import SegmentStore, SpoolError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

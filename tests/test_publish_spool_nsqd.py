@@ -23,7 +23,7 @@ import pytest
 from nsq_spark.publish_spool import (
     SegmentStore, SpoolFullError, by_envelope_digest, read_segment,
 )
-from nsq_spark.producer import Producer
+from nsq_spark import Producer
 from nsq_spark.testing import find_binary, free_port
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]

@@ -18,13 +18,10 @@ import time
 
 import pytest
 
-from nsq_spark import errors
+from nsq_spark import Producer, errors
 from nsq_spark.cli import main as cli_main
-from nsq_spark.producer import Producer
-from nsq_spark.publish_spool import (SegmentStore, SpoolDirectoryError, SpoolError,
-                                     read_segment)
-from nsq_spark.spool.drain import refused
-from nsq_spark.spool.store import redrive
+from nsq_spark.spool import (SegmentStore, SpoolDirectoryError, SpoolError, read_segment,
+                             redrive, refused)
 from test_publish_spool import FakeProducer, Sink, segs
 
 pytestmark = pytest.mark.unit

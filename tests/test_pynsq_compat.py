@@ -12,9 +12,9 @@ import threading
 import urllib.request
 from pathlib import Path
 
+from nsq_spark.testing import publish, wait_until
 import pytest
 
-from reader_helpers import channel_stats, mpub, wait_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]
 
@@ -41,8 +41,8 @@ def _run_program(source: str, tmp_path: Path, cluster, topic: str, expect: set[s
                               daemon=True)
     reader.start()
     try:
-        wait_for(lambda: expect <= {ln.strip() for ln in lines}, 30, "all bodies printed",
-                 interval=0.05)
+        wait_until(lambda: expect <= {ln.strip() for ln in lines}, 30, "all bodies printed",
+                   interval=0.05)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=20)
     finally:
@@ -57,14 +57,14 @@ def test_pynsq_program_runs_unchanged_and_stops_cleanly(nsq_cluster, tmp_path):
     topic = "compat"
     sent = [f"e{i}" for i in range(200)]
     _create_channels(nsq_cluster.nsqd_http_addresses[0], topic)
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [s.encode() for s in sent])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [s.encode() for s in sent])
     expect = {f"print:{s}" for s in sent} | {f"async:{s}" for s in sent}
     code, lines, err = _run_program(EXAMPLE.read_text(), tmp_path, nsq_cluster, topic, expect)
     assert code == 0, err
     assert "stopped cleanly" in err
     assert sorted(lines) == sorted(expect)  # each once: nothing requeued or redelivered
     for ch in ("print", "async"):
-        c = channel_stats(nsq_cluster, 0, topic, ch)
+        c = nsq_cluster.nsqds[0].channel_stats(topic, ch)
         assert c["depth"] == 0 and c["in_flight_count"] == 0 and c["timeout_count"] == 0
         assert c["client_count"] == 0  # closed (CLS + socket close) before exiting
 
@@ -77,7 +77,7 @@ def test_the_example_is_a_real_pynsq_program(nsq_cluster, tmp_path):
     topic = "compat_pynsq"
     sent = [f"p{i}" for i in range(50)]
     _create_channels(nsq_cluster.nsqd_http_addresses[0], topic)
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [s.encode() for s in sent])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [s.encode() for s in sent])
     expect = {f"print:{s}" for s in sent} | {f"async:{s}" for s in sent}
     code, lines, err = _run_program(source, tmp_path, nsq_cluster, topic, expect)
     assert expect <= set(lines), err

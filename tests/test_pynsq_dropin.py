@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 import nsq_spark as nsq
 from nsq_spark import errors
 from nsq_spark.compat.event import DuplicateListenerError, EventedMixin, InvalidListenerError
-from reader_helpers import await_for, mpub
+from nsq_spark.testing import publish
+from reader_helpers import await_for
 
 # pynsq 0.9.1's nsq.__all__
 PYNSQ_ALL = ["Reader", "Writer", "run", "BackoffTimer", "Message", "Error", "LegacyReader",
@@ -309,7 +310,7 @@ def test_reader_disabled_hook_holds_rdy_at_zero_until_it_returns_false(nsq_clust
                          nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=10,
                          rdy_redistribute_interval=0.2)
         await await_for(lambda: ready_counts() == [0], 10, "a subscribed client at RDY 0")
-        mpub(http, topic, [b"a", b"b", b"c"])
+        publish(http, topic, [b"a", b"b", b"c"])
         await asyncio.sleep(1.5)  # several ticks: still nothing handled
         assert handled == [] and ready_counts() == [0]
         state["disabled"] = False
@@ -383,7 +384,7 @@ def test_writer_str_body_arrives_utf8_encoded(nsq_cluster):
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_async_conn_events_against_nsqd(nsq_cluster):
     topic = _topic("aconn")
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(5)])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [b"m%d" % i for i in range(5)])
     host, port = nsq_cluster.nsqd_tcp_addresses[0].rsplit(":", 1)
     events: list = []
     messages: list = []
@@ -444,7 +445,7 @@ def test_async_conn_that_cannot_connect_reports_a_send_error_and_closes():
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_sync_conn_speaks_frames_the_caller_drives(nsq_cluster):
     topic = _topic("sconn")
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, [b"sync body"])
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, [b"sync body"])
     host, port = nsq_cluster.nsqd_tcp_addresses[0].rsplit(":", 1)
     c = nsq.SyncConn(timeout=5.0)
     c.connect(host, int(port))

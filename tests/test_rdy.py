@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.consumer.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
+from nsq_spark._consumer.rdy import BACKOFF, NORMAL, TESTING, ConnRdy, RdyPolicy, commands_by_key
 
 pytestmark = pytest.mark.unit
 
@@ -636,7 +636,7 @@ def test_the_old_import_path_still_gives_the_same_objects():
     """nsq_spark.rdy is a re-export shim for users (the policy moved into consumer/, the
     read-side credit beside conn.py)."""
     import nsq_spark._rdy_credit as credit
-    import nsq_spark.consumer.rdy as policy
+    import nsq_spark._consumer.rdy as policy
     import nsq_spark.rdy as old
 
     for name in ("ConnRdy", "RdyPolicy", "NORMAL", "BACKOFF", "TESTING", "STARVED_RATIO",

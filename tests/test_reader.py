@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.errors import NSQError
 from nsq_spark.testing import NSQCluster, free_port, wait_until
 

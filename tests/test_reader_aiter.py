@@ -1,5 +1,5 @@
 """asyncio iteration over the Reader (``async for message in reader``,
-``reader.batches(n, timeout)``): the contract of :mod:`nsq_spark.consumer.aiter`.
+``reader.batches(n, timeout)``): the contract of :mod:`nsq_spark._consumer.aiter`.
 
 The first part runs against real nsqd and checks what nsqd saw (``/stats``): everything
 received and finished, batch sizes and timeouts, backpressure through RDY, close ending
@@ -22,11 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer import Reader
-from nsq_spark.consumer.lifecycle import Lifecycle
-from nsq_spark.consumer.pull import PullQueue, ReceivedPullQueue
+from nsq_spark._consumer import Reader
+from nsq_spark._consumer.lifecycle import Lifecycle
+from nsq_spark._consumer.pull import PullQueue, ReceivedPullQueue
 from nsq_spark.errors import ConfigError, NSQError
-from reader_helpers import assert_drained, await_for, channel_stats, mpub
+from nsq_spark.testing import publish
+from reader_helpers import await_for
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -44,11 +45,11 @@ def run_async(coro: Any, timeout: float = 30) -> Any:
 def clients_sum(cluster: Any, key: str) -> int:
     """``key`` (finish_count, requeue_count, ...) summed over the channel's clients (nsqd
     keeps per-client counters only while the client is connected)."""
-    return sum(c[key] for c in channel_stats(cluster, 0, T, C).get("clients", []))
+    return sum(c[key] for c in cluster.nsqds[0].channel_stats(T, C).get("clients", []))
 
 
 async def nsqd_stats(cluster: Any) -> dict[str, Any]:
-    return await asyncio.to_thread(channel_stats, cluster, 0, T, C)
+    return await asyncio.to_thread(cluster.nsqds[0].channel_stats, T, C)
 
 
 # -- against real nsqd ---------------------------------------------------------------------
@@ -59,7 +60,7 @@ async def nsqd_stats(cluster: Any) -> dict[str, Any]:
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_every_message_is_received_and_finished(nsq_cluster, how):
     sent = bodies(500)
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], T, sent)
     got: list[bytes] = []
 
     async def main() -> dict[str, int]:
@@ -86,8 +87,8 @@ def test_every_message_is_received_and_finished(nsq_cluster, how):
     counts = run_async(main())
     assert sorted(got) == sorted(sent)
     assert counts == {"nsqd_finished": 500, "finished": 500, "requeued": 0}
-    assert_drained(nsq_cluster, T, C)
-    c = channel_stats(nsq_cluster, 0, T, C)
+    nsq_cluster.wait_drained(T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert c["depth"] == 0 and c["in_flight_count"] == 0 and c["requeue_count"] == 0
 
 
@@ -105,7 +106,7 @@ def _wait_value(get: Any, want: int, timeout: float = 5.0) -> int:
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_batches_end_at_n_messages_or_timeout_after_the_first_and_are_never_empty(nsq_cluster):
     http = nsq_cluster.nsqd_http_addresses[0]
-    mpub(http, T, bodies(250))
+    publish(http, T, bodies(250))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=1000)
@@ -122,7 +123,7 @@ def test_batches_end_at_n_messages_or_timeout_after_the_first_and_are_never_empt
         await asyncio.sleep(1.0)
         assert not nxt.done()
         t0 = time.monotonic()
-        await asyncio.to_thread(mpub, http, T, bodies(7, "late"))
+        await asyncio.to_thread(publish, http, T, bodies(7, "late"))
         batch = await asyncio.wait_for(nxt, 5)
         waited = time.monotonic() - t0
         assert [m.body for m in batch] == bodies(7, "late")
@@ -131,14 +132,14 @@ def test_batches_end_at_n_messages_or_timeout_after_the_first_and_are_never_empt
         await r.aclose()
 
     run_async(main())
-    assert_drained(nsq_cluster, T, C)
+    nsq_cluster.wait_drained(T, C)
 
 
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_backpressure_never_more_than_max_in_flight_unanswered(nsq_cluster):
     k, n = 5, 60
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
+    publish(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=k)
@@ -165,14 +166,14 @@ def test_backpressure_never_more_than_max_in_flight_unanswered(nsq_cluster):
         await r.aclose()
 
     run_async(main())
-    assert_drained(nsq_cluster, T, C)
+    nsq_cluster.wait_drained(T, C)
 
 
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_close_ends_the_iteration_and_requeues_what_was_buffered(nsq_cluster):
     n = 100
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
+    publish(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=50)
@@ -207,14 +208,14 @@ def test_close_ends_the_iteration_and_requeues_what_was_buffered(nsq_cluster):
         assert sum(counts) == n - 10
 
     run_async(main())
-    assert_drained(nsq_cluster, T, C)
+    nsq_cluster.wait_drained(T, C)
 
 
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
     n = 20
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
+    publish(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=100)
@@ -239,7 +240,7 @@ def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
         # a task cancelled while it holds a message in its loop body: close requeues it
         keep, drop = batch[:-1], batch[-1]
         r.finish(keep)
-        await asyncio.to_thread(mpub, nsq_cluster.nsqd_http_addresses[0], T, [b"x"])
+        await asyncio.to_thread(publish, nsq_cluster.nsqd_http_addresses[0], T, [b"x"])
 
         holding: list[Any] = []
 
@@ -258,7 +259,7 @@ def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
         assert r.finished == n - 1 and r.requeued == 2  # drop, and the one held by hold()
 
     run_async(main())
-    c = channel_stats(nsq_cluster, 0, T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert c["depth"] == 2 and c["in_flight_count"] == 0 and c["requeue_count"] == 2
 
 
@@ -266,7 +267,7 @@ def test_cancelling_the_consuming_task_loses_no_message(nsq_cluster):
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_unanswered_messages_are_never_finished_and_close_requeues_them(nsq_cluster):
     n = 30
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
+    publish(nsq_cluster.nsqd_http_addresses[0], T, bodies(n))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=10)
@@ -286,14 +287,14 @@ def test_unanswered_messages_are_never_finished_and_close_requeues_them(nsq_clus
         assert r.finished == 0 and r.requeued == 10
 
     run_async(main())
-    c = channel_stats(nsq_cluster, 0, T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert c["depth"] == n and c["in_flight_count"] == 0 and c["requeue_count"] == 10
 
 
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_iterating_from_another_loop_or_mixing_pull_ways_is_a_typed_error(nsq_cluster):
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, bodies(3))
+    publish(nsq_cluster.nsqd_http_addresses[0], T, bodies(3))
 
     async def main() -> None:
         r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=10)

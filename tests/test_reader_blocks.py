@@ -11,8 +11,8 @@ import pytest
 
 from nsq_spark.errors import AlreadyRespondedError, ConfigError, NSQError
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
-from nsq_spark.reader import Reader
-from reader_helpers import assert_drained, channel_stats, mpub, wait_for
+from nsq_spark import Reader
+from nsq_spark.testing import publish, wait_until
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]
 
@@ -41,8 +41,8 @@ def wait_client_finished(cluster, topic: str, n: int) -> None:
     """Wait until nsqd counts ``n`` FINs from the channel's connected clients (nsqd keeps
     finish counts per client only: read them before the Reader closes)."""
     def count() -> int:
-        return sum(cl["finish_count"] for cl in channel_stats(cluster, 0, topic, C)["clients"])
-    wait_for(lambda: count() == n, 5, f"nsqd counting {n} FINs")
+        return sum(cl["finish_count"] for cl in cluster.nsqds[0].channel_stats(topic, C)["clients"])
+    wait_until(lambda: count() == n, 5, f"nsqd counting {n} FINs")
     assert count() == n
 
 
@@ -50,7 +50,7 @@ def wait_client_finished(cluster, topic: str, n: int) -> None:
 def test_get_blocks_and_finish_blocks_drain_every_body_once(nsq_cluster):
     topic = "bt_drain"
     sent = bodies(3000)
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, sent)
     address = nsq_cluster.nsqd_tcp_addresses[0]
     got: list[bytes] = []
     with Reader(topic, C, nsqd_tcp_addresses=[address], max_in_flight=500) as r:
@@ -71,15 +71,15 @@ def test_get_blocks_and_finish_blocks_drain_every_body_once(nsq_cluster):
     assert sorted(got) == sorted(sent) and len(set(got)) == len(sent)
     assert st["finished"] == 3000 and st["messages_received"] == 3000
     assert st["requeued"] == 0
-    assert_drained(nsq_cluster, topic, C)
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    nsq_cluster.wait_drained(topic, C)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["message_count"] == 3000 and c["requeue_count"] == 0 and c["timeout_count"] == 0
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_requeue_blocks_brings_the_same_ids_back_with_attempts_2(nsq_cluster):
     topic = "bt_req"
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(40))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, bodies(40))
     with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                 max_in_flight=100, max_backoff_duration=0) as r:
         first = pull_all(r, 40)
@@ -96,8 +96,8 @@ def test_requeue_blocks_brings_the_same_ids_back_with_attempts_2(nsq_cluster):
         wait_client_finished(nsq_cluster, topic, 40)
         st = r.stats()
     assert st["requeued"] == 40 and st["finished"] == 40
-    assert_drained(nsq_cluster, topic, C)
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    nsq_cluster.wait_drained(topic, C)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["requeue_count"] == 40 and c["timeout_count"] == 0
 
 
@@ -105,7 +105,7 @@ def test_requeue_blocks_brings_the_same_ids_back_with_attempts_2(nsq_cluster):
 def test_max_messages_splits_blocks(nsq_cluster):
     topic = "bt_max"
     sent = bodies(1000)
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, sent)
     got: list[bytes] = []
     sizes: list[int] = []
     with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
@@ -121,7 +121,7 @@ def test_max_messages_splits_blocks(nsq_cluster):
     assert sorted(got) == sorted(sent)
     # nsqd sends far more than 7 messages per read: most calls got a full, split share
     assert sizes.count(7) >= 100
-    assert_drained(nsq_cluster, topic, C)
+    nsq_cluster.wait_drained(topic, C)
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
@@ -130,7 +130,7 @@ def test_modes_do_not_mix_and_dedup_is_refused(nsq_cluster):
 
     topic = "bt_mode"
     addrs = nsq_cluster.nsqd_tcp_addresses
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(5))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, bodies(5))
     with Reader(topic, C, nsqd_tcp_addresses=addrs, max_in_flight=10) as r:
         blocks = pull_all(r, 1)
         with pytest.raises(NSQError, match="get_blocks"):
@@ -162,8 +162,8 @@ def test_modes_do_not_mix_and_dedup_is_refused(nsq_cluster):
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_answering_twice_or_a_foreign_block_raises(nsq_cluster):
     topic = "bt_twice"
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(20))
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic + "_other", bodies(1))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, bodies(20))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic + "_other", bodies(1))
     addrs = nsq_cluster.nsqd_tcp_addresses
     with Reader(topic, C, nsqd_tcp_addresses=addrs, max_in_flight=50,
                 max_backoff_duration=0) as r, \
@@ -190,15 +190,15 @@ def test_answering_twice_or_a_foreign_block_raises(nsq_cluster):
         wait_client_finished(nsq_cluster, topic, 20)
         st = r.stats()
     assert st["finished"] == 20
-    assert_drained(nsq_cluster, topic, C)
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    nsq_cluster.wait_drained(topic, C)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["requeue_count"] == 0 and c["timeout_count"] == 0
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_close_requeues_pulled_unanswered_blocks(nsq_cluster):
     topic = "bt_close"
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(300))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, bodies(300))
     r = Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                max_in_flight=100, msg_timeout=60)
     blocks = pull_all(r, 60, max_messages=60)
@@ -208,9 +208,9 @@ def test_close_requeues_pulled_unanswered_blocks(nsq_cluster):
     wait_client_finished(nsq_cluster, topic, n_fin)
     r.close()
     assert r.closed
-    wait_for(lambda: channel_stats(nsq_cluster, 0, topic, C)["message_count"] == 300, 5,
-             "every message in the channel")
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    wait_until(lambda: nsq_cluster.nsqds[0].channel_stats(topic, C)["message_count"] == 300, 5,
+               "every message in the channel")
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     # given back at close, not left in flight until msg_timeout (60 s)
     assert c["in_flight_count"] == 0 and c["client_count"] == 0, c
     assert c["requeue_count"] >= sum(map(len, kept))
@@ -224,7 +224,7 @@ def test_close_requeues_pulled_unanswered_blocks(nsq_cluster):
         assert {m.id for m in msgs(kept)} <= {m.id for m in msgs(again)}
         assert len({m.id for m in msgs(again)}) == 300 - n_fin
         r2.finish_blocks(again)
-    assert_drained(nsq_cluster, topic, C)
+    nsq_cluster.wait_drained(topic, C)
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
@@ -239,7 +239,7 @@ def test_max_tries_with_blocks_gives_up_and_finishes(nsq_cluster):
             gave_up.append((message.body, message.attempts))
 
     handed: list[tuple[bytes, int]] = []
-    mpub(http, topic, doomed)
+    publish(http, topic, doomed)
     with R(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_tries=2,
            max_in_flight=100, max_backoff_duration=0) as r:
         for attempt in (1, 2):
@@ -248,7 +248,7 @@ def test_max_tries_with_blocks_gives_up_and_finishes(nsq_cluster):
             if attempt == 2:
                 # fresh messages queued just before the third delivery of the doomed
                 # ones: they share reads (and blocks) with messages over max_tries
-                mpub(http, topic, bodies(30, "f"))
+                publish(http, topic, bodies(30, "f"))
             r.requeue_blocks(blocks, delay_ms=0)
         deadline = time.monotonic() + 10
         fresh: list[bytes] = []
@@ -266,8 +266,8 @@ def test_max_tries_with_blocks_gives_up_and_finishes(nsq_cluster):
     assert sorted(handed) == sorted([(b, 1) for b in doomed] + [(b, 2) for b in doomed]
                                     + [(b, 1) for b in bodies(30, "f")])
     assert st["given_up"] == 10
-    assert_drained(nsq_cluster, topic, C)
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    nsq_cluster.wait_drained(topic, C)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["requeue_count"] == 20 and c["timeout_count"] == 0
 
 
@@ -286,7 +286,7 @@ def test_close_while_nsqd_is_sending_leaves_nothing_in_flight(nsq_cluster):
     http = nsq_cluster.nsqd_http_addresses[0]
     handled = 0
     for round_ in range(ROUNDS):
-        mpub(http, topic, bodies(3000, f"r{round_}-"))
+        publish(http, topic, bodies(3000, f"r{round_}-"))
         r = Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                    max_in_flight=2500, msg_timeout=60, max_tries=0)
         try:
@@ -299,21 +299,21 @@ def test_close_while_nsqd_is_sending_leaves_nothing_in_flight(nsq_cluster):
             r.close()
 
         def settled():
-            c = channel_stats(nsq_cluster, 0, topic, C)
+            c = nsq_cluster.nsqds[0].channel_stats(topic, C)
             return c if c["in_flight_count"] == 0 and c["client_count"] == 0 else None
         try:
-            wait_for(settled, 1.0, "nothing in flight after close")
+            wait_until(settled, 1.0, "nothing in flight after close")
         except AssertionError:
-            c = channel_stats(nsq_cluster, 0, topic, C)
+            c = nsq_cluster.nsqds[0].channel_stats(topic, C)
             raise AssertionError(f"round {round_}: {c['in_flight_count']} messages left in "
                                  f"flight after close(): {c}") from None
     # every message published has reached the channel (the topic copies them over
     # asynchronously); then nothing lost, nothing timed out: what was not finished is back
     # in the queue
     total = ROUNDS * 3000
-    wait_for(lambda: channel_stats(nsq_cluster, 0, topic, C)["message_count"] == total, 10,
-             "every message in the channel")
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    wait_until(lambda: nsq_cluster.nsqds[0].channel_stats(topic, C)["message_count"] == total, 10,
+               "every message in the channel")
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["timeout_count"] == 0 and c["in_flight_count"] == 0
     assert c["depth"] == total - handled
 
@@ -323,17 +323,17 @@ def test_requeue_blocks_default_delay_follows_the_requeue_policy(nsq_cluster):
     """delay_ms=None: each message gets the policy's delay (requeue_delay * attempts), so
     nsqd holds them deferred instead of handing them straight back."""
     topic = "bt_defer"
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, bodies(25))
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, bodies(25))
     with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                 max_in_flight=50, requeue_delay=60, max_backoff_duration=0) as r:
         blocks = pull_all(r, 25)
         r.requeue_blocks(blocks, backoff=False)
-        wait_for(lambda: channel_stats(nsq_cluster, 0, topic, C)["deferred_count"] == 25, 5,
-                 "25 deferred messages")
+        wait_until(lambda: nsq_cluster.nsqds[0].channel_stats(topic, C)["deferred_count"] == 25, 5,
+                   "25 deferred messages")
         assert r.get_blocks(timeout=0.3) == []  # not back yet: deferred for 60 s
         st = r.stats()
     assert st["requeued"] == 25
-    c = channel_stats(nsq_cluster, 0, topic, C)
+    c = nsq_cluster.nsqds[0].channel_stats(topic, C)
     assert c["deferred_count"] == 25 and c["in_flight_count"] == 0 and c["depth"] == 0
     assert c["requeue_count"] == 25
 
@@ -344,12 +344,12 @@ def test_get_blocks_stops_at_the_message_that_reaches_max_bytes(nsq_cluster):
     ``max_bytes`` is the last one taken, the rest stay queued in order."""
     topic = "bt_bytes"
     sent = [b"%03d" % i + b"x" * 97 for i in range(50)]  # 100 bytes each
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, sent)
     with Reader(topic, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses,
                 max_in_flight=50) as r:
         start = r.get_blocks(max_messages=1, timeout=5)  # starts the Reader
         assert [m.body for m in msgs(start)] == sent[:1]
-        wait_for(lambda: r.stats()["pull_queued"] == 49, 10, "the other 49 queued")
+        wait_until(lambda: r.stats()["pull_queued"] == 49, 10, "the other 49 queued")
         first = r.get_blocks(max_messages=1000, timeout=1, max_bytes=250)
         assert [m.body for m in msgs(first)] == sent[1:4]  # 200 < 250 <= 300
         one = r.get_blocks(max_messages=1000, timeout=1, max_bytes=1)
@@ -360,13 +360,13 @@ def test_get_blocks_stops_at_the_message_that_reaches_max_bytes(nsq_cluster):
         with pytest.raises(ConfigError, match="max_bytes"):
             r.get_blocks(max_messages=10, timeout=0, max_bytes=0)
         wait_client_finished(nsq_cluster, topic, 50)
-    assert_drained(nsq_cluster, topic, C)
+    nsq_cluster.wait_drained(topic, C)
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0, msg_timeout="4s")
 def test_stats_show_the_msg_timeout_nsqd_negotiated(nsq_cluster):
     with Reader("bt_timeout", C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses) as r:
         assert r.get_blocks(timeout=0.5) == []  # starts the Reader
-        wait_for(lambda: r.stats()["connections"] and all(
+        wait_until(lambda: r.stats()["connections"] and all(
             c["msg_timeout"] for c in r.stats()["connections"].values()), 10, "subscribed")
         assert [c["msg_timeout"] for c in r.stats()["connections"].values()] == [4000]

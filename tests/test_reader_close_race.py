@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from nsq_spark.consumer import Reader
-from reader_helpers import channel_stats, mpub, wait_for
+from nsq_spark._consumer import Reader
+from nsq_spark.testing import publish, wait_until
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(90)]
 
@@ -32,7 +32,7 @@ def test_answers_given_just_before_close_are_all_delivered(nsq_cluster):
     rounds, n = 8, 200
     addr = nsq_cluster.nsqd_tcp_addresses
     for round_ in range(rounds):
-        mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"r%d-%d" % (round_, i) for i in range(n)])
+        publish(nsq_cluster.nsqd_http_addresses[0], T, [b"r%d-%d" % (round_, i) for i in range(n)])
         r = Reader(T, C, nsqd_tcp_addresses=addr, max_in_flight=n, msg_timeout=MSG_TIMEOUT)
         msgs = _pull(r, n)
         half = n // 2
@@ -45,7 +45,7 @@ def test_answers_given_just_before_close_are_all_delivered(nsq_cluster):
         assert st["finished"] == n and st["dropped_responses"] == 0, st
     # a dropped FIN stays in flight, then times out and is redelivered after MSG_TIMEOUT
     time.sleep(MSG_TIMEOUT + 1.0)
-    c = channel_stats(nsq_cluster, 0, T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert c["in_flight_count"] == 0 and c["depth"] == 0, c
     assert c["timeout_count"] == 0 and c["requeue_count"] == 0, c
     assert c["message_count"] == rounds * n, c
@@ -66,7 +66,7 @@ def test_answers_racing_close_from_another_thread_are_delivered_or_counted(nsq_c
     addr = nsq_cluster.nsqd_tcp_addresses
     total_fin = 0
     for round_ in range(rounds):
-        mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"t%d-%d" % (round_, i) for i in range(n)])
+        publish(nsq_cluster.nsqd_http_addresses[0], T, [b"t%d-%d" % (round_, i) for i in range(n)])
         r = Reader(T, C, nsqd_tcp_addresses=addr, max_in_flight=n, msg_timeout=MSG_TIMEOUT)
         msgs = _pull(r, n)
         started = threading.Event()
@@ -102,7 +102,7 @@ def test_answers_racing_close_from_another_thread_are_delivered_or_counted(nsq_c
             r3.finish(b)
     finally:
         r3.close()
-    c = channel_stats(nsq_cluster, 0, T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     # what the Reader counted as finished reached nsqd; the rest came back exactly once
     assert back == expected, (total_fin, back, c)
     assert c["in_flight_count"] == 0 and c["depth"] == 0, c
@@ -114,7 +114,7 @@ def test_answers_after_the_socket_closed_count_as_dropped_not_finished(nsq_clust
     connection refuses the FINs, and the stats say dropped, not finished."""
     import concurrent.futures
     n = 20
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, [b"d%d" % i for i in range(n)])
+    publish(nsq_cluster.nsqd_http_addresses[0], T, [b"d%d" % i for i in range(n)])
     r = Reader(T, C, nsqd_tcp_addresses=nsq_cluster.nsqd_tcp_addresses, max_in_flight=n,
                msg_timeout=MSG_TIMEOUT, max_backoff_duration=0)
     try:
@@ -135,5 +135,5 @@ def test_answers_after_the_socket_closed_count_as_dropped_not_finished(nsq_clust
     finally:
         r.close()
     # nsqd never got them: they time out and come back
-    wait_for(lambda: channel_stats(nsq_cluster, 0, T, C).get("timeout_count", 0) == n,
-             MSG_TIMEOUT + 5, f"{n} timeouts")
+    wait_until(lambda: nsq_cluster.nsqds[0].channel_stats(T, C).get("timeout_count", 0) == n,
+               MSG_TIMEOUT + 5, f"{n} timeouts")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nsq_spark.consumer import handlers
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer import handlers
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.errors import ConfigError
 from nsq_spark.message import Message
 from nsq_spark.testing import NSQCluster, ReaderRunner, wait_until

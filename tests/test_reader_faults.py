@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from nsq_spark.reader import Reader
-from nsq_spark.testing import NSQCluster
-from reader_helpers import assert_drained, channel_stats, mpub
+from nsq_spark import Reader
+from nsq_spark.testing import NSQCluster, publish
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -42,8 +41,8 @@ def pull_until(r: Reader, want: set[bytes], got: set[bytes], timeout: float,
 def test_kill_9_and_restart_nsqd_mid_stream():
     with NSQCluster(nsqd=2, lookupd=0, **DURABLE) as cluster:
         sent0, sent1 = bodies(400, "k0"), bodies(400, "k1")
-        mpub(cluster.nsqd_http_addresses[0], T, sent0)
-        mpub(cluster.nsqd_http_addresses[1], T, sent1)
+        publish(cluster.nsqd_http_addresses[0], T, sent0)
+        publish(cluster.nsqd_http_addresses[1], T, sent1)
         time.sleep(0.2)  # past one sync period: on disk
         got: set[bytes] = set()
         killed = []
@@ -63,14 +62,14 @@ def test_kill_9_and_restart_nsqd_mid_stream():
             pull_until(r, set(sent0) | set(sent1), got, 30)
         missing = (set(sent0) | set(sent1)) - got
         assert not missing, f"{len(missing)} bodies never handled, e.g. {sorted(missing)[:5]}"
-        assert_drained(cluster, T, C, timeout=10)
+        cluster.wait_drained(T, C, timeout=10)
 
 
 def test_sigstop_nsqd_heartbeats_missed_then_reconnected(caplog):
     caplog.set_level(logging.WARNING)
     with NSQCluster(nsqd=1, lookupd=0) as cluster:
         sent = bodies(300, "s")
-        mpub(cluster.nsqd_http_addresses[0], T, sent)
+        publish(cluster.nsqd_http_addresses[0], T, sent)
         got: set[bytes] = set()
         with Reader(T, C, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses, max_in_flight=10,
                     heartbeat_interval=1, msg_timeout=2, response_timeout=1.0,
@@ -78,7 +77,7 @@ def test_sigstop_nsqd_heartbeats_missed_then_reconnected(caplog):
             pull_until(r, set(sent), got, 10)
             # more messages, a few of them in flight here when nsqd stops
             r2_sent = bodies(300, "s2")
-            mpub(cluster.nsqd_http_addresses[0], T, r2_sent)
+            publish(cluster.nsqd_http_addresses[0], T, r2_sent)
             batch = r.get_batch(max_messages=5, timeout=5)
             assert batch
             cluster.stop(0)
@@ -99,14 +98,14 @@ def test_sigstop_nsqd_heartbeats_missed_then_reconnected(caplog):
         assert 1.5 <= dead_after <= 6
         missing = (set(sent) | set(r2_sent)) - got
         assert not missing, f"{len(missing)} bodies never handled"
-        assert_drained(cluster, T, C, timeout=10)
+        cluster.wait_drained(T, C, timeout=10)
 
 
 def test_lookupd_discovered_nsqd_killed_and_restarted():
     with NSQCluster(nsqd=2, lookupd=1, **DURABLE) as cluster:
         sent0, sent1 = bodies(300, "l0"), bodies(300, "l1")
-        mpub(cluster.nsqd_http_addresses[0], T, sent0)
-        mpub(cluster.nsqd_http_addresses[1], T, sent1)
+        publish(cluster.nsqd_http_addresses[0], T, sent0)
+        publish(cluster.nsqd_http_addresses[1], T, sent1)
         time.sleep(0.2)
         got: set[bytes] = set()
         killed = []
@@ -126,5 +125,5 @@ def test_lookupd_discovered_nsqd_killed_and_restarted():
         missing = (set(sent0) | set(sent1)) - got
         assert not missing, f"{len(missing)} bodies never handled"
         assert len(st["connections"]) == 2
-        assert_drained(cluster, T, C, timeout=10)
-        assert channel_stats(cluster, 1, T, C)["client_count"] == 0
+        cluster.wait_drained(T, C, timeout=10)
+        assert cluster.nsqds[1].channel_stats(T, C)["client_count"] == 0

@@ -26,11 +26,10 @@ from typing import Any
 import pytest
 
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer import Reader
-from nsq_spark.consumer.handlers import PerMessage
+from nsq_spark._consumer import Reader
+from nsq_spark._consumer.handlers import PerMessage
 from nsq_spark.message import Message
-from nsq_spark.testing import NSQCluster
-from reader_helpers import channel_stats, mpub
+from nsq_spark.testing import NSQCluster, publish
 
 
 async def _started(handler: Any, **kw: Any) -> tuple[Reader, FakeConn]:
@@ -285,7 +284,7 @@ def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster:
     topic = "hooks"
     for module in modules:
         _create_channel(http, topic, module.replace("_", ""))
-    mpub(http, topic, [str(i).encode() for i in range(100)])
+    publish(http, topic, [str(i).encode() for i in range(100)])
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     results: dict[str, Any] = {}
@@ -300,7 +299,7 @@ def test_a_program_assigning_hooks_rejects_10_of_100_as_under_pynsq(nsq_cluster:
         assert sorted(seen["handled"]) == [i for i in range(100) if i % 10], (module, seen)
         assert seen["preprocessed"] == seen["validated"] == 100, (module, seen)
         assert seen["heartbeats"] >= 1, (module, seen)
-        c = channel_stats(nsq_cluster, 0, topic, channel)
+        c = nsq_cluster.nsqds[0].channel_stats(topic, channel)
         # the 10 rejected were FINished like the 90 handled: nothing left, requeued or
         # timed out
         assert c["message_count"] == 100, (module, c)

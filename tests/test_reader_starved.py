@@ -14,8 +14,9 @@ import statistics
 
 import pytest
 
-from nsq_spark.consumer import Reader
-from reader_helpers import assert_drained, await_for, mpub
+from nsq_spark._consumer import Reader
+from nsq_spark.testing import publish
+from reader_helpers import await_for
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
 
@@ -26,7 +27,7 @@ N = 2000
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_is_starved_batching_gives_batches_near_85_percent_of_max_in_flight(nsq_cluster):
     sent = [b"m%d" % i for i in range(N)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], T, sent)
     buf: list = []
     batches: list[int] = []
     done: list[bytes] = []
@@ -55,4 +56,4 @@ def test_is_starved_batching_gives_batches_near_85_percent_of_max_in_flight(nsq_
     assert sorted(done) == sorted(sent)
     assert statistics.median(batches) >= 35, batches
     assert max(batches) <= 50, batches  # nsqd never has more than RDY in flight
-    assert_drained(nsq_cluster, T, C)
+    nsq_cluster.wait_drained(T, C)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsq_spark.errors import ConfigError, InvalidAddressError
-from nsq_spark.reader import Reader
+from nsq_spark import Reader
 
 pytestmark = pytest.mark.unit
 

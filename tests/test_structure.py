@@ -13,8 +13,8 @@ two modules cannot be understood, or split, one without the other) and
 defined in the enclosing package's ``__init__`` is an edge to that ``__init__`` (which, if
 it imported the module back, would hand it a half-initialised package). A strongly
 connected component of more than one module is a cycle. The same walk over packages (each
-module counted as its top-level package or root module: ``nsq_spark.publish.tcp`` is
-``nsq_spark.publish``) finds circles that no module-level cycle shows: publish -> spool ->
+module counted as its top-level package or root module: ``nsq_spark._publish.tcp`` is
+``nsq_spark._publish``) finds circles that no module-level cycle shows: publish -> spool ->
 publish through different modules is one.
 
 One kind of edge is left out of the graph: an import inside a function that warns
@@ -88,6 +88,11 @@ def imported_names(mod: str, path: Path, files: dict[str, Path],
             out += imported_names_of(node, package, files)
         elif isinstance(node, ast.Call) and _is_import_module(node.func):
             arg = node.args[0] if node.args else None
+            if id(node) in in_shim:   # a shim's import (nsq_spark._moved's loader, say)
+                if shims is not None and isinstance(arg, ast.Constant) \
+                        and arg.value in files:
+                    shims.append((mod, arg.value))
+                continue
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 out.append((arg.value, None))
             else:
@@ -206,10 +211,10 @@ def test_the_walk_sees_a_cycle():
 
 def test_the_walk_resolves_relative_imports():
     graph = import_graph()
-    assert "nsq_spark.protocol" in graph["nsq_spark.conn"]
-    assert "nsq_spark.publish.direct" in graph["nsq_spark.publish.producer"]
-    assert "nsq_spark.spool.format" in graph["nsq_spark.spool.store"]
-    assert "nsq_spark.addresses" in graph["nsq_spark.testing.chaos"]
+    assert "nsq_spark.protocol" in graph["nsq_spark._conn"]
+    assert "nsq_spark._publish.direct" in graph["nsq_spark._publish.producer"]
+    assert "nsq_spark.spool._format" in graph["nsq_spark.spool._store"]
+    assert "nsq_spark._addresses" in graph["nsq_spark.testing.chaos"]
     assert "nsq_spark.testing.processes" in graph["nsq_spark.testing.chaos"]
     assert "nsq_spark.testing.processes" in graph["nsq_spark.testing"]  # its re-exports
     assert "nsq_spark.testing._binaries" in graph["nsq_spark.testing.install"]
@@ -220,27 +225,27 @@ def test_type_checking_function_level_and_import_module_imports_are_edges(tmp_pa
         "from typing import TYPE_CHECKING\n"
         "import importlib\n"
         "if TYPE_CHECKING:\n"
-        "    from nsq_spark.conn import Connection\n"
+        "    from nsq_spark._conn import Connection\n"
         "def f():\n"
         "    from nsq_spark import protocol\n"
-        "    return importlib.import_module('nsq_spark.lookupd')\n", tmp_path)
-    assert edges == {"nsq_spark.conn", "nsq_spark.protocol", "nsq_spark.lookupd"}
+        "    return importlib.import_module('nsq_spark._lookupd')\n", tmp_path)
+    assert edges == {"nsq_spark._conn", "nsq_spark.protocol", "nsq_spark._lookupd"}
 
 
 def test_a_computed_import_module_depends_on_every_module_named_in_the_file(tmp_path):
     edges = _graph_of(
         "import importlib\n"
         "import logging\n"
-        "log = logging.getLogger('nsq_spark.lookupd')  # a logger's name: no edge\n"
-        "TABLE = {'Reader': 'nsq_spark.consumer.reader', 'x': 'not a module'}\n"
+        "log = logging.getLogger('nsq_spark._lookupd')  # a logger's name: no edge\n"
+        "TABLE = {'Reader': 'nsq_spark._consumer.reader', 'x': 'not a module'}\n"
         "def get(name):\n"
         "    return importlib.import_module(TABLE[name])\n", tmp_path)
-    assert edges == {"nsq_spark.consumer.reader"}
+    assert edges == {"nsq_spark._consumer.reader"}
 
 
 def test_the_package_s_lazy_table_and_type_checking_block_are_edges():
     graph = import_graph()
-    assert {"nsq_spark.consumer.reader", "nsq_spark.compat.writer"} <= graph["nsq_spark"]
+    assert {"nsq_spark._consumer.reader", "nsq_spark.compat.writer"} <= graph["nsq_spark"]
 
 
 # -- no cycle --------------------------------------------------------------------------------
@@ -277,18 +282,18 @@ def test_no_package_level_circle_inside_nsq_spark():
 #: * the entry points and the old paths kept for users are on top.
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundations: errors, values, wire format, telemetry providers, retry policy",
-     {"errors", "_version", "envelope", "validate", "addresses", "_log", "_codecs",
+     {"errors", "_version", "envelope", "_validate", "_addresses", "_log", "_codecs",
       "_rdy_credit", "message", "protocol", "_loop", "telemetry", "_retry",
       "_strict_argparse", "_options"}),
     ("connections, HTTP clients, discovery, deduplicators",
-     {"config", "handshake", "sync_conn", "conn", "admin", "lookupd", "dedup"}),
+     {"config", "_handshake", "_sync_conn", "_conn", "admin", "_lookupd", "dedup"}),
     ("the publish spool", {"spool"}),
-    ("the facades and their parts", {"publish", "consumer"}),
+    ("the facades and their parts", {"_publish", "_consumer"}),
     ("on the facades: pynsq's surface, contrib, Spark, the test harness, Prometheus",
      {"compat", "contrib", "spark", "testing", "metrics"}),
     ("entry points and the old paths kept for users",
      {"cli", "__main__", "", "reader", "writer", "producer", "rdy", "backoff", "install",
-      "testing_chaos", "publish_spool"}),
+      "testing_chaos", "publish_spool", "_moved"}),
 ]
 
 #: Deprecation shims that import up a layer (leaving the graph, see the module doc):
@@ -322,10 +327,10 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_layer_rule_sees_an_import_up_and_allows_one_down():
-    graph = {"nsq_spark.spool.drain": {"nsq_spark.publish.retry", "nsq_spark._retry"},
-             "nsq_spark.spark.sink": {"nsq_spark.publish.producer"}}
+    graph = {"nsq_spark.spool._drain": {"nsq_spark._publish.stats", "nsq_spark._retry"},
+             "nsq_spark.spark.sink": {"nsq_spark._publish.producer"}}
     assert [line.split(" (")[0] for line in upward_imports(graph)] == [
-        "nsq_spark.spool.drain imports nsq_spark.publish.retry"]
+        "nsq_spark.spool._drain imports nsq_spark._publish.stats"]
 
 
 def test_no_import_runs_back_up_the_layers():
@@ -341,25 +346,25 @@ def test_a_deprecation_shim_is_seen_only_inside_a_warning_function(tmp_path):
     probe.write_text("import warnings\n"
                      "def old():\n"
                      "    warnings.warn('gone soon', DeprecationWarning)\n"
-                     "    from nsq_spark import lookupd\n"
+                     "    from nsq_spark import _lookupd\n"
                      "def current():\n"
-                     "    from nsq_spark import conn\n")
+                     "    from nsq_spark import _conn\n")
     files = {**module_files(), "nsq_spark.probe": probe}
     shims: list[tuple[str, str]] = []
     edges = {m for m, _ in imported_names("nsq_spark.probe", probe, files, shims)}
-    assert edges == {"nsq_spark.conn"}
-    assert shims == [("nsq_spark.probe", "nsq_spark.lookupd")]
+    assert edges == {"nsq_spark._conn"}
+    assert shims == [("nsq_spark.probe", "nsq_spark._lookupd")]
 
 
 # -- parts never import their owner ------------------------------------------------------------
 
 # facade -> the packages of its parts, which must never import it
 OWNERS = {
-    "nsq_spark.consumer.reader": ("nsq_spark.consumer.", "nsq_spark._loop"),
-    "nsq_spark.publish.producer": ("nsq_spark.publish.", "nsq_spark.spool.", "nsq_spark._loop"),
+    "nsq_spark._consumer.reader": ("nsq_spark._consumer.", "nsq_spark._loop"),
+    "nsq_spark._publish.producer": ("nsq_spark._publish.", "nsq_spark.spool.", "nsq_spark._loop"),
 }
-FACADE_ALIASES = {"nsq_spark.consumer.reader": {"nsq_spark.consumer", "nsq_spark.reader"},
-                  "nsq_spark.publish.producer": {"nsq_spark.producer", "nsq_spark.publish_spool",
+FACADE_ALIASES = {"nsq_spark._consumer.reader": {"nsq_spark._consumer", "nsq_spark.reader"},
+                  "nsq_spark._publish.producer": {"nsq_spark.producer", "nsq_spark.publish_spool",
                                                  "nsq_spark.writer", "nsq_spark.compat.writer"}}
 
 
@@ -377,25 +382,24 @@ def test_parts_never_import_their_owner(owner):
 
 #: Old import paths kept for users -> the modules that now define what they export.
 SHIMS = {
-    "nsq_spark.reader": ("nsq_spark.consumer.reader", "nsq_spark.consumer.run",
-                         "nsq_spark.consumer.pool", "nsq_spark.compat.reader_names",
+    "nsq_spark.reader": ("nsq_spark._consumer.reader", "nsq_spark._consumer.run",
+                         "nsq_spark._consumer.pool", "nsq_spark.compat.reader_names",
                          "nsq_spark.compat.async_conn", "nsq_spark.compat.backoff_timer",
                          "nsq_spark.message"),
     "nsq_spark.writer": ("nsq_spark.compat.writer",),
-    "nsq_spark.producer": ("nsq_spark.publish.producer", "nsq_spark.compat.writer",
+    "nsq_spark.producer": ("nsq_spark._publish.producer", "nsq_spark.compat.writer",
                            "nsq_spark.errors"),
-    "nsq_spark.rdy": ("nsq_spark.consumer.rdy", "nsq_spark._rdy_credit"),
-    "nsq_spark.backoff": ("nsq_spark.consumer.backoff",),
+    "nsq_spark.rdy": ("nsq_spark._consumer.rdy", "nsq_spark._rdy_credit"),
+    "nsq_spark.backoff": ("nsq_spark._consumer.backoff",),
     "nsq_spark.install": ("nsq_spark.testing.install",),
     "nsq_spark.testing_chaos": ("nsq_spark.testing.chaos",),
-    "nsq_spark.publish.retry": ("nsq_spark._retry",),
 }
 #: Single names a real module re-exports for users only: the project imports them from
 #: where they are defined.
 USER_REEXPORTS = {
-    "nsq_spark.conn": {"SyncConnection": ("nsq_spark.sync_conn", "SyncConnection")},
+    "nsq_spark._conn": {"SyncConnection": ("nsq_spark._sync_conn", "SyncConnection")},
     # the old name of the (host, port) alias, which shadowed nsq_spark.Producer
-    "nsq_spark.lookupd": {"Producer": ("nsq_spark.lookupd", "ProducerAddress")},
+    "nsq_spark._lookupd": {"Producer": ("nsq_spark._lookupd", "ProducerAddress")},
 }
 
 
@@ -464,18 +468,165 @@ def _public_modules_listed() -> set[str]:
     return {m.group(1) for line in section for m in [re.match(r"\s*``(\w+)``", line)] if m}
 
 
-def test_every_root_module_is_public_private_or_a_shim():
-    root = {p.stem if p.is_file() else p.name for p in ROOT.iterdir()
-            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
-    shims = {s.rpartition(".")[2] for s in SHIMS}
+def _is_private(mod: str) -> bool:
+    return any(part.startswith("_") for part in mod.split(".")[1:])
+
+
+def test_every_module_is_public_private_or_a_shim():
+    """A module is private when a part of its dotted path starts with ``_``
+    (``nsq_spark._consumer.pool``, ``nsq_spark.spool._store``); every other one is in a
+    root module or package the package docstring lists as public, or is an old path kept
+    for users."""
+    # publish_spool: an old path that keeps the deprecated SpoolingProducer class
+    shims = {s.rpartition(".")[2] for s in SHIMS} | {"publish_spool"}
     public = _public_modules_listed()
     assert public, "the package docstring must list its public modules"
+    root = {unit_of(m).rpartition(".")[2] for m in module_files() if m != "nsq_spark"}
     assert public <= root, f"listed but missing: {sorted(public - root)}"
-    unclassified = sorted(m for m in root
-                          if not m.startswith("_") and m not in public and m not in shims)
-    assert unclassified == [], ("name each root module in nsq_spark/__init__.py's "
-                                "'Public modules' list, or make it private (_name.py)")
+    assert not any(m.startswith("_") for m in public), "a private module listed as public"
+    unclassified = sorted(m for m in module_files()
+                          if m != "nsq_spark" and not _is_private(m)
+                          and unit_of(m).rpartition(".")[2] not in public | shims)
+    assert unclassified == [], ("name each root module or package in nsq_spark/__init__.py's "
+                                "'Public modules' list, or make it private (_name)")
     assert not public & shims, f"shims listed as public: {sorted(public & shims)}"
+
+
+def test_the_public_surface_is_the_one_decided():
+    """Issue #37: the facades at the root, and these modules; the parts are private."""
+    assert _public_modules_listed() == {
+        "errors", "protocol", "message", "config", "envelope", "spool", "admin", "dedup",
+        "compat", "contrib", "spark", "testing", "metrics", "telemetry", "cli"}
+    public = {m for m in module_files() if not _is_private(m)}
+    for part in ("nsq_spark._conn", "nsq_spark._sync_conn", "nsq_spark._handshake",
+                 "nsq_spark._lookupd", "nsq_spark._consumer.pool", "nsq_spark._publish.tcp",
+                 "nsq_spark.spool._store", "nsq_spark.spark._fetch_task",
+                 "nsq_spark.spark._spool"):
+        assert part in module_files() and part not in public
+    # Spark's facade names and the modules its docs send users to; its parts are private
+    assert sorted(m for m in public if m.startswith("nsq_spark.spark")) == [
+        "nsq_spark.spark", "nsq_spark.spark.datasource", "nsq_spark.spark.instrument",
+        "nsq_spark.spark.listener", "nsq_spark.spark.options", "nsq_spark.spark.progress",
+        "nsq_spark.spark.sink"]
+
+
+# -- the paths that became private: one table, an import hook ------------------------------------
+
+
+def test_every_moved_path_is_gone_and_its_new_home_is_private():
+    from nsq_spark._moved import MOVED
+
+    files = module_files()
+    for old, (new, use) in MOVED.items():
+        assert old not in files, f"{old} is still a module: the hook would never see it"
+        assert new in files and _is_private(new), (old, new)
+        assert use
+
+
+def test_the_longest_entry_wins_and_a_package_covers_its_submodules():
+    from nsq_spark._moved import new_name
+
+    assert new_name("nsq_spark.publish.retry")[0] == "nsq_spark._retry"
+    assert new_name("nsq_spark.publish.tcp")[0] == "nsq_spark._publish.tcp"
+    assert new_name("nsq_spark.publish")[0] == "nsq_spark._publish"
+    assert new_name("nsq_spark.publisher") is None
+    assert new_name("nsq_spark._publish.tcp") is None
+    assert new_name("nsq_spark.protocol") is None
+
+
+def _old_paths() -> list[str]:
+    from nsq_spark._moved import MOVED
+
+    return sorted([*MOVED, "nsq_spark.consumer.pool", "nsq_spark.publish.tcp"])
+
+
+@pytest.mark.parametrize("old", _old_paths())
+def test_an_old_path_warns_and_gives_the_module_at_its_new_path(old, monkeypatch):
+    import sys
+
+    from nsq_spark._moved import new_name
+
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    new, use = new_name(old)
+    with pytest.warns(DeprecationWarning) as warned:
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__spec__.name == new and module.__name__ == new  # its own, not the alias
+    messages = [str(w.message) for w in warned]
+    assert f"{old} is private since 0.2.0 (now {new}) and the old path goes in 0.3.0: " \
+        f"use {use}" in messages
+    # attributed to the importing line, so that the default filters show it in __main__
+    assert {w.filename for w in warned} == {__file__}
+
+
+def test_names_from_an_old_path_are_the_public_objects(monkeypatch):
+    import sys
+
+    for old in ("nsq_spark.conn", "nsq_spark.lookupd", "nsq_spark.consumer",
+                "nsq_spark.consumer.reader", "nsq_spark.publish", "nsq_spark.publish.producer"):
+        monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning):
+        from nsq_spark.conn import Connection, SyncConnection
+        from nsq_spark.consumer.reader import Reader
+        from nsq_spark.lookupd import ProducerInfo
+        from nsq_spark.publish.producer import Producer
+    assert (Connection, Reader, Producer, ProducerInfo) == (
+        nsq_spark.Connection, nsq_spark.Reader, nsq_spark.Producer, nsq_spark.ProducerInfo)
+    assert SyncConnection is importlib.import_module("nsq_spark._sync_conn").SyncConnection
+
+
+def test_the_hook_is_installed_once_and_first():
+    import sys
+
+    from nsq_spark._moved import MovedFinder, install
+
+    install()
+    finders = [f for f in sys.meta_path if isinstance(f, MovedFinder)]
+    assert len(finders) == 1 and isinstance(sys.meta_path[0], MovedFinder)
+
+
+#: where the project's own code is: none of it imports a path that moved
+_PROJECT_PY = ("nsq_spark", "tests", "bench", "docs/hooks", "examples", "integration",
+               "scripts")
+
+
+def _imports_in(source: str, filename: str) -> list[str]:
+    """The absolute module names a Python source imports (statements, and
+    ``import_module`` of a string constant)."""
+    out = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Call) and _is_import_module(node.func) and node.args \
+                and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            out.append(node.args[0].value)
+    return out
+
+
+def test_the_project_never_imports_a_path_that_moved():
+    from nsq_spark._moved import new_name
+
+    top = ROOT.parent
+    found = []
+    for folder in _PROJECT_PY:
+        for path in sorted((top / folder).rglob("*.py")):
+            rel = path.relative_to(top)
+            if rel == Path(__file__).relative_to(top):
+                continue   # the tests of the hook above import old paths on purpose
+            found += [f"{rel}: {name}" for name in _imports_in(path.read_text(), str(rel))
+                      if name.startswith("nsq_spark.") and new_name(name)]
+    for page in [top / "README.md", *sorted((top / "docs").rglob("*.md"))]:
+        if page.name == "changelog.md":
+            continue
+        for m in re.finditer(r"(?:from|import)\s+(nsq_spark(?:\.\w+)+)"
+                             r"|from nsq_spark import \(?([\w, ]+)", page.read_text()):
+            names = [m.group(1)] if m.group(1) else [
+                f"nsq_spark.{n.strip()}" for n in m.group(2).split(",") if n.strip()]
+            found += [f"{page.relative_to(top)}: {n}" for n in names if new_name(n)]
+    assert found == []
 
 
 # -- every public attribute exists whatever __init__ chose -----------------------------------
@@ -668,7 +819,7 @@ def test_one_spool_error_per_meaning():
     different reasons and are caught apart: two classes, two names, neither a kind of the
     other. The Spark one's 0.1.0 name is the same class, for a release."""
     from nsq_spark.errors import NSQError, SparkSpoolError
-    from nsq_spark.spark import spool as spark_spool
+    from nsq_spark.spark import _spool as spark_spool
     from nsq_spark.spool import SpoolError
 
     assert spark_spool.SpoolError is SparkSpoolError   # the old name, not a second class
@@ -677,7 +828,7 @@ def test_one_spool_error_per_meaning():
     assert issubclass(SparkSpoolError, NSQError) and issubclass(SparkSpoolError, RuntimeError)
     spool_errors = sorted(name for name, cls in _exception_classes().items()
                           if name.rpartition(".")[2] == "SpoolError")
-    assert spool_errors == ["nsq_spark.spool.format.SpoolError"]
+    assert spool_errors == ["nsq_spark.spool._format.SpoolError"]
 
 
 # -- docstrings name methods that exist ---------------------------------------------------------
@@ -718,8 +869,8 @@ def _is_module(name: str) -> bool:
 
 def test_the_method_reference_check_sees_a_method_that_does_not_exist():
     src = ":meth:`Answers._finish` and :meth:`Answers._fin_ids`, :meth:`bulk`"
-    assert _broken_method_references("nsq_spark.consumer.answers", src) == [
-        "nsq_spark.consumer.answers: Answers._fin_ids"]
+    assert _broken_method_references("nsq_spark._consumer.answers", src) == [
+        "nsq_spark._consumer.answers: Answers._fin_ids"]
 
 
 def test_docstrings_name_methods_that_exist():

@@ -16,9 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from nsq_spark import Reader, errors
-from nsq_spark.producer import Producer
-from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope
+from nsq_spark import Producer, Reader, errors
+from nsq_spark.spool import TRACED_ENVELOPE_MAGIC, open_traced_envelope
 from nsq_spark.telemetry import Telemetry
 from nsq_spark.testing import NSQCluster, wait_until
 

@@ -16,10 +16,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
 from nsq_spark.spark.progress import lag_fields  # noqa: E402
-from nsq_spark.spark.schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
+from nsq_spark.spark._schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
                                     conform, messages_to_batch)
-from nsq_spark.spark.spool import BatchSummary  # noqa: E402
-from nsq_spark.spool.format import wrap_envelope  # noqa: E402
+from nsq_spark.spark._spool import BatchSummary  # noqa: E402
+from nsq_spark.spool._format import wrap_envelope  # noqa: E402
 from nsq_spark.spark.instrument import ProgressInstrument  # noqa: E402
 from nsq_spark.telemetry import Telemetry  # noqa: E402
 
@@ -152,7 +152,7 @@ def test_a_progress_instrument_takes_a_telemetry_only():
 
 
 def test_bodies_that_only_look_traced_stay_as_they_are():
-    from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, TRACEPARENT_ONLY_HEAD
+    from nsq_spark.spool._format import TRACED_ENVELOPE_MAGIC, TRACEPARENT_ONLY_HEAD
 
     # the usual envelope's head, but cut short inside the traceparent: not one of ours
     head_only = TRACED_ENVELOPE_MAGIC + bytes(16) + TRACEPARENT_ONLY_HEAD + b"00-abc"
@@ -172,7 +172,7 @@ def test_bodies_that_only_look_traced_stay_as_they_are():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from nsq_spark.spool.format import TRACED_ENVELOPE_MAGIC, open_traced_envelope  # noqa: E402
+from nsq_spark.spool._format import TRACED_ENVELOPE_MAGIC, open_traced_envelope  # noqa: E402
 
 
 def test_a_cut_traced_envelope_with_a_whole_head_stays_whole_in_the_column_path():

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsq_spark.dedup import by_body_digest
-from nsq_spark.spool.format import (ENVELOPE_MAGIC, MAX_TRACE_FIELD, TRACED_ENVELOPE_MAGIC,
+from nsq_spark.spool._format import (ENVELOPE_MAGIC, MAX_TRACE_FIELD, TRACED_ENVELOPE_MAGIC,
                                     by_envelope_digest, open_envelope, open_traced_envelope,
                                     wrap_envelope)
 

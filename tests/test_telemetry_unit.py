@@ -16,12 +16,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from nsq_spark.consumer.instrument import ConsumerInstrument
+from nsq_spark._consumer.instrument import ConsumerInstrument
 from nsq_spark.errors import NSQServerError
 from nsq_spark.message import Message
-from nsq_spark.publish.instrument import TracedTransport, drain_sender
-from nsq_spark.publish.transport import Transport
-from nsq_spark.spool.format import open_traced_envelope, wrap_envelope
+from nsq_spark._publish.instrument import TracedTransport, drain_sender
+from nsq_spark._publish.transport import Transport
+from nsq_spark.spool import open_traced_envelope, wrap_envelope
 from nsq_spark.telemetry import Telemetry, error_type
 
 pytestmark = pytest.mark.unit
@@ -260,8 +260,8 @@ def test_importing_the_facades_and_their_instruments_loads_no_opentelemetry_modu
     import subprocess
     import sys
 
-    code = ("import sys, nsq_spark.consumer.reader, nsq_spark.publish.producer, "
-            "nsq_spark.consumer.instrument, nsq_spark.publish.instrument, "
+    code = ("import sys, nsq_spark._consumer.reader, nsq_spark._publish.producer, "
+            "nsq_spark._consumer.instrument, nsq_spark._publish.instrument, "
             "nsq_spark.spark.instrument, nsq_spark.telemetry\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

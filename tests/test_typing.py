@@ -149,7 +149,7 @@ nsq.Producer("127.0.0.1:4150").publish("events", "not bytes")
 
 BROKEN_FAKE = '''
 from fake_nsqd import FakeConn, FakeConnections
-from nsq_spark.consumer.connection_port import ConnectNsqd, ConsumerConnection
+from nsq_spark._consumer.connection_port import ConnectNsqd, ConsumerConnection
 
 
 class NoTouch(FakeConn):
@@ -164,8 +164,8 @@ DRIFTED_STAND_IN = '''
 from typing import Any
 
 from stand_in_reader import StandInReader
-from nsq_spark.spark.fetch_task import ReaderPort
-from nsq_spark.spark.reader_cache import Pausable
+from nsq_spark.spark._fetch_task import ReaderPort
+from nsq_spark.spark._reader_cache import Pausable
 
 
 class NoPause(StandInReader):
@@ -197,7 +197,7 @@ def port(fake: NoTimeout) -> Transport:
 
 DRIFTED_POLLER = '''\
 from test_discovery import FakePoller
-from nsq_spark.consumer.pool import Poller
+from nsq_spark._consumer.pool import Poller
 
 
 class NoTrigger(FakePoller):
@@ -240,7 +240,7 @@ def port(store: NoLease) -> ClaimingDeduplicator:
 
 DRIFTED_TELEMETRY = '''
 from test_telemetry_unit import FakeTransport
-from nsq_spark.publish.transport import Transport
+from nsq_spark._publish.transport import Transport
 
 
 class NoRedrive(FakeTransport):

@@ -178,15 +178,15 @@ def _signature_table(func: Callable[..., Any], doc_of: Any, table: Any) -> str:
 
 
 def reader_options() -> str:
+    from nsq_spark import Reader
     from nsq_spark.config import READER
-    from nsq_spark.consumer.reader import Reader
 
     return _signature_table(Reader.__init__, Reader, READER)
 
 
 def producer_options() -> str:
+    from nsq_spark import Producer
     from nsq_spark.config import PRODUCER
-    from nsq_spark.publish.producer import Producer
 
     return _signature_table(Producer.__init__, Producer, PRODUCER)
 
@@ -235,7 +235,7 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 def dedup_chart(rate: int = 1000) -> str:
     """Catch probability of a duplicate against its delay, one line per bucket count."""
     from nsq_spark.dedup.opposite import OppositeBloomFilter as OBF
-    from nsq_spark.validate import MAX_MEMORY_BYTES
+    from nsq_spark._validate import MAX_MEMORY_BYTES
 
     sizes = [10 ** k for k in range(4, 9)]
     delays = [10 ** (i / 20) for i in range(0, 20 * 4 + 1)]  # 1 s .. 10,000 s, log scale
@@ -408,7 +408,7 @@ def changelog() -> str:
 
 
 def spark_schema() -> str:
-    from nsq_spark.spark.schema import SCHEMA_DDL
+    from nsq_spark.spark._schema import SCHEMA_DDL
     return f"Schema: `{SCHEMA_DDL}`."
 
 

@@ -1,11 +1,11 @@
 """nsqd's and nsqlookupd's HTTP API without IO: what to ask (:class:`Call`: method, URL,
 how to read the answer) and what the answer means (:func:`read_answer`). The blocking and
 the asyncio clients (:mod:`nsq_spark.admin.client`) and lookupd discovery
-(:mod:`nsq_spark.lookupd`) send these calls; this module is the one place that knows the
+(:mod:`nsq_spark._lookupd`) send these calls; this module is the one place that knows the
 URLs, the JSON and the error answers.
 
 Names are checked here, before any request (:func:`nsq_spark.protocol.check_topic`), and
-addresses by the one address rule (:func:`nsq_spark.addresses.parse_http_address`).
+addresses by the one address rule (:func:`nsq_spark._addresses.parse_http_address`).
 
 nsqd v1.3.0 answers errors as ``{"message": "TOPIC_NOT_FOUND"}`` with the HTTP status
 (older versions put ``status_txt`` in a ``{"status_code", "data"}`` envelope; both are
@@ -33,7 +33,7 @@ from typing import Any, Callable, Generic, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
 from nsq_spark._log import get_logger
-from nsq_spark.addresses import parse_address, parse_http_address, strip_userinfo
+from nsq_spark._addresses import parse_address, parse_http_address, strip_userinfo
 from nsq_spark.protocol import check_channel, check_topic
 
 from .errors import (ChannelNotFoundError, HTTPStatusError, LookupdError, NotFoundError,
@@ -89,9 +89,9 @@ def base_url(address: str, kind: str) -> tuple[str, str]:
     """``(base URL, "<kind> host:port")`` for an nsqd / nsqlookupd HTTP address
     (``host:port`` or an ``http(s)://`` URL, by the one address rule). A path is not
     kept: pynsq-style lookupd addresses name their ``/lookup`` endpoint with it
-    (discovery honours that, :func:`nsq_spark.lookupd.lookup_url`), which is no prefix
+    (discovery honours that, :func:`nsq_spark._lookupd.lookup_url`), which is no prefix
     of the other endpoints. User info is not kept either: the clients send it as the
-    ``Authorization`` header (:func:`nsq_spark.addresses.http_authorization`)."""
+    ``Authorization`` header (:func:`nsq_spark._addresses.http_authorization`)."""
     param = f"{kind} HTTP address"
     example = "127.0.0.1:4161" if kind == "nsqlookupd" else "127.0.0.1:4151"
     scheme, address_, _ = parse_http_address(address, param, example)
@@ -477,7 +477,7 @@ def channel_action(address: str, action: str, topic: str, channel: str) -> Call[
 def lookup(address_or_url: str, topic: str | None = None) -> Call[Lookup]:
     """``GET /lookup?topic=``; an unknown topic is an empty :class:`Lookup`. With
     ``topic`` None, ``address_or_url`` is a full lookup URL (discovery builds it,
-    :func:`nsq_spark.lookupd.lookup_url`)."""
+    :func:`nsq_spark._lookupd.lookup_url`)."""
     if topic is None:
         url = strip_userinfo(address_or_url)
         return Call("GET", url, parse_lookup, f"nsqlookupd {url}", missing=Lookup(),

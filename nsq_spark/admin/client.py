@@ -29,10 +29,10 @@ from __future__ import annotations
 import ssl
 from typing import Any, Self, TypeVar
 
-from nsq_spark import validate
-from nsq_spark.addresses import http_authorization, strip_userinfo
+from nsq_spark import _validate as validate
+from nsq_spark._addresses import http_authorization, strip_userinfo
 from nsq_spark.errors import ConfigError
-from nsq_spark.validate import MAX_SECONDS
+from nsq_spark._validate import MAX_SECONDS
 
 from . import calls
 from .calls import Call, read_answer

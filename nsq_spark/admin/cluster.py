@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from nsq_spark.addresses import parse_http_address_list, strip_userinfo
+from nsq_spark._addresses import parse_http_address_list, strip_userinfo
 from nsq_spark.protocol import check_channel, check_topic
 
 from .client import DEFAULT_TIMEOUT, LookupdClient, NsqdClient

@@ -36,8 +36,8 @@ or repr.
 
 One transport (its pool of keep-alive connections) serves many requests and threads, so
 long-lived users (the Spark driver, a Reader's discovery) keep theirs, and the blocking
-helpers that have no owner to keep one (:func:`nsq_spark.lookupd.lookup_sync`, the Spark
-driver's :mod:`nsq_spark.spark.backlog`) share :func:`shared_transport`. An SSL context is
+helpers that have no owner to keep one (:func:`nsq_spark._lookupd.lookup_sync`, the Spark
+driver's :mod:`nsq_spark.spark._backlog`) share :func:`shared_transport`. An SSL context is
 made only for the first ``https://`` request (default: the CA bundle httpcore uses).
 
 httpcore is imported when the first transport is made, not with this module: a Reader or

@@ -13,7 +13,7 @@ from typing import Any
 
 from nsq_spark._options import Option
 from nsq_spark.errors import ConfigError
-from nsq_spark.validate import MAX_SECONDS, Limit
+from nsq_spark._validate import MAX_SECONDS, Limit
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_SPOOLED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 AUTH_SECRET_ENV = "NSQ_AUTH_SECRET"

@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from nsq_spark._options import Option
-from nsq_spark.validate import Limit
+from nsq_spark._validate import Limit
 
 from ._common import add, add_log_level, add_option, duration
 
@@ -67,7 +67,7 @@ def nsqd_targets(args: argparse.Namespace, transport: Any, for_create: bool = Fa
     ``last`` (``stat``): each lookupd's list of the previous round, updated here; a
     lookupd that does not answer keeps its list. Raises when no lookupd answered (and
     none answered before), or when none lists an nsqd."""
-    from nsq_spark.addresses import parse_http_address_list, strip_userinfo
+    from nsq_spark._addresses import parse_http_address_list, strip_userinfo
     from nsq_spark.admin import LookupdClient
     from nsq_spark.admin.cluster import concurrently
 
@@ -126,7 +126,7 @@ class _NoNsqdListed(RuntimeError):
 def admin_usage(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments of stat/topic/channel before any request (exit
     status 2), or None: names, addresses, where to act."""
-    from nsq_spark.addresses import parse_http_address_list
+    from nsq_spark._addresses import parse_http_address_list
     from nsq_spark.errors import InvalidAddressError, InvalidNameError
     from nsq_spark.protocol import check_channel, check_topic
 

@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
 
 def run(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
     """``nsq-spark topic|channel ACTION``."""
-    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark._addresses import strip_userinfo
     from nsq_spark.admin import NsqdClient
     from nsq_spark.admin.cluster import concurrently
     from nsq_spark.admin.transport import HttpTransport

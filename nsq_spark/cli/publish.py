@@ -28,7 +28,7 @@ from typing import IO, Any, Iterator
 
 from nsq_spark._options import Option
 from nsq_spark.config import PRODUCER
-from nsq_spark.validate import SECONDS_OR_ZERO, Limit
+from nsq_spark._validate import SECONDS_OR_ZERO, Limit
 
 from . import _common
 from ._common import add, add_option
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace, stdin: IO[bytes], stderr: IO[str]) -> int:
                          "by the spooling publisher)")
     opened, total = _inputs(args.files, stdin)
     progress = Progress(stderr, total, args.quiet)
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     connection_options.update(_replication(args))
     if args.spool_dir:
@@ -286,7 +286,7 @@ def _replication(args: argparse.Namespace) -> dict[str, Any]:
     to every address given (a repeated address counts once); ``--replicas N`` to N of them
     (1: one, as before, round robin with failover); ``--write-quorum``; ``--publish-ids``.
     The Producer checks the numbers against the addresses."""
-    from nsq_spark.addresses import parse_address_list
+    from nsq_spark._addresses import parse_address_list
 
     # named as the Producer names them, which refuses a bad one the same way
     distinct = len({str(a) for a in parse_address_list(args.nsqd_tcp_addresses,

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, stderr: IO[str]) -> int:
     """``nsq-spark spool redrive DIR``."""
     directory = args.directory
-    from nsq_spark.spool.store import redrive
+    from nsq_spark.spool._store import redrive
 
     if not os.path.isdir(directory):
         raise ValueError(f"{directory} is not a directory: give the spool directory "

@@ -13,7 +13,7 @@ import time
 from typing import IO, Any
 
 from nsq_spark._options import Option
-from nsq_spark.validate import Limit
+from nsq_spark._validate import Limit
 
 from . import _common
 from ._common import DurationAction, add, add_option
@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
     """``nsq-spark stat``."""
-    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark._addresses import strip_userinfo
     from nsq_spark.admin import HTTPDeadlineError, NsqdClient
     from nsq_spark.admin.cluster import Deadline, concurrently
     from nsq_spark.admin.stat import StatView, format_text

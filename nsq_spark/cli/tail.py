@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from nsq_spark._options import Option
 from nsq_spark.config import READER
-from nsq_spark.validate import SECONDS_OR_ZERO, Limit
+from nsq_spark._validate import SECONDS_OR_ZERO, Limit
 
 from . import _common
 from ._common import add, add_option
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace, stdout: IO[bytes], stderr: IO[str]) -> int:
         check_topic(topic)
     channel = args.channel or f"tail{random.randrange(1_000_000):06d}#ephemeral"
     check_channel(channel)
-    from nsq_spark.consumer.reader import Reader
+    from nsq_spark._consumer.reader import Reader
 
     connection_options = _common.connection_options(args)
     if not args.quiet:

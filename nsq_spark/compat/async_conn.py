@@ -1,5 +1,5 @@
 """pynsq's ``AsyncConn``: one nsqd connection with an events API, over
-:class:`nsq_spark.conn.Connection` (which does the IO and the whole handshake).
+:class:`nsq_spark._conn.Connection` (which does the IO and the whole handshake).
 
 The caller drives it as in pynsq::
 
@@ -37,7 +37,7 @@ from tornado.ioloop import IOLoop
 
 from .._log import get_logger
 from ..config import ConnectionConfig
-from ..conn import Connection
+from .._conn import Connection
 from ..errors import ConnectionClosedError, NSQServerError
 from ..message import Message
 from . import event

@@ -6,8 +6,8 @@ long one (the rest, in ``long_length`` steps) that remembers a long run of failu
 The arithmetic is decimal, so ``get_interval()`` gives the same numbers as pynsq's.
 
 This is the one ``BackoffTimer`` of the library. The Reader does not use it: its backoff is
-go-nsq's exponential policy, :class:`nsq_spark.consumer.backoff.Backoff`, run on the loop
-by :class:`nsq_spark.consumer.backoff.BackoffWindows` (which was also called
+go-nsq's exponential policy, :class:`nsq_spark._consumer.backoff.Backoff`, run on the loop
+by :class:`nsq_spark._consumer.backoff.BackoffWindows` (which was also called
 ``BackoffTimer`` once, although it shares nothing with this one but the name: it turns
 policy decisions into RDY commands and a timer, where this class computes an interval).
 pynsq's behaviour differs in kind (a linear two-speed interval, no windows, no RDY), so

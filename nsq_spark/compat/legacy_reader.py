@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
-from ..consumer.reader import Reader
+from .._consumer.reader import Reader
 from ..errors import ConfigError
 
 __all__ = ["LegacyReader"]

@@ -3,7 +3,7 @@ caller does the protocol: after :meth:`SyncConn.connect` (which sends the magic)
 ``nsq.protocol.identify(...)``, ``subscribe(...)``, ``ready(...)`` itself and reads each
 frame with :meth:`SyncConn.read_response` (then ``protocol.unpack_response``).
 
-It is deliberately not :class:`nsq_spark.sync_conn.SyncConnection`: that class does the
+It is deliberately not :class:`nsq_spark._sync_conn.SyncConnection`: that class does the
 whole handshake (IDENTIFY, TLS, compression, AUTH) itself, and a second IDENTIFY from a
 pynsq program would make nsqd close the connection. For a blocking connection that does the
 handshake and publishes, use ``SyncConnection`` or ``Producer``.
@@ -15,7 +15,7 @@ import socket
 import struct
 
 from .. import protocol
-from ..addresses import parse_address
+from .._addresses import parse_address
 from ..errors import ConnectionClosedError, ProtocolError
 
 __all__ = ["SyncConn"]

@@ -52,10 +52,10 @@ from typing import Any, Callable, Sequence
 from tornado.ioloop import IOLoop
 
 from .._log import get_logger
-from .. import protocol, validate
-from ..addresses import Address, parse_address_list
+from .. import protocol, _validate as validate
+from .._addresses import Address, parse_address_list
 from ..errors import ConfigError, NSQError, SendError
-from ..publish.producer import Producer
+from .._publish.producer import Producer
 
 log = get_logger("nsq_spark.producer")
 

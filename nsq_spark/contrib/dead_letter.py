@@ -3,7 +3,7 @@
 A Reader hands a message delivered more than ``max_tries`` times to its ``giving_up``
 hook; the default logs it and FINishes it, so the message is gone. :class:`DeadLetter`
 instead republishes it, with why and how often it failed, to a dead-letter topic through
-a :class:`~nsq_spark.publish.producer.Producer`, and answers the original only once that
+a :class:`~nsq_spark._publish.producer.Producer`, and answers the original only once that
 copy is safe::
 
     dead = DeadLetter("orders.dead", nsqd_tcp_addresses="127.0.0.1:4150")
@@ -63,9 +63,9 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
-from nsq_spark import validate
+from nsq_spark import _validate as validate
 from nsq_spark._log import get_logger
-from nsq_spark.consumer.handlers import is_coroutine_function
+from nsq_spark._consumer.handlers import is_coroutine_function
 from nsq_spark.errors import ConfigError, NSQError
 from nsq_spark.protocol import check_channel, check_topic
 
@@ -184,7 +184,7 @@ def read_dead_letter(data: bytes | bytearray | memoryview) -> DeadLetterRecord:
 
 class DeadLetterPublisher(Protocol):
     """What :class:`DeadLetter` needs of a producer (a
-    :class:`~nsq_spark.publish.producer.Producer` is one)."""
+    :class:`~nsq_spark._publish.producer.Producer` is one)."""
 
     @property
     def nsqd_tcp_addresses(self) -> Sequence[str]: ...
@@ -255,7 +255,7 @@ class DeadLetter:
                               "with producer= set them on that Producer instead")
         self.owns_producer: bool = producer is None
         if producer is None:
-            from nsq_spark.publish.producer import Producer
+            from nsq_spark._publish.producer import Producer
 
             timeout = validate.seconds(10.0 if publish_timeout is None else publish_timeout,
                                        "publish_timeout", hi=3600)

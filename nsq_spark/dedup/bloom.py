@@ -43,9 +43,9 @@ from hashlib import blake2b
 from typing import Any, Callable, Iterable, Sequence
 
 from .._log import get_logger
-from .. import validate
+from .. import _validate as validate
 from ..errors import ConfigError
-from ..validate import MAX_MEMORY_BYTES, MAX_SECONDS
+from .._validate import MAX_MEMORY_BYTES, MAX_SECONDS
 from ._redis import (LUA_CLAIM_KEYS_RELEASE, LUA_CLAIM_KEYS_RENEW, claim_value, is_cluster,
                      run_on_keys)
 from .base import (DONE, NEW, Claim, ClaimTable, Key, KeyFunc, Owner, PicklableBySpec, held,
@@ -111,7 +111,7 @@ class BloomFilter:
             raise ConfigError(
                 f"BloomFilter(capacity={capacity}, error_rate={error_rate}) needs "
                 f"{self.bits // 8:,} bytes, over the in-process cap of {MAX_MEMORY_BYTES:,} "
-                "(nsq_spark.validate.MAX_MEMORY_BYTES): lower capacity, raise error_rate, or "
+                "(nsq_spark._validate.MAX_MEMORY_BYTES): lower capacity, raise error_rate, or "
                 "use RedisBloomFilter / an exact store")
         self.key_func: KeyFunc = resolve_key(key)
         self.max_erased = validate.integer(max_erased, "max_erased", lo=0, unit="keys")

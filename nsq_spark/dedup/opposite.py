@@ -36,9 +36,9 @@ import time
 from hashlib import blake2b
 from typing import Callable, Iterable, Sequence
 
-from .. import validate
+from .. import _validate as validate
 from ..errors import ConfigError
-from ..validate import MAX_MEMORY_BYTES
+from .._validate import MAX_MEMORY_BYTES
 from .base import DONE, NEW, Claim, ClaimTable, Key, KeyFunc, key_bytes, resolve_key
 
 __all__ = ["OppositeBloomFilter"]
@@ -86,7 +86,7 @@ class OppositeBloomFilter:
             raise ConfigError(
                 f"OppositeBloomFilter(size={size}, digest_size={digest_size}) needs "
                 f"{size * per_bucket:,} bytes, over the in-process cap of "
-                f"{MAX_MEMORY_BYTES:,} (nsq_spark.validate.MAX_MEMORY_BYTES): lower size or "
+                f"{MAX_MEMORY_BYTES:,} (nsq_spark._validate.MAX_MEMORY_BYTES): lower size or "
                 "digest_size, or use an exact store (RedisDeduplicator)")
         self.size = size
         self.digest_size = digest_size
@@ -365,7 +365,7 @@ class OppositeBloomFilter:
         60 s by default) are cheap to catch, hour-late publisher retries are not -- use an
         exact store or a Bloom filter for those (the table on the Deduplication page,
         ``docs/dedup.md``). More than
-        :data:`~nsq_spark.validate.MAX_MEMORY_BYTES` buckets raise a ConfigError.
+        :data:`~nsq_spark._validate.MAX_MEMORY_BYTES` buckets raise a ConfigError.
         """
         validate.number(rate_per_second, "size_for rate_per_second", lo=0, lo_open=True,
                         unit="keys per second")
@@ -379,7 +379,7 @@ class OppositeBloomFilter:
             raise ConfigError(
                 f"size_for(rate_per_second={rate_per_second}, window_seconds={window_seconds}, "
                 f"probability={probability}) needs {needed:.3g} buckets, over the in-process "
-                f"cap of {MAX_MEMORY_BYTES:,} bytes (nsq_spark.validate.MAX_MEMORY_BYTES); use "
+                f"cap of {MAX_MEMORY_BYTES:,} bytes (nsq_spark._validate.MAX_MEMORY_BYTES); use "
                 "an exact store (RedisDeduplicator) for such windows")
         n = math.ceil(needed)
         n = max(n, 1)

@@ -35,7 +35,7 @@ import threading
 from typing import Any, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from .. import validate
+from .. import _validate as validate
 from ..errors import ConfigError
 from .base import Deduplicator
 

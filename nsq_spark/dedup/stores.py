@@ -51,10 +51,10 @@ import time
 from hashlib import blake2b
 from typing import Any, Callable, Iterable, Sequence
 
-from nsq_spark import validate
-from nsq_spark.addresses import parse_address
+from nsq_spark import _validate as validate
+from nsq_spark._addresses import parse_address
 from nsq_spark.errors import NSQError
-from nsq_spark.validate import MAX_SECONDS
+from nsq_spark._validate import MAX_SECONDS
 
 from ._redis import (CLAIM_PREFIX, LUA_CLAIM_KEYS_RELEASE, LUA_CLAIM_KEYS_RENEW, SCRIPT_BATCH,
                      claim_value, run_on_keys)
@@ -683,6 +683,6 @@ class MemcachedDeduplicator(PicklableBySpec):
 
 
 def _mc_address(addr: str | tuple[str, int]) -> tuple[str, int]:
-    """The one address rule (:mod:`nsq_spark.addresses`) for the memcached server."""
+    """The one address rule (:mod:`nsq_spark._addresses`) for the memcached server."""
     host, port = parse_address(addr, "MemcachedDeduplicator client", "127.0.0.1:11211")
     return (host, port)

@@ -10,7 +10,7 @@ explicitly, and in local mode also gives the workers this interpreter when
     nsq_spark.spark.register(spark)
 
 Options: :mod:`nsq_spark.spark.options`. Spool protocol and guarantees:
-:mod:`nsq_spark.spark.spool`. What each pyspark version supports:
+:mod:`nsq_spark.spark._spool`. What each pyspark version supports:
 :mod:`nsq_spark.spark._compat`; a feature the running one lacks is refused when the query
 starts with :class:`SparkVersionError`, naming the version it needs. The source's lag
 as numbers, for a ``StreamingQueryListener``: :func:`source_lag`

@@ -138,15 +138,15 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter,  # noqa: 
                                     DataSourceReader, DataSourceStreamReader,
                                     InputPartition, WriterCommitMessage)
 
-from .admission import (NO_LIMITS, Limits, TopicPlan, hold_back,  # noqa: E402
+from ._admission import (NO_LIMITS, Limits, TopicPlan, hold_back,  # noqa: E402
                         plan_topics, task_shares)
-from .available_now import AvailableNow  # noqa: E402
-from .offset import OFFSET_VERSION, BatchOffset  # noqa: E402
-from .admission import split_shares  # noqa: E402,F401 (its old home: kept importable)
-from .logs import configure as configure_logging  # noqa: E402
-from .logs import task_rows  # noqa: E402
+from ._available_now import AvailableNow  # noqa: E402
+from ._offset import OFFSET_VERSION, BatchOffset  # noqa: E402
+from ._admission import split_shares  # noqa: E402,F401 (its old home: kept importable)
+from ._logs import configure as configure_logging  # noqa: E402
+from ._logs import task_rows  # noqa: E402
 from .options import parse_read_options, parse_write_options  # noqa: E402
-from .schema import SCHEMA_DDL  # noqa: E402
+from ._schema import SCHEMA_DDL  # noqa: E402
 
 log = get_logger(__name__)
 
@@ -214,7 +214,7 @@ class NSQPartition(InputPartition):
 
 def _subscription(opts: Any) -> Any:
     """The query's topics and the driver's :class:`~.backlog.Nsqds` of each."""
-    from .backlog import Nsqds, Subscription
+    from ._backlog import Nsqds, Subscription
 
     def nsqds(topic: str) -> Nsqds:
         return Nsqds(topic, opts.channel, opts.nsqd_tcp_addresses, opts.nsqd_http_addresses,
@@ -237,17 +237,17 @@ def partitions_of(query: str, batch: int, plans: Sequence[TopicPlan],
 
 class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     def __init__(self, options: Mapping[str, str]) -> None:
-        from .spool import normalize_spool_path
+        from ._spool import normalize_spool_path
 
         self.opts = parse_read_options(options, streaming=True)
         configure_logging(self.opts.log_level)  # this process runs latestOffset, commit
         self._log = log.bind(topic=self.opts.topic, channel=self.opts.channel)
         assert self.opts.spool_path is not None
         if self.opts.dedup:
-            from .filters import check_dedup_spec
+            from ._filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         self.spool_path = normalize_spool_path(self.opts.spool_path)
         # in each offset planned: a restart with another spoolPath is named as such
@@ -287,7 +287,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     # -- driver ------------------------------------------------------------------------
 
     def _spool(self, query: str) -> Any:
-        from .spool import Spool
+        from ._spool import Spool
 
         return Spool(self.spool_path, query)
 
@@ -407,7 +407,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
 
     def _log_backlog(self, now: float) -> None:
         """INFO: the backlog when it changed, or every BACKLOG_LOG_EVERY seconds."""
-        from .backlog import combine
+        from ._backlog import combine
 
         measured = combine(self._current_measurements())
         if measured is None:
@@ -449,7 +449,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         first batch is planned (so every batch in the offsets log had it), and for an
         older query (offsets without ``v``) at its first trigger here, so that from then
         on a deleted spool is seen."""
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         if start.marked and start.batch > 0:
             return OFFSET_VERSION
@@ -465,7 +465,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         """For the query's progress (``sources[].latestOffset``): the latest offset with
         the topics, channel, backlog, redeliveries dropped and the flat numbers of
         :mod:`.progress` (see the module doc)."""
-        from .backlog import combine
+        from ._backlog import combine
         from .progress import lag_fields
 
         if self._latest is None:
@@ -528,7 +528,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         again, with a warning. A batch from the checkpoint may have FINished its messages
         into the deleted spool: SparkSpoolError, rather than a silent loss."""
         from nsq_spark.errors import SparkSpoolError
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         if spool.has_query_marker():
             return
@@ -569,7 +569,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
         in their place (:mod:`.spool`, step 8). A SparkSpoolError naming the batch and the
         spool, as for a deleted spool."""
         from nsq_spark.errors import SparkSpoolError
-        from nsq_spark.validate import redact_url
+        from nsq_spark._validate import redact_url
 
         batch = end.batch
         if spool.batch_exists(batch) or not spool.was_started(batch):
@@ -601,7 +601,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
             self._prune_seen(spool, batch)
 
     def _prune_seen(self, spool: Any, batch: int) -> None:
-        from .seen import SeenIndex
+        from ._seen import SeenIndex
 
         index = SeenIndex(spool)
         try:
@@ -635,7 +635,7 @@ class NSQStreamReader(DataSourceStreamReader, TriggerAvailableNowBase):
     # -- executors -----------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .fetch import fetch_stream_partition
+        from ._fetch import fetch_stream_partition
 
         assert isinstance(partition, NSQPartition)
         topic = partition.topic or self.opts.topic
@@ -702,7 +702,7 @@ class NSQBatchReader(DataSourceReader):
         self.opts = parse_read_options(options, streaming=False)
         configure_logging(self.opts.log_level)
         if self.opts.dedup:
-            from .filters import check_dedup_spec
+            from ._filters import check_dedup_spec
 
             check_dedup_spec(self.opts.dedup)
 
@@ -716,7 +716,7 @@ class NSQBatchReader(DataSourceReader):
         return partitions_of("batch-read", 0, plans)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .fetch import fetch_batch_partition
+        from ._fetch import fetch_batch_partition
 
         assert isinstance(partition, NSQPartition) and partition.share
         topic = partition.topic or self.opts.topic

@@ -16,7 +16,7 @@ Spark's Kafka source. Every problem is reported at query start, in one error tha
 the option and says how to fix it: an unknown option names the closest known one, an
 option that only works with another one (its row's ``needs``) says which, two that
 exclude each other say so. Addresses follow the one address rule
-(:mod:`nsq_spark.addresses`); numbers the one number rule (:mod:`nsq_spark.validate`:
+(:mod:`nsq_spark._addresses`); numbers the one number rule (:mod:`nsq_spark._validate`:
 integers where an integer is meant, finite, in range, the option named in the error).
 The ``repr`` of the parsed options never shows the AUTH secret, nor a password or secret
 key inside a URI (``dedup``, ``spoolPath``).
@@ -48,9 +48,9 @@ from typing import Any, Mapping
 from nsq_spark._options import Given, Option, OptionTable, parse_duration
 from nsq_spark.config import CONNECTION as CONNECTION_CONFIG
 from nsq_spark.errors import ConfigError
-from nsq_spark.validate import MAX_SECONDS, SECONDS_OR_ZERO, Limit, redact_options
+from nsq_spark._validate import MAX_SECONDS, SECONDS_OR_ZERO, Limit, redact_options
 
-from .seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
+from ._seen import DEFAULT_MAX_IDS, DEFAULT_WINDOW
 
 __all__ = ["NSQOptionError", "ReadOptions", "WriteOptions", "parse_read_options",
            "parse_write_options"]
@@ -127,10 +127,10 @@ def _pattern(value: str, param: str) -> str:
 
 
 def _addresses(http: bool) -> Any:
-    """A comma-separated address list, by the one address rule (:mod:`nsq_spark.addresses`);
+    """A comma-separated address list, by the one address rule (:mod:`nsq_spark._addresses`);
     ``http``: lookupd's, ``host:port`` or an ``http(s)://`` URL, kept as given."""
     def parse(value: str, param: str) -> list[str]:
-        from nsq_spark.addresses import parse_address_list, parse_http_address, split_list
+        from nsq_spark._addresses import parse_address_list, parse_http_address, split_list
         from nsq_spark.errors import InvalidAddressError
 
         try:
@@ -151,7 +151,7 @@ def _addresses(http: bool) -> Any:
 def _log_level(value: str, param: str) -> str:
     """Python's name of the level (without the option: the worker's environment variable,
     else WARN: see :mod:`.logs`)."""
-    from .logs import LEVELS, parse_level
+    from ._logs import LEVELS, parse_level
 
     level = parse_level(value)
     if level is None:

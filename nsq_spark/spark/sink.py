@@ -118,9 +118,9 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
     """nsqd TCP addresses to publish to: given, or every nsqd the lookupds know."""
     if opts.nsqd_tcp_addresses:
         return list(opts.nsqd_tcp_addresses)
-    from nsq_spark.addresses import strip_userinfo
+    from nsq_spark._addresses import strip_userinfo
     from nsq_spark.admin.errors import AdminError
-    from nsq_spark.lookupd import lookup_sync, producer_address
+    from nsq_spark._lookupd import lookup_sync, producer_address
 
     found: set[str] = set()
     for addr in opts.lookupd_http_addresses:
@@ -145,7 +145,7 @@ def nsqd_addresses(opts: WriteOptions) -> list[str]:
 
 def default_producer(opts: WriteOptions) -> Any:
     """The task's Producer: the options' addresses, retries, publish ids and replicas."""
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     return Producer(nsqd_addresses(opts), max_tries=opts.retries,
                     publish_ids=opts.publish_ids, replicas=opts.replicas,

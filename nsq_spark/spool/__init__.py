@@ -10,7 +10,7 @@ The promise: **what ``publish()`` accepted is delivered to nsqd or stays on disk
 retried, unless nsqd itself refused that message for a reason a retry cannot fix** -- a
 bad topic, a body empty, too big or malformed, a defer out of range: nsqd's
 ``E_BAD_TOPIC``, ``E_BAD_MESSAGE``, ``E_BAD_BODY``, ``E_INVALID`` answered to
-PUB/MPUB/DPUB (the rule is :func:`nsq_spark.spool.drain.refused`). Such a message goes to
+PUB/MPUB/DPUB (the rule is :func:`nsq_spark.spool._drain.refused`). Such a message goes to
 ``rejected/``, is counted in ``stats()["rejected"]`` (never in ``acked``), is handed to
 ``on_rejected``, makes the next :meth:`Producer.flush` return False, and comes back with
 :meth:`Producer.redrive` or ``nsq-spark spool redrive DIR`` once the cause is fixed.
@@ -144,7 +144,7 @@ context (``Telemetry(trace_context=True)``, see :mod:`nsq_spark.telemetry`);
 :func:`open_traced_envelope` returns the trace context too.
 
 The code, in three parts (none imports the Producer; a spooling Producer's transport,
-:class:`nsq_spark.publish.spooled.SpooledTransport`, composes a store and a drain):
+:class:`nsq_spark._publish.spooled.SpooledTransport`, composes a store and a drain):
 
 ``format.py``  records, framing, the message-id envelope, the spool's errors (sans-IO)
 ``store.py``   segment files: append, claim, batches, watermarks, locks, fork safety
@@ -152,12 +152,12 @@ The code, in three parts (none imports the Producer; a spooling Producer's trans
                them, and the spool's rule of what nsqd refused for good (:func:`refused`)
 """
 
-from .drain import REFUSAL_CODES, Sender, SpoolDrain, refused
-from .format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, TRACED_ENVELOPE_MAGIC, Decoded,
+from ._drain import REFUSAL_CODES, Sender, SpoolDrain, refused
+from ._format import (DIGEST_SIZE, ENVELOPE_MAGIC, MAGIC, TRACED_ENVELOPE_MAGIC, Decoded,
                      Opened, SpoolDirectoryError, SpoolError, SpoolFullError,
                      by_envelope_digest, decode_records, encode_record, open_envelope,
                      open_traced_envelope, read_segment, wrap_envelope)
-from .store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment, Redriven,
+from ._store import (FSYNC_ALWAYS, FSYNC_NEVER, Batch, CorruptSegment, Redriven,
                     SegmentStore, SpoolStats, redrive)
 
 __all__ = [

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
-from ..addresses import parse_address
+from .._addresses import parse_address
 from ..errors import ConfigError
 from .processes import DEFAULT_START_TIMEOUT, HarnessError, ServerProcess, free_port
 from ._binaries import TOXIPROXY_VERSION, InstallError, cache_bin_dir, reports_version, run_go

@@ -26,7 +26,7 @@ class ReaderRunner:
     def start(self, topic: str, channel: str, message_handler: Any = None, *,
               reader_class: Any = None, **kwargs: Any) -> Any:
         from nsq_spark._loop import LoopThread
-        from nsq_spark.consumer.reader import Reader
+        from nsq_spark._consumer.reader import Reader
 
         cls = reader_class or Reader
         thread = LoopThread(name=f"test-reader-{topic}-{channel}")

@@ -10,9 +10,8 @@ import urllib.request
 from collections import Counter
 from typing import Any, Callable
 
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing import publish as mpub
-from reader_helpers import channel_stats
 
 T, C = "chaos", "zero_loss"
 
@@ -61,7 +60,7 @@ class PacedPublisher:
 
 def drained(cluster: Any, topic: str = T, channel: str = C) -> bool:
     """nsqd 0 holds nothing more for ``channel``: no depth, nothing in flight or deferred."""
-    c = channel_stats(cluster, 0, topic, channel)
+    c = cluster.nsqds[0].channel_stats(topic, channel)
     return bool(c) and not (c["depth"] or c["in_flight_count"] or c["deferred_count"])
 
 
@@ -98,7 +97,7 @@ def assert_zero_loss(want: set[bytes], counts: Counter[bytes], what: str,
     duplicates = sum(n - 1 for n in counts.values())
     extra = ""
     if cluster is not None:
-        c = channel_stats(cluster, 0, T, C)
+        c = cluster.nsqds[0].channel_stats(T, C)
         extra = (f", nsqd timeouts {c.get('timeout_count')}, requeues "
                  f"{c.get('requeue_count')}, depth {c.get('depth')}, in flight "
                  f"{c.get('in_flight_count')}")

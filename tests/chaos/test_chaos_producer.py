@@ -16,8 +16,8 @@ import pytest
 
 from chaos_helpers import C, T, assert_zero_loss, bodies, consume, create_channel
 from nsq_spark.errors import NSQError, NSQTimeoutError
-from nsq_spark.producer import Producer
-from nsq_spark.consumer.reader import Reader
+from nsq_spark import Producer
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing.chaos import inject_periodically
 
 pytestmark = [pytest.mark.chaos, pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(60)]

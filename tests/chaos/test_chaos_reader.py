@@ -14,7 +14,7 @@ import pytest
 
 from chaos_helpers import (C, T, PacedPublisher, assert_zero_loss, bodies, consume,
                            create_channel, drained)
-from nsq_spark.consumer.reader import Reader
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing.chaos import inject_periodically
 
 pytestmark = [pytest.mark.chaos, pytest.mark.nsqd, pytest.mark.slow, pytest.mark.timeout(60)]

@@ -16,8 +16,8 @@ import pytest
 
 from chaos_helpers import C, T, assert_zero_loss, bodies, consume, create_channel
 from conn_tls_helpers import auth_server, make_certs
-from nsq_spark.producer import Producer
-from nsq_spark.consumer.reader import Reader
+from nsq_spark import Producer
+from nsq_spark._consumer.reader import Reader
 from nsq_spark.testing import NSQCluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.nsqd, pytest.mark.timeout(90)]

@@ -19,7 +19,7 @@ A second query on the same cluster reads a topic replicated on three nsqds
 destroyed mid-stream (SIGKILL, its data directory removed: its copies are gone for good)
 and an executor is SIGKILLed, as above. Every publish must be exactly one row, counted
 by publish id: the copies on the other nsqds are read, the copies of one publish are one
-row (:mod:`nsq_spark.spark.copies`), their tickets on the S3 spool.
+row (:mod:`nsq_spark.spark._copies`), their tickets on the S3 spool.
 
 The wheel, the S3 server, the master and the workers are started once for the module
 (each test runs its own driver, an application of its own).
@@ -342,7 +342,7 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, standalone):
     # count lags a batch behind)
     from pyarrow import fs as pafs
 
-    from nsq_spark.spark.seen import parse_index_name
+    from nsq_spark.spark._seen import parse_index_name
 
     index = [parse_index_name(i.base_name) for i in cluster.s3().get_file_info(
         pafs.FileSelector("spool/nsq", recursive=True)) if "/_seen/" in i.path]
@@ -356,7 +356,7 @@ def test_standalone_cluster_executor_killed_mid_stream(nsq_cluster, standalone):
 @pytest.mark.nsq_cluster(nsqd=3, lookupd=1, msg_timeout="10s")
 def test_a_replicated_topic_with_an_nsqd_destroyed_and_an_executor_killed(
         nsq_cluster, standalone):
-    from nsq_spark.publish.producer import Producer
+    from nsq_spark._publish.producer import Producer
 
     cluster = standalone
     topic, channel = "cluster_copies", "spark"

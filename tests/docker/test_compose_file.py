@@ -21,8 +21,7 @@ import pytest
 import yaml
 
 from nsq_spark import testing
-from nsq_spark.testing import cluster
-from reader_helpers import wait_for
+from nsq_spark.testing import cluster, wait_until
 
 COMPOSE = Path(__file__).resolve().parents[2] / "integration" / "docker-compose.yml"
 IMAGE_LINE = "${NSQ_IMAGE:-%s}" % testing.DEFAULT_IMAGE
@@ -107,7 +106,7 @@ def test_compose_file_commands_run_and_register():
             with urllib.request.urlopen(f"http://{lk_http}/nodes", timeout=2) as resp:
                 return {p["tcp_port"] for p in json.loads(resp.read())["producers"]}
 
-        wait_for(lambda: registered() == nsqd_ports, 10, "both nsqd registered with lookupd")
+        wait_until(lambda: registered() == nsqd_ports, 10, "both nsqd registered with lookupd")
         admin_http = _flag(argvs["nsqadmin"], "http-address")[0]
         with urllib.request.urlopen(f"http://{admin_http}/api/nodes", timeout=5) as resp:
             assert {n["tcp_port"] for n in json.loads(resp.read())["nodes"]} == nsqd_ports

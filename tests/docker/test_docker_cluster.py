@@ -9,10 +9,9 @@ import urllib.request
 
 import pytest
 
-from nsq_spark.producer import Producer
-from nsq_spark.consumer.reader import Reader
-from nsq_spark.testing import HarnessError, NSQCluster, docker_client, docker_leftovers
-from reader_helpers import channel_stats, mpub, wait_for
+from nsq_spark import Producer
+from nsq_spark._consumer.reader import Reader
+from nsq_spark.testing import HarnessError, NSQCluster, docker_client, docker_leftovers, publish, wait_until
 
 pytestmark = [pytest.mark.nsqd]
 
@@ -47,19 +46,19 @@ def test_reader_reads_10000_through_lookupd_from_two_nsqd_containers_and_none_is
             "nsqd0", "nsqd1", "nsqlookupd0"]
         assert all(c.attrs["HostConfig"]["NetworkMode"] == "host" for c in containers)
         sent = [b"m-%05d" % i for i in range(10_000)]
-        mpub(cluster.nsqd_http_addresses[0], topic, sent[:5000])
-        mpub(cluster.nsqd_http_addresses[1], topic, sent[5000:])
+        publish(cluster.nsqd_http_addresses[0], topic, sent[:5000])
+        publish(cluster.nsqd_http_addresses[1], topic, sent[5000:])
         lookupd = cluster.lookupd_http_addresses[0]
-        wait_for(lambda: len(_lookup_producers(lookupd, topic)) == 2, 10,
-                 "both nsqd containers registered the topic with lookupd")
+        wait_until(lambda: len(_lookup_producers(lookupd, topic)) == 2, 10,
+                   "both nsqd containers registered the topic with lookupd")
         with Reader(topic, channel, lookupd_http_addresses=cluster.lookupd_http_addresses,
                     max_in_flight=2000) as reader:
             seen = _read_all(reader, len(sent), timeout=60)
         assert seen == collections.Counter(sent)  # every message once, from both nsqd
         for i in range(2):
-            wait_for(lambda: channel_stats(cluster, i, topic, channel).get("depth") == 0
-                     and channel_stats(cluster, i, topic, channel).get("in_flight_count") == 0,
-                     10, f"nsqd{i} drained")
+            wait_until(lambda: cluster.nsqds[i].channel_stats(topic, channel).get("depth") == 0
+                       and cluster.nsqds[i].channel_stats(topic, channel).get("in_flight_count") == 0,
+                       10, f"nsqd{i} drained")
     client = docker_client()
     try:
         assert client.containers.list(all=True, filters=selector) == []
@@ -89,7 +88,7 @@ def test_killed_nsqd_container_restarts_with_its_disk_queue(docker_nsq_cluster):
     cluster = docker_nsq_cluster
     topic = "docker_restart"
     sent = [b"d-%03d" % i for i in range(200)]
-    mpub(cluster.nsqd_http_addresses[0], topic, sent)
+    publish(cluster.nsqd_http_addresses[0], topic, sent)
     tcp_before = cluster.nsqd_tcp_addresses[0]
     cluster.kill(0)
     assert not cluster.nsqds[0].running
@@ -112,16 +111,16 @@ def test_reader_keeps_reading_across_an_nsqd_container_killed_and_started_again(
     before = [b"b-%03d" % i for i in range(200)]
     after = [b"a-%03d" % i for i in range(200)]
     for i in range(2):
-        mpub(cluster.nsqd_http_addresses[i], topic, before[i::2])
+        publish(cluster.nsqd_http_addresses[i], topic, before[i::2])
     lookupd = cluster.lookupd_http_addresses[0]
-    wait_for(lambda: len(_lookup_producers(lookupd, topic)) == 2, 10, "topic on both nsqd")
+    wait_until(lambda: len(_lookup_producers(lookupd, topic)) == 2, 10, "topic on both nsqd")
     with Reader(topic, "c", lookupd_http_addresses=cluster.lookupd_http_addresses,
                 max_in_flight=400, lookupd_poll_interval=1, reconnect_initial=0.2,
                 reconnect_max=1) as reader:
         assert _read_all(reader, len(before), timeout=30) == collections.Counter(before)
         cluster.kill(0)  # SIGKILL the container under a connected Reader
         cluster.restart(0)
-        mpub(cluster.nsqd_http_addresses[0], topic, after)
+        publish(cluster.nsqd_http_addresses[0], topic, after)
         assert _read_all(reader, len(after), timeout=30) == collections.Counter(after)
 
 

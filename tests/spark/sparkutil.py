@@ -34,17 +34,11 @@ def build_session(app: str = "nsq-spark-tests", extra: dict[str, str] | None = N
 
 
 def http_mpub(http_address: str, topic: str, bodies: list[bytes]) -> None:
-    """Publish with nsqd's HTTP /mpub (binary mode), 5000 bodies per request."""
-    import urllib.request
+    """Publish with nsqd's HTTP /mpub (binary mode), 5000 bodies per request: the plugin's
+    :func:`nsq_spark.testing.publish`, under the name these tests use."""
+    from nsq_spark.testing import publish
 
-    for start in range(0, len(bodies), 5000):
-        part = bodies[start:start + 5000]
-        data = len(part).to_bytes(4, "big") + b"".join(
-            len(b).to_bytes(4, "big") + b for b in part)
-        req = urllib.request.Request(
-            f"http://{http_address}/mpub?topic={topic}&binary=true", data=data)
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            assert resp.read().strip() == b"OK"
+    publish(http_address, topic, list(bodies))
 
 
 def channel_counts(node, topic: str, channel: str) -> dict[str, int]:

@@ -1,8 +1,8 @@
 """The Reader stand-ins of the Spark unit tests (the fetch task's, and the least thing
 the reader cache holds), in a module of its own so that tests/test_typing.py checks them
 with ``mypy --strict`` against the ports they stand in for
-(:class:`~nsq_spark.spark.fetch_task.ReaderPort`, and the reader cache's
-:class:`~nsq_spark.spark.reader_cache.Pausable`); a stand-in that drifts fails there."""
+(:class:`~nsq_spark.spark._fetch_task.ReaderPort`, and the reader cache's
+:class:`~nsq_spark.spark._reader_cache.Pausable`); a stand-in that drifts fails there."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Iterable, Sequence
 
 from nsq_spark.message import Message
 from nsq_spark.protocol import FrameDecoder, MessageBlock, encode_message_frame
-from nsq_spark.spark.fetch_task import ReaderPort
-from nsq_spark.spark.reader_cache import Pausable
+from nsq_spark.spark._fetch_task import ReaderPort
+from nsq_spark.spark._reader_cache import Pausable
 
 __all__ = ["Addr", "Paused", "StandInReader", "as_pausable"]
 

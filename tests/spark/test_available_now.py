@@ -1,4 +1,4 @@
-"""Trigger.AvailableNow's plan (``nsq_spark.spark.available_now``): it never plans beyond
+"""Trigger.AvailableNow's plan (``nsq_spark.spark._available_now``): it never plans beyond
 its target, never plans backwards, always ends; then the stream reader driven through a
 whole run with fakes of its port (no Spark session, no sockets)."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.spark.available_now import DONE, AvailableNow, Next
+from nsq_spark.spark._available_now import DONE, AvailableNow, Next
 
 from topic_fakes import fake_reader  # tests/spark: typed, checked by mypy
 

@@ -12,7 +12,7 @@ pytest.importorskip("numpy")
 
 from nsq_spark.protocol import (FRAME_TYPE_RESPONSE, FrameDecoder,  # noqa: E402
                                 MessageBlock, encode_frame, encode_message_frame)
-from nsq_spark.spark.schema import arrow_schema, blocks_to_batch, messages_to_batch  # noqa: E402
+from nsq_spark.spark._schema import arrow_schema, blocks_to_batch, messages_to_batch  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

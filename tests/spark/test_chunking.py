@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsq_spark.spark.chunking import Action, ChunkPlanner, Step, body_bytes
+from nsq_spark.spark._chunking import Action, ChunkPlanner, Step, body_bytes
 
 pytestmark = pytest.mark.unit
 

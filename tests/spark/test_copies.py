@@ -1,4 +1,4 @@
-"""The order of copies (nsq_spark.spark.copies) without Spark or sockets: the rule, the
+"""The order of copies (nsq_spark.spark._copies) without Spark or sockets: the rule, the
 tickets, and any interleaving of the file steps of 2-4 fetch tasks -- with crashes and
 retries -- giving each publish id exactly one row, the same on every replay."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.spark.copies import (COPIES_DIR, CopyOrder, Ticket, decode_ticket,
+from nsq_spark.spark._copies import (COPIES_DIR, CopyOrder, Ticket, decode_ticket,
                                     encode_ticket, keep_mask, parse_marker, parse_ticket)
-from nsq_spark.spark.seen import PID_DTYPE, IdSet
-from nsq_spark.spark.spool import SpoolFenced, _FS
+from nsq_spark.spark._seen import PID_DTYPE, IdSet
+from nsq_spark.spark._spool import SpoolFenced, _FS
 
 pytestmark = pytest.mark.unit
 
@@ -145,7 +145,7 @@ def test_a_committed_batch_gets_no_ticket(tmp_path):
 
 
 def test_a_marker_left_by_a_dead_task_is_waited_for_at_most_the_timeout(tmp_path):
-    from nsq_spark.spark.copies import CHOOSING_TIMEOUT
+    from nsq_spark.spark._copies import CHOOSING_TIMEOUT
 
     fs, d = _FS(str(tmp_path)), batch_dir(str(tmp_path))
     clock = Clock()
@@ -328,7 +328,7 @@ def published(n: int, nsqd: int, start: int = 0) -> list:
 def run(o, spool, batch, index, queue, log, share=None, fail_after_gets=None):
     import sys
 
-    from nsq_spark.spark.fetch import fetch_stream_partition
+    from nsq_spark.spark._fetch import fetch_stream_partition
 
     sys.path.insert(0, os.path.dirname(__file__))
     from stand_in_reader import StandInReader
@@ -352,7 +352,7 @@ def fetch_opts(tmp_path, **kw):
 
 
 def test_copies_in_two_partitions_and_two_batches_are_one_row_and_all_finished(tmp_path):
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     o, spool = fetch_opts(tmp_path), Spool(str(tmp_path), "q")
     spool.write_marker(1)
@@ -378,7 +378,7 @@ def test_copies_in_two_partitions_and_two_batches_are_one_row_and_all_finished(t
 
 
 def test_a_task_that_dies_after_spooling_copies_is_resumed_with_the_same_rows(tmp_path):
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     o, spool = fetch_opts(tmp_path), Spool(str(tmp_path), "q")
     spool.write_marker(1)
@@ -399,7 +399,7 @@ def test_a_task_that_dies_after_spooling_copies_is_resumed_with_the_same_rows(tm
 
 
 def test_with_drop_copies_off_every_copy_is_a_row(tmp_path):
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     o, spool = fetch_opts(tmp_path, dropCopies="false"), Spool(str(tmp_path), "q")
     spool.write_marker(1)

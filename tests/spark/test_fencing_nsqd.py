@@ -16,10 +16,10 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from nsq_spark.spark.fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
+from nsq_spark.spark._fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.spool import Spool, SpoolFenced  # noqa: E402
-from reader_helpers import assert_drained, channel_stats, mpub, wait_for  # noqa: E402
+from nsq_spark.spark._spool import Spool, SpoolFenced  # noqa: E402
+from nsq_spark.testing import publish, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
 
@@ -29,7 +29,7 @@ TOPIC, CHANNEL = "fenced", "c"
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0, msg_timeout="3s")
 def test_an_attempt_that_outlives_its_batch_fins_nothing(nsq_cluster, tmp_path):
     published = [b"z-%04d" % i for i in range(500)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], TOPIC, published)
+    publish(nsq_cluster.nsqd_http_addresses[0], TOPIC, published)
     opts = parse_read_options({
         "topic": TOPIC, "channel": CHANNEL, "maxInFlight": "200",
         "nsqdTcpAddresses": nsq_cluster.nsqd_tcp_addresses[0], "spoolPath": str(tmp_path),
@@ -63,8 +63,8 @@ def test_an_attempt_that_outlives_its_batch_fins_nothing(nsq_cluster, tmp_path):
     assert held and held[0] > 0 and fins == [] and rows == []
     assert not os.path.exists(spool.batch_dir(3)), os.listdir(tmp_path / "q")
     # nsqd has every message back (requeued on close; at worst after msg_timeout 3 s)
-    wait_for(lambda: (c := channel_stats(nsq_cluster, 0, TOPIC, CHANNEL))
-             and c["depth"] == 500 and c["in_flight_count"] == 0, 10, "all 500 back")
+    wait_until(lambda: (c := nsq_cluster.nsqds[0].channel_stats(TOPIC, CHANNEL))
+               and c["depth"] == 500 and c["in_flight_count"] == 0, 10, "all 500 back")
     # an attempt that starts after the commit does not even connect
     with pytest.raises(SpoolFenced, match="committed"):
         list(fetch_stream_partition(opts, spool, 3, 1, None,
@@ -74,4 +74,4 @@ def test_an_attempt_that_outlives_its_batch_fins_nothing(nsq_cluster, tmp_path):
     got = [b for rb in fetch_stream_partition(opts, spool, 4, 0, None, marker=marker)
            for b in rb.column("body").to_pylist()]
     assert collections.Counter(got) == collections.Counter(published)
-    assert_drained(nsq_cluster, TOPIC, CHANNEL)
+    nsq_cluster.wait_drained(TOPIC, CHANNEL)

@@ -11,11 +11,11 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-import nsq_spark.spark.fetch as fetch  # noqa: E402
-import nsq_spark.spark.fetch_task as fetch_task  # noqa: E402
+import nsq_spark.spark._fetch as fetch  # noqa: E402
+import nsq_spark.spark._fetch_task as fetch_task  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.spool import Spool  # noqa: E402
-from reader_helpers import assert_drained, channel_stats, mpub  # noqa: E402
+from nsq_spark.spark._spool import Spool  # noqa: E402
+from nsq_spark.testing import publish  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
 
@@ -33,7 +33,7 @@ def test_chunks_are_cut_at_the_starved_window(nsq_cluster, tmp_path, monkeypatch
     # nsqd's first window of 100 messages and ends short.
     monkeypatch.setattr(fetch_task, "FLUSH_INTERVAL", 3600.0)
     sent = [b"body-%d" % i for i in range(N)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], T, sent)
     opts = parse_read_options({
         "topic": T, "channel": C, "nsqdTcpAddresses": nsq_cluster.nsqd_tcp_addresses[0],
         "maxInFlight": "1000", "spoolPath": str(tmp_path), "idleTimeout": "1",
@@ -62,6 +62,6 @@ def test_chunks_are_cut_at_the_starved_window(nsq_cluster, tmp_path, monkeypatch
     assert done is not None and (done.chunks, done.rows) == (len(sizes), N)
 
     # every message FINished once the task ended; none left to time out
-    assert_drained(nsq_cluster, T, C)
-    c = channel_stats(nsq_cluster, 0, T, C)
+    nsq_cluster.wait_drained(T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert c["message_count"] == N and c["requeue_count"] == 0 and c["timeout_count"] == 0

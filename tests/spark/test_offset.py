@@ -1,4 +1,4 @@
-"""The stream source's offset (``nsq_spark.spark.offset``): every form ever written reads
+"""The stream source's offset (``nsq_spark.spark._offset``): every form ever written reads
 back and is written back byte for byte, a round trip is the identity, every older form
 of a batch gives the same tasks, and anything else is a typed error naming the fix. Then
 the stream reader writes today's form and restarts from each older one, with fakes of
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nsq_spark.errors import NSQError, SparkCheckpointError
-from nsq_spark.spark.admission import TopicPlan
-from nsq_spark.spark.offset import OFFSET_VERSION, BatchOffset
+from nsq_spark.spark._admission import TopicPlan
+from nsq_spark.spark._offset import OFFSET_VERSION, BatchOffset
 from nsq_spark.spark.options import NSQOptionError
 
 from topic_fakes import fake_reader  # tests/spark: typed, checked by mypy

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from nsq_spark.spark.fetch import fetch_stream_partition
-from nsq_spark.spark.fetch_task import ReaderLease, ReaderPort
+from nsq_spark.spark._fetch import fetch_stream_partition
+from nsq_spark.spark._fetch_task import ReaderLease, ReaderPort
 from nsq_spark.spark.options import NSQOptionError, ReadOptions, parse_read_options
-from nsq_spark.spark.reader_cache import CachedReaders, Pausable, cache_key
-from nsq_spark.spark.spool import Spool
+from nsq_spark.spark._reader_cache import CachedReaders, Pausable, cache_key
+from nsq_spark.spark._spool import Spool
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stand_in_reader import Paused, StandInReader, as_pausable  # noqa: E402
@@ -257,8 +257,8 @@ def test_pausable_is_what_a_reader_port_gives():
 def test_timings_go_to_the_observers_only(tmp_path, monkeypatch):
     import json
 
-    from nsq_spark.spark import fetch_task
-    from nsq_spark.spark.fetch_task import observe_timings
+    from nsq_spark.spark import _fetch_task as fetch_task
+    from nsq_spark.spark._fetch_task import observe_timings
 
     seen: list[dict[str, float]] = []
     remove = observe_timings(seen.append)
@@ -285,7 +285,7 @@ def test_timings_go_to_the_observers_only(tmp_path, monkeypatch):
 
 
 def test_a_batch_read_takes_the_topic_and_stops_at_its_byte_share(tmp_path):
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
 
     o = dataclasses.replace(read_opts(tmp_path), spool_chunk_size=2)
     queue, log = make_messages(10), []

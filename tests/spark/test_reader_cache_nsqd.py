@@ -11,11 +11,11 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from nsq_spark.spark.fetch import fetch_stream_partition, observe_timings  # noqa: E402
+from nsq_spark.spark._fetch import fetch_stream_partition, observe_timings  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.reader_cache import readers  # noqa: E402
-from nsq_spark.spark.spool import Spool  # noqa: E402
-from reader_helpers import channel_stats, mpub, wait_for  # noqa: E402
+from nsq_spark.spark._reader_cache import readers  # noqa: E402
+from nsq_spark.spark._spool import Spool  # noqa: E402
+from nsq_spark.testing import publish, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(60)]
 
@@ -25,7 +25,7 @@ T, C = "cached_t", "cached_c"
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0)
 def test_the_next_batch_reuses_the_connected_reader(nsq_cluster, tmp_path):
     sent = [b"cached-%d" % i for i in range(30)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], T, sent)
+    publish(nsq_cluster.nsqd_http_addresses[0], T, sent)
     opts = parse_read_options({
         "topic": T, "channel": C, "nsqdTcpAddresses": nsq_cluster.nsqd_tcp_addresses[0],
         "maxInFlight": "100", "spoolPath": str(tmp_path), "idleTimeout": "1",
@@ -42,12 +42,12 @@ def test_the_next_batch_reuses_the_connected_reader(nsq_cluster, tmp_path):
         stop()
     assert sorted(got) == sorted(sent) and len(got) == len(set(got))
     assert [t["reused"] for t in timings] == [0, 1, 1]
-    c = channel_stats(nsq_cluster, 0, T, C)
+    c = nsq_cluster.nsqds[0].channel_stats(T, C)
     assert len(c["clients"]) == 1  # one connection for the three batches, kept
     assert c["requeue_count"] == 0 and c["in_flight_count"] == 0
     readers().close_all()
-    wait_for(lambda: not channel_stats(nsq_cluster, 0, T, C)["clients"], 10,
-             "the cached Reader closed")
+    wait_until(lambda: not nsq_cluster.nsqds[0].channel_stats(T, C)["clients"], 10,
+               "the cached Reader closed")
 
 
 @pytest.mark.nsq_cluster(nsqd=1, lookupd=0, msg_timeout="4s")
@@ -57,7 +57,7 @@ def test_the_idle_timeout_is_bounded_by_the_msg_timeout_nsqd_negotiated(nsq_clus
     assumed (nsqd's default 60 s, so readerCacheIdleTimeout=20 is accepted): the Reader is
     kept idle for at most 2 s, half of what nsqd negotiated, and its held messages go back
     before nsqd would time them out."""
-    mpub(nsq_cluster.nsqd_http_addresses[0], "short_t", [b"s-%d" % i for i in range(5)])
+    publish(nsq_cluster.nsqd_http_addresses[0], "short_t", [b"s-%d" % i for i in range(5)])
     opts = parse_read_options({
         "topic": "short_t", "channel": C, "nsqdTcpAddresses":
         nsq_cluster.nsqd_tcp_addresses[0], "spoolPath": str(tmp_path), "idleTimeout": "1",
@@ -73,10 +73,10 @@ def test_the_idle_timeout_is_bounded_by_the_msg_timeout_nsqd_negotiated(nsq_clus
         assert [c["msg_timeout"] for c in conns.values()] == [4000]
         assert entry.idle_timeout == 2.0
         # closed by the sweeper (not at 20 s): nsqd sees the client go
-        wait_for(lambda: not channel_stats(nsq_cluster, 0, "short_t", C)["clients"], 10,
-                 "the Reader closed after 2 s idle")
+        wait_until(lambda: not nsq_cluster.nsqds[0].channel_stats("short_t", C)["clients"], 10,
+                   "the Reader closed after 2 s idle")
         assert not len(cache)
     finally:
         cache.close_all()
-    c = channel_stats(nsq_cluster, 0, "short_t", C)
+    c = nsq_cluster.nsqds[0].channel_stats("short_t", C)
     assert c["timeout_count"] == 0 and c["in_flight_count"] == 0

@@ -10,11 +10,11 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from nsq_spark.spark.fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
+from nsq_spark.spark._fetch import default_reader_factory, fetch_stream_partition  # noqa: E402
 from nsq_spark.spark.options import parse_read_options  # noqa: E402
-from nsq_spark.spark.seen import SeenIndex  # noqa: E402
-from nsq_spark.spark.spool import Spool  # noqa: E402
-from reader_helpers import assert_drained, mpub  # noqa: E402
+from nsq_spark.spark._seen import SeenIndex  # noqa: E402
+from nsq_spark.spark._spool import Spool  # noqa: E402
+from nsq_spark.testing import publish  # noqa: E402
 
 pytestmark = [pytest.mark.nsqd, pytest.mark.timeout(120)]
 
@@ -41,7 +41,7 @@ def dropped(spool, batch):
 def test_fins_lost_with_a_task_come_back_and_are_dropped(nsq_cluster, tmp_path):
     topic = "lost_fin"
     first = [b"a-%04d" % i for i in range(600)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, first)
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, first)
     opts = read_opts(nsq_cluster, tmp_path, topic)
     spool = Spool(str(tmp_path), "q")
 
@@ -54,7 +54,7 @@ def test_fins_lost_with_a_task_come_back_and_are_dropped(nsq_cluster, tmp_path):
     assert sorted(fetch(opts, spool, 1, fins_lost)) == first
     # nsqd sends the 600 again under their ids (requeued when the connection closed)
     later = [b"b-%04d" % i for i in range(100)]
-    mpub(nsq_cluster.nsqd_http_addresses[0], topic, later)
+    publish(nsq_cluster.nsqd_http_addresses[0], topic, later)
     assert sorted(fetch(opts, spool, 2)) == later
     assert dropped(spool, 2) == 600
-    assert_drained(nsq_cluster, topic, "c")  # the redeliveries were FINished
+    nsq_cluster.wait_drained(topic, "c")  # the redeliveries were FINished

@@ -1,4 +1,4 @@
-"""The redelivery index (nsq_spark.spark.seen) without Spark or sockets: the id keys, the
+"""The redelivery index (nsq_spark.spark._seen) without Spark or sockets: the id keys, the
 set, the pruning rule, and a fetch task dropping what an earlier batch, another partition
 of the same batch, or an earlier attempt of the same partition already spooled."""
 
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.spark.fetch import fetch_stream_partition
+from nsq_spark.spark._fetch import fetch_stream_partition
 from nsq_spark.spark.options import NSQOptionError, parse_read_options
-from nsq_spark.spark.seen import (IdSet, IndexFile, SeenIndex, first_copies, id_keys,
+from nsq_spark.spark._seen import (IdSet, IndexFile, SeenIndex, first_copies, id_keys,
                                   parse_index_name, to_prune)
-from nsq_spark.spark.spool import Spool
+from nsq_spark.spark._spool import Spool
 
 sys.path.insert(0, os.path.dirname(__file__))
 from stand_in_reader import StandInReader  # noqa: E402
@@ -60,7 +60,7 @@ def test_keys_of_a_slice_and_of_a_filtered_batch_are_those_rows():
 def test_the_fast_decoding_of_a_chunk_s_ids_agrees_with_the_digit_by_digit_one(ids):
     """bytes.fromhex over the whole column, or the rows one by one: the same keys, and an
     id with a space or a letter past f is no key either way (fromhex skips spaces)."""
-    from nsq_spark.spark.seen import _decode
+    from nsq_spark.spark._seen import _decode
 
     keys, valid = id_keys(pa.array(ids, pa.string()))
     for i, one in enumerate(ids):
@@ -76,7 +76,7 @@ def test_the_fast_decoding_of_a_chunk_s_ids_agrees_with_the_digit_by_digit_one(i
 def test_a_column_of_one_nsqd_is_told_apart_from_one_of_several(addresses):
     """The nsqd tags of a chunk: one tag for a column of one address (no hash table),
     else a tag per row -- the same tags either way."""
-    from nsq_spark.spark.seen import _address_tag, _one_value, nsqd_tags
+    from nsq_spark.spark._seen import _address_tag, _one_value, nsqd_tags
 
     col = pa.array(addresses, pa.string())
     one = _one_value(col)
@@ -93,7 +93,7 @@ def test_a_column_of_one_nsqd_is_told_apart_from_one_of_several(addresses):
 def test_one_sort_gives_the_first_copies_and_the_sorted_pairs_of_a_chunk(rows, seen):
     """The gate's one sort per chunk: the keep mask of first_copies_by and the (nsqd, id)
     pairs sorted, whether the chunk comes from one nsqd or several."""
-    from nsq_spark.spark.seen import KeySet, _first_copies_sorted, sorted_pairs
+    from nsq_spark.spark._seen import KeySet, _first_copies_sorted, sorted_pairs
 
     nsqds = np.array([t for t, _ in rows], np.uint64)
     keys = np.array([k for _, k in rows], np.uint64)
@@ -260,7 +260,7 @@ def test_with_a_window_of_0_nothing_is_remembered(tmp_path):
 
 def test_commit_prunes_index_files_past_the_window(tmp_path):
     from nsq_spark.spark.datasource import NSQStreamReader
-    from nsq_spark.spark.offset import BatchOffset
+    from nsq_spark.spark._offset import BatchOffset
 
     spool = Spool(str(tmp_path), "q")
     log: list = []
@@ -282,8 +282,8 @@ def test_commit_prunes_index_files_past_the_window(tmp_path):
 
 
 def test_a_peer_chunk_being_written_is_read_at_a_later_cut(tmp_path):
-    from nsq_spark.spark.schema import messages_to_batch
-    from nsq_spark.spark.seen import Redeliveries
+    from nsq_spark.spark._schema import messages_to_batch
+    from nsq_spark.spark._seen import Redeliveries
 
     spool = Spool(str(tmp_path), "q")
     peer = spool.partition(7, 1)
@@ -301,8 +301,8 @@ def test_a_peer_chunk_being_written_is_read_at_a_later_cut(tmp_path):
 
 
 def test_peers_read_the_keys_file_and_fall_back_to_the_chunk(tmp_path):
-    from nsq_spark.spark.schema import messages_to_batch
-    from nsq_spark.spark.seen import Redeliveries
+    from nsq_spark.spark._schema import messages_to_batch
+    from nsq_spark.spark._seen import Redeliveries
 
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q")
@@ -326,8 +326,8 @@ def test_ids_are_compared_within_one_topic_only(tmp_path):
     """nsqd numbers each topic's messages itself, so two topics of one query hold the
     same ids: neither an earlier batch of another topic nor a peer partition of another
     topic makes a row a 'redelivery'; the same topic still does."""
-    from nsq_spark.spark.schema import messages_to_batch
-    from nsq_spark.spark.seen import Redeliveries, SeenIndex, topic_tag
+    from nsq_spark.spark._schema import messages_to_batch
+    from nsq_spark.spark._seen import Redeliveries, SeenIndex, topic_tag
 
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q")
@@ -355,7 +355,7 @@ def test_ids_are_compared_within_one_topic_only(tmp_path):
 def test_index_files_without_a_topic_tag_are_taken_for_no_topic(tmp_path):
     import numpy as np
 
-    from nsq_spark.spark.seen import SeenIndex, parse_index_name, topic_tag
+    from nsq_spark.spark._seen import SeenIndex, parse_index_name, topic_tag
 
     spool = Spool(str(tmp_path), "q")
     index = SeenIndex(spool)
@@ -376,9 +376,9 @@ def test_ids_are_compared_within_one_nsqd_only(tmp_path):
     import pyarrow as pa
 
     from nsq_spark.message import Message
-    from nsq_spark.spark.schema import messages_to_batch
-    from nsq_spark.spark.seen import Redeliveries, SeenIndex
-    from nsq_spark.spark.spool import _ipc_bytes
+    from nsq_spark.spark._schema import messages_to_batch
+    from nsq_spark.spark._seen import Redeliveries, SeenIndex
+    from nsq_spark.spark._spool import _ipc_bytes
 
     class At:
         def __init__(self, address):

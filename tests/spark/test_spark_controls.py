@@ -1,5 +1,5 @@
 """Kafka's controls on the ``nsq`` source, and its lag as numbers: the pure planner
-(:mod:`nsq_spark.spark.admission`), the options, the driver with fakes of its nsqd port
+(:mod:`nsq_spark.spark._admission`), the options, the driver with fakes of its nsqd port
 (no sockets, no Spark), and :func:`nsq_spark.spark.progress.source_lag`.
 
 The driver reads a finished batch's numbers with ``Spool.batch_summary``: the tests that
@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsq_spark.spark.admission import (Limits, TopicPlan, apportion, hold_back, plan_topics,
+from nsq_spark.spark._admission import (Limits, TopicPlan, apportion, hold_back, plan_topics,
                                        split_shares, task_shares)
-from nsq_spark.spark.backlog import Backlog, Counts, Paused, TopicBacklog, combine
+from nsq_spark.spark._backlog import Backlog, Counts, Paused, TopicBacklog, combine
 from nsq_spark.spark.options import NSQOptionError, parse_read_options
 from nsq_spark.spark.progress import BatchNumbers, SourceLag, lag_fields, source_lag, source_lags
-from nsq_spark.spark.spool import BatchSummary
+from nsq_spark.spark._spool import BatchSummary
 
 pytestmark = pytest.mark.unit
 
@@ -480,7 +480,7 @@ class Unreachable(FakeTopic):
 
 def test_a_query_on_several_topics_starts_while_one_of_them_answers(caplog):
     from nsq_spark.errors import ConnectError
-    from nsq_spark.spark.backlog import Subscription
+    from nsq_spark.spark._backlog import Subscription
 
     handles: dict[str, TopicBacklog] = {"a": Unreachable(), "b": FakeTopic(3)}
     sub = Subscription(("a", "b"), None, [], ["127.0.0.1:1"], lambda t: handles[t])

@@ -33,7 +33,7 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> None:
 
 
 def listed(cluster, topic: str) -> bool:
-    from nsq_spark.spark.backlog import list_topics
+    from nsq_spark.spark._backlog import list_topics
 
     return topic in list_topics(cluster.lookupd_http_addresses, [])[0]
 
@@ -182,7 +182,7 @@ def test_a_listener_gets_the_lag_as_numbers(spark, nsq_cluster, tmp_path):
 def fetch_takes_max_bytes() -> bool:
     import inspect
 
-    from nsq_spark.spark.fetch import fetch_stream_partition
+    from nsq_spark.spark._fetch import fetch_stream_partition
 
     return "max_bytes" in inspect.signature(fetch_stream_partition).parameters
 

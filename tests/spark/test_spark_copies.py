@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from nsq_spark.publish.producer import Producer
+from nsq_spark._publish.producer import Producer
 from nsq_spark.testing import wait_until
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -176,7 +176,7 @@ def test_driver_and_nsqd_killed_mid_stream(spark, nsq_cluster, tmp_path):
     twice = {b: n for b, n in bodies.items() if n > 1}
     assert not twice, f"{len(twice)} bodies more than once, e.g. {sorted(twice)[:5]}"
     assert len({r["id"] for r in rows}) == len(rows) == 130_000
-    from nsq_spark.spark.seen import parse_index_name
+    from nsq_spark.spark._seen import parse_index_name
 
     kept = [parse_index_name(os.path.basename(n))
             for n in glob.glob(str(tmp_path / "spool" / "*" / "_seen" / "*"))]

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from nsq_spark.dedup import NEW, ClaimState, RedisDeduplicator
-from nsq_spark.spark.fetch import fetch_batch_partition, fetch_stream_partition
-from nsq_spark.spark.spool import Spool
+from nsq_spark.spark._fetch import fetch_batch_partition, fetch_stream_partition
+from nsq_spark.spark._spool import Spool
 from nsq_spark.testing import wait_until
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -198,7 +198,7 @@ def test_batch_fetch_idle_timeout_counts_from_subscription(nsq_cluster):
     read's fetch. nsqd is frozen (SIGSTOP) for a second after the fetch starts, so
     connecting takes longer than idleTimeout. (The fetch task itself, without Spark: in a
     Spark job the driver's /stats call would wait for nsqd first.)"""
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
     from nsq_spark.spark.options import parse_read_options
 
     node = nsq_cluster.nsqds[0]

@@ -3,7 +3,7 @@
 Spark cancels the batch's tasks and kills the Python worker of a task that has not
 ended 2-4 s later; nsqd keeps what a killed worker held in flight until its msg_timeout
 (60 s here). A fetch task hands Spark what it holds at least every ``HEARTBEAT``
-(:mod:`nsq_spark.spark.fetch_task`), so it learns of the cancel and closes its Reader,
+(:mod:`nsq_spark.spark._fetch_task`), so it learns of the cancel and closes its Reader,
 which requeues the rest, before the kill. The test stops a query in the middle of a large
 batch and asks nsqd: nothing in flight long before the 60 s, no message timed out, and
 every message either read by the query (spooled and FINished: the batch is not

@@ -14,10 +14,10 @@ import pytest
 
 from nsq_spark.message import Message
 from nsq_spark.spark.datasource import split_shares
-from nsq_spark.spark.fetch import fetch_stream_partition
+from nsq_spark.spark._fetch import fetch_stream_partition
 from nsq_spark.spark.options import NSQOptionError, parse_read_options, parse_write_options
 from nsq_spark.spark.sink import _slices
-from nsq_spark.spark.spool import Spool, SpoolConflict
+from nsq_spark.spark._spool import Spool, SpoolConflict
 
 from stand_in_reader import Addr, StandInReader  # tests/spark: typed, checked by mypy
 
@@ -112,9 +112,9 @@ def test_write_options():
 
 @pytest.mark.parametrize("failure", ["tls", "not_http", "unreachable"])
 def test_the_sink_skips_a_lookupd_that_fails_with_any_admin_error(failure, monkeypatch):
-    import nsq_spark.lookupd
+    import nsq_spark._lookupd
     from nsq_spark.admin import AdminTLSError, NodeUnreachableError, UnexpectedAnswerError
-    from nsq_spark.lookupd import ProducerInfo
+    from nsq_spark._lookupd import ProducerInfo
     from nsq_spark.spark.sink import nsqd_addresses
 
     error = {"tls": AdminTLSError("GET https://bad:4161/nodes: certificate verify failed"),
@@ -127,7 +127,7 @@ def test_the_sink_skips_a_lookupd_that_fails_with_any_admin_error(failure, monke
             raise error[failure]
         return [ProducerInfo("10.0.0.1", 4150, 4151, None, None)]
 
-    monkeypatch.setattr(nsq_spark.lookupd, "lookup_sync", lookup_sync)
+    monkeypatch.setattr(nsq_spark._lookupd, "lookup_sync", lookup_sync)
     opts = parse_write_options({"lookupdHttpAddresses": "bad:4161,good:4161"})
     assert nsqd_addresses(opts) == ["10.0.0.1:4150"]
 
@@ -211,7 +211,7 @@ def test_chunk_conflict_requeues(tmp_path):
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q3")
     part = spool.partition(5, 0)
-    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark._schema import messages_to_batch
 
     queue, log = make_messages(2), []
     # a racing attempt writes chunk 0 between this attempt's listing and its write
@@ -229,7 +229,7 @@ def test_chunk_conflict_requeues(tmp_path):
 
 
 def test_messages_to_batch_schema():
-    from nsq_spark.spark.schema import arrow_schema, messages_to_batch
+    from nsq_spark.spark._schema import arrow_schema, messages_to_batch
 
     rb = messages_to_batch(make_messages(3), "t", "c")
     assert rb.schema == arrow_schema()
@@ -240,7 +240,7 @@ def test_messages_to_batch_schema():
 
 
 def test_dedup_option_needs_a_shared_store():
-    from nsq_spark.spark.fetch import check_dedup_spec
+    from nsq_spark.spark._fetch import check_dedup_spec
 
     with pytest.raises(NSQOptionError, match="'dedup'.*shared store"):
         check_dedup_spec("memory://opposite?size=1000")
@@ -424,7 +424,7 @@ def test_committed_batches_leave_no_directory_behind(tmp_path):
 
 
 def test_lookupd_records_carry_the_http_port():
-    from nsq_spark.lookupd import parse_lookup_response, parse_producer_records
+    from nsq_spark._lookupd import parse_lookup_response, parse_producer_records
 
     body = ('{"channels":["a"],"producers":[{"broadcast_address":"10.0.0.1","tcp_port":4150,'
             '"http_port":4151},{"broadcast_address":"::1","tcp_port":4250,"http_port":4251},'
@@ -529,7 +529,7 @@ def test_available_now_reads_a_finished_batchs_spool_summary_once(tmp_path, monk
     from one read of the batch's spool (a listdir and one _COMPLETE per partition)."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._spool import Spool
 
     reads: list[int] = []
     real = Spool.batch_summary
@@ -650,7 +650,7 @@ def test_an_old_query_without_the_marker_is_not_refused_and_gets_one(tmp_path):
 
 
 def test_an_attempt_whose_batch_is_committed_meanwhile_never_fins_nor_recreates(tmp_path):
-    from nsq_spark.spark.spool import SpoolFenced
+    from nsq_spark.spark._spool import SpoolFenced
 
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q11")
@@ -678,7 +678,7 @@ def test_an_attempt_whose_batch_is_committed_meanwhile_never_fins_nor_recreates(
 
 
 def test_an_attempt_whose_partition_another_sealed_never_fins(tmp_path):
-    from nsq_spark.spark.spool import SpoolFenced
+    from nsq_spark.spark._spool import SpoolFenced
 
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q12")
@@ -703,7 +703,7 @@ def test_an_attempt_whose_partition_another_sealed_never_fins(tmp_path):
 def test_the_completing_attempt_takes_in_chunks_another_wrote_before_the_seal(tmp_path):
     """Two live attempts: B wrote (and FINished) a chunk after A's last one; A seals, so
     B FINishes nothing more, and A's result holds B's chunk instead of dropping it."""
-    from nsq_spark.spark.schema import messages_to_batch
+    from nsq_spark.spark._schema import messages_to_batch
 
     o = read_opts(tmp_path)
     spool = Spool(str(tmp_path), "q13")
@@ -738,7 +738,7 @@ def test_a_sealed_partition_whose_sealer_died_is_completed_without_fetching(tmp_
 def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypatch):
     from pyspark import TaskContext
 
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
 
     # TaskContext() installs itself as the process's context: clear the slot through
     # monkeypatch first, so that teardown puts None back (a context left behind makes
@@ -761,7 +761,7 @@ def test_speculation_is_refused_in_the_task_before_connecting(tmp_path, monkeypa
 
 
 def test_old_completion_records_stay_readable_and_a_batch_sums_its_partitions(tmp_path):
-    from nsq_spark.spark.spool import BatchSummary, Completion
+    from nsq_spark.spark._spool import BatchSummary, Completion
 
     spool = Spool(str(tmp_path), "q16")
     old = spool.partition(1, 0)

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from nsq_spark.publish.producer import Producer
+from nsq_spark._publish.producer import Producer
 from nsq_spark.spark.instrument import ProgressInstrument
 from nsq_spark.telemetry import Telemetry
 

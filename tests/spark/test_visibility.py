@@ -64,7 +64,7 @@ def test_paused_backlog_plans_no_batch_and_a_gone_nsqd_is_reported(tmp_path, cap
         n0, n1 = cluster.nsqds
         http_mpub(n0.http_address, topic, [b"a%d" % i for i in range(30)])
         http_mpub(n1.http_address, topic, [b"b%d" % i for i in range(20)])
-        from nsq_spark.spark.backlog import lookup_nsqd_http
+        from nsq_spark.spark._backlog import lookup_nsqd_http
 
         wait_for(lambda: len(lookup_nsqd_http(cluster.lookupd_http_addresses, topic)) == 2,
                  what="both nsqds registered for the topic")
@@ -142,7 +142,7 @@ def _on_nsqd(topic_depth: int, depth: int, in_flight: int, topic_paused: bool,
              channel_paused: bool):
     """One nsqd's answer as the admin model parses it, read for the backlog."""
     from nsq_spark.admin.model import ChannelStats, TopicStats
-    from nsq_spark.spark.backlog import NsqdBacklog
+    from nsq_spark.spark._backlog import NsqdBacklog
 
     channel = ChannelStats("spark", depth, 0, in_flight, 0, 0, 0, 0, 1, channel_paused)
     return NsqdBacklog(TopicStats("t", topic_depth, 0, 0, 0, topic_paused, (channel,)),
@@ -152,7 +152,7 @@ def _on_nsqd(topic_depth: int, depth: int, in_flight: int, topic_paused: bool,
 @pytest.mark.unit
 def test_an_nsqd_without_the_topic_or_the_channel_holds_what_its_topic_holds():
     from nsq_spark.admin.model import TopicStats
-    from nsq_spark.spark.backlog import Counts, NsqdBacklog
+    from nsq_spark.spark._backlog import Counts, NsqdBacklog
 
     assert NsqdBacklog(None, "spark").counts == Counts()
     no_channel = NsqdBacklog(TopicStats("t", 5, 0, 5, 0, False, ()), "spark")
@@ -224,7 +224,7 @@ def read_opts(address: str, streaming: bool = False, **extra: str):
 @pytest.mark.timeout(60)
 def test_a_refused_auth_is_the_batch_fetchs_error(secured_nsqd, certs):
     from nsq_spark.errors import SubscribeRefusedError
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
 
     addr = secured_nsqd.nsqd_tcp_addresses[0]
     wrong = "wrong-secret-91c4"
@@ -245,8 +245,8 @@ def test_a_tls_verification_failure_is_the_stream_fetchs_error(secured_nsqd, tmp
     """No tlsCaFile: the system's CAs do not know the test CA. A streaming task the
     driver planned (a share) fails with the cause instead of ending empty."""
     from nsq_spark.errors import SubscribeRefusedError
-    from nsq_spark.spark.fetch import fetch_stream_partition
-    from nsq_spark.spark.spool import Spool
+    from nsq_spark.spark._fetch import fetch_stream_partition
+    from nsq_spark.spark._spool import Spool
 
     addr = secured_nsqd.nsqd_tcp_addresses[0]
     opts = read_opts(addr, streaming=True, tlsV1="true", authSecret=SECRET,
@@ -263,7 +263,7 @@ def test_a_tls_verification_failure_is_the_stream_fetchs_error(secured_nsqd, tmp
 @pytest.mark.timeout(60)
 def test_a_refused_connection_is_the_batch_fetchs_error():
     from nsq_spark.errors import ConnectError, SubscribeRefusedError
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
     from nsq_spark.testing import free_port
 
     addr = f"127.0.0.1:{free_port()}"  # nothing listens there
@@ -278,7 +278,7 @@ def test_a_refused_connection_is_the_batch_fetchs_error():
 def test_an_unreachable_dedup_store_is_a_typed_error_naming_the_option(nsq_cluster):
     pytest.importorskip("redis")
     from nsq_spark.errors import DedupStoreError
-    from nsq_spark.spark.fetch import fetch_batch_partition
+    from nsq_spark.spark._fetch import fetch_batch_partition
     from nsq_spark.testing import free_port
 
     node = nsq_cluster.nsqds[0]
@@ -298,7 +298,7 @@ def test_an_unreachable_dedup_store_is_a_typed_error_naming_the_option(nsq_clust
 
 LOG_SCRIPT = """
 import logging, sys
-from nsq_spark.spark import logs
+from nsq_spark.spark import _logs as logs
 if sys.argv[1] == "root":
     logging.basicConfig(format="ROOT %(message)s")  # the user owns root: lines go there
 logs.configure("INFO")

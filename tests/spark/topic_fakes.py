@@ -1,4 +1,4 @@
-"""A fake of the stream driver's :class:`~nsq_spark.spark.backlog.TopicBacklog` port (one
+"""A fake of the stream driver's :class:`~nsq_spark.spark._backlog.TopicBacklog` port (one
 topic's nsqds) without sockets, and a reader whose topics are such fakes. Typed: mypy
 checks it against the port (tests/test_typing.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsq_spark.spark.backlog import Backlog, TopicBacklog
+from nsq_spark.spark._backlog import Backlog, TopicBacklog
 
 if TYPE_CHECKING:
     from nsq_spark.spark.datasource import NSQStreamReader
