@@ -125,12 +125,22 @@ class ConsumerInstrument:
 
     def message_handler(self, f: Callable[..., Any], coroutine: bool) -> Callable[..., Any]:
         """``f(message)`` inside a ``process <topic>`` span, its duration recorded."""
+        return self._traced(f, coroutine, lambda m: [m])
+
+    def batch_handler(self, g: Callable[..., Any], coroutine: bool) -> Callable[..., Any]:
+        """``g(messages)`` inside one ``process <topic>`` span linked to every producer."""
+        return self._traced(g, coroutine, list)
+
+    def _traced(self, f: Callable[..., Any], coroutine: bool,
+                messages: Callable[[Any], list["Message"]]) -> Callable[..., Any]:
+        """``f(arg)`` inside a ``process <topic>`` span linked to ``messages(arg)``'s
+        producers; a handler's False (requeue) is the span's outcome."""
         name = f"process {self.where.topic}"
         if coroutine:
-            async def traced_coroutine(m: "Message") -> Any:
-                span, attrs, start = self._begin(name, [m])
+            async def traced_coroutine(arg: Any) -> Any:
+                span, attrs, start = self._begin(name, messages(arg))
                 try:
-                    r = await self._within(span, f, m)
+                    r = await self._within(span, f, arg)
                 except BaseException as exc:
                     self._finish(span, attrs, start, exc)
                     raise
@@ -138,42 +148,16 @@ class ConsumerInstrument:
                 return r
             return traced_coroutine
 
-        def traced(m: "Message") -> Any:
-            span, attrs, start = self._begin(name, [m])
+        def traced(arg: Any) -> Any:
+            span, attrs, start = self._begin(name, messages(arg))
             try:
-                r = self._within_sync(span, f, m)
+                r = self._within_sync(span, f, arg)
             except BaseException as exc:
                 self._finish(span, attrs, start, exc)
                 raise
             self._finish(span, attrs, start, "requeued" if r is False else None)
             return r
         return traced
-
-    def batch_handler(self, g: Callable[..., Any], coroutine: bool) -> Callable[..., Any]:
-        """``g(messages)`` inside one ``process <topic>`` span linked to every producer."""
-        name = f"process {self.where.topic}"
-        if coroutine:
-            async def traced_batch_coroutine(msgs: list["Message"]) -> Any:
-                span, attrs, start = self._begin(name, msgs)
-                try:
-                    r = await self._within(span, g, msgs)
-                except BaseException as exc:
-                    self._finish(span, attrs, start, exc)
-                    raise
-                self._finish(span, attrs, start, "requeued" if r is False else None)
-                return r
-            return traced_batch_coroutine
-
-        def traced_batch(msgs: list["Message"]) -> Any:
-            span, attrs, start = self._begin(name, msgs)
-            try:
-                r = self._within_sync(span, g, msgs)
-            except BaseException as exc:
-                self._finish(span, attrs, start, exc)
-                raise
-            self._finish(span, attrs, start, "requeued" if r is False else None)
-            return r
-        return traced_batch
 
     def _within_sync(self, span: "Span", call: Callable[[Any], Any], arg: Any) -> Any:
         # the span is the current one while the handler runs: its own spans nest under it

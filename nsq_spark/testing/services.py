@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import tempfile
 from pathlib import Path
+from typing import Callable, Self
 
 from .processes import (DEFAULT_START_TIMEOUT, ServerProcess, find_binary, free_port,
                         start_with_port_retry)
@@ -22,51 +23,49 @@ def _tcp_connectable(port: int) -> bool:
         return False
 
 
-class RedisServer(ServerProcess):
+class _ThrowawayServer(ServerProcess):
+    """One server on a free port in a directory of its own (removed with it, unless the
+    caller gave one), started by ``with`` and killed at its end."""
+
+    def __init__(self, name: str, workdir: Path | None,
+                 argv: Callable[[int, Path], list[str]]) -> None:
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix=f"nsq-spark-{name}-")
+        wd = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.port = free_port()
+        super().__init__(name, argv(self.port, wd), wd, None,
+                         lambda: _tcp_connectable(self.port))
+
+    def __enter__(self) -> Self:
+        start_with_port_retry(self, DEFAULT_START_TIMEOUT)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class RedisServer(_ThrowawayServer):
     """A throwaway redis-server on a free port, no persistence. ``url`` for clients."""
 
     def __init__(self, workdir: Path | None = None) -> None:
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="nsq-spark-redis-")
-        wd = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.port = free_port()
-        argv = [find_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(wd)]
-        super().__init__("redis-server", argv, wd, None, lambda: _tcp_connectable(self.port))
+        super().__init__("redis-server", workdir, lambda port, wd: [
+            find_binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(wd)])
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def __enter__(self) -> "RedisServer":
-        start_with_port_retry(self, DEFAULT_START_TIMEOUT)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-
-
-class MemcachedServer(ServerProcess):
+class MemcachedServer(_ThrowawayServer):
     """A throwaway memcached on a free port. ``address`` is ``(host, port)``."""
 
     def __init__(self, workdir: Path | None = None, memory_mb: int = 64) -> None:
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="nsq-spark-memcached-")
-        wd = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.port = free_port()
-        argv = [find_binary("memcached"), "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
-                "-m", str(memory_mb), "-u", "root"]
-        super().__init__("memcached", argv, wd, None, lambda: _tcp_connectable(self.port))
+        super().__init__("memcached", workdir, lambda port, wd: [
+            find_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0",
+            "-m", str(memory_mb), "-u", "root"])
 
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
-
-    def __enter__(self) -> "MemcachedServer":
-        start_with_port_retry(self, DEFAULT_START_TIMEOUT)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-        if self._tmp is not None:
-            self._tmp.cleanup()
