@@ -81,7 +81,7 @@ demo:
 # the recorded ones with their commands). Each also runs in its smallest form in the
 # suite (tests/test_bench_runs.py, which checks that this list names every one).
 BENCHES := backlog_poll consume copies decode dedup fetch_stages fetch_task latency \
-	nsqd_raw publish publish_spool sink spark spark_latency trace_column
+	nsqd_raw options publish publish_spool sink spark spark_latency trace_column
 bench: setup
 	set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(PY) -m bench.bench_$$b; done
 	echo "== cpu_publish_spool"; $(PY) bench/cpu_publish_spool.py .

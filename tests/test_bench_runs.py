@@ -40,10 +40,12 @@ SMALLEST = {
     "bench_publish_spool": ["--messages", "2000", "--single-messages", "200"],
     "bench_trace_column": ["--calls", "2", "--runs", "1"],
 }
-# run elsewhere: in the shared Spark session, or on the standalone cluster
+# run elsewhere: in the shared Spark session, on the standalone cluster, or beside the
+# rows they measure
 ELSEWHERE = {"bench_spark": "tests/spark/test_bench_spark.py",
              "bench_sink": "tests/spark/test_bench_spark.py",
-             "bench_spark_latency": "tests/test_bench_smoke.py"}
+             "bench_spark_latency": "tests/test_bench_smoke.py",
+             "bench_options": "tests/test_options_rows.py"}
 # not benchmarks: the interleaving tool, helpers the benchmarks import
 HELPERS = {"ab", "timings", "pyrate_source", "__init__"}
 
