@@ -31,6 +31,7 @@ SMALLEST = {
     "bench_copies": ["--publishes", "300", "--rounds", "1", "--warmup", "0"],
     "bench_decode": ["--frames", "2000", "--repeat", "1"],
     "bench_dedup": ["--smoke"],
+    "bench_driver_batch": ["--batches", "3", "--warmup", "1"],
     "bench_fetch_stages": ["--messages", "2000", "--rounds", "1", "--warmup", "0"],
     "bench_fetch_task": ["--rounds", "2", "--warmup", "1"],
     "bench_latency": ["--rates", "300", "--seconds", "0.5", "--warmup", "0.2"],
