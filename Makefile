@@ -80,7 +80,7 @@ demo:
 # Every benchmark, one after the other; each prints its figures (bench/RESULTS.md has
 # the recorded ones with their commands). Each also runs in its smallest form in the
 # suite (tests/test_bench_runs.py, which checks that this list names every one).
-BENCHES := backlog_poll consume copies decode dedup fetch_stages fetch_task latency \
+BENCHES := backlog_poll consume copies decode dedup driver_batch fetch_stages fetch_task latency \
 	nsqd_raw options publish publish_spool sink spark spark_latency trace_column
 bench: setup
 	set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(PY) -m bench.bench_$$b; done

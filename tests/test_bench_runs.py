@@ -32,6 +32,7 @@ SMALLEST = {
     "bench_copies": ["--publishes", "300", "--rounds", "1", "--warmup", "0"],
     "bench_decode": ["--frames", "2000", "--repeat", "1"],
     "bench_dedup": ["--smoke"],
+    "bench_driver_batch": ["--batches", "3", "--warmup", "1"],
     "bench_fetch_stages": ["--messages", "2000", "--rounds", "1", "--warmup", "0"],
     "bench_fetch_task": ["--rounds", "2", "--warmup", "1"],
     "bench_latency": ["--rates", "300", "--seconds", "0.5", "--warmup", "0.2"],
@@ -41,11 +42,12 @@ SMALLEST = {
     "bench_publish_spool": ["--messages", "2000", "--single-messages", "200"],
     "bench_trace_column": ["--calls", "2", "--runs", "1"],
 }
-# run elsewhere: in the shared Spark session, or on the standalone cluster
+# run elsewhere: in the shared Spark session, on the standalone cluster, or beside the
+# rows they measure
 ELSEWHERE = {"bench_spark": "tests/spark/test_bench_spark.py",
              "bench_sink": "tests/spark/test_bench_spark.py",
-             "bench_options": "tests/test_options_rows.py",
-             "bench_spark_latency": "tests/test_bench_smoke.py"}
+             "bench_spark_latency": "tests/test_bench_smoke.py",
+             "bench_options": "tests/test_options_rows.py"}
 # not benchmarks: the interleaving tool, helpers the benchmarks import
 HELPERS = {"ab", "timings", "pyrate_source", "__init__"}
 

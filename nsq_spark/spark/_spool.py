@@ -557,17 +557,14 @@ class Spool:
                 self.fs.remove(f"{self.batch_dir(b)}/{MARKER}")
                 self.fs.rmtree(self.batch_dir(b))
                 n += 1
-        # the records after the directories (step 8): also those a crash left behind
-        records = self.fs.join(self.query, STARTED)
-        names = self.fs.listdir(records)
-        gone = 0
-        for name in names:
+        # the records after the directories (step 8): also those a crash left behind. Their
+        # directory stays, empty, for the query's life: made again for every batch it cost
+        # a mkdir, an rmdir and a durable entry (an fsync of the query's directory) per
+        # batch, of the driver's six fsyncs per batch (bench/bench_driver_batch.py)
+        for name in self.fs.listdir(self.fs.join(self.query, STARTED)):
             m = _BATCH_RE.match(name)
             if m and int(m.group(1)) <= batch:
                 self.fs.remove(self.started_record(int(m.group(1))))
-                gone += 1
-        if names and gone == len(names):  # the driver alone writes here, one call at a time
-            self.fs.rmtree(records)
         return n
 
     # -- the batches handed out (step 8) -------------------------------------------------

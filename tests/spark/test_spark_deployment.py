@@ -85,11 +85,14 @@ def test_a_new_channel_reads_what_is_published_after_the_query_starts(
     assert collections.Counter(bodies_of(rows)) == collections.Counter(published)
     # a clean stop leaves no batch spool behind (no batch, no batch marker): only the
     # query's redelivery index, kept for redeliveryWindow past the commit, and its query
-    # marker, kept for the query's life (a restart tells a deleted spool by it)
+    # marker, kept for the query's life (a restart tells a deleted spool by it), and the
+    # batches' records' directory, empty
     left = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "spool") for f in fs + [""]]
     for query in os.listdir(tmp_path / "spool"):
-        assert sorted(os.listdir(tmp_path / "spool" / query)) in (
+        assert sorted(set(os.listdir(tmp_path / "spool" / query)) - {"_started"}) in (
             [], ["_QUERY"], ["_QUERY", "_seen"]), left
+        started = tmp_path / "spool" / query / "_started"
+        assert not started.exists() or not os.listdir(started), left
 
 
 # -- misconfiguration fails loudly --------------------------------------------------------------

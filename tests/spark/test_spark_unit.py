@@ -623,7 +623,8 @@ def test_a_batch_planned_but_never_started_is_no_false_alarm(tmp_path):
     # a stopped query keeps its directory, with its marker, whatever was committed
     first.commit(end)
     first._tidy(start["query"], 1)
-    assert os.listdir(tmp_path / "spool" / start["query"]) == ["_QUERY"]
+    assert sorted(os.listdir(tmp_path / "spool" / start["query"])) == ["_QUERY", "_started"]
+    assert os.listdir(tmp_path / "spool" / start["query"] / "_started") == []
 
 
 def test_a_spool_deleted_between_batches_of_a_running_driver_goes_on(tmp_path):
