@@ -72,6 +72,7 @@ import argparse
 import bisect
 import datetime
 import http.client
+import importlib
 import json
 import math
 import os
@@ -542,7 +543,12 @@ def run_config(spark: Any, source: str, rate: int, trigger: Trigger, args: Any,
     sink = _Sink(source)
     label = f"{source}_{rate}_{trigger.label}".replace(".", "_")
     if source == "nsq":
-        from nsq_spark.spark._backlog import create_channel
+        try:  # its path since 0.2.0; bench.ab runs this file against revisions before it
+            from nsq_spark.spark._backlog import create_channel
+        except ModuleNotFoundError as e:
+            if e.name != "nsq_spark.spark._backlog":
+                raise
+            create_channel = importlib.import_module("nsq_spark.spark.backlog").create_channel
 
         topic, channel = f"lat{index}_{label}", "spark"
         create_channel(nsqd.http_address, topic, channel)
