@@ -95,15 +95,9 @@ def test_speculation_fails_the_query_before_anything_is_read(spark, nsq_cluster,
     assert c["depth"] == 300 and c["in_flight"] == 0  # nothing was read, nothing lost
 
 
-def test_a_spool_deleted_while_the_query_was_stopped_fails_the_restart(
-        spark, nsq_cluster, tmp_path):
-    import shutil
-
-    node = nsq_cluster.nsqds[0]
-    topic = "spark_rm_spool"
-    http_mpub(node.http_address, topic, [b"d-%04d" % i for i in range(600)])
-    ckpt, spool = str(tmp_path / "ckpt"), str(tmp_path / "spool")
-
+def fail_the_first_batch(spark, node, topic, spool, ckpt):
+    """One AvailableNow run whose sink reads its first batch (400 messages FINished into
+    the spool) and then fails it: the checkpoint owes that batch."""
     def fail(df, batch_id):
         df.select("body").collect()
         raise RuntimeError("the sink fails batch %d" % batch_id)
@@ -113,6 +107,18 @@ def test_a_spool_deleted_while_the_query_was_stopped_fails_the_restart(
          .trigger(availableNow=True).start())
     with pytest.raises(Exception, match="the sink fails batch"):
         q.awaitTermination(120)
+
+
+def test_a_spool_deleted_while_the_query_was_stopped_fails_the_restart(
+        spark, nsq_cluster, tmp_path):
+    import shutil
+
+    node = nsq_cluster.nsqds[0]
+    topic = "spark_rm_spool"
+    http_mpub(node.http_address, topic, [b"d-%04d" % i for i in range(600)])
+    ckpt, spool = str(tmp_path / "ckpt"), str(tmp_path / "spool")
+
+    fail_the_first_batch(spark, node, topic, spool, ckpt)
     shutil.rmtree(spool)  # the operator's rm -rf while the query is stopped
     q = (source(spark, node, topic, spool).writeStream.format("noop")
          .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
@@ -139,15 +145,7 @@ def test_deleted_batch_directories_fail_the_restart(spark, nsq_cluster, tmp_path
     http_mpub(node.http_address, topic, [b"b-%04d" % i for i in range(600)])
     ckpt, spool = str(tmp_path / "ckpt"), str(tmp_path / "spool")
 
-    def fail(df, batch_id):
-        df.select("body").collect()
-        raise RuntimeError("the sink fails batch %d" % batch_id)
-
-    q = (source(spark, node, topic, spool, maxMessagesPerTrigger=400).writeStream
-         .foreachBatch(fail).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    with pytest.raises(Exception, match="the sink fails batch"):
-        q.awaitTermination(120)
+    fail_the_first_batch(spark, node, topic, spool, ckpt)
     depth = channel_counts(node, topic, "c")["depth"]
     assert depth == 200  # batch 1's 400 were FINished into its spool
     deleted = glob.glob(os.path.join(spool, "*", "batch-*"))
