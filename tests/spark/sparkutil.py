@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 
@@ -95,3 +99,61 @@ def print_dropped(query: Any) -> None:
                 reports.append(json.loads(latest) if isinstance(latest, str) else latest)
     if reports:
         print(f"DROPPED {reports[-1].get('redeliveriesDropped')}", flush=True)
+
+
+class ChildDriver:
+    """A Spark driver script of this folder run as a child in its own process group (its
+    JVM and Python workers with it, so that :meth:`kill` takes them all); its stdout and
+    stderr lines are collected by threads, each stdout line handed to :meth:`on_line`."""
+
+    def __init__(self, script: str, cfg: dict[str, Any]) -> None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, script), json.dumps(cfg)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **spark_env()},  # the driver finds the source by discovery
+            cwd=cfg["workdir"], start_new_session=True)
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        for stream, sink, each in ((self.proc.stdout, self.lines, self.on_line),
+                                   (self.proc.stderr, self.err, None)):
+            threading.Thread(target=self._pump, args=(stream, sink, each), daemon=True).start()
+
+    @staticmethod
+    def _pump(stream: Any, sink: list[str], each: Any) -> None:
+        for line in stream:
+            sink.append(line.rstrip("\n"))
+            if each is not None:
+                each(line)
+
+    def on_line(self, line: str) -> None:
+        """Called with each stdout line as it arrives."""
+
+    def wait_line(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [line for line in self.lines if line.startswith(prefix)]
+            if found:
+                return found[0]
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, f"no {prefix!r}: {self.output()}"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the driver with its whole process group (JVM, Python workers)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"driver did not finish in {timeout}s: {self.output()}")
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-20:] + [e for e in self.err
+                                             if "Error" in e or "error" in e][-30:])

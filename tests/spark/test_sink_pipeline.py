@@ -21,63 +21,24 @@ twice (the commit log refused it the first time), and ``idempotencyKeyColumn``.
 from __future__ import annotations
 
 import collections
-import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import discovery_problem, http_mpub, spark_env  # noqa: E402
+from sparkutil import ChildDriver, discovery_problem, http_mpub  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.nsqd]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class Driver:
-    """One child driver in its own process group; its stdout lines are collected."""
+class Driver(ChildDriver):
+    """``pipeline_driver.py`` as a child driver."""
 
     def __init__(self, cfg: dict) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "pipeline_driver.py"), json.dumps(cfg)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **spark_env()}, cwd=cfg["workdir"], start_new_session=True)
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        for stream, sink in ((self.proc.stdout, self.lines), (self.proc.stderr, self.err)):
-            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(stream, sink) -> None:
-        for line in stream:
-            sink.append(line.rstrip("\n"))
-
-    def wait_line(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [line for line in self.lines if line.startswith(prefix)]
-            if found:
-                return found[0]
-            assert self.proc.poll() is None, self.output()
-            assert time.monotonic() < deadline, f"no {prefix!r}: {self.output()}"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the driver with its process group (JVM, Python workers)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
-
-    def output(self) -> str:
-        return "\n".join(self.lines[-20:] + [e for e in self.err
-                                             if "Error" in e or "error" in e][-30:])
+        super().__init__("pipeline_driver.py", cfg)
 
 
 def read_deduplicated(runner, cluster, topic: str, redis_url: str, expect: int

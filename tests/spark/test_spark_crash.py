@@ -20,47 +20,30 @@ from __future__ import annotations
 
 import collections
 import glob
-import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import channel_counts, discovery_problem, http_mpub, spark_env  # noqa: E402
+from sparkutil import ChildDriver, channel_counts, discovery_problem, http_mpub  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.nsqd, pytest.mark.slow]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TOPIC, CHANNEL = "crash", "parquet"
 
 
-class Driver:
-    """One child Spark driver; its ``ROWS n`` lines are collected by a thread."""
+class Driver(ChildDriver):
+    """``crash_driver.py`` as a child driver; ``rows``: its latest ``ROWS n`` line."""
 
     def __init__(self, cfg: dict) -> None:
-        env = {**os.environ, **spark_env()}  # the driver finds the source by discovery
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "crash_driver.py"), json.dumps(cfg)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            cwd=cfg["workdir"], start_new_session=True)  # its own process group
         self.rows = 0
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines),
-                         daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.err),
-                         daemon=True).start()
+        super().__init__("crash_driver.py", cfg)
 
-    def _pump(self, stream, sink) -> None:
-        for line in stream:
-            sink.append(line.rstrip("\n"))
-            if line.startswith("ROWS "):
-                self.rows = int(line.split()[1])
+    def on_line(self, line: str) -> None:
+        if line.startswith("ROWS "):
+            self.rows = int(line.split()[1])
 
     def wait_rows(self, n: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -68,25 +51,6 @@ class Driver:
             assert self.proc.poll() is None, self.output()
             assert time.monotonic() < deadline, f"only {self.rows} rows: {self.output()}"
             time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the driver with its whole process group (JVM, Python workers)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"driver did not finish in {timeout}s: {self.output()}")
-
-    def output(self) -> str:
-        return "\n".join(self.lines[-20:] + [e for e in self.err
-                                             if "Error" in e or "error" in e][-30:])
 
 
 def total_counts(cluster) -> dict[str, int]:
