@@ -157,3 +157,41 @@ class ChildDriver:
     def output(self) -> str:
         return "\n".join(self.lines[-20:] + [e for e in self.err
                                              if "Error" in e or "error" in e][-30:])
+
+
+def read_deduplicated(runner: Any, cluster: Any, topic: str, redis_url: str, expect: int,
+                      channel: str = "downstream") -> tuple[list[bytes], int]:
+    """A consumer downstream of a sink: a Reader deduplicating by publish id in Redis (an
+    exact store a group of consumers shares; the in-process filter may forget a key
+    another overwrote, and let a copy through). The bodies its handler got, each with
+    its envelope opened, and the copies it dropped, once every message is answered."""
+    from nsq_spark.dedup import RedisDeduplicator
+
+    handled: list[bytes] = []
+
+    def handle(message: Any) -> bool:
+        assert message.publish_id is not None  # the envelope was opened
+        handled.append(bytes(message.body))
+        return True
+
+    # msg_timeout 5 s: a copy that arrives while its original is claimed and not yet
+    # committed is requeued for what is left of that claim's lease (the msg_timeout)
+    reader = runner.start(topic, channel, handle,
+                          nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
+                          dedup=RedisDeduplicator(redis_url, ttl=600),
+                          dedup_key="publish_id", max_in_flight=500, msg_timeout=5)
+    try:
+        def left() -> int:  # every message answered: handled, or dropped as a copy
+            return sum(sum(n.channel_stats(topic, channel).get(k, 1) for k in
+                           ("depth", "in_flight_count", "deferred_count"))
+                       for n in cluster.nsqds)
+
+        deadline = time.monotonic() + 60
+        while not (len(handled) >= expect and left() == 0):
+            assert time.monotonic() < deadline, f"{len(handled)} of {expect} handled"
+            time.sleep(0.05)
+        time.sleep(0.5)  # nothing more arrives
+        assert left() == 0
+        return list(handled), reader.duplicates
+    finally:
+        runner.stop(reader)

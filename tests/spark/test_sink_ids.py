@@ -10,7 +10,6 @@ hands it); that Spark's tasks see the micro-batch's ids is checked in
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from nsq_spark.envelope import open_body, publish_id_for, stamp  # noqa: E402
 from nsq_spark.spark.options import NSQOptionError, parse_write_options  # noqa: E402
 from nsq_spark.spark.sink import (ENVELOPE_OVERHEAD, WriteScope, publish_batches,  # noqa: E402
                                   task_scope)
+from sparkutil import read_deduplicated  # noqa: E402
 
 BASE = {"topic": "out", "nsqdTcpAddresses": "127.0.0.1:4150"}
 
@@ -158,39 +158,6 @@ def test_outside_a_spark_task_the_scope_is_the_write_id():
 # -- against real nsqds ------------------------------------------------------------------
 
 
-def read_each_once(runner: Any, cluster: Any, topic: str, expect: int, redis_url: str
-                   ) -> tuple[list[bytes], int]:
-    """A Reader deduplicating by publish id in Redis (an exact store: the in-process
-    filter may forget a key another overwrote, and let a copy through): the bodies its
-    handler got, and the copies it dropped."""
-    from nsq_spark.dedup import RedisDeduplicator
-
-    handled: list[bytes] = []
-
-    def handle(message: Any) -> bool:
-        assert message.publish_id is not None  # the envelope was opened
-        handled.append(bytes(message.body))
-        return True
-
-    reader = runner.start(topic, "check", handle,
-                          nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
-                          dedup=RedisDeduplicator(redis_url, ttl=600), dedup_key="publish_id",
-                          msg_timeout=5)
-    try:
-        def left() -> int:
-            return sum(sum(n.channel_stats(topic, "check").get(k, 1) for k in
-                           ("depth", "in_flight_count", "deferred_count"))
-                       for n in cluster.nsqds)
-
-        deadline = time.monotonic() + 60
-        while not (len(handled) >= expect and left() == 0):
-            assert time.monotonic() < deadline, f"{len(handled)} of {expect} handled"
-            time.sleep(0.05)
-        return handled, reader.duplicates
-    finally:
-        runner.stop(reader)
-
-
 @pytest.mark.nsqd
 @pytest.mark.nsq_cluster(nsqd=2, lookupd=0)
 def test_a_rerun_and_the_replicas_are_one_message_downstream(nsq_cluster, running_reader,
@@ -204,8 +171,8 @@ def test_a_rerun_and_the_replicas_are_one_message_downstream(nsq_cluster, runnin
     published = sum(n.stats("ids_out")["topics"][0]["message_count"]
                     for n in nsq_cluster.nsqds)
     assert published == 2 * 2 * len(rows)  # two runs, two replicas each
-    handled, dropped = read_each_once(running_reader, nsq_cluster, "ids_out", len(rows),
-                                      redis_server.url)
+    handled, dropped = read_deduplicated(running_reader, nsq_cluster, "ids_out",
+                                         redis_server.url, len(rows), channel="check")
     assert sorted(handled) == sorted(rows)  # "same" twice: two rows, two messages
     assert dropped == 3 * len(rows)
     # the body a consumer sees is the row's: the envelope is opened, not in the body

@@ -28,7 +28,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from sparkutil import ChildDriver, discovery_problem, http_mpub  # noqa: E402
+from sparkutil import ChildDriver, discovery_problem, http_mpub, read_deduplicated  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.nsqd]
 
@@ -39,41 +39,6 @@ class Driver(ChildDriver):
 
     def __init__(self, cfg: dict) -> None:
         super().__init__("pipeline_driver.py", cfg)
-
-
-def read_deduplicated(runner, cluster, topic: str, redis_url: str, expect: int
-                      ) -> tuple[list[bytes], int]:
-    """A second consumer: a Reader deduplicating by publish id in Redis (a store a group
-    of consumers shares). Its handler's bodies, and the copies it dropped."""
-    from nsq_spark.dedup import RedisDeduplicator
-
-    handled: list[bytes] = []
-
-    def handle(message) -> bool:
-        handled.append(bytes(message.body))
-        return True
-
-    # msg_timeout 5 s: a copy that arrives while its original is claimed and not yet
-    # committed is requeued for what is left of that claim's lease (the msg_timeout)
-    reader = runner.start(topic, "downstream", handle,
-                          nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
-                          dedup=RedisDeduplicator(redis_url, ttl=600),
-                          dedup_key="publish_id", max_in_flight=500, msg_timeout=5)
-    try:
-        def left() -> int:  # every message answered: handled, or dropped as a copy
-            return sum(sum(n.channel_stats(topic, "downstream").get(k, 1) for k in
-                           ("depth", "in_flight_count", "deferred_count"))
-                       for n in cluster.nsqds)
-
-        deadline = time.monotonic() + 60
-        while not (len(handled) >= expect and left() == 0):
-            assert time.monotonic() < deadline, f"{len(handled)} of {expect} handled"
-            time.sleep(0.05)
-        time.sleep(0.5)  # nothing more arrives
-        assert left() == 0
-        return list(handled), reader.duplicates
-    finally:
-        runner.stop(reader)
 
 
 @pytest.mark.slow
