@@ -254,3 +254,18 @@ def peak_rss_mib() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+class _Responder:
+    address = "127.0.0.1:4150"
+
+
+def message_blocks(bodies: list[bytes]) -> list[Any]:
+    """``bodies`` as nsqd frames (ids ``%016d`` of their index), decoded into the
+    MessageBlocks a Reader's block path gives."""
+    from nsq_spark.protocol import FrameDecoder, encode_message_frame
+
+    data = b"".join(encode_message_frame(b"%016d" % i, b, 1_700_000_000_000_000_000, 1)
+                    for i, b in enumerate(bodies))
+    got, _ = FrameDecoder(_Responder()).feed_blocks(data)
+    return list(got)

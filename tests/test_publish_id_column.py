@@ -12,7 +12,7 @@ pa = pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
 from nsq_spark import envelope  # noqa: E402
-from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
+from conn_helpers import message_blocks  # noqa: E402
 from nsq_spark.spark._schema import (arrow_schema, blocks_to_batch,  # noqa: E402
                                     messages_to_batch, open_envelopes)
 from nsq_spark.spark._seen import pid_keys  # noqa: E402
@@ -23,15 +23,7 @@ PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 PID = bytes(range(16))
 
 
-class Responder:
-    address = "127.0.0.1:4150"
-
-
-def blocks(bodies: list[bytes]):
-    data = b"".join(encode_message_frame(b"%016d" % i, b, 1_700_000_000_000_000_000, 1)
-                    for i, b in enumerate(bodies))
-    got, _ = FrameDecoder(Responder()).feed_blocks(data)
-    return got
+blocks = message_blocks
 
 
 def both(bodies: list[bytes]):

@@ -14,7 +14,7 @@ pytest.importorskip("numpy")
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
-from nsq_spark.protocol import FrameDecoder, encode_message_frame  # noqa: E402
+from conn_helpers import message_blocks  # noqa: E402
 from nsq_spark.spark.progress import lag_fields  # noqa: E402
 from nsq_spark.spark._schema import (SCHEMA_DDL, arrow_schema, blocks_to_batch,  # noqa: E402
                                     conform, messages_to_batch)
@@ -28,15 +28,7 @@ pytestmark = pytest.mark.unit
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-class Responder:
-    address = "127.0.0.1:4150"
-
-
-def blocks(bodies: list[bytes]):
-    data = b"".join(encode_message_frame(b"%016d" % i, b, 1_700_000_000_000_000_000, 1)
-                    for i, b in enumerate(bodies))
-    got, _ = FrameDecoder(Responder()).feed_blocks(data)
-    return got
+blocks = message_blocks
 
 
 def test_the_schema_ends_with_a_nullable_trace_parent_string_and_publish_id():
